@@ -40,7 +40,7 @@ TEST(CheckedMathTest, DetectsOverflow) {
   EXPECT_EQ(CheckedMul(1ull << 32, 1ull << 31).value(), 1ull << 63);
   EXPECT_FALSE(CheckedMul(1ull << 32, 1ull << 32).has_value());
   EXPECT_FALSE(CheckedAdd(~0ull, 1).has_value());
-  const int64_t dims[] = {1 << 20, 1 << 20, 1 << 20};
+  const int64_t dims[] = {1 << 30, 1 << 30, 1 << 30};
   EXPECT_FALSE(CheckedByteCount(dims, 4).has_value());
   const int64_t neg[] = {2, -1};
   EXPECT_FALSE(CheckedByteCount(neg, 4).has_value());

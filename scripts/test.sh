@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build with warnings as errors, run every test,
+# then the sanitizer build of the tests that guard untrusted input, clang-format and clang-tidy.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/install_deps.sh
+for setup in tests/*/setup.sh; do
+  [ -f "$setup" ] && bash "$setup"
+done
+
+echo "== build (warnings as errors) =="
+bash scripts/build.sh "$root/build/ci" -DVLS_WERROR=ON
+echo "== tests =="
+(cd build/ci && ctest --output-on-failure -j2 --timeout 900)
+
+echo "== sanitizer build (address, undefined) of the untrusted-input tests =="
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DVLS_SANITIZE=ON -DVLS_WERROR=ON >/dev/null
+cmake --build build/asan -j2 --target untrusted_tests vlstack
+(cd build/asan && ctest --output-on-failure -L untrusted --timeout 900)
+
+echo "== clang-format =="
+git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
+echo "clang-format: clean"
+
+echo "== clang-tidy =="
+git ls-files 'src/*.cc' | grep -v '_test\.cc$' \
+  | xargs -P2 -n4 clang-tidy -p build/ci --quiet 2>/dev/null | tee build/ci/clang-tidy.log
+if grep -qE '(warning|error):' build/ci/clang-tidy.log; then
+  echo "clang-tidy reported findings"; exit 1
+fi
+echo "clang-tidy: clean"
+echo "== all checks passed =="

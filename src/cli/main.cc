@@ -1,0 +1,33 @@
+// vlstack: the command-line front end. Subcommands are listed in Usage().
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli/text_commands.h"
+
+namespace {
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: vlstack <command> [options]\n"
+               "commands:\n"
+               "  tokenize        JSON lines of text -> token ids\n"
+               "  detokenize      JSON lines of token ids -> text\n"
+               "  chat-template   render a chat template\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage();
+    return 2;
+  }
+  std::string_view cmd = argv[1];
+  if (cmd == "tokenize") return vls::cli::RunTokenize(argc - 2, argv + 2);
+  if (cmd == "detokenize") return vls::cli::RunDetokenize(argc - 2, argv + 2);
+  if (cmd == "chat-template") return vls::cli::RunChatTemplate(argc - 2, argv + 2);
+  std::fprintf(stderr, "vlstack: unknown command '%s'\n", argv[1]);
+  Usage();
+  return 2;
+}
