@@ -1,0 +1,570 @@
+#!/usr/bin/python3
+"""End-to-end oracle check of `vlstack forward` against the NumPy float64 reference.
+
+usage: /usr/bin/python3 tests/oracle/run_cases.py --vlstack PATH_TO_vlstack --work WORKDIR
+                                                  [--filter SUBSTR] [--deepstack] [--list] [-v]
+
+For every case: (a) `vlstack make-test-model --out DIR ...`, (b) random inputs with fixed
+seeds, (c) `vlstack forward --model DIR --input IN --output OUT [--diagnostics] [--all-logits]`,
+(d) the reference (qwen3_ref.forward), (e) compare.py tolerances. Prints "PASS name" or
+"FAIL name: reason" per case, then "<n> passed, <m> failed"; exit status 1 if any failed.
+DeepStack cases run only with --deepstack.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import compare  # noqa: E402
+import qwen3_ref  # noqa: E402
+import st  # noqa: E402
+
+TIMEOUT = 600
+
+
+class CaseFail(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------
+# Input builders (ctx gives cfg, rng)
+# ----------------------------------------------------------------------------
+
+def specials(cfg):
+    return {t for t in (cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id,
+                        cfg.vision_end_token_id) if t is not None}
+
+
+def text_ids(cfg, rng, n):
+    sp = specials(cfg)
+    hi = min(sp) if sp else cfg.V
+    hi = max(hi, 1)
+    pool = np.array([t for t in range(hi) if t not in sp], dtype=np.int64)
+    return pool[rng.integers(0, len(pool), n)].astype(np.int32)
+
+
+def image_prompt(cfg, rng, grids, pre=3, between=2, post=2):
+    """text(pre) [vs pad*k ve text(between)]... text(post). Returns ids, grid array, pad positions."""
+    if cfg.image_token_id is None or cfg.vision_start_token_id is None or cfg.vision_end_token_id is None:
+        raise CaseFail("config lacks image/vision token ids")
+    ids = list(text_ids(cfg, rng, pre))
+    m = cfg.spatial_merge_size
+    for gi, (t, h, w) in enumerate(grids):
+        if gi:
+            ids += list(text_ids(cfg, rng, between))
+        ids.append(cfg.vision_start_token_id)
+        ids += [cfg.image_token_id] * (t * (h // m) * (w // m))
+        ids.append(cfg.vision_end_token_id)
+    ids += list(text_ids(cfg, rng, post))
+    ids = np.array(ids, dtype=np.int32)
+    pads = np.flatnonzero(ids == cfg.image_token_id).astype(np.int32)
+    return ids, np.array(grids, dtype=np.int32).reshape(-1, 3), pads
+
+
+def mrope_positions(rng, S, start=0):
+    """Plausible explicit M-RoPE positions [3,S] with distinct axes (non-negative)."""
+    t = start + np.cumsum(rng.integers(0, 3, S))
+    h = t + rng.integers(0, 3, S)
+    w = t + rng.integers(0, 4, S)
+    return np.stack([t, h, w]).astype(np.int32)
+
+
+def randn(rng, *shape, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def i32(*vals):
+    return np.array(vals, dtype=np.int32)
+
+
+# ----------------------------------------------------------------------------
+# Case table
+# ----------------------------------------------------------------------------
+
+class Case:
+    def __init__(self, name, make, build, flags=(), deepstack=False, expect_error=False,
+                 consistency=None, expect_model=None):
+        self.name = name
+        self.make = list(make)
+        self.build = build            # fn(cfg, rng) -> dict of input tensors
+        self.flags = list(flags)
+        self.deepstack = deepstack
+        self.expect_error = expect_error
+        self.consistency = consistency  # fn(cfg, rng) -> (decode-input, prefill-input, split S)
+        self.expect_model = expect_model or {}
+
+
+def _text(S, N=0, **extra):
+    def b(cfg, rng):
+        d = {"input_ids": text_ids(cfg, rng, S)}
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        d.update(extra)
+        return d
+    return b
+
+
+def _image(grids, N=0, visual=False, delta=None, pre=3, post=2):
+    def b(cfg, rng):
+        ids, g, pads = image_prompt(cfg, rng, grids, pre=pre, post=post)
+        d = {"input_ids": ids, "image_grid_thw": g}
+        if visual:
+            d["visual_embeds"] = randn(rng, len(pads), cfg.H)
+        if delta is not None:
+            d["rope_delta"] = i32(delta)
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        return d
+    return b
+
+
+def _explicit_pos(S, delta, N=3):
+    def b(cfg, rng):
+        d = {"input_ids": text_ids(cfg, rng, S)}
+        if cfg.mode == "mrope":
+            d["position_ids"] = mrope_positions(rng, S)
+        else:
+            d["position_ids"] = (np.cumsum(rng.integers(0, 3, S))).astype(np.int32)
+        d["rope_delta"] = i32(delta)
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        return d
+    return b
+
+
+def _embeds(S, N=2, with_ids=False, positions=False, delta=None):
+    def b(cfg, rng):
+        d = {"inputs_embeds": randn(rng, S, cfg.H)}
+        if with_ids:
+            d["input_ids"] = text_ids(cfg, rng, S)
+        if positions:
+            d["position_ids"] = mrope_positions(rng, S) if cfg.mode == "mrope" else \
+                np.arange(S, dtype=np.int32) * 2
+        if delta is not None:
+            d["rope_delta"] = i32(delta)
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        return d
+    return b
+
+
+def _image_embeds(grids, N=2):
+    """inputs_embeds + input_ids with image pads and grid: positions derived from the ids."""
+    def b(cfg, rng):
+        ids, g, pads = image_prompt(cfg, rng, grids)
+        d = {"input_ids": ids, "image_grid_thw": g, "inputs_embeds": randn(rng, len(ids), cfg.H)}
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        return d
+    return b
+
+
+def _consistency(S, N):
+    """decode of N tokens after an S prefill vs an (S+N) all-logits prefill of the same tokens."""
+    def c(cfg, rng):
+        ids = text_ids(cfg, rng, S + N)
+        return {"input_ids": ids[:S], "decode_tokens": ids[S:]}, {"input_ids": ids}, S
+    return c
+
+
+# DeepStack builders ----------------------------------------------------------
+
+def _ds_image(grids, K, N=0, visual=False, layers=None, delta=None):
+    def b(cfg, rng):
+        ids, g, pads = image_prompt(cfg, rng, grids)
+        d = {"input_ids": ids, "image_grid_thw": g,
+             "deepstack_positions": pads,
+             "deepstack_features": randn(rng, K, len(pads), cfg.H, scale=0.5)}
+        if layers is not None:
+            d["deepstack_layers"] = np.array(layers, dtype=np.int32)
+        if visual:
+            d["visual_embeds"] = randn(rng, len(pads), cfg.H)
+        if delta is not None:
+            d["rope_delta"] = i32(delta)
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        return d
+    return b
+
+
+def _ds_embeds(S, positions, K, N=0, delta=None, explicit_pos=False):
+    """inputs_embeds (no ids) + DeepStack payload at the given rows."""
+    def b(cfg, rng):
+        d = {"inputs_embeds": randn(rng, S, cfg.H),
+             "deepstack_positions": np.array(positions, dtype=np.int32),
+             "deepstack_features": randn(rng, K, len(positions), cfg.H, scale=0.5)}
+        if explicit_pos:
+            d["position_ids"] = mrope_positions(rng, S) if cfg.mode == "mrope" else \
+                np.arange(S, dtype=np.int32)
+        if delta is not None:
+            d["rope_delta"] = i32(delta)
+        if N:
+            d["decode_tokens"] = text_ids(cfg, rng, N)
+        return d
+    return b
+
+
+# Negative builders -----------------------------------------------------------
+
+def _bad_pos_rank(cfg, rng):
+    S = 5
+    d = {"input_ids": text_ids(cfg, rng, S)}
+    d["position_ids"] = (np.arange(S, dtype=np.int32) if cfg.mode == "mrope"
+                         else np.tile(np.arange(S, dtype=np.int32), (3, 1)))
+    return d
+
+
+def _bad_visual_count(cfg, rng):
+    ids, g, pads = image_prompt(cfg, rng, [(1, 4, 4)])
+    return {"input_ids": ids, "image_grid_thw": g, "visual_embeds": randn(rng, len(pads) + 1, cfg.H)}
+
+
+def _bad_token(cfg, rng):
+    ids = text_ids(cfg, rng, 4)
+    ids[2] = cfg.V + 3
+    return {"input_ids": ids}
+
+
+def _bad_ds_order(cfg, rng):
+    ids, g, pads = image_prompt(cfg, rng, [(1, 4, 4)])
+    p = pads.copy()
+    p[[0, 1]] = p[[1, 0]]
+    return {"input_ids": ids, "image_grid_thw": g, "deepstack_positions": p,
+            "deepstack_features": randn(rng, 3, len(p), cfg.H)}
+
+
+def _bad_ds_layers(cfg, rng):
+    ids, g, pads = image_prompt(cfg, rng, [(1, 4, 4)])
+    return {"input_ids": ids, "image_grid_thw": g, "deepstack_positions": pads,
+            "deepstack_features": randn(rng, 3, len(pads), cfg.H),
+            "deepstack_layers": i32(0, 2, 1)}
+
+
+QWEN3 = ["--arch", "qwen3"]
+VL = ["--arch", "qwen3-vl"]
+DIAG = ["--diagnostics"]
+ALL = ["--all-logits"]
+
+
+def cases():
+    C = []
+    # ---- 1-D Qwen3 -------------------------------------------------------------------
+    C.append(Case("qwen3_bf16_tied_gqa2_diag", QWEN3 + ["--dtype", "bf16", "--tied"], _text(7, 3), DIAG + ALL,
+                  expect_model={"dtype": "BF16", "tied": True}))
+    C.append(Case("qwen3_f32_untied_gqa1", QWEN3 + ["--dtype", "f32", "--untied", "--heads", "4", "--kv-heads", "4"],
+                  _text(9, 4), ALL, expect_model={"dtype": "F32", "tied": False}))
+    C.append(Case("qwen3_f16_headdim16_h48_gqa4_diag",
+                  QWEN3 + ["--dtype", "f16", "--hidden", "48", "--heads", "4", "--kv-heads", "1", "--head-dim", "16"],
+                  _text(6, 2), DIAG, expect_model={"dtype": "F16"}))
+    C.append(Case("qwen3_sharded_untied", QWEN3 + ["--shards", "2", "--untied", "--seed", "7"], _text(5, 2), DIAG,
+                  expect_model={"shards": 2, "tied": False}))
+    C.append(Case("qwen3_explicit_positions_delta_neg", QWEN3 + ["--seed", "3"], _explicit_pos(8, -3), DIAG))
+    C.append(Case("qwen3_explicit_positions_delta_pos", QWEN3 + ["--seed", "3"], _explicit_pos(8, 5), ALL))
+    C.append(Case("qwen3_inputs_embeds", QWEN3 + ["--seed", "4"], _embeds(6, 2), DIAG))
+    C.append(Case("qwen3_inputs_embeds_with_ids", QWEN3 + ["--seed", "4"], _embeds(6, 2, with_ids=True), ALL))
+    C.append(Case("qwen3_rope_theta_1e4", QWEN3 + ["--rope-theta", "10000", "--seed", "5"], _text(12, 2), ALL))
+    C.append(Case("qwen3_decode_equals_prefill", QWEN3 + ["--seed", "6"], None, consistency=_consistency(6, 5)))
+    C.append(Case("qwen3_bigger", QWEN3 + ["--hidden", "256", "--intermediate", "768", "--heads", "8",
+                                           "--kv-heads", "2", "--head-dim", "64", "--layers", "4",
+                                           "--vocab", "2048", "--seed", "8"], _text(48, 4), DIAG + ALL))
+    # ---- M-RoPE Qwen3-VL ----------------------------------------------------------------
+    C.append(Case("vl_default_text_diag", VL, _text(7, 3), DIAG + ALL,
+                  expect_model={"dtype": "BF16", "tied": True}))
+    C.append(Case("vl_f32_untied_sharded", VL + ["--dtype", "f32", "--untied", "--shards", "2", "--seed", "2"],
+                  _text(8, 2), DIAG, expect_model={"dtype": "F32", "tied": False, "shards": 2}))
+    C.append(Case("vl_f16_gqa4_h48_headdim16", VL + ["--dtype", "f16", "--hidden", "48", "--heads", "8",
+                                                     "--kv-heads", "2", "--head-dim", "16"],
+                  _image([(1, 4, 6)], N=2), DIAG, expect_model={"dtype": "F16"}))
+    C.append(Case("vl_gqa1", VL + ["--heads", "4", "--kv-heads", "4", "--seed", "9"], _text(6, 2), ALL))
+    C.append(Case("vl_image_derived_positions", VL + ["--seed", "10"], _image([(1, 4, 6)], N=3), DIAG + ALL))
+    C.append(Case("vl_two_images_derived", VL + ["--seed", "11"], _image([(1, 4, 4), (1, 6, 4)], N=2), DIAG))
+    C.append(Case("vl_image_visual_embeds", VL + ["--seed", "12"], _image([(1, 4, 6)], N=2, visual=True), DIAG + ALL))
+    C.append(Case("vl_two_images_visual_embeds_untied", VL + ["--untied", "--seed", "13"],
+                  _image([(1, 2, 4), (1, 6, 6)], N=2, visual=True), ALL))
+    C.append(Case("vl_image_delta_override", VL + ["--seed", "14"], _image([(1, 4, 6)], N=2, delta=4), DIAG))
+    C.append(Case("vl_image_leading_pad", VL + ["--seed", "15"], _image([(1, 4, 4)], N=1, pre=0, post=0), DIAG))
+    C.append(Case("vl_chunked_layout_image", VL + ["--mrope-layout", "chunked", "--mrope-section", "2,3,3",
+                                                   "--seed", "16"],
+                  _image([(1, 4, 6), (1, 6, 2)], N=2), DIAG + ALL, expect_model={"interleaved": False}))
+    C.append(Case("vl_chunked_layout_explicit", VL + ["--mrope-layout", "chunked", "--mrope-section", "4,2,2",
+                                                      "--rope-theta", "10000", "--seed", "17"],
+                  _explicit_pos(9, -2), DIAG, expect_model={"interleaved": False}))
+    C.append(Case("vl_interleaved_section_3_3_2", VL + ["--mrope-section", "3,3,2", "--rope-theta", "10000",
+                                                        "--seed", "18"],
+                  _explicit_pos(9, 2), DIAG, expect_model={"interleaved": True}))
+    C.append(Case("vl_explicit_positions_delta_neg", VL + ["--seed", "19"], _explicit_pos(10, -4), DIAG + ALL))
+    C.append(Case("vl_explicit_positions_delta_pos", VL + ["--dtype", "f32", "--seed", "19"],
+                  _explicit_pos(10, 6), ALL))
+    C.append(Case("vl_inputs_embeds_only", VL + ["--seed", "20"], _embeds(6, 2), DIAG))
+    C.append(Case("vl_inputs_embeds_positions_delta", VL + ["--seed", "21"],
+                  _embeds(7, 2, positions=True, delta=-1), DIAG))
+    C.append(Case("vl_inputs_embeds_image_ids", VL + ["--seed", "22"], _image_embeds([(1, 4, 6)]), DIAG + ALL))
+    C.append(Case("vl_decode_equals_prefill", VL + ["--seed", "23"], None, consistency=_consistency(7, 4)))
+    C.append(Case("vl_bigger_image", VL + ["--hidden", "256", "--intermediate", "768", "--heads", "8",
+                                           "--kv-heads", "4", "--head-dim", "32", "--layers", "4",
+                                           "--vocab", "2048", "--seed", "24"],
+                  _image([(1, 8, 12), (1, 4, 4)], N=3, visual=True), DIAG + ALL))
+    # ---- negative --------------------------------------------------------------------
+    C.append(Case("neg_vl_position_ids_rank1", VL, _bad_pos_rank, expect_error=True))
+    C.append(Case("neg_qwen3_position_ids_rank2", QWEN3, _bad_pos_rank, expect_error=True))
+    C.append(Case("neg_vl_visual_embeds_count", VL, _bad_visual_count, expect_error=True))
+    C.append(Case("neg_token_out_of_range", QWEN3, _bad_token, expect_error=True))
+    # ---- DeepStack (only with --deepstack) -------------------------------------------
+    C.append(Case("ds_vl_k3_image_diag", VL + ["--deepstack", "3", "--seed", "30"],
+                  _ds_image([(1, 4, 6)], 3), DIAG + ALL, deepstack=True))
+    C.append(Case("ds_vl_k1_explicit_layers", VL + ["--deepstack", "1", "--seed", "31"],
+                  _ds_image([(1, 4, 4)], 1, layers=[0]), DIAG, deepstack=True))
+    C.append(Case("ds_vl_k2_two_images_visual_decode", VL + ["--deepstack", "2", "--layers", "4", "--seed", "32"],
+                  _ds_image([(1, 4, 4), (1, 6, 4)], 2, N=3, visual=True), DIAG + ALL, deepstack=True))
+    C.append(Case("ds_vl_k3_decode_neg_delta", VL + ["--deepstack", "3", "--seed", "33"],
+                  _ds_image([(1, 4, 6)], 3, N=3, delta=-5), DIAG, deepstack=True))
+    C.append(Case("ds_vl_k3_embeds_explicit_pos_neg_delta", VL + ["--deepstack", "3", "--seed", "34"],
+                  _ds_embeds(9, [2, 3, 4, 5], 3, N=2, delta=-2, explicit_pos=True), DIAG, deepstack=True))
+    C.append(Case("ds_vl_nv0", VL + ["--deepstack", "3", "--seed", "35"],
+                  _ds_embeds(5, [], 3, N=1), DIAG, deepstack=True))
+    C.append(Case("ds_vl_k4_layers6_f32_untied", VL + ["--deepstack", "4", "--layers", "6", "--dtype", "f32",
+                                                       "--untied", "--seed", "36"],
+                  _ds_image([(1, 8, 4), (1, 2, 2)], 4, N=2), DIAG + ALL, deepstack=True))
+    C.append(Case("ds_qwen3_1d_k2_embeds", QWEN3 + ["--deepstack", "2", "--seed", "37"],
+                  _ds_embeds(8, [1, 2, 5], 2, N=2, delta=-1, explicit_pos=True), DIAG, deepstack=True))
+    C.append(Case("ds_neg_positions_not_increasing", VL + ["--deepstack", "3"], _bad_ds_order,
+                  deepstack=True, expect_error=True))
+    C.append(Case("ds_neg_layers_mismatch", VL + ["--deepstack", "3"], _bad_ds_layers,
+                  deepstack=True, expect_error=True))
+    return C
+
+
+# ----------------------------------------------------------------------------
+# Runner
+# ----------------------------------------------------------------------------
+
+def run_cmd(cmd, log_prefix):
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CaseFail(f"timeout after {TIMEOUT}s: {' '.join(cmd)}")
+    except OSError as e:
+        raise CaseFail(f"cannot run {cmd[0]}: {e}")
+    with open(log_prefix + ".stdout", "wb") as f:
+        f.write(p.stdout)
+    with open(log_prefix + ".stderr", "wb") as f:
+        f.write(p.stderr)
+    return p, time.time() - t
+
+
+def tail(b, n=300):
+    s = b.decode("utf-8", "replace").strip().replace("\n", " | ")
+    return s[-n:]
+
+
+class Runner:
+    def __init__(self, vlstack, work, verbose):
+        self.vlstack = vlstack
+        self.work = work
+        self.verbose = verbose
+        self.models = {}
+
+    def exe(self):
+        v = self.vlstack
+        if v.endswith(".py"):
+            return [sys.executable, v]
+        return [v]
+
+    def model(self, make):
+        key = hashlib.sha1(json.dumps(make).encode()).hexdigest()[:12]
+        if key in self.models:
+            return self.models[key]
+        d = os.path.join(self.work, "models", key)
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        cmd = self.exe() + ["make-test-model", "--out", d] + make
+        p, _ = run_cmd(cmd, d + ".make")
+        if p.returncode != 0:
+            raise CaseFail(f"make-test-model {' '.join(make)} exited {p.returncode}: {tail(p.stderr)}")
+        with open(d + ".args", "w") as f:
+            f.write(" ".join(make) + "\n")
+        try:
+            m = qwen3_ref.Model.load(d)
+        except (qwen3_ref.RefError, st.SafetensorsError, OSError, ValueError, KeyError) as e:
+            raise CaseFail(f"oracle cannot load the model from make-test-model {' '.join(make)}: {e}")
+        self.models[key] = (d, m)
+        return d, m
+
+    def check_model(self, case, d, m):
+        e = case.expect_model
+        c = m.cfg
+        if "dtype" in e:
+            dts = set()
+            files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+            for fn in files:
+                dts |= set(st.load_dtypes(os.path.join(d, fn)).values())
+            if dts != {e["dtype"]}:
+                raise CaseFail(f"make-test-model wrote weight dtypes {sorted(dts)}, expected {e['dtype']}")
+        if "shards" in e:
+            files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+            if len(files) != e["shards"] or not os.path.exists(os.path.join(d, "model.safetensors.index.json")):
+                raise CaseFail(f"make-test-model wrote {len(files)} safetensors files, expected {e['shards']} + index")
+        if "tied" in e and c.tied != e["tied"]:
+            raise CaseFail(f"config tie_word_embeddings={c.tied}, expected {e['tied']}")
+        if "interleaved" in e and c.interleaved != e["interleaved"]:
+            raise CaseFail(f"config mrope_interleaved={c.interleaved}, expected {e['interleaved']}")
+        # generic sanity: the flags we asked for are what the config says
+        args = case.make
+        for flag, val in (("--hidden", c.H), ("--layers", c.L), ("--heads", c.nh), ("--kv-heads", c.nkv),
+                          ("--head-dim", c.D), ("--intermediate", c.I), ("--vocab", c.V)):
+            if flag in args and int(args[args.index(flag) + 1]) != val:
+                raise CaseFail(f"config has {flag[2:]}={val}, asked for {args[args.index(flag) + 1]}")
+        arch = args[args.index("--arch") + 1] if "--arch" in args else "qwen3-vl"
+        want_mode = "1d" if arch == "qwen3" else "mrope"
+        if c.mode != want_mode:
+            raise CaseFail(f"config position mode {c.mode}, expected {want_mode}")
+
+    def engine_forward(self, d, inp, flags, cdir, tag):
+        ip = os.path.join(cdir, f"{tag}in.safetensors")
+        op = os.path.join(cdir, f"{tag}engine.safetensors")
+        st.save_file(inp, ip)
+        if os.path.exists(op):
+            os.remove(op)
+        cmd = self.exe() + ["forward", "--model", d, "--input", ip, "--output", op] + flags
+        with open(os.path.join(cdir, f"{tag}cmd.txt"), "w") as f:
+            f.write(" ".join(cmd) + "\n")
+        p, dt = run_cmd(cmd, os.path.join(cdir, f"{tag}engine"))
+        return p, ip, op
+
+    def ref_forward(self, m, inp, flags, cdir, tag):
+        out = qwen3_ref.forward(m, {k: v for k, v in inp.items()},
+                                diagnostics="--diagnostics" in flags, all_logits="--all-logits" in flags)
+        rp = os.path.join(cdir, f"{tag}ref.safetensors")
+        st.save_file({k: v for k, v in out.items() if not k.startswith("_")}, rp)
+        return rp, out
+
+    def compare(self, op, rp, cdir, tag):
+        logp = os.path.join(cdir, f"{tag}compare.txt")
+        with open(logp, "w") as f:
+            ok, fails = compare.compare_files(op, rp, out=f)
+        if self.verbose:
+            with open(logp) as f:
+                sys.stdout.write(f.read())
+        return ok, fails
+
+    def run(self, case, seed):
+        cdir = os.path.join(self.work, "cases", case.name)
+        if os.path.exists(cdir):
+            shutil.rmtree(cdir)
+        os.makedirs(cdir)
+        d, m = self.model(case.make)
+        self.check_model(case, d, m)
+        rng = np.random.default_rng(seed)
+        if case.consistency is not None:
+            return self.run_consistency(case, d, m, rng, cdir)
+        inp = case.build(m.cfg, rng)
+        if case.expect_error:
+            p, _, op = self.engine_forward(d, inp, case.flags, cdir, "")
+            if p.returncode == 0:
+                raise CaseFail("engine accepted an invalid request (exit 0)")
+            if p.returncode < 0:
+                raise CaseFail(f"engine crashed with signal {-p.returncode} instead of a clean error")
+            if not p.stderr.strip():
+                raise CaseFail(f"engine exited {p.returncode} with an empty stderr")
+            return f"rejected (exit {p.returncode}): {tail(p.stderr, 120)}"
+        try:
+            rp, _ = self.ref_forward(m, inp, case.flags, cdir, "")
+        except qwen3_ref.RefError as e:
+            raise CaseFail(f"oracle rejected the case input: {e}")
+        p, _, op = self.engine_forward(d, inp, case.flags, cdir, "")
+        if p.returncode != 0:
+            raise CaseFail(f"engine forward exited {p.returncode}: {tail(p.stderr)}")
+        if not os.path.exists(op):
+            raise CaseFail("engine forward wrote no output file")
+        ok, fails = self.compare(op, rp, cdir, "")
+        if not ok:
+            raise CaseFail("; ".join(fails[:3]) + (f" (+{len(fails) - 3} more)" if len(fails) > 3 else ""))
+        return ""
+
+    def run_consistency(self, case, d, m, rng, cdir):
+        dec_in, pre_in, S = case.consistency(m.cfg, rng)
+        probs = []
+        # engine vs oracle, both runs
+        rp1, r1 = self.ref_forward(m, dec_in, DIAG, cdir, "dec_")
+        rp2, r2 = self.ref_forward(m, pre_in, ALL + DIAG, cdir, "pre_")
+        # the oracle must agree with itself (decode == longer prefill)
+        e = float(np.abs(r1["decode_logits"].astype(np.float64) - r2["logits"][S:]).max())
+        if e > 1e-4:
+            probs.append(f"oracle decode vs prefill differ by {e:.3g}")
+        p1, _, op1 = self.engine_forward(d, dec_in, DIAG, cdir, "dec_")
+        p2, _, op2 = self.engine_forward(d, pre_in, ALL + DIAG, cdir, "pre_")
+        if p1.returncode != 0:
+            raise CaseFail(f"engine decode run exited {p1.returncode}: {tail(p1.stderr)}")
+        if p2.returncode != 0:
+            raise CaseFail(f"engine prefill run exited {p2.returncode}: {tail(p2.stderr)}")
+        for op, rp, tag in ((op1, rp1, "dec_"), (op2, rp2, "pre_")):
+            ok, fails = self.compare(op, rp, cdir, tag)
+            if not ok:
+                probs.append(f"{tag[:-1]} vs oracle: " + "; ".join(fails[:2]))
+        a = st.load_file(op1)
+        b = st.load_file(op2)
+        if "decode_logits" in a and "logits" in b:
+            ok, msg = compare.compare_arrays("engine decode_logits vs engine prefill logits[S:]",
+                                             a["decode_logits"], b["logits"][S:])
+            if not ok:
+                probs.append(msg)
+            for i in range(m.cfg.L):
+                for t in ("k", "v"):
+                    n = f"{t}_cache.{i}"
+                    if n in a and n in b:
+                        ok, msg = compare.compare_arrays(f"engine {n} decode vs prefill", a[n], b[n])
+                        if not ok:
+                            probs.append(msg)
+        if probs:
+            raise CaseFail("; ".join(probs[:3]))
+        return ""
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vlstack", required=True, help="path to the vlstack binary")
+    ap.add_argument("--work", required=True, help="scratch directory (models, inputs, outputs, logs)")
+    ap.add_argument("--filter", default=None, help="run only cases whose name contains SUBSTR")
+    ap.add_argument("--deepstack", action="store_true", help="also run the DeepStack cases")
+    ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print per-tensor comparisons")
+    a = ap.parse_args(argv)
+    sel = [c for c in cases() if (a.deepstack or not c.deepstack)
+           and (a.filter is None or a.filter in c.name)]
+    if a.list:
+        for c in sel:
+            print(c.name)
+        return 0
+    os.makedirs(a.work, exist_ok=True)
+    r = Runner(os.path.abspath(a.vlstack) if os.path.exists(a.vlstack) else a.vlstack,
+               os.path.abspath(a.work), a.verbose)
+    passed = failed = 0
+    for i, c in enumerate(sel):
+        seed = int(hashlib.sha1(c.name.encode()).hexdigest()[:8], 16)
+        try:
+            note = r.run(c, seed)
+            print(f"PASS {c.name}" + (f" ({note})" if note and a.verbose else ""), flush=True)
+            passed += 1
+        except CaseFail as e:
+            print(f"FAIL {c.name}: {e}", flush=True)
+            failed += 1
+        except Exception as e:  # noqa: BLE001 - a driver bug must not hide the other cases
+            print(f"FAIL {c.name}: driver error {type(e).__name__}: {e}", flush=True)
+            failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
