@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "cli/commands.h"
 #include "cli/text_commands.h"
 
 namespace {
@@ -11,6 +12,8 @@ void Usage() {
   std::fprintf(stderr,
                "usage: vlstack <command> [options]\n"
                "commands:\n"
+               "  forward         run a prefill (+ decode) on tensors from a safetensors file\n"
+               "  make-test-model write a random checkpoint in the Hugging Face layout\n"
                "  tokenize        JSON lines of text -> token ids\n"
                "  detokenize      JSON lines of token ids -> text\n"
                "  chat-template   render a chat template\n");
@@ -24,6 +27,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string_view cmd = argv[1];
+  if (cmd == "forward") return vls::cli::RunForward(argc - 2, argv + 2);
+  if (cmd == "make-test-model") return vls::cli::RunMakeTestModel(argc - 2, argv + 2);
   if (cmd == "tokenize") return vls::cli::RunTokenize(argc - 2, argv + 2);
   if (cmd == "detokenize") return vls::cli::RunDetokenize(argc - 2, argv + 2);
   if (cmd == "chat-template") return vls::cli::RunChatTemplate(argc - 2, argv + 2);

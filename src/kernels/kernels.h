@@ -1,0 +1,44 @@
+// Plain scalar reference kernels. Every later optimised variant is tested against these.
+//
+// Activations are f32 row-major. Weights are PyTorch Linear layout [out, in] and may stay in
+// their stored dtype (F32, BF16, F16); every product accumulates in f32.
+#ifndef VLSTACK_KERNELS_KERNELS_H_
+#define VLSTACK_KERNELS_KERNELS_H_
+
+#include <cstdint>
+#include <span>
+
+#include "tensor/dtype.h"
+
+namespace vls::kernels {
+
+// A read-only [rows, cols] matrix in a float dtype.
+struct Matrix {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Copies row `r` of `m` into `out[cols]` as f32.
+void LoadRow(const Matrix& m, int64_t r, float* out);
+
+// y[M, N] = x[M, K] · w[N, K]ᵀ. REQUIRES: w.cols == K.
+void MatMulTransposed(const float* x, int64_t M, int64_t K, const Matrix& w, float* y);
+
+// out[M, n] = x / sqrt(mean(x², -1) + eps) * weight, per row of n; `out` may alias `x`.
+void RmsNorm(const float* x, int64_t M, int64_t n, const float* weight, float eps, float* out);
+
+// gate[i] = SiLU(gate[i]) * up[i] for n values.
+void SiluMul(float* gate, const float* up, int64_t n);
+
+// Rotates one head vector x[D] in place (NeoX rotate_half convention): for i < D/2,
+// (x[i], x[i+D/2]) rotates by the angle whose cos/sin are given per slot i.
+void ApplyRope(float* x, const float* cos, const float* sin, int64_t D);
+
+// Numerically stable softmax of x[n] in place.
+void Softmax(float* x, int64_t n);
+
+}  // namespace vls::kernels
+
+#endif  // VLSTACK_KERNELS_KERNELS_H_

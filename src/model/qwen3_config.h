@@ -1,0 +1,78 @@
+// Qwen3 / Qwen3-VL language-model configuration: parsing and validation of config.json.
+//
+// Accepts `Qwen3VLForConditionalGeneration` configs (model_type "qwen3_vl", nested
+// text_config/vision_config) and plain Qwen3 (model_type "qwen3"). Every rule failure names
+// the key, e.g. "text_config.num_key_value_heads: 3 does not divide num_attention_heads 8".
+#ifndef VLSTACK_MODEL_QWEN3_CONFIG_H_
+#define VLSTACK_MODEL_QWEN3_CONFIG_H_
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace vls {
+
+// Carried explicitly through every API; never guessed from a tensor's rank (CONTRACTS §3).
+enum class PositionMode : int { k1D = 0, kMrope = 1 };
+const char* PositionModeName(PositionMode mode);  // "1d" / "mrope"
+
+// Interleaved: Qwen3-VL (THW THW ... TTTT). Chunked: Qwen2-VL (contiguous T, H, W blocks).
+enum class MropeLayout : int { kInterleaved = 0, kChunked = 1 };
+
+// DeepStack target language layers and the static bound Nmax (CONTRACTS §2).
+struct DeepStackConfig {
+  std::vector<int> target_layers;  // strictly increasing, each in [0, L)
+  // Nmax; 0 when the config derives DeepStack from vision_config and leaves Nmax to the load
+  // options (it then defaults to the context capacity).
+  int max_visual_positions = 0;
+  bool explicit_keys = false;  // declared with deepstack_language_layer_indices
+};
+
+struct Qwen3Config {
+  std::string model_type;     // "qwen3" or "qwen3_vl"
+  std::string weight_prefix;  // "model.language_model." (qwen3_vl) or "model." (qwen3)
+  int hidden = 0;             // H
+  int layers = 0;             // L
+  int heads = 0;              // nh
+  int kv_heads = 0;           // nkv
+  int head_dim = 0;           // D (read from config, never H/nh)
+  int intermediate = 0;       // I
+  int vocab = 0;              // V
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 0;
+  bool tied = false;
+  PositionMode position_mode = PositionMode::k1D;
+  MropeLayout mrope_layout = MropeLayout::kInterleaved;
+  std::array<int, 3> mrope_section{0, 0, 0};  // sums to D/2 in M-RoPE mode
+  int max_position_embeddings = 0;
+
+  // Multimodal token ids (-1 when the config has none).
+  int image_token_id = -1;
+  int video_token_id = -1;
+  int vision_start_token_id = -1;
+  int vision_end_token_id = -1;
+  int spatial_merge_size = 2;
+  std::vector<int> eos_token_ids;  // from generation_config.json when present, else config
+  int bos_token_id = -1;
+
+  std::optional<DeepStackConfig> deepstack;
+};
+
+// Parses config.json text. `label` names the file in error messages.
+StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::string& label);
+
+// Reads `dir/config.json` and, if present, the eos ids of `dir/generation_config.json`.
+StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir);
+
+// The rule Nmax <= capacity, checked only once the capacity is chosen (CONTRACTS §2).
+Status ValidateDeepStackCapacity(const DeepStackConfig& ds, int capacity);
+
+// Canonical one-line-per-field text, used for the artifact identity and `vlstack inspect`.
+std::string CanonicalConfigText(const Qwen3Config& cfg);
+
+}  // namespace vls
+
+#endif  // VLSTACK_MODEL_QWEN3_CONFIG_H_

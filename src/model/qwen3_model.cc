@@ -1,0 +1,119 @@
+#include "model/qwen3_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace vls {
+
+StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir) {
+  VLS_ASSIGN_OR_RETURN(Qwen3Config cfg, LoadQwen3Config(dir));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(dir));
+  auto w = BindQwen3Weights(cfg, *ckpt);
+  if (!w.ok()) return w.status().WithContext(dir);
+  return std::unique_ptr<Qwen3Model>(new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w)));
+}
+
+std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
+  return std::make_unique<KvCache>(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim);
+}
+
+void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    kernels::LoadRow(weights_.embed, tokens[s], out + s * static_cast<size_t>(cfg_.hidden));
+  }
+}
+
+void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow> rows,
+                           float* out) const {
+  const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t M = static_cast<int64_t>(rows.size());
+  const int64_t H = cfg_.hidden, D = cfg_.head_dim, nh = cfg_.heads, nkv = cfg_.kv_heads;
+  const int64_t group = nh / nkv;
+  std::vector<float> q(static_cast<size_t>(M * nh * D));   // [M, nh, D]
+  std::vector<float> k(static_cast<size_t>(M * nkv * D));  // [M, nkv, D]
+  std::vector<float> v(static_cast<size_t>(M * nkv * D));  // [M, nkv, D]
+  kernels::MatMulTransposed(a, M, H, L.q, q.data());
+  kernels::MatMulTransposed(a, M, H, L.k, k.data());
+  kernels::MatMulTransposed(a, M, H, L.v, v.data());
+  // Per-head RMSNorm (weight [D]) before RoPE.
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  kernels::RmsNorm(q.data(), M * nh, D, L.q_norm.data(), eps, q.data());
+  kernels::RmsNorm(k.data(), M * nkv, D, L.k_norm.data(), eps, k.data());
+  std::vector<float> cos(static_cast<size_t>(D / 2)), sin(static_cast<size_t>(D / 2));
+  for (int64_t m = 0; m < M; ++m) {
+    rope_.CosSin(rows[static_cast<size_t>(m)].coord, cos.data(), sin.data());
+    for (int64_t h = 0; h < nh; ++h) kernels::ApplyRope(&q[(m * nh + h) * D], cos.data(), sin.data(), D);
+    for (int64_t h = 0; h < nkv; ++h) kernels::ApplyRope(&k[(m * nkv + h) * D], cos.data(), sin.data(), D);
+  }
+  // Write every row's K/V first: prefill rows then see all earlier rows of their sequence.
+  for (int64_t m = 0; m < M; ++m) {
+    const ForwardRow& r = rows[static_cast<size_t>(m)];
+    std::copy_n(&k[m * nkv * D], nkv * D, r.cache->k(layer, r.index));
+    std::copy_n(&v[m * nkv * D], nkv * D, r.cache->v(layer, r.index));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> ctx(static_cast<size_t>(M * nh * D), 0.0f);  // [M, nh, D]
+  std::vector<float> scores;
+  for (int64_t m = 0; m < M; ++m) {
+    const ForwardRow& r = rows[static_cast<size_t>(m)];
+    const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
+    scores.resize(static_cast<size_t>(T));
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t kvh = h / group;
+      const float* qh = &q[(m * nh + h) * D];
+      for (int64_t t = 0; t < T; ++t) {
+        const float* kt = r.cache->k(layer, static_cast<int>(t)) + kvh * D;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) dot += qh[d] * kt[d];
+        scores[static_cast<size_t>(t)] = dot * scale;
+      }
+      kernels::Softmax(scores.data(), T);
+      float* ch = &ctx[(m * nh + h) * D];
+      for (int64_t t = 0; t < T; ++t) {
+        const float* vt = r.cache->v(layer, static_cast<int>(t)) + kvh * D;
+        const float p = scores[static_cast<size_t>(t)];
+        for (int64_t d = 0; d < D; ++d) ch[d] += p * vt[d];
+      }
+    }
+  }
+  kernels::MatMulTransposed(ctx.data(), M, nh * D, L.o, out);
+}
+
+void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {
+  const int64_t M = static_cast<int64_t>(rows.size());
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  std::vector<float> a(static_cast<size_t>(M * H));     // [M, H] normed input
+  std::vector<float> o(static_cast<size_t>(M * H));     // [M, H] sublayer output
+  std::vector<float> gate(static_cast<size_t>(M * I));  // [M, I]
+  std::vector<float> up(static_cast<size_t>(M * I));    // [M, I]
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+    // x = x + Attention(RmsNorm(x))
+    kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a.data());
+    Attention(l, a.data(), rows, o.data());
+    for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
+    // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
+    kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a.data());
+    kernels::MatMulTransposed(a.data(), M, H, L.gate, gate.data());
+    kernels::MatMulTransposed(a.data(), M, H, L.up, up.data());
+    kernels::SiluMul(gate.data(), up.data(), M * I);
+    kernels::MatMulTransposed(gate.data(), M, I, L.down, o.data());
+    for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
+    if (hook != nullptr) hook->AfterLayer(l, x, M);
+  }
+}
+
+void Qwen3Model::FinalNorm(const float* x, int64_t M, float* out) const {
+  kernels::RmsNorm(x, M, cfg_.hidden, weights_.final_norm.data(),
+                   static_cast<float>(cfg_.rms_norm_eps), out);
+}
+
+void Qwen3Model::Logits(const float* h, int64_t M, float* logits) const {
+  kernels::MatMulTransposed(h, M, cfg_.hidden, weights_.lm_head, logits);
+}
+
+}  // namespace vls

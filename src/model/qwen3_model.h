@@ -1,0 +1,83 @@
+// The Qwen3 / Qwen3-VL text decoder, written top-down like the reference (qwen3vl-spec §A.2):
+//
+//   x = Embed[ids]                               (or caller-supplied embeddings)
+//   for each layer l:
+//     x = x + Attention(RmsNorm(x))              q/k per-head RMSNorm, then RoPE, GQA, causal
+//     x = x + Mlp(RmsNorm(x))                    SwiGLU
+//     hook(l, x)                                 DeepStack add / diagnostics
+//   logits = RmsNorm(x) · W_lmᵀ
+#ifndef VLSTACK_MODEL_QWEN3_MODEL_H_
+#define VLSTACK_MODEL_QWEN3_MODEL_H_
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "model/kv_cache.h"
+#include "model/qwen3_config.h"
+#include "model/qwen3_weights.h"
+#include "model/rope.h"
+
+namespace vls {
+
+// One row of a forward pass: which sequence cache it belongs to, the physical index it is
+// written at (it attends to cache rows [0, index]) and its RoPE coordinate. Prefill of S
+// tokens is S rows of one cache at indices 0..S-1; a ragged decode step is one row per
+// sequence, each with its own cache and length. Causality is on the physical index only.
+struct ForwardRow {
+  KvCache* cache = nullptr;
+  int32_t index = 0;
+  RopeCoord coord{0, 0, 0};
+};
+
+// Called after each decoder layer has fully finished (attention and MLP residuals added).
+class LayerHook {
+ public:
+  virtual ~LayerHook() = default;
+  // x: [M, H] residual rows of this pass, in row order. May modify x.
+  virtual void AfterLayer(int layer, float* x, int64_t M) = 0;
+};
+
+// A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches.
+class Qwen3Model {
+ public:
+  // Reads config.json (+generation_config.json) and the safetensors checkpoint of `dir`.
+  static StatusOr<std::unique_ptr<Qwen3Model>> Load(const std::string& dir);
+
+  const Qwen3Config& config() const { return cfg_; }
+  const Qwen3Weights& weights() const { return weights_; }
+  const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
+  const Rope& rope() const { return rope_; }
+  std::unique_ptr<KvCache> NewCache(int capacity) const;
+
+  // out[S, H] = embedding rows of `tokens`. REQUIRES: every token in [0, V) (checked by callers).
+  void Embed(std::span<const int32_t> tokens, float* out) const;
+
+  // Runs every decoder layer over x[M, H] (in place) for `rows` (M = rows.size()), writing
+  // K/V of each row into its cache. REQUIRES: rows validated (index < capacity; rows of one
+  // cache in increasing index order with all earlier indices already written).
+  void RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const;
+
+  // out[M, H] = final RMSNorm of x[M, H].
+  void FinalNorm(const float* x, int64_t M, float* out) const;
+  // logits[M, V] = h[M, H] · W_lmᵀ.
+  void Logits(const float* h, int64_t M, float* logits) const;
+
+ private:
+  Qwen3Model(Qwen3Config cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, Qwen3Weights w)
+      : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), weights_(std::move(w)), rope_(cfg_) {}
+
+  void Attention(int layer, const float* a, std::span<const ForwardRow> rows, float* out) const;
+
+  Qwen3Config cfg_;
+  std::unique_ptr<SafetensorsCheckpoint> ckpt_;
+  Qwen3Weights weights_;
+  Rope rope_;
+};
+
+}  // namespace vls
+
+#endif  // VLSTACK_MODEL_QWEN3_MODEL_H_

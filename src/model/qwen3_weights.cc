@@ -1,0 +1,132 @@
+#include "model/qwen3_weights.h"
+
+#include <cstring>
+#include <set>
+
+namespace vls {
+namespace {
+
+class Binder {
+ public:
+  Binder(const SafetensorsCheckpoint& ckpt) : ckpt_(ckpt) {}  // NOLINT(google-explicit-constructor)
+
+  // Looks up `name`, checks its dtype and shape; records problems instead of failing fast so
+  // that one load reports every missing or malformed tensor.
+  const SafetensorsCheckpoint::Tensor* Take(const std::string& name, const Shape& shape) {
+    used_.insert(name);
+    const SafetensorsCheckpoint::Tensor* t = ckpt_.Find(name);
+    if (t == nullptr) {
+      missing_.push_back(name);
+      return nullptr;
+    }
+    const DType dt = t->view.dtype;
+    if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+      problems_.push_back("tensor '" + name + "' has dtype " + std::string(DTypeName(dt)) +
+                          "; weights must be F32, BF16 or F16");
+      return nullptr;
+    }
+    if (t->view.shape != shape) {
+      problems_.push_back("tensor '" + name + "' has shape " + ShapeToString(t->view.shape) +
+                          " but the config requires " + ShapeToString(shape));
+      return nullptr;
+    }
+    bound_.push_back(name);
+    return t;
+  }
+
+  kernels::Matrix TakeMatrix(const std::string& name, int64_t rows, int64_t cols) {
+    const auto* t = Take(name, {rows, cols});
+    if (!t) return {};
+    return {t->view.dtype, t->view.data, rows, cols};
+  }
+
+  std::vector<float> TakeVector(const std::string& name, int64_t n) {
+    const auto* t = Take(name, {n});
+    if (!t) return std::vector<float>(static_cast<size_t>(n), 0.0f);
+    return ToF32Vector(t->view);
+  }
+
+  Status Finish(const std::string& prefix_allowed_extra) {
+    std::vector<std::string> unexpected;
+    for (const std::string& n : ckpt_.Names()) {
+      if (used_.count(n)) continue;
+      if (!prefix_allowed_extra.empty() && n.rfind(prefix_allowed_extra, 0) == 0) continue;
+      unexpected.push_back(n);
+    }
+    if (missing_.empty() && unexpected.empty() && problems_.empty()) return Status::Ok();
+    std::string msg = "checkpoint does not match the config:";
+    auto list = [&msg](const char* what, const std::vector<std::string>& names) {
+      if (names.empty()) return;
+      msg += std::string(" ") + what + " (" + std::to_string(names.size()) + "):";
+      for (size_t i = 0; i < names.size() && i < 20; ++i) msg += " " + names[i];
+      if (names.size() > 20) msg += " ...";
+      msg += ";";
+    };
+    list("missing tensors", missing_);
+    list("unexpected tensors", unexpected);
+    list("bad tensors", problems_);
+    return InvalidArgument(msg);
+  }
+
+  std::vector<std::string> bound() const { return bound_; }
+
+ private:
+  const SafetensorsCheckpoint& ckpt_;
+  std::set<std::string> used_;
+  std::vector<std::string> missing_, problems_, bound_;
+};
+
+bool SameBytes(const TensorView& a, const TensorView& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.nbytes == b.nbytes &&
+         (a.nbytes == 0 || std::memcmp(a.data, b.data, a.nbytes) == 0);
+}
+
+}  // namespace
+
+StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const SafetensorsCheckpoint& ckpt) {
+  Binder b(ckpt);
+  Qwen3Weights w;
+  const std::string& p = cfg.weight_prefix;
+  const int64_t H = cfg.hidden, D = cfg.head_dim, I = cfg.intermediate, V = cfg.vocab;
+  const int64_t qdim = static_cast<int64_t>(cfg.heads) * D;
+  const int64_t kvdim = static_cast<int64_t>(cfg.kv_heads) * D;
+  w.embed = b.TakeMatrix(p + "embed_tokens.weight", V, H);
+  w.final_norm = b.TakeVector(p + "norm.weight", H);
+  w.layers.resize(static_cast<size_t>(cfg.layers));
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string lp = p + "layers." + std::to_string(l) + ".";
+    Qwen3LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    L.input_norm = b.TakeVector(lp + "input_layernorm.weight", H);
+    L.q = b.TakeMatrix(lp + "self_attn.q_proj.weight", qdim, H);
+    L.k = b.TakeMatrix(lp + "self_attn.k_proj.weight", kvdim, H);
+    L.v = b.TakeMatrix(lp + "self_attn.v_proj.weight", kvdim, H);
+    L.o = b.TakeMatrix(lp + "self_attn.o_proj.weight", H, qdim);
+    L.q_norm = b.TakeVector(lp + "self_attn.q_norm.weight", D);
+    L.k_norm = b.TakeVector(lp + "self_attn.k_norm.weight", D);
+    L.post_norm = b.TakeVector(lp + "post_attention_layernorm.weight", H);
+    L.gate = b.TakeMatrix(lp + "mlp.gate_proj.weight", I, H);
+    L.up = b.TakeMatrix(lp + "mlp.up_proj.weight", I, H);
+    L.down = b.TakeMatrix(lp + "mlp.down_proj.weight", H, I);
+  }
+  const SafetensorsCheckpoint::Tensor* head = ckpt.Find("lm_head.weight");
+  if (cfg.tied) {
+    w.lm_head = w.embed;
+    if (head != nullptr) {
+      // A tied checkpoint may still carry lm_head.weight; accept it only as an exact copy.
+      const SafetensorsCheckpoint::Tensor* emb = ckpt.Find(p + "embed_tokens.weight");
+      if (emb == nullptr || !SameBytes(head->view, emb->view)) {
+        return InvalidArgument(
+            "tensor 'lm_head.weight' differs from '" + p +
+            "embed_tokens.weight' but the config sets tie_word_embeddings=true");
+      }
+      (void)b.Take("lm_head.weight", {V, H});
+    }
+  } else {
+    w.lm_head = b.TakeMatrix("lm_head.weight", V, H);
+  }
+  VLS_RETURN_IF_ERROR(b.Finish(cfg.model_type == "qwen3_vl" ? "model.visual." : ""));
+  w.bound_names = b.bound();
+  return w;
+}
+
+}  // namespace vls

@@ -1,0 +1,41 @@
+// Binds the Hugging Face tensor names of a Qwen3 / Qwen3-VL checkpoint to the decoder.
+#ifndef VLSTACK_MODEL_QWEN3_WEIGHTS_H_
+#define VLSTACK_MODEL_QWEN3_WEIGHTS_H_
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "kernels/kernels.h"
+#include "model/qwen3_config.h"
+
+namespace vls {
+
+struct Qwen3LayerWeights {
+  kernels::Matrix q, k, v, o;     // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
+  kernels::Matrix gate, up, down;  // [I, H], [I, H], [H, I]
+  std::vector<float> input_norm;  // [H]
+  std::vector<float> post_norm;   // [H]
+  std::vector<float> q_norm;      // [D]
+  std::vector<float> k_norm;      // [D]
+};
+
+struct Qwen3Weights {
+  kernels::Matrix embed;    // [V, H]
+  kernels::Matrix lm_head;  // [V, H]; the embedding matrix when tied
+  std::vector<float> final_norm;  // [H]
+  std::vector<Qwen3LayerWeights> layers;
+  // Name, dtype, shape of every bound tensor in a fixed order (for the artifact identity).
+  std::vector<std::string> bound_names;
+};
+
+// Binds and checks every tensor against the config: dtype (F32/BF16/F16), exact shape,
+// missing tensors and unexpected tensors are all reported by name (up to the first 20 each).
+// `model.visual.*` tensors of a qwen3_vl checkpoint belong to the vision tower and are allowed.
+// Matrices are views into the checkpoint: it must outlive the returned weights.
+StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const SafetensorsCheckpoint& ckpt);
+
+}  // namespace vls
+
+#endif  // VLSTACK_MODEL_QWEN3_WEIGHTS_H_

@@ -1,0 +1,64 @@
+// A single sequence over a loaded model: prefill (tokens or embeddings), then decode.
+//
+// The decode-position state (KV length and rope_delta) is transactional (CONTRACTS §3):
+// every input is validated before anything runs, and length/delta are committed only when
+// the prefill succeeds, so a rejected prefill leaves the previous KV, length and delta intact.
+#ifndef VLSTACK_RUNTIME_SESSION_H_
+#define VLSTACK_RUNTIME_SESSION_H_
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "model/qwen3_model.h"
+#include "runtime/positions.h"
+
+namespace vls {
+
+struct PrefillOptions {
+  bool all_logits = false;    // logits for every row instead of the last
+  LayerHook* hook = nullptr;  // called after each layer (diagnostics); not owned
+};
+
+// Thread safety: one thread at a time per session; the model may be shared.
+class Session {
+ public:
+  // REQUIRES: capacity > 0.
+  Session(const Qwen3Model& model, int capacity);
+
+  // Embeddings prefill. embeddings: [S, H] f32; positions in the model's mode with length S.
+  // logits: [V] (last row) or [S, V] with all_logits. Replaces any previous sequence.
+  Status PrefillEmbeddings(std::span<const float> embeddings, const PositionIds& positions,
+                           int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits);
+  // Token prefill: ids must be in [0, V).
+  Status PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions, int32_t rope_delta,
+                       const PrefillOptions& opts, std::vector<float>* logits);
+
+  // Appends one token at physical index length() with RoPE coordinate length() + delta.
+  // logits: [V].
+  Status Decode(int32_t token, std::vector<float>* logits);
+
+  int length() const { return length_; }
+  int32_t rope_delta() const { return rope_delta_; }
+  int capacity() const { return capacity_; }
+  const KvCache& cache() const { return *cache_; }
+  const Qwen3Model& model() const { return model_; }
+
+  // Checks an embeddings-prefill request without running it (also used by the batch engine).
+  Status ValidatePrefill(int64_t S, std::span<const float> embeddings, const PositionIds& positions) const;
+
+ private:
+  const Qwen3Model& model_;
+  int capacity_;
+  std::unique_ptr<KvCache> cache_;
+  int length_ = 0;
+  int32_t rope_delta_ = 0;
+};
+
+// Checks every token id is in [0, vocab); names the first offender.
+Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* tensor);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_SESSION_H_
