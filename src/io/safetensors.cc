@@ -7,10 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 #include <unordered_set>
 #include <utility>
@@ -56,6 +59,11 @@ std::string Snippet(const Json& v) {
 
 std::string Range(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + "," + std::to_string(end) + "]";
+}
+
+// A half-open byte range, "[4,8)".
+std::string Bytes(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + "," + std::to_string(end) + ")";
 }
 
 // First pass over untrusted JSON: reports syntax errors with their position, bounds nesting and
@@ -203,6 +211,20 @@ Status ParseTensorFields(const std::string& where, const Json& v, SafetensorsEnt
   return Status::Ok();
 }
 
+// Byte size of a tensor; nullopt for a negative dim or when the byte count of the non-zero dims
+// exceeds INT64_MAX. Leaving zero dims out means a zero-element tensor cannot carry dims whose
+// product (and so any stride computed from them) overflows.
+std::optional<uint64_t> ByteCount(std::span<const int64_t> shape, uint64_t elem_size) {
+  Shape nonzero;
+  std::copy_if(shape.begin(), shape.end(), std::back_inserter(nonzero),
+               [](int64_t d) { return d != 0; });
+  const auto bound = CheckedByteCount(nonzero, elem_size);  // also rejects negative dims
+  if (!bound || *bound > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::nullopt;
+  }
+  return CheckedByteCount(shape, elem_size);  // <= bound, cannot overflow
+}
+
 // Checks a tensor's byte range against its shape, the data section and alignment.
 Status CheckTensorRange(const std::string& where, const SafetensorsEntry& e, const std::byte* data,
                         uint64_t data_size) {
@@ -214,16 +236,9 @@ Status CheckTensorRange(const std::string& where, const SafetensorsEntry& e, con
   }
   const uint64_t elem = DTypeSize(e.dtype);
   const std::string what = std::string(DTypeName(e.dtype)) + " shape " + ShapeToString(e.shape);
-  // With zero dims left out, so a zero-element tensor cannot hide dims whose product overflows.
-  Shape nonzero;
-  std::copy_if(e.shape.begin(), e.shape.end(), std::back_inserter(nonzero),
-               [](int64_t d) { return d != 0; });
-  const auto nonzero_bytes = CheckedByteCount(nonzero, elem);
-  if (!nonzero_bytes ||
-      *nonzero_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return DataLoss(where + ": " + what + " overflows a 64-bit byte count");
-  }
-  const uint64_t need = *CheckedByteCount(e.shape, elem);
+  const auto need_or = ByteCount(e.shape, elem);
+  if (!need_or) return DataLoss(where + ": " + what + " overflows a 64-bit byte count");
+  const uint64_t need = *need_or;
   const uint64_t have = e.end - e.begin;
   if (have != need) {
     return DataLoss(where + ": " + offsets + " hold " + std::to_string(have) + " bytes but " +
@@ -258,7 +273,7 @@ Status CheckCoverage(const std::string& label, const std::vector<SafetensorsEntr
                       " (byte ranges overlap)");
     }
     if (e->begin > expected) {
-      return DataLoss(where + "data section bytes " + Range(expected, e->begin) +
+      return DataLoss(where + "data section bytes " + Bytes(expected, e->begin) +
                       " before it belong to no tensor (a hole " +
                       (prev ? "after tensor " + Quote(prev->name) : std::string("at the start")) +
                       ")");
@@ -267,9 +282,11 @@ Status CheckCoverage(const std::string& label, const std::vector<SafetensorsEntr
     prev = e;
   }
   if (expected != data_size) {
-    return DataLoss(label + ": data section bytes " + Range(expected, data_size) +
-                    " belong to no tensor (a hole at the end" +
-                    (prev ? ", after tensor " + Quote(prev->name) : std::string()) + ")");
+    const std::string hole = "data section bytes " + Bytes(expected, data_size);
+    if (prev == nullptr)
+      return DataLoss(label + ": " + hole + " belong to no tensor (none listed)");
+    return DataLoss(label + ": tensor " + Quote(prev->name) + ": " + hole +
+                    " after it belong to no tensor (a hole at the end)");
   }
   return Status::Ok();
 }
@@ -484,21 +501,18 @@ const SafetensorsCheckpoint::Tensor* SafetensorsCheckpoint::Find(std::string_vie
 StatusOr<std::string> SerializeSafetensors(const std::vector<NamedTensor>& tensors,
                                            const std::map<std::string, std::string>& metadata) {
   std::set<std::string_view> seen;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const NamedTensor& t = tensors[i];
+  for (const NamedTensor& t : tensors) {
     const std::string where = "tensor " + Quote(t.name);
-    if (t.name.empty())
-      return InvalidArgument("tensor #" + std::to_string(i) + " has an empty name");
     if (t.name == kMetadataKey) return InvalidArgument(where + ": name is reserved for metadata");
     if (!seen.insert(t.name).second) return InvalidArgument(where + ": listed twice");
     const size_t elem = DTypeSize(t.view.dtype);
     if (elem == 0) return InvalidArgument(where + ": invalid dtype");
-    const auto need = CheckedByteCount(t.view.shape, elem);
+    const auto need = ByteCount(t.view.shape, elem);
     if (!need || *need != t.view.nbytes) {
       return InvalidArgument(where + ": view holds " + std::to_string(t.view.nbytes) +
                              " bytes but " + std::string(DTypeName(t.view.dtype)) + " shape " +
                              ShapeToString(t.view.shape) + " needs " +
-                             (need ? std::to_string(*need) : std::string("more than 2^64")));
+                             (need ? std::to_string(*need) : std::string("more than 2^63")));
     }
     if (t.view.nbytes > 0 && t.view.data == nullptr) {
       return InvalidArgument(where + ": view has no data");

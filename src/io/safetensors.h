@@ -122,8 +122,8 @@ struct NamedTensor {
 // padded with spaces so that 8 + N is a multiple of 8. The data section is contiguous with no
 // padding; tensors of the same element size keep the given order, but larger element sizes come
 // first (as Hugging Face's writer does) so that every tensor is aligned to its element size and
-// the file passes Open()'s alignment rule. kInvalidArgument for duplicate, empty or
-// "__metadata__" names, names/metadata that are not valid UTF-8, or a view whose nbytes is not
+// the file passes Open()'s alignment rule. kInvalidArgument for duplicate or "__metadata__"
+// names, names/metadata that are not valid UTF-8, or a view whose nbytes is not
 // numel * element size.
 StatusOr<std::string> SerializeSafetensors(const std::vector<NamedTensor>& tensors,
                                            const std::map<std::string, std::string>& metadata = {});
