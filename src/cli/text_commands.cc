@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vls::cli {
@@ -182,9 +183,27 @@ int RunDetokenize(int argc, char** argv) {
   });
 }
 
-int RunChatTemplate(int, char**) {
-  std::fprintf(stderr, "vlstack chat-template: chat templates are not available in this build\n");
-  return 2;
+int RunChatTemplate(int argc, char** argv) {
+  auto flags = ParseFlags(argc, argv, {"model", "template"}, {});
+  if (!flags.ok()) return Fail("chat-template", flags.status());
+  const bool has_model = flags->values.count("model") != 0;
+  const bool has_template = flags->values.count("template") != 0;
+  if (has_model == has_template) {
+    return Fail("chat-template",
+                InvalidArgument("give exactly one of --model DIR or --template FILE"));
+  }
+  auto source = has_model ? tok::LoadChatTemplateSource(flags->values["model"])
+                          : tok::LoadChatTemplateFile(flags->values["template"]);
+  if (!source.ok()) return Fail("chat-template", source.status());
+  auto tmpl = jinja::Template::Parse(*source);
+  if (!tmpl.ok()) return Fail("chat-template", tmpl.status());
+  return ForEachLine("chat-template", [&](const std::string& line) -> StatusOr<std::string> {
+    nlohmann::ordered_json req =
+        nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (req.is_discarded()) return InvalidArgument("input is not valid JSON");
+    VLS_ASSIGN_OR_RETURN(std::string prompt, tok::RenderChat(*tmpl, req));
+    return JsonString(prompt);
+  });
 }
 
 }  // namespace vls::cli

@@ -1,0 +1,45 @@
+// Chat templates as transformers applies them, and image placeholder expansion.
+#ifndef VLSTACK_TOKENIZER_CHAT_TEMPLATE_H_
+#define VLSTACK_TOKENIZER_CHAT_TEMPLATE_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/jinja_template.h"
+
+namespace vls::tok {
+
+// Reads a model's chat template source: chat_template.jinja, else chat_template.json
+// ("chat_template"), else tokenizer_config.json ("chat_template", a string or the entry named
+// "default" of a list).
+StatusOr<std::string> LoadChatTemplateSource(const std::string& model_dir);
+// Reads a template file: a .json file holding "chat_template", or raw Jinja text.
+StatusOr<std::string> LoadChatTemplateFile(const std::string& path);
+
+// Renders `request` = {"messages": [...], "tools": [...]?, "add_generation_prompt": bool?,
+// other template variables...} the way transformers' apply_chat_template does: tools and
+// documents are None when absent, add_generation_prompt defaults to false, and every other
+// key is passed through as a template variable.
+StatusOr<std::string> RenderChat(const jinja::Template& tmpl,
+                                 const nlohmann::ordered_json& request);
+
+struct GridThw {
+  int64_t t = 0;
+  int64_t h = 0;
+  int64_t w = 0;
+};
+
+// Replaces the i-th `pad_id` in `ids` by (t*h*w)/merge^2 copies for grid i (Qwen-VL's
+// spatial merge of 2 gives /4). Fails if the number of pads and grids differ or a grid is
+// empty, not divisible, or too large.
+StatusOr<std::vector<int32_t>> ExpandVisualPads(std::span<const int32_t> ids, int32_t pad_id,
+                                                std::span<const GridThw> grids,
+                                                int64_t merge_size = 2);
+
+}  // namespace vls::tok
+
+#endif  // VLSTACK_TOKENIZER_CHAT_TEMPLATE_H_

@@ -1,0 +1,434 @@
+#include "tokenizer/jinja_value.h"
+
+#include <unicode/uchar.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "tokenizer/utf8.h"
+
+namespace vls::jinja {
+namespace {
+
+void AppendHex(unsigned v, int digits, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int d = digits - 1; d >= 0; --d) out->push_back(kHex[(v >> (4 * d)) & 0xF]);
+}
+
+bool IsPrintable(char32_t c) {
+  if (c == ' ') return true;
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_SURROGATE:
+    case U_PRIVATE_USE_CHAR:
+    case U_UNASSIGNED:
+    case U_LINE_SEPARATOR:
+    case U_PARAGRAPH_SEPARATOR:
+    case U_SPACE_SEPARATOR: return false;
+    default: return true;
+  }
+}
+
+std::string StringRepr(const std::string& s) {
+  const bool has_single = s.find('\'') != std::string::npos;
+  const bool has_double = s.find('"') != std::string::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  size_t i = 0;
+  while (i < s.size()) {
+    const char32_t c = tok::NextCodePoint(s, &i);
+    if (c == static_cast<char32_t>(quote) || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (!IsPrintable(c)) {
+      if (c < 0x100) {
+        out += "\\x";
+        AppendHex(c, 2, &out);
+      } else if (c < 0x10000) {
+        out += "\\u";
+        AppendHex(c, 4, &out);
+      } else {
+        out += "\\U";
+        AppendHex(c, 8, &out);
+      }
+    } else {
+      tok::AppendUtf8(c, &out);
+    }
+  }
+  out.push_back(quote);
+  return out;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u";
+          AppendHex(c, 4, &out);
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+Status ToJsonImpl(const Value& v, int indent, bool sort_keys, const std::string& item_sep,
+                  const std::string& key_sep, int level, std::string* out) {
+  auto newline = [&](int lvl) {
+    if (indent < 0) return;
+    out->push_back('\n');
+    out->append(static_cast<size_t>(indent) * lvl, ' ');
+  };
+  switch (v.kind()) {
+    case Value::Kind::kNone: *out += "null"; return Status::Ok();
+    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return Status::Ok();
+    case Value::Kind::kInt: *out += std::to_string(v.as_int()); return Status::Ok();
+    case Value::Kind::kFloat: {
+      const double f = v.as_float();
+      if (std::isnan(f)) {
+        *out += "NaN";
+      } else if (std::isinf(f)) {
+        *out += f > 0 ? "Infinity" : "-Infinity";
+      } else {
+        *out += FloatRepr(f);
+      }
+      return Status::Ok();
+    }
+    case Value::Kind::kString: *out += JsonString(v.str()); return Status::Ok();
+    case Value::Kind::kList: {
+      if (v.list().empty()) {
+        *out += "[]";
+        return Status::Ok();
+      }
+      out->push_back('[');
+      for (size_t i = 0; i < v.list().size(); ++i) {
+        if (i > 0) *out += item_sep;
+        newline(level + 1);
+        VLS_RETURN_IF_ERROR(
+            ToJsonImpl(v.list()[i], indent, sort_keys, item_sep, key_sep, level + 1, out));
+      }
+      newline(level);
+      out->push_back(']');
+      return Status::Ok();
+    }
+    case Value::Kind::kDict: {
+      if (v.dict().empty()) {
+        *out += "{}";
+        return Status::Ok();
+      }
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : v.dict()) items.push_back(&kv);
+      if (sort_keys) {
+        std::stable_sort(items.begin(), items.end(),
+                         [](const auto* a, const auto* b) { return a->first < b->first; });
+      }
+      out->push_back('{');
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) *out += item_sep;
+        newline(level + 1);
+        *out += JsonString(items[i]->first);
+        *out += key_sep;
+        VLS_RETURN_IF_ERROR(
+            ToJsonImpl(items[i]->second, indent, sort_keys, item_sep, key_sep, level + 1, out));
+      }
+      newline(level);
+      out->push_back('}');
+      return Status::Ok();
+    }
+    default:
+      return InvalidArgument("tojson: Object of type " + v.TypeName() +
+                             " is not JSON serializable");
+  }
+}
+
+}  // namespace
+
+Value Value::Undefined(std::string hint) {
+  Value v;
+  v.s_ = std::move(hint);
+  return v;
+}
+Value Value::None() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+Value Value::Bool(bool b) {
+  Value v;
+  v.kind_ = Kind::kBool;
+  v.b_ = b;
+  return v;
+}
+Value Value::Int(int64_t i) {
+  Value v;
+  v.kind_ = Kind::kInt;
+  v.i_ = i;
+  return v;
+}
+Value Value::Float(double f) {
+  Value v;
+  v.kind_ = Kind::kFloat;
+  v.f_ = f;
+  return v;
+}
+Value Value::String(std::string s) {
+  Value v;
+  v.kind_ = Kind::kString;
+  v.s_ = std::move(s);
+  return v;
+}
+Value Value::List(ValueList items) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.list_ = std::make_shared<const ValueList>(std::move(items));
+  return v;
+}
+Value Value::Dict(ValueDict items) {
+  Value v;
+  v.kind_ = Kind::kDict;
+  v.dict_ = std::make_shared<ValueDict>(std::move(items));
+  return v;
+}
+Value Value::Namespace(ValueDict items) {
+  Value v = Dict(std::move(items));
+  v.kind_ = Kind::kNamespace;
+  return v;
+}
+Value Value::Function(std::string name, NativeFn fn) {
+  Value v;
+  v.kind_ = Kind::kFunction;
+  v.s_ = std::move(name);
+  v.fn_ = std::make_shared<const NativeFn>(std::move(fn));
+  return v;
+}
+
+Value Value::FromJson(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return None();
+    case nlohmann::ordered_json::value_t::boolean: return Bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      const auto u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Float(static_cast<double>(u));
+      return Int(static_cast<int64_t>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float: return Float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return String(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      ValueList items;
+      items.reserve(j.size());
+      for (const auto& e : j) items.push_back(FromJson(e));
+      return List(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      ValueDict items;
+      for (const auto& [k, e] : j.items()) {
+        // A repeated key keeps its first position and its last value, as Python's json does.
+        auto it =
+            std::find_if(items.begin(), items.end(), [&](const auto& kv) { return kv.first == k; });
+        if (it != items.end()) {
+          it->second = FromJson(e);
+        } else {
+          items.emplace_back(k, FromJson(e));
+        }
+      }
+      return Dict(std::move(items));
+    }
+    default: return None();
+  }
+}
+
+bool Value::Truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone: return false;
+    case Kind::kBool: return b_;
+    case Kind::kInt: return i_ != 0;
+    case Kind::kFloat: return f_ != 0;
+    case Kind::kString: return !s_.empty();
+    case Kind::kList: return !list_->empty();
+    case Kind::kDict: return !dict_->empty();
+    default: return true;
+  }
+}
+
+std::string FloatRepr(double f) {
+  if (std::isnan(f)) return "nan";
+  if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), f, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);  // "-1.2345e+05"
+  const size_t e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  const int exp = std::stoi(sci.substr(e + 1));
+  std::string sign;
+  if (!mant.empty() && mant[0] == '-') {
+    sign = "-";
+    mant.erase(0, 1);
+  }
+  std::string digits;
+  for (char c : mant) {
+    if (c != '.') digits.push_back(c);
+  }
+  if (exp >= -4 && exp < 16) {
+    std::string out;
+    if (exp < 0) {
+      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
+      out = digits + std::string(exp + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+    }
+    return sign + out;
+  }
+  std::string out = digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+  return sign + out + ebuf;
+}
+
+std::string Value::ToString() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "";
+    case Kind::kString: return s_;
+    default: return Repr();
+  }
+}
+
+std::string Value::Repr() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "None";
+    case Kind::kBool: return b_ ? "True" : "False";
+    case Kind::kInt: return std::to_string(i_);
+    case Kind::kFloat: return FloatRepr(f_);
+    case Kind::kString: return StringRepr(s_);
+    case Kind::kList: {
+      std::string out = "[";
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (i > 0) out += ", ";
+        out += (*list_)[i].Repr();
+      }
+      return out + "]";
+    }
+    case Kind::kDict: {
+      std::string out = "{";
+      for (size_t i = 0; i < dict_->size(); ++i) {
+        if (i > 0) out += ", ";
+        out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr();
+      }
+      return out + "}";
+    }
+    case Kind::kNamespace: return "<Namespace>";
+    case Kind::kFunction: return "<function " + s_ + ">";
+  }
+  return "";
+}
+
+std::string Value::TypeName() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return "list";
+    case Kind::kDict: return "dict";
+    case Kind::kNamespace: return "Namespace";
+    case Kind::kFunction: return "function";
+  }
+  return "object";
+}
+
+const Value* Value::Find(std::string_view key) const {
+  if (!is_dict()) return nullptr;
+  for (const auto& kv : *dict_) {
+    if (kv.first == key) return &kv.second;
+  }
+  return nullptr;
+}
+
+StatusOr<std::string> Value::ToJson(int indent, bool sort_keys, const std::string& item_sep,
+                                    const std::string& key_sep) const {
+  std::string out;
+  VLS_RETURN_IF_ERROR(ToJsonImpl(*this, indent, sort_keys, item_sep, key_sep, 0, &out));
+  return out;
+}
+
+bool Equal(const Value& a, const Value& b) {
+  using K = Value::Kind;
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.as_float() == b.as_float();
+    return a.as_int() == b.as_int();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case K::kUndefined:
+    case K::kNone: return true;
+    case K::kString: return a.str() == b.str();
+    case K::kList:
+      if (a.list().size() != b.list().size()) return false;
+      for (size_t i = 0; i < a.list().size(); ++i) {
+        if (!Equal(a.list()[i], b.list()[i])) return false;
+      }
+      return true;
+    case K::kDict:
+      if (a.dict().size() != b.dict().size()) return false;
+      for (const auto& kv : a.dict()) {
+        const Value* o = b.Find(kv.first);
+        if (o == nullptr || !Equal(kv.second, *o)) return false;
+      }
+      return true;
+    default: return &a == &b;
+  }
+}
+
+StatusOr<bool> Less(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) {
+      return a.as_float() < b.as_float();
+    }
+    return a.as_int() < b.as_int();
+  }
+  if (a.is_string() && b.is_string()) return a.str() < b.str();
+  if (a.is_list() && b.is_list()) {
+    const size_t n = std::min(a.list().size(), b.list().size());
+    for (size_t i = 0; i < n; ++i) {
+      if (!Equal(a.list()[i], b.list()[i])) return Less(a.list()[i], b.list()[i]);
+    }
+    return a.list().size() < b.list().size();
+  }
+  return InvalidArgument("'<' not supported between instances of '" + a.TypeName() + "' and '" +
+                         b.TypeName() + "'");
+}
+
+bool IsPySpace(char32_t c) {
+  return (c >= 0x9 && c <= 0xD) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+}  // namespace vls::jinja
