@@ -1,0 +1,282 @@
+#include "model/test_checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "io/safetensors.h"
+#include "tensor/tensor.h"
+
+namespace vls {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// splitmix64 + Box-Muller: fast, reproducible across platforms.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  float Normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = Uniform(), u2 = Uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = static_cast<float>(r * std::sin(2 * M_PI * u2));
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(2 * M_PI * u2));
+  }
+
+ private:
+  uint64_t s_;
+  bool has_spare_ = false;
+  float spare_ = 0;
+};
+
+
+// Token ids: the real Qwen ids when the vocabulary holds them, else the last ids of a small one.
+struct Ids {
+  int endoftext, im_start, im_end, vision_start, vision_end, image_pad, video_pad;
+};
+Ids SpecialIds(int vocab) {
+  if (vocab > 151656) return {151643, 151644, 151645, 151652, 151653, 151655, 151656};
+  return {vocab - 2, vocab - 3, vocab - 1, vocab - 6, vocab - 5, vocab - 4, vocab - 7};
+}
+
+std::vector<int> DefaultMropeSection(int head_dim) {
+  const int half = head_dim / 2;
+  const int hw = half * 20 / 64;
+  return {half - 2 * hw, hw, hw};
+}
+
+Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& mrope) {
+  const char* dtype_name = s.dtype == DType::kBF16 ? "bfloat16" : s.dtype == DType::kF16 ? "float16" : "float32";
+  Json text;
+  text["hidden_size"] = s.hidden;
+  text["intermediate_size"] = s.intermediate;
+  text["num_hidden_layers"] = s.layers;
+  text["num_attention_heads"] = s.heads;
+  text["num_key_value_heads"] = s.kv_heads;
+  text["head_dim"] = s.head_dim;
+  text["vocab_size"] = s.vocab;
+  text["hidden_act"] = "silu";
+  text["rms_norm_eps"] = 1e-6;
+  text["max_position_embeddings"] = 262144;
+  text["attention_bias"] = false;
+  text["attention_dropout"] = 0.0;
+  text["bos_token_id"] = ids.endoftext;
+  text["eos_token_id"] = ids.im_end;
+  text["tie_word_embeddings"] = s.tied;
+  text["torch_dtype"] = dtype_name;
+  if (s.arch == "qwen3") {
+    Json c;
+    c["architectures"] = {"Qwen3ForCausalLM"};
+    c["model_type"] = "qwen3";
+    for (auto& [k, v] : text.items()) c[k] = v;
+    c["rope_theta"] = s.rope_theta > 0 ? s.rope_theta : 1000000.0;
+    c["rope_scaling"] = nullptr;
+    c["use_sliding_window"] = false;
+    c["transformers_version"] = "4.57.0";
+    return c;
+  }
+  text["model_type"] = "qwen3_vl_text";
+  text["rope_theta"] = s.rope_theta > 0 ? s.rope_theta : 5000000.0;
+  text["rope_scaling"] = {{"rope_type", "default"}, {"mrope_section", mrope}, {"mrope_interleaved", !s.chunked}};
+  Json c;
+  c["architectures"] = {"Qwen3VLForConditionalGeneration"};
+  c["model_type"] = "qwen3_vl";
+  c["image_token_id"] = ids.image_pad;
+  c["video_token_id"] = ids.video_pad;
+  c["vision_start_token_id"] = ids.vision_start;
+  c["vision_end_token_id"] = ids.vision_end;
+  c["tie_word_embeddings"] = s.tied;
+  c["text_config"] = text;
+  Json vis;
+  vis["model_type"] = "qwen3_vl";
+  vis["depth"] = std::max(2, s.deepstack + 1);
+  vis["hidden_size"] = 32;
+  vis["intermediate_size"] = 64;
+  vis["num_heads"] = 2;
+  vis["in_channels"] = 3;
+  vis["patch_size"] = 16;
+  vis["temporal_patch_size"] = 2;
+  vis["spatial_merge_size"] = 2;
+  vis["out_hidden_size"] = s.hidden;
+  vis["num_position_embeddings"] = 16;
+  vis["hidden_act"] = "gelu_pytorch_tanh";
+  std::vector<int> ds;
+  for (int k = 0; k < s.deepstack; ++k) ds.push_back(k);
+  vis["deepstack_visual_indexes"] = ds;
+  c["vision_config"] = vis;
+  if (!s.ds_layers.empty()) {
+    c["deepstack_language_layer_indices"] = s.ds_layers;
+    c["deepstack_max_visual_positions"] = s.ds_nmax;
+  }
+  c["torch_dtype"] = dtype_name;
+  c["transformers_version"] = "4.57.0";
+  return c;
+}
+
+struct Gen {
+  std::vector<std::pair<std::string, HostTensor>> tensors;
+  Rng rng;
+  DType dtype;
+  double scale;
+
+  void Matrix(const std::string& name, int64_t rows, int64_t cols, double stddev) {
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
+    tensors.emplace_back(name, FromF32As(dtype, {rows, cols}, v));
+  }
+  void Tensor(const std::string& name, Shape shape, double stddev, double mean = 0.0) {
+    std::vector<float> v(static_cast<size_t>(NumElements(shape)));
+    for (float& x : v) x = static_cast<float>(mean + rng.Normal() * stddev);
+    tensors.emplace_back(name, FromF32As(dtype, std::move(shape), v));
+  }
+  void Norm(const std::string& name, int64_t n) { Tensor(name, {n}, 0.1, 1.0); }
+};
+
+Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
+  size_t total = 0;
+  for (auto& [n, t] : g.tensors) total += t.nbytes();
+  int shards = s.shards > 0 ? s.shards : static_cast<int>(std::max<size_t>(1, (total + (2ull << 30) - 1) >> 31));
+  shards = std::min<int>(shards, static_cast<int>(g.tensors.size()));
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  if (shards == 1) {
+    std::vector<NamedTensor> all;
+    for (auto& [n, t] : g.tensors) all.push_back({n, t.view()});
+    return WriteSafetensors(JoinPath(dir, "model.safetensors"), all, meta);
+  }
+  Json index;
+  index["metadata"] = {{"total_size", total}};
+  Json map = Json::object();
+  const size_t per = (g.tensors.size() + static_cast<size_t>(shards) - 1) / static_cast<size_t>(shards);
+  for (int k = 0; k < shards; ++k) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", k + 1, shards);
+    std::vector<NamedTensor> part;
+    for (size_t i = k * per; i < std::min(g.tensors.size(), (k + 1) * per); ++i) {
+      part.push_back({g.tensors[i].first, g.tensors[i].second.view()});
+      map[g.tensors[i].first] = name;
+    }
+    VLS_RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir, name), part, meta));
+  }
+  index["weight_map"] = map;
+  return WriteStringToFile(JoinPath(dir, "model.safetensors.index.json"), index.dump(2) + "\n");
+}
+
+
+}  // namespace
+
+StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
+  TestModelSpec s;
+  if (name == "qwen3-vl-2b-text") {
+    s.hidden = 2048, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
+    s.intermediate = 6144, s.vocab = 151936, s.vision = false;
+  } else if (name == "qwen3-0.6b") {
+    s.arch = "qwen3";
+    s.deepstack = 0;
+    s.hidden = 1024, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
+    s.intermediate = 3072, s.vocab = 151936;
+  } else if (name != "tiny") {
+    return InvalidArgument("unknown model shape '" + name + "' (known: tiny, qwen3-vl-2b-text, qwen3-0.6b)");
+  }
+  return s;
+}
+
+Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool verbose) {
+  std::vector<int> mrope = s.mrope_section.empty() ? DefaultMropeSection(s.head_dim) : s.mrope_section;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("cannot create folder '" + dir + "': " + ec.message());
+  const Ids ids = SpecialIds(s.vocab);
+  const Json cfg = MakeConfig(s, ids, mrope);
+
+  Gen g{{}, Rng(s.seed), s.dtype, s.init_scale};
+  const std::string p = s.arch == "qwen3" ? "model." : "model.language_model.";
+  const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate, V = s.vocab;
+  const double sh = 1.0 / std::sqrt(static_cast<double>(H));
+  if (verbose) std::fprintf(stderr, "[make-test-model] %s: %s, H=%d L=%d heads=%d/%d D=%d I=%d V=%d, %s, %s\n",
+               dir.c_str(), s.arch.c_str(), s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
+               s.intermediate, s.vocab, std::string(DTypeName(s.dtype)).c_str(), s.tied ? "tied" : "untied");
+  g.Matrix(p + "embed_tokens.weight", V, H, 1.0);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string lp = p + "layers." + std::to_string(l) + ".";
+    g.Norm(lp + "input_layernorm.weight", H);
+    g.Matrix(lp + "self_attn.q_proj.weight", s.heads * D, H, sh);
+    g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh);
+    g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh);
+    g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D, 1.0 / std::sqrt(static_cast<double>(s.heads * D)));
+    g.Norm(lp + "self_attn.q_norm.weight", D);
+    g.Norm(lp + "self_attn.k_norm.weight", D);
+    g.Norm(lp + "post_attention_layernorm.weight", H);
+    g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh);
+    g.Matrix(lp + "mlp.up_proj.weight", I, H, sh);
+    g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)));
+    if (s.layers >= 8 && (l + 1) % 4 == 0) if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
+  }
+  g.Norm(p + "norm.weight", H);
+  if (!s.tied) g.Matrix("lm_head.weight", V, H, sh);
+  if (s.arch == "qwen3-vl" && s.vision) {
+    // A tiny vision tower in the real layout (qwen3vl-spec §A.3); the text decoder ignores it.
+    const auto& vc = cfg["vision_config"];
+    const int64_t Dv = vc["hidden_size"], Iv = vc["intermediate_size"], depth = vc["depth"];
+    const std::string vp = "model.visual.";
+    g.Tensor(vp + "patch_embed.proj.weight", {Dv, 3, 2, 16, 16}, 0.02);
+    g.Tensor(vp + "patch_embed.proj.bias", {Dv}, 0.02);
+    g.Tensor(vp + "pos_embed.weight", {vc["num_position_embeddings"].get<int64_t>(), Dv}, 0.02);
+    for (int64_t b = 0; b < depth; ++b) {
+      const std::string bp = vp + "blocks." + std::to_string(b) + ".";
+      for (const char* n : {"norm1", "norm2"}) {
+        g.Norm(bp + n + ".weight", Dv);
+        g.Tensor(bp + n + ".bias", {Dv}, 0.02);
+      }
+      g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, 0.02);
+      g.Tensor(bp + "attn.qkv.bias", {3 * Dv}, 0.02);
+      g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, 0.02);
+      g.Tensor(bp + "attn.proj.bias", {Dv}, 0.02);
+      g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, 0.02);
+      g.Tensor(bp + "mlp.linear_fc1.bias", {Iv}, 0.02);
+      g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, 0.02);
+      g.Tensor(bp + "mlp.linear_fc2.bias", {Dv}, 0.02);
+    }
+    auto merger = [&](const std::string& mp, int64_t norm_dim) {
+      g.Norm(mp + "norm.weight", norm_dim);
+      g.Tensor(mp + "norm.bias", {norm_dim}, 0.02);
+      g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, 0.02);
+      g.Tensor(mp + "linear_fc1.bias", {4 * Dv}, 0.02);
+      g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, 0.02);
+      g.Tensor(mp + "linear_fc2.bias", {H}, 0.02);
+    };
+    merger(vp + "merger.", Dv);
+    for (int k = 0; k < s.deepstack; ++k) merger(vp + "deepstack_merger_list." + std::to_string(k) + ".", 4 * Dv);
+  }
+  Status st = WriteStringToFile(JoinPath(dir, "config.json"), cfg.dump(2) + "\n");
+  if (st.ok()) {
+    Json gen;
+    gen["bos_token_id"] = ids.endoftext;
+    gen["eos_token_id"] = {ids.im_end, ids.endoftext};
+    gen["pad_token_id"] = ids.endoftext;
+    gen["do_sample"] = false;
+    st = WriteStringToFile(JoinPath(dir, "generation_config.json"), gen.dump(2) + "\n");
+  }
+  if (st.ok()) st = WriteCheckpoint(dir, s, g);
+  if (!st.ok()) return st;
+  if (verbose) std::fprintf(stderr, "[make-test-model] wrote %zu tensors to %s\n", g.tensors.size(), dir.c_str());
+  return Status::Ok();
+}
+
+
+}  // namespace vls

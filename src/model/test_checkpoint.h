@@ -1,0 +1,44 @@
+// Tiny random checkpoints in the real Hugging Face layout, for tests, demos and benchmarks.
+#ifndef VLSTACK_MODEL_TEST_CHECKPOINT_H_
+#define VLSTACK_MODEL_TEST_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "tensor/dtype.h"
+
+namespace vls {
+
+// What `vlstack make-test-model` writes. Defaults: a tiny Qwen3-VL (M-RoPE, DeepStack 3).
+struct TestModelSpec {
+  std::string arch = "qwen3-vl";
+  int hidden = 64, layers = 3, heads = 4, kv_heads = 2, head_dim = 16, intermediate = 128;
+  int vocab = 512;
+  DType dtype = DType::kBF16;
+  bool tied = true;
+  std::vector<int> mrope_section;  // empty: derived from head_dim
+  bool chunked = false;
+  double rope_theta = 0;  // 0: 5e6 (qwen3-vl) / 1e6 (qwen3)
+  int deepstack = 3;      // vision deepstack_visual_indexes count
+  std::vector<int> ds_layers;  // explicit deepstack_language_layer_indices
+  int ds_nmax = 0;
+  int shards = 0;  // 0: automatic (2 GiB per shard)
+  bool vision = true;
+  uint64_t seed = 0;
+  double init_scale = 1.0;
+};
+
+// A named shape: "tiny", "qwen3-vl-2b-text" or "qwen3-0.6b" (CONTRACTS §6).
+StatusOr<TestModelSpec> NamedTestShape(const std::string& name);
+
+// Writes config.json, generation_config.json and model.safetensors (or shards plus
+// model.safetensors.index.json) into `dir`, creating it. Weights are random normal with
+// fixed-seed splitmix64, so the same spec always gives the same bytes. Progress goes to
+// stderr when `verbose`.
+Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& spec, bool verbose);
+
+}  // namespace vls
+
+#endif  // VLSTACK_MODEL_TEST_CHECKPOINT_H_
