@@ -310,7 +310,7 @@ class Model:
     def embed_ids(self, ids):
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.cfg.V):
-            raise RefError("token id out of range")
+            raise RefError("input_ids: token id out of range [0,V)")
         return self.embed[ids].copy()
 
     def new_cache(self):

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import compare  # noqa: E402
 import qwen3_ref  # noqa: E402
 import st  # noqa: E402
+import testmodel  # noqa: E402
 
 TIMEOUT = 600
 
@@ -92,7 +93,7 @@ def i32(*vals):
 
 class Case:
     def __init__(self, name, make, build, flags=(), deepstack=False, expect_error=False,
-                 consistency=None, expect_model=None):
+                 consistency=None, expect_model=None, config_patch=None, own=None, mentions=()):
         self.name = name
         self.make = list(make)
         self.build = build            # fn(cfg, rng) -> dict of input tensors
@@ -101,6 +102,9 @@ class Case:
         self.expect_error = expect_error
         self.consistency = consistency  # fn(cfg, rng) -> (decode-input, prefill-input, split S)
         self.expect_model = expect_model or {}
+        self.config_patch = config_patch  # top-level keys merged into config.json after make-test-model
+        self.mentions = tuple(mentions)  # stderr of a rejected request must name one of these
+        self.own = own  # dict(cfg=..., zero=, dtype=, shards=, seed=): checkpoint written by the oracle itself
 
 
 def _text(S, N=0, **extra):
@@ -196,12 +200,14 @@ def _ds_image(grids, K, N=0, visual=False, layers=None, delta=None):
     return b
 
 
-def _ds_embeds(S, positions, K, N=0, delta=None, explicit_pos=False):
+def _ds_embeds(S, positions, K, N=0, delta=None, explicit_pos=False, layers=None):
     """inputs_embeds (no ids) + DeepStack payload at the given rows."""
     def b(cfg, rng):
         d = {"inputs_embeds": randn(rng, S, cfg.H),
              "deepstack_positions": np.array(positions, dtype=np.int32),
              "deepstack_features": randn(rng, K, len(positions), cfg.H, scale=0.5)}
+        if layers is not None:
+            d["deepstack_layers"] = np.array(layers, dtype=np.int32)
         if explicit_pos:
             d["position_ids"] = mrope_positions(rng, S) if cfg.mode == "mrope" else \
                 np.arange(S, dtype=np.int32)
@@ -211,6 +217,14 @@ def _ds_embeds(S, positions, K, N=0, delta=None, explicit_pos=False):
             d["decode_tokens"] = text_ids(cfg, rng, N)
         return d
     return b
+
+
+def _fixture(cfg, rng):
+    img = cfg.image_token_id
+    return {"input_ids": np.array([0, img, img, img, 0, 0], np.int32),
+            "deepstack_positions": i32(1, 2, 3),
+            "deepstack_features": np.full((3, 3, cfg.H), 10.0, np.float32),
+            "decode_tokens": i32(0, 0)}
 
 
 # Negative builders -----------------------------------------------------------
@@ -313,11 +327,24 @@ def cases():
                                            "--kv-heads", "4", "--head-dim", "32", "--layers", "4",
                                            "--vocab", "2048", "--seed", "24"],
                   _image([(1, 8, 12), (1, 4, 4)], N=3, visual=True), DIAG + ALL))
+    # checkpoints written by the oracle's own st.py (independent of make-test-model)
+    C.append(Case("own_vl_bf16_sharded_image", [], _image([(1, 4, 6)], N=2, visual=True), DIAG + ALL,
+                  own=dict(cfg=testmodel.make_config("qwen3-vl", hidden=48, heads=4, kv_heads=2, head_dim=16,
+                                                     layers=2, intermediate=96, vocab=300, deepstack=0,
+                                                     mrope_section=[2, 3, 3]),
+                           dtype="bf16", shards=2, seed=40)))
+    C.append(Case("own_qwen3_f16_untied", [], _text(9, 3), DIAG + ALL,
+                  own=dict(cfg=testmodel.make_config("qwen3", hidden=40, heads=5, kv_heads=1, head_dim=8,
+                                                     layers=2, intermediate=72, vocab=200, tied=False),
+                           dtype="f16", seed=41)))
     # ---- negative --------------------------------------------------------------------
-    C.append(Case("neg_vl_position_ids_rank1", VL, _bad_pos_rank, expect_error=True))
-    C.append(Case("neg_qwen3_position_ids_rank2", QWEN3, _bad_pos_rank, expect_error=True))
-    C.append(Case("neg_vl_visual_embeds_count", VL, _bad_visual_count, expect_error=True))
-    C.append(Case("neg_token_out_of_range", QWEN3, _bad_token, expect_error=True))
+    C.append(Case("neg_vl_position_ids_rank1", VL, _bad_pos_rank, expect_error=True,
+                  mentions=["position_ids"]))
+    C.append(Case("neg_qwen3_position_ids_rank2", QWEN3, _bad_pos_rank, expect_error=True,
+                  mentions=["position_ids"]))
+    C.append(Case("neg_vl_visual_embeds_count", VL, _bad_visual_count, expect_error=True,
+                  mentions=["visual_embeds"]))
+    C.append(Case("neg_token_out_of_range", QWEN3, _bad_token, expect_error=True, mentions=["input_ids"]))
     # ---- DeepStack (only with --deepstack) -------------------------------------------
     C.append(Case("ds_vl_k3_image_diag", VL + ["--deepstack", "3", "--seed", "30"],
                   _ds_image([(1, 4, 6)], 3), DIAG + ALL, deepstack=True))
@@ -334,12 +361,21 @@ def cases():
     C.append(Case("ds_vl_k4_layers6_f32_untied", VL + ["--deepstack", "4", "--layers", "6", "--dtype", "f32",
                                                        "--untied", "--seed", "36"],
                   _ds_image([(1, 8, 4), (1, 2, 2)], 4, N=2), DIAG + ALL, deepstack=True))
-    C.append(Case("ds_qwen3_1d_k2_embeds", QWEN3 + ["--deepstack", "2", "--seed", "37"],
-                  _ds_embeds(8, [1, 2, 5], 2, N=2, delta=-1, explicit_pos=True), DIAG, deepstack=True))
+    # 1-D model declaring DeepStack explicitly (CONTRACTS §2: both keys or neither); make-test-model
+    # refuses --deepstack for --arch qwen3, so the keys are added to its config.json.
+    C.append(Case("ds_qwen3_1d_k2_embeds", QWEN3 + ["--seed", "37"],
+                  _ds_embeds(8, [1, 2, 5], 2, N=2, delta=-1, explicit_pos=True, layers=[0, 2]), DIAG, deepstack=True,
+                  config_patch={"deepstack_language_layer_indices": [0, 2],
+                                "deepstack_max_visual_positions": 16}))
+    # CONTRACTS §5 fixed fixture: zero projections, unit norms, embeddings 1, features 10 at rows 1..3
+    C.append(Case("ds_fixture_contracts5", [], _fixture, DIAG, deepstack=True,
+                  own=dict(cfg=testmodel.make_config("qwen3-vl", hidden=8, layers=3, heads=2, kv_heads=1,
+                                                     head_dim=4, intermediate=16, vocab=32, deepstack=3),
+                           zero=True, dtype="bf16")))
     C.append(Case("ds_neg_positions_not_increasing", VL + ["--deepstack", "3"], _bad_ds_order,
-                  deepstack=True, expect_error=True))
+                  deepstack=True, expect_error=True, mentions=["deepstack_positions", "visual_positions"]))
     C.append(Case("ds_neg_layers_mismatch", VL + ["--deepstack", "3"], _bad_ds_layers,
-                  deepstack=True, expect_error=True))
+                  deepstack=True, expect_error=True, mentions=["deepstack_layers", "layer_indices"]))
     return C
 
 
@@ -380,20 +416,38 @@ class Runner:
             return [sys.executable, v]
         return [v]
 
-    def model(self, make):
-        key = hashlib.sha1(json.dumps(make).encode()).hexdigest()[:12]
+    def model(self, make, patch=None, own=None):
+        key = hashlib.sha1(json.dumps([make, patch, own], sort_keys=True).encode()).hexdigest()[:12]
         if key in self.models:
             return self.models[key]
         d = os.path.join(self.work, "models", key)
         if os.path.exists(d):
             shutil.rmtree(d)
         os.makedirs(os.path.dirname(d), exist_ok=True)
+        if own is not None:
+            testmodel.write_model(d, own["cfg"], testmodel.random_weights(own["cfg"], own.get("seed", 0),
+                                                                          zero=own.get("zero", False)),
+                                  own.get("dtype", "bf16"), own.get("shards", 1))
+            with open(d + ".args", "w") as f:
+                f.write("written by the oracle (testmodel.py): " + json.dumps(own) + "\n")
+            m = qwen3_ref.Model.load(d)
+            self.models[key] = (d, m)
+            return d, m
         cmd = self.exe() + ["make-test-model", "--out", d] + make
         p, _ = run_cmd(cmd, d + ".make")
         if p.returncode != 0:
             raise CaseFail(f"make-test-model {' '.join(make)} exited {p.returncode}: {tail(p.stderr)}")
         with open(d + ".args", "w") as f:
             f.write(" ".join(make) + "\n")
+            if patch:
+                f.write("config.json patched with " + json.dumps(patch) + "\n")
+        if patch:
+            cp = os.path.join(d, "config.json")
+            with open(cp) as f:
+                conf = json.load(f)
+            conf.update(patch)
+            with open(cp, "w") as f:
+                json.dump(conf, f, indent=2)
         try:
             m = qwen3_ref.Model.load(d)
         except (qwen3_ref.RefError, st.SafetensorsError, OSError, ValueError, KeyError) as e:
@@ -463,8 +517,9 @@ class Runner:
         if os.path.exists(cdir):
             shutil.rmtree(cdir)
         os.makedirs(cdir)
-        d, m = self.model(case.make)
-        self.check_model(case, d, m)
+        d, m = self.model(case.make, case.config_patch, case.own)
+        if case.own is None:
+            self.check_model(case, d, m)
         rng = np.random.default_rng(seed)
         if case.consistency is not None:
             return self.run_consistency(case, d, m, rng, cdir)
@@ -477,6 +532,10 @@ class Runner:
                 raise CaseFail(f"engine crashed with signal {-p.returncode} instead of a clean error")
             if not p.stderr.strip():
                 raise CaseFail(f"engine exited {p.returncode} with an empty stderr")
+            err = p.stderr.decode("utf-8", "replace")
+            if case.mentions and not any(w in err for w in case.mentions):
+                raise CaseFail(f"error message names none of {list(case.mentions)} "
+                               f"(CONTRACTS §2: say which tensor and rule): {tail(p.stderr, 200)}")
             return f"rejected (exit {p.returncode}): {tail(p.stderr, 120)}"
         try:
             rp, _ = self.ref_forward(m, inp, case.flags, cdir, "")
@@ -490,6 +549,18 @@ class Runner:
         ok, fails = self.compare(op, rp, cdir, "")
         if not ok:
             raise CaseFail("; ".join(fails[:3]) + (f" (+{len(fails) - 3} more)" if len(fails) > 3 else ""))
+        if case.own and case.own.get("zero"):
+            # the fixture is exact: visual rows 11, 21, 31; other rows 1; K/V zero
+            a = st.load_file(op)
+            for li, val in enumerate((11.0, 21.0, 31.0)):
+                h = a[f"hidden_after_layer.{li}"]
+                vis = np.zeros(h.shape[0], bool)
+                vis[inp["deepstack_positions"]] = True
+                if not (np.all(h[vis] == val) and np.all(h[~vis] == 1.0)):
+                    raise CaseFail(f"fixture: hidden_after_layer.{li} is not exactly {val} on visual rows / 1 elsewhere")
+            for n in a:
+                if n.startswith(("k_cache.", "v_cache.")) and np.any(a[n] != 0):
+                    raise CaseFail(f"fixture: {n} not all zero")
         return ""
 
     def run_consistency(self, case, d, m, rng, cdir):
