@@ -145,6 +145,13 @@ def _explicit_pos(S, delta, N=3):
     return b
 
 
+def _large_pos(S, start, delta, N=3):
+    def b(cfg, rng):
+        return {"input_ids": text_ids(cfg, rng, S), "position_ids": mrope_positions(rng, S, start),
+                "rope_delta": i32(start + delta), "decode_tokens": text_ids(cfg, rng, N)}
+    return b
+
+
 def _embeds(S, N=2, with_ids=False, positions=False, delta=None):
     def b(cfg, rng):
         d = {"inputs_embeds": randn(rng, S, cfg.H)}
@@ -327,6 +334,15 @@ def cases():
                                            "--kv-heads", "4", "--head-dim", "32", "--layers", "4",
                                            "--vocab", "2048", "--seed", "24"],
                   _image([(1, 8, 12), (1, 4, 4)], N=3, visual=True), DIAG + ALL))
+    # released RoPE shape (head_dim 128, sections 24,20,20, theta 5e6) at moderate coordinates (~300):
+    # plain f32 angles (pos * inv_freq in f32) use ~20% of the tolerance here.
+    HD128 = VL + ["--hidden", "128", "--heads", "2", "--kv-heads", "1", "--head-dim", "128",
+                  "--intermediate", "256", "--mrope-section", "24,20,20", "--seed", "42"]
+    C.append(Case("vl_headdim128_positions300", HD128, _large_pos(96, 300, -40), DIAG + ALL))
+    # coordinates ~3000: an engine forming the angle as pos * inv_freq in float32 (as HF does) is off by
+    # ~pos * 2^-24 rad and exceeds the tolerance (ratio ~1.1 in the f32 emulation); this case therefore
+    # also requires RoPE angles computed more precisely than that (see README).
+    C.append(Case("vl_rope_precision_pos3000", HD128, _large_pos(96, 2900, -40), DIAG + ALL))
     # checkpoints written by the oracle's own st.py (independent of make-test-model)
     C.append(Case("own_vl_bf16_sharded_image", [], _image([(1, 4, 6)], N=2, visual=True), DIAG + ALL,
                   own=dict(cfg=testmodel.make_config("qwen3-vl", hidden=48, heads=4, kv_heads=2, head_dim=16,
