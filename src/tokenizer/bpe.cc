@@ -93,8 +93,12 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& m) 
     auto ib = bpe->vocab_.find(b);
     auto inew = bpe->vocab_.find(a + b);
     if (ia == bpe->vocab_.end() || ib == bpe->vocab_.end() || inew == bpe->vocab_.end()) {
-      return InvalidArgument("model.merges[" + std::to_string(rank) + "] (\"" + a + "\", \"" + b +
-                             "\") uses a token that is not in the vocabulary");
+      std::string msg = "model.merges[" + std::to_string(rank) + "] (\"";
+      msg += a;
+      msg += "\", \"";
+      msg += b;
+      msg += "\") uses a token that is not in the vocabulary";
+      return InvalidArgument(std::move(msg));
     }
     // A later duplicate of a pair keeps the first (lowest) rank, as tokenizers does.
     bpe->merges_.emplace(PairKey(ia->second, ib->second),

@@ -328,8 +328,7 @@ Value GetAttribute(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
     case Value::Kind::kDict: {
       if (name == "items" || name == "keys" || name == "values") {
-        const Value d = obj;
-        return Value::Function("dict." + name, [d, name](CallArgs&) -> StatusOr<Value> {
+        return Value::Function("dict." + name, [d = obj, name](CallArgs&) -> StatusOr<Value> {
           ValueList out;
           for (const auto& kv : d.dict()) {
             if (name == "keys") {
@@ -344,8 +343,7 @@ Value GetAttribute(const Value& obj, const std::string& name) {
         });
       }
       if (name == "get") {
-        const Value d = obj;
-        return Value::Function("dict.get", [d](CallArgs& a) -> StatusOr<Value> {
+        return Value::Function("dict.get", [d = obj](CallArgs& a) -> StatusOr<Value> {
           if (a.positional.empty()) return InvalidArgument("get expected at least 1 argument");
           const Value* v = a.positional[0].is_string() ? d.Find(a.positional[0].str()) : nullptr;
           if (v != nullptr) return *v;

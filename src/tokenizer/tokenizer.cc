@@ -65,7 +65,11 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_t
     if (tok == nullptr) continue;
     // ByteLevel decoding: a token outside the byte alphabet contributes its own UTF-8.
     auto bytes = ByteLevelToBytes(*tok);
-    t->id_bytes_[id] = bytes ? std::move(*bytes) : *tok;
+    if (bytes) {
+      t->id_bytes_[id] = std::move(*bytes);
+    } else {
+      t->id_bytes_[id] = *tok;
+    }
   }
   return t;
 }
