@@ -243,14 +243,15 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::object: {
       ValueDict items;
-      for (const auto& [k, e] : j.items()) {
+      for (const auto& entry : j.items()) {
+        const std::string key = entry.key();
         // A repeated key keeps its first position and its last value, as Python's json does.
-        auto it =
-            std::find_if(items.begin(), items.end(), [&](const auto& kv) { return kv.first == k; });
+        auto it = std::find_if(items.begin(), items.end(),
+                               [&key](const auto& kv) { return kv.first == key; });
         if (it != items.end()) {
-          it->second = FromJson(e);
+          it->second = FromJson(entry.value());
         } else {
-          items.emplace_back(k, FromJson(e));
+          items.emplace_back(key, FromJson(entry.value()));
         }
       }
       return Dict(std::move(items));
