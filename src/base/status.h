@@ -95,6 +95,7 @@ class [[nodiscard]] StatusOr {
 
 }  // namespace vls
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` may be a declaration such as `int x`.
 #define VLS_CONCAT_INNER_(a, b) a##b
 #define VLS_CONCAT_(a, b) VLS_CONCAT_INNER_(a, b)
 
@@ -111,5 +112,6 @@ class [[nodiscard]] StatusOr {
 
 #define VLS_ASSIGN_OR_RETURN(lhs, expr) \
   VLS_ASSIGN_OR_RETURN_IMPL_(VLS_CONCAT_(vls_statusor_, __LINE__), lhs, expr)
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // VLSTACK_BASE_STATUS_H_

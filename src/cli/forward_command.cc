@@ -1,11 +1,15 @@
 // `vlstack forward` (CONTRACTS §6): one prefill plus optional decode, tensors in and out.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <set>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "io/safetensors.h"
+#include "runtime/deepstack.h"
+#include "runtime/loaded_model.h"
 #include "runtime/positions.h"
 #include "runtime/session.h"
 
@@ -51,6 +55,51 @@ std::vector<GridThw> Grids(const SafetensorsFile& f, const SafetensorsEntry* e) 
   return g;
 }
 
+// CLI tensor names for the payload's tensors, so errors name what the user wrote.
+Status RenameDeepStackTensors(Status s) {
+  if (s.ok()) return s;
+  std::string m = s.message();
+  const std::pair<const char*, const char*> names[] = {{"visual_positions", "deepstack_positions"},
+                                                       {"layer_features", "deepstack_features"},
+                                                       {"layer_indices", "deepstack_layers"}};
+  for (const auto& [from, to] : names) {
+    for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + std::strlen(to))) {
+      m.replace(at, std::strlen(from), to);
+    }
+  }
+  return Status(s.code(), m);
+}
+
+Status RunDeepStackPrefill(const SafetensorsFile& in, const SafetensorsEntry* dsp_e, const SafetensorsEntry* dsf_e,
+                           const SafetensorsEntry* dsl_e, std::optional<std::span<const int32_t>> ids,
+                           const std::vector<float>& emb, const PositionIds& positions, int32_t delta,
+                           bool diagnostics, bool all_logits, Session& session, std::vector<std::vector<float>>* states,
+                           std::vector<float>* logits) {
+  const TensorView pos = in.View(*dsp_e), feat = in.View(*dsf_e);
+  // deepstack_layers defaults to 0..K-1 (K from the features' first dimension).
+  HostTensor default_layers;
+  TensorView layers;
+  if (dsl_e) {
+    layers = in.View(*dsl_e);
+  } else {
+    const int64_t K = feat.shape.empty() ? 0 : feat.shape[0];
+    default_layers = HostTensor(DType::kI32, {K});
+    for (int64_t k = 0; k < K; ++k) default_layers.i32()[k] = static_cast<int32_t>(k);
+    layers = default_layers.view();
+  }
+  auto payload = DeepStackPayload::Create(pos, feat, layers);
+  if (!payload.ok()) return RenameDeepStackTensors(payload.status());
+  const Qwen3Config& cfg = session.model().config();
+  DeepStackRequestFacts facts;
+  facts.token_ids = ids;
+  facts.image_token_id = cfg.image_token_id;
+  facts.video_token_id = cfg.video_token_id;
+  PrefillOptions opts;
+  opts.hidden_states = diagnostics ? states : nullptr;
+  opts.all_logits = all_logits;
+  return RenameDeepStackTensors(session.PrefillDeepStack(emb, positions, delta, *payload, facts, opts, logits));
+}
+
 Status Forward(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string model_dir, args.Require("model"));
   VLS_ASSIGN_OR_RETURN(std::string in_path, args.Require("input"));
@@ -58,9 +107,6 @@ Status Forward(const Args& args) {
   const bool diagnostics = args.Has("diagnostics");
   const bool all_logits = args.Has("all-logits");
 
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(model_dir));
-  const Qwen3Config& cfg = model->config();
-  const int64_t H = cfg.hidden;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> in, SafetensorsFile::Open(in_path));
   for (const SafetensorsEntry& e : in->entries()) {
     if (!kInputNames.count(e.name)) return InvalidArgument("unknown input tensor '" + e.name + "'");
@@ -73,14 +119,34 @@ Status Forward(const Args& args) {
   VLS_ASSIGN_OR_RETURN(const SafetensorsEntry* vid_e, Input(*in, "video_grid_thw", DType::kI32, 2));
   VLS_ASSIGN_OR_RETURN(const SafetensorsEntry* dec_e, Input(*in, "decode_tokens", DType::kI32, 1));
   const SafetensorsEntry* pos_e = in->Find("position_ids");
-  if (in->Find("deepstack_positions") || in->Find("deepstack_features") || in->Find("deepstack_layers")) {
-    return Unimplemented(
-        "DeepStack tensors were given, but this build has no DeepStack prefill entry yet; "
-        "refusing rather than silently dropping the features");
+  const SafetensorsEntry* dsp_e = in->Find("deepstack_positions");
+  const SafetensorsEntry* dsf_e = in->Find("deepstack_features");
+  const SafetensorsEntry* dsl_e = in->Find("deepstack_layers");
+  const bool deepstack = dsp_e || dsf_e || dsl_e;
+  if (deepstack && (!dsp_e || !dsf_e)) {
+    return InvalidArgument("DeepStack needs both deepstack_positions and deepstack_features");
   }
   if (ids_e == nullptr && emb_e == nullptr) {
     return InvalidArgument("the input needs 'input_ids' or 'inputs_embeds'");
   }
+
+  // The capacity covers the prompt and the decode tokens (and a config-declared Nmax).
+  VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
+  const int64_t prompt_len = emb_e ? emb_e->shape[0] : ids_e->shape[0];
+  const int64_t n_decode = dec_e ? dec_e->shape[0] : 0;
+  int64_t min_capacity = prompt_len + n_decode;
+  if (file_cfg.deepstack) min_capacity = std::max<int64_t>(min_capacity, file_cfg.deepstack->max_visual_positions);
+  VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", min_capacity, 1, 1 << 24));
+  if (capacity < prompt_len + n_decode) {
+    return OutOfRange("--capacity " + std::to_string(capacity) + " is smaller than the prompt plus decode tokens (" +
+                      std::to_string(prompt_len + n_decode) + ")");
+  }
+  LoadOptions lo;
+  lo.capacity = static_cast<int>(capacity);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadedModel::Load(model_dir, lo));
+  const Qwen3Model* model = &loaded->model();
+  const Qwen3Config& cfg = model->config();
+  const int64_t H = cfg.hidden;
 
   // Embeddings [S, H].
   std::span<const int32_t> ids;
@@ -132,7 +198,8 @@ Status Forward(const Args& args) {
     const TensorView pv = in->View(*pos_e);
     VLS_ASSIGN_OR_RETURN(positions, PositionsFromTensor(cfg.position_mode, pos_e->shape,
                                                         {pv.i32(), static_cast<size_t>(pv.numel())}, S));
-  } else if (cfg.position_mode == PositionMode::kMrope && ids_e) {
+  } else if (cfg.position_mode == PositionMode::kMrope && ids_e && (img_e || vid_e)) {
+    // As in the reference, get_rope_index takes the vision path only when grids are given.
     std::vector<GridThw> img = Grids(*in, img_e), vid = Grids(*in, vid_e);
     if ((img_e && img_e->shape[1] != 3) || (vid_e && vid_e->shape[1] != 3)) {
       return InvalidArgument("image_grid_thw / video_grid_thw must have shape [n,3]");
@@ -143,8 +210,8 @@ Status Forward(const Args& args) {
   } else {
     if (img_e || vid_e) {
       return InvalidArgument(cfg.position_mode == PositionMode::k1D
-                                 ? "image_grid_thw given but the model uses 1-D positions"
-                                 : "image_grid_thw needs input_ids to place the images");
+                                 ? "image_grid_thw/video_grid_thw given but the model uses 1-D positions"
+                                 : "image_grid_thw/video_grid_thw need input_ids to place the images");
     }
     positions = SequentialPositions(cfg.position_mode, S);
   }
@@ -157,19 +224,20 @@ Status Forward(const Args& args) {
   VLS_RETURN_IF_ERROR(ValidateTokenIds(decode, cfg.vocab, "decode_tokens"));
 
   const int64_t N = static_cast<int64_t>(decode.size());
-  VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", S + N, 1, 1 << 24));
-  if (capacity < S + N) {
-    return OutOfRange("--capacity " + std::to_string(capacity) + " is smaller than the prompt plus decode tokens (" +
-                      std::to_string(S + N) + ")");
-  }
-  Session session(*model, static_cast<int>(capacity));
+  Session session(*loaded);
   CaptureHook capture;
   capture.hidden = H;
   PrefillOptions opts;
   opts.all_logits = all_logits;
-  opts.hook = diagnostics ? &capture : nullptr;
   std::vector<float> logits;
-  VLS_RETURN_IF_ERROR(session.PrefillEmbeddings(emb, positions, delta, opts, &logits));
+  if (deepstack) {
+    VLS_RETURN_IF_ERROR(RunDeepStackPrefill(*in, dsp_e, dsf_e, dsl_e, ids_e ? std::optional(ids) : std::nullopt,
+                                            emb, positions, delta, diagnostics, all_logits, session, &capture.states,
+                                            &logits));
+  } else {
+    opts.observer = diagnostics ? &capture : nullptr;
+    VLS_RETURN_IF_ERROR(session.PrefillEmbeddings(emb, positions, delta, opts, &logits));
+  }
   std::vector<float> decode_logits;
   std::vector<float> step;
   for (int32_t t : decode) {

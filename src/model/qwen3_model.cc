@@ -82,28 +82,32 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   kernels::MatMulTransposed(ctx.data(), M, nh * D, L.o, out);
 }
 
-void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {
+void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) const {
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   std::vector<float> a(static_cast<size_t>(M * H));     // [M, H] normed input
   std::vector<float> o(static_cast<size_t>(M * H));     // [M, H] sublayer output
   std::vector<float> gate(static_cast<size_t>(M * I));  // [M, I]
   std::vector<float> up(static_cast<size_t>(M * I));    // [M, I]
+  // x = x + Attention(RmsNorm(x))
+  kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a.data());
+  Attention(l, a.data(), rows, o.data());
+  for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
+  // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
+  kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a.data());
+  kernels::MatMulTransposed(a.data(), M, H, L.gate, gate.data());
+  kernels::MatMulTransposed(a.data(), M, H, L.up, up.data());
+  kernels::SiluMul(gate.data(), up.data(), M * I);
+  kernels::MatMulTransposed(gate.data(), M, I, L.down, o.data());
+  for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
+}
+
+void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {
   for (int l = 0; l < cfg_.layers; ++l) {
-    const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    // x = x + Attention(RmsNorm(x))
-    kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a.data());
-    Attention(l, a.data(), rows, o.data());
-    for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
-    // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
-    kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a.data());
-    kernels::MatMulTransposed(a.data(), M, H, L.gate, gate.data());
-    kernels::MatMulTransposed(a.data(), M, H, L.up, up.data());
-    kernels::SiluMul(gate.data(), up.data(), M * I);
-    kernels::MatMulTransposed(gate.data(), M, I, L.down, o.data());
-    for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
-    if (hook != nullptr) hook->AfterLayer(l, x, M);
+    RunLayer(l, x, rows);
+    if (hook != nullptr) hook->AfterLayer(l, x, static_cast<int64_t>(rows.size()));
   }
 }
 

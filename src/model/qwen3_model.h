@@ -60,6 +60,9 @@ class Qwen3Model {
   // K/V of each row into its cache. REQUIRES: rows validated (index < capacity; rows of one
   // cache in increasing index order with all earlier indices already written).
   void RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const;
+  // One decoder layer (attention and MLP residuals) over x[M, H]; RunLayers is this for
+  // l = 0..L-1 with the hook after each.
+  void RunLayer(int layer, float* x, std::span<const ForwardRow> rows) const;
 
   // out[M, H] = final RMSNorm of x[M, H].
   void FinalNorm(const float* x, int64_t M, float* out) const;

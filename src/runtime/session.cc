@@ -16,12 +16,13 @@ Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* ten
   return Status::Ok();
 }
 
-Session::Session(const Qwen3Model& model, int capacity)
-    : model_(model), capacity_(capacity), cache_(model.NewCache(capacity)) {}
+Session::Session(const LoadedModel& model)
+    : lm_(model), capacity_(model.bounds().capacity), cache_(model.model().NewCache(capacity_)) {}
 
 Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
                                 const PositionIds& positions) const {
-  const int64_t H = model_.config().hidden;
+  const Qwen3Config& cfg = lm_.config();
+  const int64_t H = cfg.hidden;
   if (S <= 0) return InvalidArgument("prefill: the sequence is empty");
   if (S > capacity_) {
     return OutOfRange("prefill: sequence length " + std::to_string(S) +
@@ -38,49 +39,101 @@ Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
                              " is not finite");
     }
   }
-  if (positions.mode != model_.config().position_mode) {
+  if (positions.mode != cfg.position_mode) {
     return InvalidArgument(std::string("positions: the request uses ") + PositionModeName(positions.mode) +
-                           " positions but the model uses " +
-                           PositionModeName(model_.config().position_mode));
+                           " positions but the model uses " + PositionModeName(cfg.position_mode));
   }
-  if (positions.length != S) {
+  if (positions.length != S ||
+      positions.data.size() != static_cast<size_t>(S * (positions.mode == PositionMode::kMrope ? 3 : 1))) {
     return InvalidArgument("positions: length " + std::to_string(positions.length) +
                            " differs from the sequence length " + std::to_string(S));
   }
   return Status::Ok();
 }
 
+void Session::RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta,
+                         std::vector<float>* logits) {
+  entry.Run(run);
+  // Nothing can fail past validation: commit the new sequence state.
+  length_ = static_cast<int>(S);
+  rope_delta_ = rope_delta;
+  *logits = std::move(run.logits);
+}
+
+namespace {
+
+std::vector<ForwardRow> PrefillRows(KvCache* cache, const PositionIds& positions) {
+  std::vector<ForwardRow> rows(static_cast<size_t>(positions.length));
+  for (int64_t s = 0; s < positions.length; ++s) {
+    rows[static_cast<size_t>(s)] = {cache, static_cast<int32_t>(s), positions.At(s)};
+  }
+  return rows;
+}
+
+}  // namespace
+
 Status Session::PrefillEmbeddings(std::span<const float> embeddings, const PositionIds& positions,
                                   int32_t rope_delta, const PrefillOptions& opts,
                                   std::vector<float>* logits) {
-  const int64_t H = model_.config().hidden;
   const int64_t S = positions.length;
   VLS_RETURN_IF_ERROR(ValidatePrefill(S, embeddings, positions));
   // The first decode coordinate must be representable before we accept the delta.
   VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
-
-  std::vector<ForwardRow> rows(static_cast<size_t>(S));
-  for (int64_t s = 0; s < S; ++s) rows[static_cast<size_t>(s)] = {cache_.get(), static_cast<int32_t>(s), positions.At(s)};
-  std::vector<float> x(embeddings.begin(), embeddings.end());  // [S, H]
-  model_.RunLayers(x.data(), rows, opts.hook);
-  // Nothing below can fail: commit the new sequence state.
-  length_ = static_cast<int>(S);
-  rope_delta_ = rope_delta;
-  const int64_t first = opts.all_logits ? 0 : S - 1;
-  const int64_t n = S - first;
-  std::vector<float> h(static_cast<size_t>(n * H));
-  model_.FinalNorm(x.data() + first * H, n, h.data());
-  logits->assign(static_cast<size_t>(n * model_.config().vocab), 0.0f);
-  model_.Logits(h.data(), n, logits->data());
+  EntryRun run;
+  run.embeddings = embeddings;
+  run.rows = PrefillRows(cache_.get(), positions);
+  run.all_logits = opts.all_logits;
+  run.observer = opts.observer;
+  RunPrefill(*lm_.entries().Find(kEntryPrefillEmbeddings), run, S, rope_delta, logits);
   return Status::Ok();
 }
 
 Status Session::PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions,
                               int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits) {
-  VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, model_.config().vocab, "tokens"));
-  std::vector<float> emb(ids.size() * static_cast<size_t>(model_.config().hidden));
-  model_.Embed(ids, emb.data());
-  return PrefillEmbeddings(emb, positions, rope_delta, opts, logits);
+  const int64_t S = static_cast<int64_t>(ids.size());
+  VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, lm_.config().vocab, "tokens"));
+  if (S <= 0) return InvalidArgument("prefill: the sequence is empty");
+  if (S > capacity_) {
+    return OutOfRange("prefill: sequence length " + std::to_string(S) + " exceeds the context capacity " +
+                      std::to_string(capacity_));
+  }
+  if (positions.mode != lm_.config().position_mode || positions.length != S) {
+    return InvalidArgument(std::string("positions: expected ") + PositionModeName(lm_.config().position_mode) +
+                           " positions of length " + std::to_string(S) + ", got " +
+                           PositionModeName(positions.mode) + " of length " + std::to_string(positions.length));
+  }
+  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
+  EntryRun run;
+  run.tokens = ids;
+  run.rows = PrefillRows(cache_.get(), positions);
+  run.all_logits = opts.all_logits;
+  run.observer = opts.observer;
+  RunPrefill(*lm_.entries().Find(kEntryPrefill), run, S, rope_delta, logits);
+  return Status::Ok();
+}
+
+Status Session::PrefillDeepStack(std::span<const float> embeddings, const PositionIds& positions,
+                                 int32_t rope_delta, const DeepStackPayload& payload,
+                                 const DeepStackRequestFacts& facts, const PrefillOptions& opts,
+                                 std::vector<float>* logits) {
+  const int64_t S = positions.length;
+  VLS_RETURN_IF_ERROR(ValidateDeepStackForModel(payload, lm_.config(), lm_.bounds().nmax, positions.mode));
+  VLS_RETURN_IF_ERROR(ValidatePrefill(S, embeddings, positions));
+  DeepStackRequestFacts f = facts;
+  f.sequence_length = S;
+  VLS_RETURN_IF_ERROR(ValidateDeepStackRequest(payload, f));
+  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
+  const bool diag = opts.hidden_states != nullptr;
+  const Entry* entry = lm_.entries().Find(diag ? kEntryDiagnostics : kEntryPrefillDeepStack);
+  EntryRun run;
+  run.embeddings = embeddings;
+  run.deepstack = &payload;
+  run.rows = PrefillRows(cache_.get(), positions);
+  run.all_logits = opts.all_logits;
+  run.observer = opts.observer;
+  RunPrefill(*entry, run, S, rope_delta, logits);
+  if (diag) *opts.hidden_states = std::move(run.hidden_states);
+  return Status::Ok();
 }
 
 Status Session::Decode(int32_t token, std::vector<float>* logits) {
@@ -89,18 +142,14 @@ Status Session::Decode(int32_t token, std::vector<float>* logits) {
     return OutOfRange("decode: the sequence is at its context capacity " + std::to_string(capacity_));
   }
   const int32_t tok[1] = {token};
-  VLS_RETURN_IF_ERROR(ValidateTokenIds(tok, model_.config().vocab, "decode token"));
+  VLS_RETURN_IF_ERROR(ValidateTokenIds(tok, lm_.config().vocab, "decode token"));
   VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(length_, rope_delta_));
-  const int64_t H = model_.config().hidden;
-  std::vector<float> x(static_cast<size_t>(H));
-  model_.Embed(tok, x.data());
-  const ForwardRow row{cache_.get(), length_, coord};
-  model_.RunLayers(x.data(), std::span<const ForwardRow>(&row, 1), nullptr);
+  EntryRun run;
+  run.tokens = tok;
+  run.rows = {ForwardRow{cache_.get(), length_, coord}};
+  lm_.entries().Find(kEntryDecode)->Run(run);
   ++length_;
-  std::vector<float> h(static_cast<size_t>(H));
-  model_.FinalNorm(x.data(), 1, h.data());
-  logits->assign(static_cast<size_t>(model_.config().vocab), 0.0f);
-  model_.Logits(h.data(), 1, logits->data());
+  *logits = std::move(run.logits);
   return Status::Ok();
 }
 

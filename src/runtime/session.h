@@ -11,21 +11,24 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/qwen3_model.h"
+#include "runtime/deepstack.h"
+#include "runtime/loaded_model.h"
 #include "runtime/positions.h"
 
 namespace vls {
 
 struct PrefillOptions {
-  bool all_logits = false;    // logits for every row instead of the last
-  LayerHook* hook = nullptr;  // called after each layer (diagnostics); not owned
+  bool all_logits = false;        // logits for every row instead of the last
+  LayerHook* observer = nullptr;  // sees every layer's output (tooling); not owned
+  // DeepStack prefill only: run the diagnostics entry and return every post-hook hidden state.
+  std::vector<std::vector<float>>* hidden_states = nullptr;
 };
 
 // Thread safety: one thread at a time per session; the model may be shared.
 class Session {
  public:
-  // REQUIRES: capacity > 0.
-  Session(const Qwen3Model& model, int capacity);
+  // The session's KV capacity is the loaded model's static capacity C.
+  explicit Session(const LoadedModel& model);
 
   // Embeddings prefill. embeddings: [S, H] f32; positions in the model's mode with length S.
   // logits: [V] (last row) or [S, V] with all_logits. Replaces any previous sequence.
@@ -35,6 +38,13 @@ class Session {
   Status PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions, int32_t rope_delta,
                        const PrefillOptions& opts, std::vector<float>* logits);
 
+  // DeepStack prefill (prefill_embeddings_deepstack.main, or its diagnostics twin when
+  // opts.hidden_states is set). Runs validation layers 2 and 3 on the payload first.
+  Status PrefillDeepStack(std::span<const float> embeddings, const PositionIds& positions,
+                          int32_t rope_delta, const DeepStackPayload& payload,
+                          const DeepStackRequestFacts& facts, const PrefillOptions& opts,
+                          std::vector<float>* logits);
+
   // Appends one token at physical index length() with RoPE coordinate length() + delta.
   // logits: [V].
   Status Decode(int32_t token, std::vector<float>* logits);
@@ -43,13 +53,16 @@ class Session {
   int32_t rope_delta() const { return rope_delta_; }
   int capacity() const { return capacity_; }
   const KvCache& cache() const { return *cache_; }
-  const Qwen3Model& model() const { return model_; }
+  const Qwen3Model& model() const { return lm_.model(); }
 
   // Checks an embeddings-prefill request without running it (also used by the batch engine).
   Status ValidatePrefill(int64_t S, std::span<const float> embeddings, const PositionIds& positions) const;
 
  private:
-  const Qwen3Model& model_;
+  // Runs a validated prefill through `entry` and commits length and delta.
+  void RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta, std::vector<float>* logits);
+
+  const LoadedModel& lm_;
   int capacity_;
   std::unique_ptr<KvCache> cache_;
   int length_ = 0;

@@ -11,12 +11,14 @@
 namespace vls {
 namespace {
 
-std::unique_ptr<Qwen3Model> LoadTiny(const std::string& name, TestModelSpec spec) {
+std::unique_ptr<LoadedModel> LoadTiny(const std::string& name, TestModelSpec spec, int capacity) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_session_test_" + name);
   Status s = WriteTestCheckpoint(dir, spec, false);
   EXPECT_TRUE(s.ok()) << s.ToString();
-  auto m = Qwen3Model::Load(dir);
+  LoadOptions o;
+  o.capacity = capacity;
+  auto m = LoadedModel::Load(dir, o);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(*m) : nullptr;
 }
@@ -35,17 +37,17 @@ TEST(SessionTest, DecodeEqualsLongerPrefill) {
     spec.arch = arch;
     spec.deepstack = 0;
     spec.dtype = DType::kF32;
-    auto model = LoadTiny(arch, spec);
+    auto model = LoadTiny(arch, spec, 16);
     ASSERT_TRUE(model);
     const PositionMode mode = model->config().position_mode;
     const std::vector<int32_t> all = {3, 17, 42, 9, 250, 77, 5};
     const int S = 4;
-    Session longer(*model, 16);
+    Session longer(*model);
     std::vector<float> ref;
     PrefillOptions every;
     every.all_logits = true;
     ASSERT_TRUE(longer.PrefillTokens(all, SequentialPositions(mode, 7), 0, every, &ref).ok());
-    Session s(*model, 16);
+    Session s(*model);
     std::vector<float> logits;
     ASSERT_TRUE(s.PrefillTokens(std::span(all).first(S), SequentialPositions(mode, S), 0, {}, &logits).ok());
     const size_t V = static_cast<size_t>(model->config().vocab);
@@ -64,10 +66,10 @@ TEST(SessionTest, DecodeEqualsLongerPrefill) {
 TEST(SessionTest, DeltaIsCommittedOnlyWhenPrefillSucceeds) {
   TestModelSpec spec;
   spec.deepstack = 0;
-  auto model = LoadTiny("delta", spec);
+  auto model = LoadTiny("delta", spec, 8);
   ASSERT_TRUE(model);
   const std::vector<int32_t> ids = {1, 2, 3, 4};
-  Session a(*model, 8), control(*model, 8);
+  Session a(*model), control(*model);
   std::vector<float> la, lc;
   ASSERT_TRUE(a.PrefillTokens(ids, SequentialPositions(PositionMode::kMrope, 4), -2, {}, &la).ok());
   ASSERT_TRUE(control.PrefillTokens(ids, SequentialPositions(PositionMode::kMrope, 4), -2, {}, &lc).ok());
@@ -87,9 +89,9 @@ TEST(SessionTest, DeltaIsCommittedOnlyWhenPrefillSucceeds) {
 TEST(SessionTest, RejectsBadRequestsWithNamedErrors) {
   TestModelSpec spec;
   spec.deepstack = 0;
-  auto model = LoadTiny("bad", spec);
+  auto model = LoadTiny("bad", spec, 4);
   ASSERT_TRUE(model);
-  Session s(*model, 4);
+  Session s(*model);
   std::vector<float> l;
   EXPECT_FALSE(s.Decode(1, &l).ok());  // no prefill yet
   const std::vector<int32_t> five = {1, 2, 3, 4, 5};

@@ -1,0 +1,76 @@
+#include "runtime/loaded_model.h"
+
+#include <openssl/evp.h>
+
+#include <sstream>
+
+namespace vls {
+
+std::string Sha256Hex(const void* data, size_t size) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data, size, md, &len, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir, const LoadOptions& o) {
+  if (o.capacity <= 0) return InvalidArgument("load options: capacity must be positive");
+  if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
+  if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
+  if (o.threads < 0) return InvalidArgument("load options: threads must not be negative");
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir));
+  std::unique_ptr<LoadedModel> lm(new LoadedModel());
+  lm->bounds_.capacity = o.capacity;
+  lm->bounds_.slots = o.slots;
+  if (const auto& ds = model->config().deepstack) {
+    int nmax = ds->max_visual_positions;
+    if (o.nmax > 0 && nmax > 0 && o.nmax != nmax) {
+      return InvalidArgument("load options: nmax " + std::to_string(o.nmax) +
+                             " contradicts the config's deepstack_max_visual_positions " + std::to_string(nmax));
+    }
+    if (nmax == 0) nmax = o.nmax > 0 ? o.nmax : o.capacity;
+    DeepStackConfig check = *ds;
+    check.max_visual_positions = nmax;
+    VLS_RETURN_IF_ERROR(ValidateDeepStackCapacity(check, o.capacity).WithContext(dir));
+    lm->bounds_.nmax = nmax;
+  } else if (o.nmax > 0) {
+    return InvalidArgument("load options: nmax given but the model declares no DeepStack");
+  }
+  lm->model_ = std::move(model);
+  lm->entries_ = EntrySet::Build(*lm->model_, lm->bounds_);
+  return lm;
+}
+
+std::string LoadedModel::IdentityText() const {
+  std::ostringstream o;
+  o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
+    << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
+    << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax
+    << "\n[precision]\nweights=as stored (no repacking)\ncompute=f32 reference kernels, f32 accumulation\n"
+    << "[weights]\n";
+  const SafetensorsCheckpoint& ck = model_->checkpoint();
+  for (const std::string& name : ck.Names()) {
+    const SafetensorsCheckpoint::Tensor* t = ck.Find(name);
+    o << name << " " << DTypeName(t->view.dtype) << " " << ShapeToString(t->view.shape) << " sha256:"
+      << Sha256Hex(t->view.data, t->view.nbytes) << "\n";
+  }
+  o << "[entries]\n";
+  for (const Entry& e : entries_.entries()) o << e.Manifest();
+  return o.str();
+}
+
+const std::string& LoadedModel::Identity() const {
+  std::call_once(identity_once_, [this] {
+    const std::string text = IdentityText();
+    identity_ = Sha256Hex(text.data(), text.size());
+  });
+  return identity_;
+}
+
+}  // namespace vls

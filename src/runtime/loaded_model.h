@@ -1,0 +1,56 @@
+// A model loaded for serving: weights, static bounds, entries and the artifact identity.
+#ifndef VLSTACK_RUNTIME_LOADED_MODEL_H_
+#define VLSTACK_RUNTIME_LOADED_MODEL_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/status.h"
+#include "model/qwen3_model.h"
+#include "runtime/entries.h"
+
+namespace vls {
+
+inline constexpr int kAbiVersion = 1;
+
+struct LoadOptions {
+  int capacity = 4096;  // C: per-sequence context capacity
+  int slots = 1;        // B: batch slots
+  // Nmax for DeepStack. 0: the config's deepstack_max_visual_positions, else the capacity.
+  // When the config states Nmax, a different non-zero value here is refused.
+  int nmax = 0;
+  int threads = 0;  // 0: all cores (the reference kernels are single-threaded for now)
+};
+
+// Thread safety: immutable after Load except the lazily computed identity (guarded).
+class LoadedModel {
+ public:
+  static StatusOr<std::unique_ptr<LoadedModel>> Load(const std::string& dir, const LoadOptions& options);
+
+  const Qwen3Model& model() const { return *model_; }
+  const Qwen3Config& config() const { return model_->config(); }
+  const StaticBounds& bounds() const { return bounds_; }
+  const EntrySet& entries() const { return entries_; }
+  bool has_deepstack() const { return config().deepstack.has_value(); }
+
+  // The canonical serialization the identity hashes (CONTRACTS §1), and its SHA-256 in hex.
+  // The first call hashes every weight's bytes (a few seconds for a 2B model).
+  std::string IdentityText() const;
+  const std::string& Identity() const;
+
+ private:
+  LoadedModel() = default;
+  std::unique_ptr<Qwen3Model> model_;
+  StaticBounds bounds_;
+  EntrySet entries_;
+  mutable std::once_flag identity_once_;
+  mutable std::string identity_;
+};
+
+// Hex SHA-256 of bytes (OpenSSL).
+std::string Sha256Hex(const void* data, size_t size);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_LOADED_MODEL_H_
