@@ -77,10 +77,10 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   } else if (a.Has("deepstack-nmax")) {
     return InvalidArgument("--deepstack-nmax needs --deepstack-layers");
   }
-  if (s.arch == "qwen3" && (s.deepstack > 0 || a.Has("mrope-section"))) {
-    if (a.Has("deepstack") || a.Has("mrope-section")) {
-      return InvalidArgument("--arch qwen3 is a 1-D text model: no --deepstack or --mrope-section");
-    }
+  if (s.arch == "qwen3" && ((a.Has("deepstack") && s.deepstack > 0) || a.Has("mrope-section"))) {
+    return InvalidArgument(
+        "--arch qwen3 is a 1-D text model without a vision tower: no --deepstack or --mrope-section "
+        "(use --deepstack-layers/--deepstack-nmax to declare DeepStack explicitly)");
   }
   if (s.heads % s.kv_heads != 0) return InvalidArgument("--kv-heads must divide --heads");
   if (s.head_dim % 2 != 0) return InvalidArgument("--head-dim must be even");

@@ -88,6 +88,10 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
     c["rope_theta"] = s.rope_theta > 0 ? s.rope_theta : 1000000.0;
     c["rope_scaling"] = nullptr;
     c["use_sliding_window"] = false;
+    if (!s.ds_layers.empty()) {
+      c["deepstack_language_layer_indices"] = s.ds_layers;
+      c["deepstack_max_visual_positions"] = s.ds_nmax;
+    }
     c["transformers_version"] = "4.57.0";
     return c;
   }
