@@ -1,0 +1,23 @@
+/* Test-only: writes tiny random checkpoints for the C ABI test. Not part of the ABI. */
+#ifndef VLSTACK_CAPI_CAPI_TEST_SUPPORT_H_
+#define VLSTACK_CAPI_CAPI_TEST_SUPPORT_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes a tiny f32 checkpoint into `dir`. arch: "qwen3-vl" (M-RoPE) or "qwen3" (1-D, no
+ * DeepStack). ds_layers/ds_count: explicit DeepStack target layers (ds_count 0: none; a
+ * qwen3-vl model then has no DeepStack either). Returns 0 on success; prints the error and
+ * returns 1 otherwise. */
+int vls_test_write_checkpoint(const char* dir, const char* arch, int32_t hidden, int32_t layers,
+                              const int32_t* ds_layers, int32_t ds_count, int32_t ds_nmax,
+                              uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VLSTACK_CAPI_CAPI_TEST_SUPPORT_H_ */
