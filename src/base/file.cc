@@ -53,7 +53,8 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr && size_ > 0) {
-    ::munmap(const_cast<std::byte*>(data_), size_);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    ::munmap(const_cast<std::byte*>(data_),
+             size_);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
   }
 }
 

@@ -50,7 +50,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
@@ -99,9 +101,9 @@ class [[nodiscard]] StatusOr {
 #define VLS_CONCAT_INNER_(a, b) a##b
 #define VLS_CONCAT_(a, b) VLS_CONCAT_INNER_(a, b)
 
-#define VLS_RETURN_IF_ERROR(expr)             \
-  do {                                        \
-    ::vls::Status vls_status_ = (expr);       \
+#define VLS_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::vls::Status vls_status_ = (expr);        \
     if (!vls_status_.ok()) return vls_status_; \
   } while (0)
 

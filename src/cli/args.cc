@@ -46,7 +46,8 @@ StatusOr<std::string> Args::Require(const std::string& name) const {
   return *v;
 }
 
-StatusOr<long long> Args::Int(const std::string& name, long long def, long long lo, long long hi) const {
+StatusOr<long long> Args::Int(const std::string& name, long long def, long long lo,
+                              long long hi) const {
   auto v = Get(name);
   if (!v) return def;
   errno = 0;

@@ -17,12 +17,13 @@ namespace vls::cli {
 namespace {
 
 const std::set<std::string> kInputNames = {
-    "input_ids", "inputs_embeds", "visual_embeds", "position_ids", "rope_delta", "image_grid_thw",
-    "video_grid_thw", "deepstack_positions", "deepstack_features", "deepstack_layers", "decode_tokens"};
+    "input_ids",          "inputs_embeds",    "visual_embeds",  "position_ids",
+    "rope_delta",         "image_grid_thw",   "video_grid_thw", "deepstack_positions",
+    "deepstack_features", "deepstack_layers", "decode_tokens"};
 
 // Fetches an optional input tensor and checks its dtype and rank.
-StatusOr<const SafetensorsEntry*> Input(const SafetensorsFile& f, const std::string& name, DType dtype,
-                                        size_t rank) {
+StatusOr<const SafetensorsEntry*> Input(const SafetensorsFile& f, const std::string& name,
+                                        DType dtype, size_t rank) {
   const SafetensorsEntry* e = f.Find(name);
   if (e == nullptr) return e;
   if (e->dtype != dtype) {
@@ -51,7 +52,8 @@ std::vector<GridThw> Grids(const SafetensorsFile& f, const SafetensorsEntry* e) 
   std::vector<GridThw> g;
   if (e == nullptr) return g;
   const TensorView v = f.View(*e);
-  for (int64_t i = 0; i < e->shape[0]; ++i) g.push_back({v.i32()[3 * i], v.i32()[3 * i + 1], v.i32()[3 * i + 2]});
+  for (int64_t i = 0; i < e->shape[0]; ++i)
+    g.push_back({v.i32()[3 * i], v.i32()[3 * i + 1], v.i32()[3 * i + 2]});
   return g;
 }
 
@@ -63,18 +65,20 @@ Status RenameDeepStackTensors(Status s) {
                                                        {"layer_features", "deepstack_features"},
                                                        {"layer_indices", "deepstack_layers"}};
   for (const auto& [from, to] : names) {
-    for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + std::strlen(to))) {
+    for (size_t at = m.find(from); at != std::string::npos;
+         at = m.find(from, at + std::strlen(to))) {
       m.replace(at, std::strlen(from), to);
     }
   }
   return Status(s.code(), m);
 }
 
-Status RunDeepStackPrefill(const SafetensorsFile& in, const SafetensorsEntry* dsp_e, const SafetensorsEntry* dsf_e,
-                           const SafetensorsEntry* dsl_e, std::optional<std::span<const int32_t>> ids,
-                           const std::vector<float>& emb, const PositionIds& positions, int32_t delta,
-                           bool diagnostics, bool all_logits, Session& session, std::vector<std::vector<float>>* states,
-                           std::vector<float>* logits) {
+Status RunDeepStackPrefill(const SafetensorsFile& in, const SafetensorsEntry* dsp_e,
+                           const SafetensorsEntry* dsf_e, const SafetensorsEntry* dsl_e,
+                           std::optional<std::span<const int32_t>> ids,
+                           const std::vector<float>& emb, const PositionIds& positions,
+                           int32_t delta, bool diagnostics, bool all_logits, Session& session,
+                           std::vector<std::vector<float>>* states, std::vector<float>* logits) {
   const TensorView pos = in.View(*dsp_e), feat = in.View(*dsf_e);
   // deepstack_layers defaults to 0..K-1 (K from the features' first dimension).
   HostTensor default_layers;
@@ -97,7 +101,8 @@ Status RunDeepStackPrefill(const SafetensorsFile& in, const SafetensorsEntry* ds
   PrefillOptions opts;
   opts.hidden_states = diagnostics ? states : nullptr;
   opts.all_logits = all_logits;
-  return RenameDeepStackTensors(session.PrefillDeepStack(emb, positions, delta, *payload, facts, opts, logits));
+  return RenameDeepStackTensors(
+      session.PrefillDeepStack(emb, positions, delta, *payload, facts, opts, logits));
 }
 
 Status Forward(const Args& args) {
@@ -135,10 +140,12 @@ Status Forward(const Args& args) {
   const int64_t prompt_len = emb_e ? emb_e->shape[0] : ids_e->shape[0];
   const int64_t n_decode = dec_e ? dec_e->shape[0] : 0;
   int64_t min_capacity = prompt_len + n_decode;
-  if (file_cfg.deepstack) min_capacity = std::max<int64_t>(min_capacity, file_cfg.deepstack->max_visual_positions);
+  if (file_cfg.deepstack)
+    min_capacity = std::max<int64_t>(min_capacity, file_cfg.deepstack->max_visual_positions);
   VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", min_capacity, 1, 1 << 24));
   if (capacity < prompt_len + n_decode) {
-    return OutOfRange("--capacity " + std::to_string(capacity) + " is smaller than the prompt plus decode tokens (" +
+    return OutOfRange("--capacity " + std::to_string(capacity) +
+                      " is smaller than the prompt plus decode tokens (" +
                       std::to_string(prompt_len + n_decode) + ")");
   }
   LoadOptions lo;
@@ -156,8 +163,8 @@ Status Forward(const Args& args) {
   if (emb_e) {
     S = emb_e->shape[0];
     if (emb_e->shape[1] != H) {
-      return InvalidArgument("inputs_embeds: shape " + ShapeToString(emb_e->shape) + " but hidden is " +
-                             std::to_string(H));
+      return InvalidArgument("inputs_embeds: shape " + ShapeToString(emb_e->shape) +
+                             " but hidden is " + std::to_string(H));
     }
     if (ids_e && ids_e->shape[0] != S) {
       return InvalidArgument("input_ids has " + std::to_string(ids_e->shape[0]) +
@@ -184,7 +191,8 @@ Status Forward(const Args& args) {
       }
       if (v != vis_e->shape[0]) {
         return InvalidArgument("visual_embeds has " + std::to_string(vis_e->shape[0]) +
-                               " rows but input_ids hold " + std::to_string(v) + " image/video pad tokens");
+                               " rows but input_ids hold " + std::to_string(v) +
+                               " image/video pad tokens");
       }
     }
   }
@@ -196,8 +204,9 @@ Status Forward(const Args& args) {
   if (pos_e) {
     if (pos_e->dtype != DType::kI32) return InvalidArgument("position_ids must be I32");
     const TensorView pv = in->View(*pos_e);
-    VLS_ASSIGN_OR_RETURN(positions, PositionsFromTensor(cfg.position_mode, pos_e->shape,
-                                                        {pv.i32(), static_cast<size_t>(pv.numel())}, S));
+    VLS_ASSIGN_OR_RETURN(positions,
+                         PositionsFromTensor(cfg.position_mode, pos_e->shape,
+                                             {pv.i32(), static_cast<size_t>(pv.numel())}, S));
   } else if (cfg.position_mode == PositionMode::kMrope && ids_e && (img_e || vid_e)) {
     // As in the reference, get_rope_index takes the vision path only when grids are given.
     std::vector<GridThw> img = Grids(*in, img_e), vid = Grids(*in, vid_e);
@@ -209,9 +218,10 @@ Status Forward(const Args& args) {
     delta = ri.rope_delta;
   } else {
     if (img_e || vid_e) {
-      return InvalidArgument(cfg.position_mode == PositionMode::k1D
-                                 ? "image_grid_thw/video_grid_thw given but the model uses 1-D positions"
-                                 : "image_grid_thw/video_grid_thw need input_ids to place the images");
+      return InvalidArgument(
+          cfg.position_mode == PositionMode::k1D
+              ? "image_grid_thw/video_grid_thw given but the model uses 1-D positions"
+              : "image_grid_thw/video_grid_thw need input_ids to place the images");
     }
     positions = SequentialPositions(cfg.position_mode, S);
   }
@@ -231,9 +241,9 @@ Status Forward(const Args& args) {
   opts.all_logits = all_logits;
   std::vector<float> logits;
   if (deepstack) {
-    VLS_RETURN_IF_ERROR(RunDeepStackPrefill(*in, dsp_e, dsf_e, dsl_e, ids_e ? std::optional(ids) : std::nullopt,
-                                            emb, positions, delta, diagnostics, all_logits, session, &capture.states,
-                                            &logits));
+    VLS_RETURN_IF_ERROR(RunDeepStackPrefill(
+        *in, dsp_e, dsf_e, dsl_e, ids_e ? std::optional(ids) : std::nullopt, emb, positions, delta,
+        diagnostics, all_logits, session, &capture.states, &logits));
   } else {
     opts.observer = diagnostics ? &capture : nullptr;
     VLS_RETURN_IF_ERROR(session.PrefillEmbeddings(emb, positions, delta, opts, &logits));
@@ -261,7 +271,8 @@ Status Forward(const Args& args) {
   }
   if (diagnostics) {
     for (int l = 0; l < cfg.layers; ++l) {
-      add("hidden_after_layer." + std::to_string(l), HostTensor::FromF32({S, H}, capture.states[static_cast<size_t>(l)]));
+      add("hidden_after_layer." + std::to_string(l),
+          HostTensor::FromF32({S, H}, capture.states[static_cast<size_t>(l)]));
     }
     std::vector<float> fin(static_cast<size_t>(S * H));
     model->FinalNorm(capture.states.back().data(), S, fin.data());
@@ -271,7 +282,8 @@ Status Forward(const Args& args) {
       for (int kv = 0; kv < 2; ++kv) {
         const float* base = kv == 0 ? session.cache().k(l, 0) : session.cache().v(l, 0);
         add((kv == 0 ? "k_cache." : "v_cache.") + std::to_string(l),
-            HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim}, {base, static_cast<size_t>(T * row)}));
+            HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim},
+                                {base, static_cast<size_t>(T * row)}));
       }
     }
   }
@@ -290,7 +302,8 @@ int Fail(const char* command, const Status& status) {
 }
 
 int RunForward(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv, {"model", "input", "output", "capacity"}, {"diagnostics", "all-logits"});
+  auto args = Args::Parse(argc, argv, {"model", "input", "output", "capacity"},
+                          {"diagnostics", "all-logits"});
   if (!args.ok()) return Fail("forward", args.status());
   Status s = Forward(*args);
   if (!s.ok()) return Fail("forward", s);

@@ -30,7 +30,8 @@ int RunInspect(int argc, char** argv) {
     return 0;
   }
   std::printf("model %s\n%s", dir->c_str(), CanonicalConfigText(m.config()).c_str());
-  std::printf("bounds capacity=%d slots=%d nmax=%d\n", m.bounds().capacity, m.bounds().slots, m.bounds().nmax);
+  std::printf("bounds capacity=%d slots=%d nmax=%d\n", m.bounds().capacity, m.bounds().slots,
+              m.bounds().nmax);
   std::printf("entries %zu\n", m.entries().entries().size());
   for (const Entry& e : m.entries().entries()) std::fputs(e.Manifest().c_str(), stdout);
   std::printf("identity sha256:%s\n", m.Identity().c_str());

@@ -46,7 +46,8 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   VLS_ASSIGN_OR_RETURN(s.head_dim, get("head-dim", s.head_dim, 2, 1024));
   VLS_ASSIGN_OR_RETURN(s.intermediate, get("intermediate", s.intermediate, 1, 1 << 18));
   VLS_ASSIGN_OR_RETURN(s.vocab, get("vocab", s.vocab, 16, 1 << 20));
-  VLS_ASSIGN_OR_RETURN(s.deepstack, get("deepstack", s.arch == "qwen3-vl" ? s.deepstack : 0, 0, 64));
+  VLS_ASSIGN_OR_RETURN(s.deepstack,
+                       get("deepstack", s.arch == "qwen3-vl" ? s.deepstack : 0, 0, 64));
   VLS_ASSIGN_OR_RETURN(s.shards, get("shards", 0, 0, 64));
   VLS_ASSIGN_OR_RETURN(long long seed, a.Int("seed", 0, 0, (1ll << 62)));
   s.seed = static_cast<uint64_t>(seed);
@@ -57,29 +58,38 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   if (a.Has("tied")) s.tied = true;
   if (a.Has("no-vision")) s.vision = false;
   if (auto d = a.Get("dtype")) {
-    if (*d == "bf16") s.dtype = DType::kBF16;
-    else if (*d == "f16") s.dtype = DType::kF16;
-    else if (*d == "f32") s.dtype = DType::kF32;
-    else return InvalidArgument("--dtype: '" + *d + "' (expected bf16, f16 or f32)");
+    if (*d == "bf16")
+      s.dtype = DType::kBF16;
+    else if (*d == "f16")
+      s.dtype = DType::kF16;
+    else if (*d == "f32")
+      s.dtype = DType::kF32;
+    else
+      return InvalidArgument("--dtype: '" + *d + "' (expected bf16, f16 or f32)");
   }
   if (auto m = a.Get("mrope-section")) {
     VLS_ASSIGN_OR_RETURN(s.mrope_section, ParseIntList("mrope-section", *m));
-    if (s.mrope_section.size() != 3) return InvalidArgument("--mrope-section needs three values T,H,W");
+    if (s.mrope_section.size() != 3)
+      return InvalidArgument("--mrope-section needs three values T,H,W");
   }
   if (auto l = a.Get("mrope-layout")) {
-    if (*l == "chunked") s.chunked = true;
-    else if (*l != "interleaved") return InvalidArgument("--mrope-layout: '" + *l + "' (interleaved or chunked)");
+    if (*l == "chunked")
+      s.chunked = true;
+    else if (*l != "interleaved")
+      return InvalidArgument("--mrope-layout: '" + *l + "' (interleaved or chunked)");
   }
   if (auto l = a.Get("deepstack-layers")) {
     VLS_ASSIGN_OR_RETURN(s.ds_layers, ParseIntList("deepstack-layers", *l));
     VLS_ASSIGN_OR_RETURN(s.ds_nmax, get("deepstack-nmax", 0, 1, 1 << 30));
-    if (!a.Has("deepstack-nmax")) return InvalidArgument("--deepstack-layers needs --deepstack-nmax");
+    if (!a.Has("deepstack-nmax"))
+      return InvalidArgument("--deepstack-layers needs --deepstack-nmax");
   } else if (a.Has("deepstack-nmax")) {
     return InvalidArgument("--deepstack-nmax needs --deepstack-layers");
   }
   if (s.arch == "qwen3" && ((a.Has("deepstack") && s.deepstack > 0) || a.Has("mrope-section"))) {
     return InvalidArgument(
-        "--arch qwen3 is a 1-D text model without a vision tower: no --deepstack or --mrope-section "
+        "--arch qwen3 is a 1-D text model without a vision tower: no --deepstack or "
+        "--mrope-section "
         "(use --deepstack-layers/--deepstack-nmax to declare DeepStack explicitly)");
   }
   if (s.heads % s.kv_heads != 0) return InvalidArgument("--kv-heads must divide --heads");
@@ -87,15 +97,30 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   return s;
 }
 
-
 }  // namespace
 
 int RunMakeTestModel(int argc, char** argv) {
   auto args = Args::Parse(argc, argv,
-                          {"out", "shape", "arch", "hidden", "layers", "heads", "kv-heads", "head-dim",
-                           "intermediate", "vocab", "dtype", "mrope-section", "mrope-layout",
-                           "rope-theta", "deepstack", "deepstack-layers", "deepstack-nmax", "shards",
-                           "seed", "init-scale"},
+                          {"out",
+                           "shape",
+                           "arch",
+                           "hidden",
+                           "layers",
+                           "heads",
+                           "kv-heads",
+                           "head-dim",
+                           "intermediate",
+                           "vocab",
+                           "dtype",
+                           "mrope-section",
+                           "mrope-layout",
+                           "rope-theta",
+                           "deepstack",
+                           "deepstack-layers",
+                           "deepstack-nmax",
+                           "shards",
+                           "seed",
+                           "init-scale"},
                           {"tied", "untied", "no-vision"});
   if (!args.ok()) return Fail("make-test-model", args.status());
   auto out = args->Require("out");

@@ -12,7 +12,10 @@ namespace vls {
 class KvCache {
  public:
   KvCache(int layers, int capacity, int kv_heads, int head_dim)
-      : layers_(layers), capacity_(capacity), kv_heads_(kv_heads), head_dim_(head_dim),
+      : layers_(layers),
+        capacity_(capacity),
+        kv_heads_(kv_heads),
+        head_dim_(head_dim),
         k_(static_cast<size_t>(layers) * capacity * kv_heads * head_dim),
         v_(k_.size()) {}
 

@@ -35,7 +35,8 @@ StatusOr<int> ReadInt(const Json& v, const Obj& o, const std::string& k, int64_t
   if (!v.is_number_integer()) return o.Err(k, "expected an integer, got " + v.dump());
   int64_t x = v.get<int64_t>();
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return o.Err(k, v.dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return o.Err(k,
+                 v.dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   if (x < lo || x > hi) {
     return o.Err(k, std::to_string(x) + " is outside [" + std::to_string(lo) + ", " +
@@ -148,11 +149,13 @@ Status ParseRope(const Obj& text, Qwen3Config& cfg) {
     }
     if (sections) {
       if (!sections->is_array() || sections->size() != 3) {
-        return r.Err("mrope_section", "expected a list of 3 integers [T, H, W], got " + sections->dump());
+        return r.Err("mrope_section",
+                     "expected a list of 3 integers [T, H, W], got " + sections->dump());
       }
       int sum = 0;
       for (size_t i = 0; i < 3; ++i) {
-        VLS_ASSIGN_OR_RETURN(cfg.mrope_section[i], ReadInt((*sections)[i], r, "mrope_section", 0, kMaxDim));
+        VLS_ASSIGN_OR_RETURN(cfg.mrope_section[i],
+                             ReadInt((*sections)[i], r, "mrope_section", 0, kMaxDim));
         sum += cfg.mrope_section[i];
       }
       if (sum != cfg.head_dim / 2) {
@@ -175,10 +178,10 @@ Status ParseRope(const Obj& text, Qwen3Config& cfg) {
 
 Status ParseDeepStack(const Obj& root, const Obj& text, const Obj* vision, Qwen3Config& cfg) {
   // Explicit keys may sit in text_config or at the root.
-  const Obj* where = text.Get("deepstack_language_layer_indices") ||
-                             text.Get("deepstack_max_visual_positions")
-                         ? &text
-                         : &root;
+  const Obj* where =
+      text.Get("deepstack_language_layer_indices") || text.Get("deepstack_max_visual_positions")
+          ? &text
+          : &root;
   const Json* li = where->Get("deepstack_language_layer_indices");
   const Json* mx = where->Get("deepstack_max_visual_positions");
   if ((li == nullptr) != (mx == nullptr)) {
@@ -190,7 +193,8 @@ Status ParseDeepStack(const Obj& root, const Obj& text, const Obj* vision, Qwen3
     ds.explicit_keys = true;
     if (!li->is_array()) return where->Err("deepstack_language_layer_indices", "expected a list");
     for (const Json& e : *li) {
-      VLS_ASSIGN_OR_RETURN(int l, ReadInt(e, *where, "deepstack_language_layer_indices", 0, kMaxDim));
+      VLS_ASSIGN_OR_RETURN(int l,
+                           ReadInt(e, *where, "deepstack_language_layer_indices", 0, kMaxDim));
       ds.target_layers.push_back(l);
     }
     VLS_ASSIGN_OR_RETURN(ds.max_visual_positions,
@@ -201,7 +205,8 @@ Status ParseDeepStack(const Obj& root, const Obj& text, const Obj* vision, Qwen3
     if (!vi->is_array()) return vision->Err("deepstack_visual_indexes", "expected a list");
     if (vi->empty()) return Status::Ok();  // no DeepStack taps declared
     for (size_t k = 0; k < vi->size(); ++k) {
-      VLS_ASSIGN_OR_RETURN(int unused, ReadInt((*vi)[k], *vision, "deepstack_visual_indexes", 0, kMaxDim));
+      VLS_ASSIGN_OR_RETURN(int unused,
+                           ReadInt((*vi)[k], *vision, "deepstack_visual_indexes", 0, kMaxDim));
       (void)unused;
       // The vision indexes name ViT blocks; the language targets are layers 0..K-1.
       ds.target_layers.push_back(static_cast<int>(k));
@@ -248,7 +253,8 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   std::optional<Obj> vision;
   if (cfg.model_type == "qwen3_vl") {
     const Json* tc = root.Get("text_config");
-    if (!tc || !tc->is_object()) return root.Err("text_config", "qwen3_vl requires a text_config object");
+    if (!tc || !tc->is_object())
+      return root.Err("text_config", "qwen3_vl requires a text_config object");
     text = Obj{tc, "text_config.", label};
     if (const Json* vc = root.Get("vision_config")) {
       if (!vc->is_object()) return root.Err("vision_config", "expected an object");
@@ -258,8 +264,8 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   } else if (cfg.model_type == "qwen3") {
     cfg.weight_prefix = "model.";
   } else {
-    return Status(StatusCode::kUnimplemented,
-                  label + ": model_type '" + cfg.model_type + "' is not supported (qwen3, qwen3_vl)");
+    return Status(StatusCode::kUnimplemented, label + ": model_type '" + cfg.model_type +
+                                                  "' is not supported (qwen3, qwen3_vl)");
   }
 
   VLS_ASSIGN_OR_RETURN(cfg.hidden, RequireInt(text, "hidden_size", 1, kMaxDim));
@@ -270,8 +276,9 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   VLS_ASSIGN_OR_RETURN(cfg.intermediate, RequireInt(text, "intermediate_size", 1, kMaxDim));
   VLS_ASSIGN_OR_RETURN(cfg.vocab, RequireInt(text, "vocab_size", 1, kMaxDim));
   VLS_ASSIGN_OR_RETURN(cfg.rms_norm_eps, OptionalNumber(text, "rms_norm_eps", 1e-6));
-  VLS_ASSIGN_OR_RETURN(cfg.max_position_embeddings,
-                       OptionalInt(text, "max_position_embeddings", 0, 0, std::numeric_limits<int32_t>::max()));
+  VLS_ASSIGN_OR_RETURN(
+      cfg.max_position_embeddings,
+      OptionalInt(text, "max_position_embeddings", 0, 0, std::numeric_limits<int32_t>::max()));
   if (cfg.rms_norm_eps <= 0) return text.Err("rms_norm_eps", "must be positive");
   if (cfg.head_dim % 2 != 0) return text.Err("head_dim", "must be even for rotary embeddings");
   if (cfg.heads % cfg.kv_heads != 0) {
@@ -280,8 +287,8 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
                                                std::to_string(cfg.heads));
   }
   if (const Json* act = text.Get("hidden_act"); act && *act != "silu") {
-    return Status(StatusCode::kUnimplemented,
-                  label + ": " + text.Key("hidden_act") + ": " + act->dump() + " is not supported (silu)");
+    return Status(StatusCode::kUnimplemented, label + ": " + text.Key("hidden_act") + ": " +
+                                                  act->dump() + " is not supported (silu)");
   }
   VLS_ASSIGN_OR_RETURN(std::optional<bool> bias, OptionalBool(text, "attention_bias"));
   if (bias.value_or(false)) {
@@ -326,7 +333,8 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
     }
   }
   if (vision) {
-    VLS_ASSIGN_OR_RETURN(cfg.spatial_merge_size, OptionalInt(*vision, "spatial_merge_size", 2, 1, 64));
+    VLS_ASSIGN_OR_RETURN(cfg.spatial_merge_size,
+                         OptionalInt(*vision, "spatial_merge_size", 2, 1, 64));
     if (const Json* oh = vision->Get("out_hidden_size")) {
       VLS_ASSIGN_OR_RETURN(int out_hidden, ReadInt(*oh, *vision, "out_hidden_size", 1, kMaxDim));
       if (out_hidden != cfg.hidden) {
@@ -348,7 +356,8 @@ StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir) {
   auto gen = ReadFileToString(gen_path);
   if (gen.ok()) {
     Json g = Json::parse(*gen, nullptr, false);
-    if (g.is_discarded() || !g.is_object()) return InvalidArgument(gen_path + ": not a JSON object");
+    if (g.is_discarded() || !g.is_object())
+      return InvalidArgument(gen_path + ": not a JSON object");
     Obj go{&g, "", gen_path};
     VLS_ASSIGN_OR_RETURN(std::vector<int> eos, ReadIdList(go, "eos_token_id"));
     if (!eos.empty()) cfg.eos_token_ids = eos;
@@ -380,10 +389,11 @@ std::string CanonicalConfigText(const Qwen3Config& c) {
     << "\nhidden=" << c.hidden << "\nlayers=" << c.layers << "\nheads=" << c.heads
     << "\nkv_heads=" << c.kv_heads << "\nhead_dim=" << c.head_dim
     << "\nintermediate=" << c.intermediate << "\nvocab=" << c.vocab
-    << "\nrms_norm_eps=" << c.rms_norm_eps << "\nrope_theta=" << c.rope_theta
-    << "\ntied=" << c.tied << "\nposition_mode=" << PositionModeName(c.position_mode);
+    << "\nrms_norm_eps=" << c.rms_norm_eps << "\nrope_theta=" << c.rope_theta << "\ntied=" << c.tied
+    << "\nposition_mode=" << PositionModeName(c.position_mode);
   if (c.position_mode == PositionMode::kMrope) {
-    o << "\nmrope_layout=" << (c.mrope_layout == MropeLayout::kInterleaved ? "interleaved" : "chunked")
+    o << "\nmrope_layout="
+      << (c.mrope_layout == MropeLayout::kInterleaved ? "interleaved" : "chunked")
       << "\nmrope_section=" << c.mrope_section[0] << "," << c.mrope_section[1] << ","
       << c.mrope_section[2];
   }

@@ -10,10 +10,12 @@ namespace vls {
 
 StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir) {
   VLS_ASSIGN_OR_RETURN(Qwen3Config cfg, LoadQwen3Config(dir));
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(dir));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt,
+                       SafetensorsCheckpoint::Open(dir));
   auto w = BindQwen3Weights(cfg, *ckpt);
   if (!w.ok()) return w.status().WithContext(dir);
-  return std::unique_ptr<Qwen3Model>(new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w)));
+  return std::unique_ptr<Qwen3Model>(
+      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w)));
 }
 
 std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
@@ -45,8 +47,10 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   std::vector<float> cos(static_cast<size_t>(D / 2)), sin(static_cast<size_t>(D / 2));
   for (int64_t m = 0; m < M; ++m) {
     rope_.CosSin(rows[static_cast<size_t>(m)].coord, cos.data(), sin.data());
-    for (int64_t h = 0; h < nh; ++h) kernels::ApplyRope(&q[(m * nh + h) * D], cos.data(), sin.data(), D);
-    for (int64_t h = 0; h < nkv; ++h) kernels::ApplyRope(&k[(m * nkv + h) * D], cos.data(), sin.data(), D);
+    for (int64_t h = 0; h < nh; ++h)
+      kernels::ApplyRope(&q[(m * nh + h) * D], cos.data(), sin.data(), D);
+    for (int64_t h = 0; h < nkv; ++h)
+      kernels::ApplyRope(&k[(m * nkv + h) * D], cos.data(), sin.data(), D);
   }
   // Write every row's K/V first: prefill rows then see all earlier rows of their sequence.
   for (int64_t m = 0; m < M; ++m) {

@@ -115,9 +115,8 @@ StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const Safetensor
       // A tied checkpoint may still carry lm_head.weight; accept it only as an exact copy.
       const SafetensorsCheckpoint::Tensor* emb = ckpt.Find(p + "embed_tokens.weight");
       if (emb == nullptr || !SameBytes(head->view, emb->view)) {
-        return InvalidArgument(
-            "tensor 'lm_head.weight' differs from '" + p +
-            "embed_tokens.weight' but the config sets tie_word_embeddings=true");
+        return InvalidArgument("tensor 'lm_head.weight' differs from '" + p +
+                               "embed_tokens.weight' but the config sets tie_word_embeddings=true");
       }
       (void)b.Take("lm_head.weight", {V, H});
     }

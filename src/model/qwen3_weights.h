@@ -13,17 +13,17 @@
 namespace vls {
 
 struct Qwen3LayerWeights {
-  kernels::Matrix q, k, v, o;     // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
+  kernels::Matrix q, k, v, o;      // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
   kernels::Matrix gate, up, down;  // [I, H], [I, H], [H, I]
-  std::vector<float> input_norm;  // [H]
-  std::vector<float> post_norm;   // [H]
-  std::vector<float> q_norm;      // [D]
-  std::vector<float> k_norm;      // [D]
+  std::vector<float> input_norm;   // [H]
+  std::vector<float> post_norm;    // [H]
+  std::vector<float> q_norm;       // [D]
+  std::vector<float> k_norm;       // [D]
 };
 
 struct Qwen3Weights {
-  kernels::Matrix embed;    // [V, H]
-  kernels::Matrix lm_head;  // [V, H]; the embedding matrix when tied
+  kernels::Matrix embed;          // [V, H]
+  kernels::Matrix lm_head;        // [V, H]; the embedding matrix when tied
   std::vector<float> final_norm;  // [H]
   std::vector<Qwen3LayerWeights> layers;
   // Name, dtype, shape of every bound tensor in a fixed order (for the artifact identity).

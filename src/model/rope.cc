@@ -20,11 +20,15 @@ Rope::Rope(const Qwen3Config& cfg) {
     int axis = 0;
     if (cfg.mrope_layout == MropeLayout::kInterleaved) {
       // THW THW ... then T for the tail (qwen3vl-spec §B.1).
-      if (j % 3 == 1 && j < 3 * sec[1]) axis = 1;
-      else if (j % 3 == 2 && j < 3 * sec[2]) axis = 2;
+      if (j % 3 == 1 && j < 3 * sec[1])
+        axis = 1;
+      else if (j % 3 == 2 && j < 3 * sec[2])
+        axis = 2;
     } else {
-      if (j >= sec[0] + sec[1]) axis = 2;
-      else if (j >= sec[0]) axis = 1;
+      if (j >= sec[0] + sec[1])
+        axis = 2;
+      else if (j >= sec[0])
+        axis = 1;
     }
     slot_axis_[static_cast<size_t>(j)] = axis;
   }
@@ -32,7 +36,8 @@ Rope::Rope(const Qwen3Config& cfg) {
 
 void Rope::CosSin(const RopeCoord& coord, float* cos, float* sin) const {
   for (size_t j = 0; j < inv_freq_.size(); ++j) {
-    const double angle = static_cast<double>(coord[static_cast<size_t>(slot_axis_[j])]) * inv_freq_[j];
+    const double angle =
+        static_cast<double>(coord[static_cast<size_t>(slot_axis_[j])]) * inv_freq_[j];
     cos[j] = static_cast<float>(std::cos(angle));
     sin[j] = static_cast<float>(std::sin(angle));
   }

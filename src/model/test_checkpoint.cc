@@ -26,7 +26,9 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double Uniform() {
+    return (static_cast<double>(Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
   float Normal() {
     if (has_spare_) {
       has_spare_ = false;
@@ -45,7 +47,6 @@ class Rng {
   float spare_ = 0;
 };
 
-
 // Token ids: the real Qwen ids when the vocabulary holds them, else the last ids of a small one.
 struct Ids {
   int endoftext, im_start, im_end, vision_start, vision_end, image_pad, video_pad;
@@ -62,7 +63,9 @@ std::vector<int> DefaultMropeSection(int head_dim) {
 }
 
 Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& mrope) {
-  const char* dtype_name = s.dtype == DType::kBF16 ? "bfloat16" : s.dtype == DType::kF16 ? "float16" : "float32";
+  const char* dtype_name = s.dtype == DType::kBF16  ? "bfloat16"
+                           : s.dtype == DType::kF16 ? "float16"
+                                                    : "float32";
   Json text;
   text["hidden_size"] = s.hidden;
   text["intermediate_size"] = s.intermediate;
@@ -97,7 +100,8 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
   }
   text["model_type"] = "qwen3_vl_text";
   text["rope_theta"] = s.rope_theta > 0 ? s.rope_theta : 5000000.0;
-  text["rope_scaling"] = {{"rope_type", "default"}, {"mrope_section", mrope}, {"mrope_interleaved", !s.chunked}};
+  text["rope_scaling"] = {
+      {"rope_type", "default"}, {"mrope_section", mrope}, {"mrope_interleaved", !s.chunked}};
   Json c;
   c["architectures"] = {"Qwen3VLForConditionalGeneration"};
   c["model_type"] = "qwen3_vl";
@@ -155,7 +159,9 @@ struct Gen {
 Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
   size_t total = 0;
   for (auto& [n, t] : g.tensors) total += t.nbytes();
-  int shards = s.shards > 0 ? s.shards : static_cast<int>(std::max<size_t>(1, (total + (2ull << 30) - 1) >> 31));
+  int shards = s.shards > 0
+                   ? s.shards
+                   : static_cast<int>(std::max<size_t>(1, (total + (2ull << 30) - 1) >> 31));
   shards = std::min<int>(shards, static_cast<int>(g.tensors.size()));
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   if (shards == 1) {
@@ -166,7 +172,8 @@ Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
   Json index;
   index["metadata"] = {{"total_size", total}};
   Json map = Json::object();
-  const size_t per = (g.tensors.size() + static_cast<size_t>(shards) - 1) / static_cast<size_t>(shards);
+  const size_t per =
+      (g.tensors.size() + static_cast<size_t>(shards) - 1) / static_cast<size_t>(shards);
   for (int k = 0; k < shards; ++k) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", k + 1, shards);
@@ -181,7 +188,6 @@ Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
   return WriteStringToFile(JoinPath(dir, "model.safetensors.index.json"), index.dump(2) + "\n");
 }
 
-
 }  // namespace
 
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
@@ -195,13 +201,15 @@ StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
     s.hidden = 1024, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
     s.intermediate = 3072, s.vocab = 151936;
   } else if (name != "tiny") {
-    return InvalidArgument("unknown model shape '" + name + "' (known: tiny, qwen3-vl-2b-text, qwen3-0.6b)");
+    return InvalidArgument("unknown model shape '" + name +
+                           "' (known: tiny, qwen3-vl-2b-text, qwen3-0.6b)");
   }
   return s;
 }
 
 Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool verbose) {
-  std::vector<int> mrope = s.mrope_section.empty() ? DefaultMropeSection(s.head_dim) : s.mrope_section;
+  std::vector<int> mrope =
+      s.mrope_section.empty() ? DefaultMropeSection(s.head_dim) : s.mrope_section;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("cannot create folder '" + dir + "': " + ec.message());
@@ -212,9 +220,11 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   const std::string p = s.arch == "qwen3" ? "model." : "model.language_model.";
   const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate, V = s.vocab;
   const double sh = 1.0 / std::sqrt(static_cast<double>(H));
-  if (verbose) std::fprintf(stderr, "[make-test-model] %s: %s, H=%d L=%d heads=%d/%d D=%d I=%d V=%d, %s, %s\n",
-               dir.c_str(), s.arch.c_str(), s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
-               s.intermediate, s.vocab, std::string(DTypeName(s.dtype)).c_str(), s.tied ? "tied" : "untied");
+  if (verbose)
+    std::fprintf(stderr, "[make-test-model] %s: %s, H=%d L=%d heads=%d/%d D=%d I=%d V=%d, %s, %s\n",
+                 dir.c_str(), s.arch.c_str(), s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
+                 s.intermediate, s.vocab, std::string(DTypeName(s.dtype)).c_str(),
+                 s.tied ? "tied" : "untied");
   g.Matrix(p + "embed_tokens.weight", V, H, 1.0);
   for (int l = 0; l < s.layers; ++l) {
     const std::string lp = p + "layers." + std::to_string(l) + ".";
@@ -222,14 +232,16 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     g.Matrix(lp + "self_attn.q_proj.weight", s.heads * D, H, sh);
     g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh);
     g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh);
-    g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D, 1.0 / std::sqrt(static_cast<double>(s.heads * D)));
+    g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D,
+             1.0 / std::sqrt(static_cast<double>(s.heads * D)));
     g.Norm(lp + "self_attn.q_norm.weight", D);
     g.Norm(lp + "self_attn.k_norm.weight", D);
     g.Norm(lp + "post_attention_layernorm.weight", H);
     g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh);
     g.Matrix(lp + "mlp.up_proj.weight", I, H, sh);
     g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)));
-    if (s.layers >= 8 && (l + 1) % 4 == 0) if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
+    if (s.layers >= 8 && (l + 1) % 4 == 0)
+      if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
   }
   g.Norm(p + "norm.weight", H);
   if (!s.tied) g.Matrix("lm_head.weight", V, H, sh);
@@ -265,7 +277,8 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
       g.Tensor(mp + "linear_fc2.bias", {H}, 0.02);
     };
     merger(vp + "merger.", Dv);
-    for (int k = 0; k < s.deepstack; ++k) merger(vp + "deepstack_merger_list." + std::to_string(k) + ".", 4 * Dv);
+    for (int k = 0; k < s.deepstack; ++k)
+      merger(vp + "deepstack_merger_list." + std::to_string(k) + ".", 4 * Dv);
   }
   Status st = WriteStringToFile(JoinPath(dir, "config.json"), cfg.dump(2) + "\n");
   if (st.ok()) {
@@ -278,9 +291,10 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   }
   if (st.ok()) st = WriteCheckpoint(dir, s, g);
   if (!st.ok()) return st;
-  if (verbose) std::fprintf(stderr, "[make-test-model] wrote %zu tensors to %s\n", g.tensors.size(), dir.c_str());
+  if (verbose)
+    std::fprintf(stderr, "[make-test-model] wrote %zu tensors to %s\n", g.tensors.size(),
+                 dir.c_str());
   return Status::Ok();
 }
-
 
 }  // namespace vls

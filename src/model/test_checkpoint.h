@@ -20,8 +20,8 @@ struct TestModelSpec {
   bool tied = true;
   std::vector<int> mrope_section;  // empty: derived from head_dim
   bool chunked = false;
-  double rope_theta = 0;  // 0: 5e6 (qwen3-vl) / 1e6 (qwen3)
-  int deepstack = 3;      // vision deepstack_visual_indexes count
+  double rope_theta = 0;       // 0: 5e6 (qwen3-vl) / 1e6 (qwen3)
+  int deepstack = 3;           // vision deepstack_visual_indexes count
   std::vector<int> ds_layers;  // explicit deepstack_language_layer_indices
   int ds_nmax = 0;
   int shards = 0;  // 0: automatic (2 GiB per shard)

@@ -8,15 +8,21 @@
 namespace vls {
 namespace {
 
-constexpr DeepStackRule kAllRules[] = {
-    DeepStackRule::kDType,          DeepStackRule::kRank,
-    DeepStackRule::kEmptyLayerSet,  DeepStackRule::kShape,
-    DeepStackRule::kByteCount,      DeepStackRule::kPositionsNotSorted,
-    DeepStackRule::kPositionOutOfRange, DeepStackRule::kVisualCountMismatch,
-    DeepStackRule::kNegativeLayer,  DeepStackRule::kNonFiniteFeature,
-    DeepStackRule::kStaticMaxOverflow, DeepStackRule::kHiddenMismatch,
-    DeepStackRule::kLayerContract,  DeepStackRule::kPositionMode,
-    DeepStackRule::kNotDeclared};
+constexpr DeepStackRule kAllRules[] = {DeepStackRule::kDType,
+                                       DeepStackRule::kRank,
+                                       DeepStackRule::kEmptyLayerSet,
+                                       DeepStackRule::kShape,
+                                       DeepStackRule::kByteCount,
+                                       DeepStackRule::kPositionsNotSorted,
+                                       DeepStackRule::kPositionOutOfRange,
+                                       DeepStackRule::kVisualCountMismatch,
+                                       DeepStackRule::kNegativeLayer,
+                                       DeepStackRule::kNonFiniteFeature,
+                                       DeepStackRule::kStaticMaxOverflow,
+                                       DeepStackRule::kHiddenMismatch,
+                                       DeepStackRule::kLayerContract,
+                                       DeepStackRule::kPositionMode,
+                                       DeepStackRule::kNotDeclared};
 
 std::string ListText(std::span<const int32_t> v) {
   std::string s = "[";
@@ -36,7 +42,8 @@ Status CheckBytes(const char* tensor, const TensorView& t) {
                               std::to_string(*want) + " bytes, got " + std::to_string(t.nbytes));
   }
   if (t.nbytes > 0 && t.data == nullptr) {
-    return DeepStackError(DeepStackRule::kByteCount, std::string(tensor) + ": data pointer is null");
+    return DeepStackError(DeepStackRule::kByteCount,
+                          std::string(tensor) + ": data pointer is null");
   }
   return Status::Ok();
 }
@@ -72,7 +79,8 @@ std::optional<DeepStackRule> DeepStackRuleOf(const Status& status) {
   const std::string& m = status.message();
   if (m.rfind("deepstack.", 0) != 0) return std::nullopt;
   const size_t colon = m.find(':');
-  const std::string name = m.substr(10, colon == std::string::npos ? std::string::npos : colon - 10);
+  const std::string name =
+      m.substr(10, colon == std::string::npos ? std::string::npos : colon - 10);
   for (DeepStackRule r : kAllRules) {
     if (name == DeepStackRuleName(r)) return r;
   }
@@ -95,23 +103,25 @@ StatusOr<DeepStackPayload> DeepStackPayload::Create(const TensorView& positions,
                                                      std::string(DTypeName(features.dtype)));
   }
   if (positions.shape.size() != 1) {
-    return DeepStackError(DeepStackRule::kRank, "visual_positions must be [Nv], got " +
-                                                    ShapeToString(positions.shape));
+    return DeepStackError(DeepStackRule::kRank,
+                          "visual_positions must be [Nv], got " + ShapeToString(positions.shape));
   }
   if (layers.shape.size() != 1) {
     return DeepStackError(DeepStackRule::kRank,
                           "layer_indices must be [K], got " + ShapeToString(layers.shape));
   }
   if (features.shape.size() != 3) {
-    return DeepStackError(DeepStackRule::kRank, "layer_features must be [K,Nv,H], got " +
-                                                    ShapeToString(features.shape));
+    return DeepStackError(DeepStackRule::kRank,
+                          "layer_features must be [K,Nv,H], got " + ShapeToString(features.shape));
   }
   const int64_t K = layers.shape[0], Nv = positions.shape[0];
-  if (K <= 0) return DeepStackError(DeepStackRule::kEmptyLayerSet, "layer_indices is empty (K = 0)");
+  if (K <= 0)
+    return DeepStackError(DeepStackRule::kEmptyLayerSet, "layer_indices is empty (K = 0)");
   if (Nv < 0 || features.shape[0] != K || features.shape[1] != Nv || features.shape[2] <= 0) {
-    return DeepStackError(DeepStackRule::kShape,
-                          "layer_features is " + ShapeToString(features.shape) + " but must be [K=" +
-                              std::to_string(K) + ",Nv=" + std::to_string(Nv) + ",H>0]");
+    return DeepStackError(DeepStackRule::kShape, "layer_features is " +
+                                                     ShapeToString(features.shape) +
+                                                     " but must be [K=" + std::to_string(K) +
+                                                     ",Nv=" + std::to_string(Nv) + ",H>0]");
   }
   VLS_RETURN_IF_ERROR(CheckBytes("visual_positions", positions));
   VLS_RETURN_IF_ERROR(CheckBytes("layer_features", features));
@@ -128,17 +138,17 @@ Status ValidateDeepStackRequest(const DeepStackPayload& p, const DeepStackReques
   for (size_t i = 1; i < pos.size(); ++i) {
     if (pos[i] <= pos[i - 1]) {
       return DeepStackError(DeepStackRule::kPositionsNotSorted,
-                            "visual_positions must be strictly increasing; [" + std::to_string(i - 1) +
-                                "]=" + std::to_string(pos[i - 1]) + " then [" + std::to_string(i) +
-                                "]=" + std::to_string(pos[i]));
+                            "visual_positions must be strictly increasing; [" +
+                                std::to_string(i - 1) + "]=" + std::to_string(pos[i - 1]) +
+                                " then [" + std::to_string(i) + "]=" + std::to_string(pos[i]));
     }
   }
   for (size_t i = 0; i < pos.size(); ++i) {
     if (pos[i] < 0 || pos[i] >= f.sequence_length) {
-      return DeepStackError(DeepStackRule::kPositionOutOfRange,
-                            "visual_positions[" + std::to_string(i) + "]=" + std::to_string(pos[i]) +
-                                " is outside the expanded sequence [0," +
-                                std::to_string(f.sequence_length) + ")");
+      return DeepStackError(
+          DeepStackRule::kPositionOutOfRange,
+          "visual_positions[" + std::to_string(i) + "]=" + std::to_string(pos[i]) +
+              " is outside the expanded sequence [0," + std::to_string(f.sequence_length) + ")");
     }
   }
   if (f.token_ids) {
@@ -157,19 +167,22 @@ Status ValidateDeepStackRequest(const DeepStackPayload& p, const DeepStackReques
     if (!std::equal(pads.begin(), pads.end(), pos.begin())) {
       return DeepStackError(DeepStackRule::kVisualCountMismatch,
                             "visual_positions " + ListText(pos) +
-                                " differ from the image/video pad token positions " + ListText(pads));
+                                " differ from the image/video pad token positions " +
+                                ListText(pads));
     }
   }
   if (f.declared_visual_tokens && *f.declared_visual_tokens != p.num_visual()) {
-    return DeepStackError(DeepStackRule::kVisualCountMismatch,
-                          "the request declares " + std::to_string(*f.declared_visual_tokens) +
-                              " visual tokens but visual_positions has Nv=" + std::to_string(p.num_visual()));
+    return DeepStackError(
+        DeepStackRule::kVisualCountMismatch,
+        "the request declares " + std::to_string(*f.declared_visual_tokens) +
+            " visual tokens but visual_positions has Nv=" + std::to_string(p.num_visual()));
   }
   const auto layers = p.layer_indices();
   for (size_t k = 0; k < layers.size(); ++k) {
     if (layers[k] < 0) {
-      return DeepStackError(DeepStackRule::kNegativeLayer,
-                            "layer_indices[" + std::to_string(k) + "]=" + std::to_string(layers[k]) + " is negative");
+      return DeepStackError(
+          DeepStackRule::kNegativeLayer,
+          "layer_indices[" + std::to_string(k) + "]=" + std::to_string(layers[k]) + " is negative");
     }
   }
   const int64_t n = p.num_layers() * p.num_visual() * p.hidden();
@@ -190,12 +203,14 @@ Status ValidateDeepStackRequest(const DeepStackPayload& p, const DeepStackReques
 Status ValidateDeepStackForModel(const DeepStackPayload& p, const Qwen3Config& cfg, int nmax,
                                  PositionMode request_mode) {
   if (!cfg.deepstack) {
-    return DeepStackError(DeepStackRule::kNotDeclared,
-                          "the model declares no DeepStack layers, so it has no DeepStack prefill entry");
+    return DeepStackError(
+        DeepStackRule::kNotDeclared,
+        "the model declares no DeepStack layers, so it has no DeepStack prefill entry");
   }
   if (p.num_visual() > nmax) {
-    return DeepStackError(DeepStackRule::kStaticMaxOverflow,
-                          "Nv=" + std::to_string(p.num_visual()) + " exceeds Nmax=" + std::to_string(nmax));
+    return DeepStackError(
+        DeepStackRule::kStaticMaxOverflow,
+        "Nv=" + std::to_string(p.num_visual()) + " exceeds Nmax=" + std::to_string(nmax));
   }
   if (p.hidden() != cfg.hidden) {
     return DeepStackError(DeepStackRule::kHiddenMismatch,
@@ -207,13 +222,14 @@ Status ValidateDeepStackForModel(const DeepStackPayload& p, const Qwen3Config& c
   if (!std::equal(got.begin(), got.end(), want.begin(), want.end())) {
     std::vector<int32_t> w(want.begin(), want.end());
     return DeepStackError(DeepStackRule::kLayerContract,
-                          "layer_indices " + ListText(got) + " do not match the model's target layers " +
-                              ListText(w));
+                          "layer_indices " + ListText(got) +
+                              " do not match the model's target layers " + ListText(w));
   }
   if (request_mode != cfg.position_mode) {
-    return DeepStackError(DeepStackRule::kPositionMode,
-                          std::string("the request uses ") + PositionModeName(request_mode) +
-                              " positions but the model uses " + PositionModeName(cfg.position_mode));
+    return DeepStackError(DeepStackRule::kPositionMode, std::string("the request uses ") +
+                                                            PositionModeName(request_mode) +
+                                                            " positions but the model uses " +
+                                                            PositionModeName(cfg.position_mode));
   }
   return Status::Ok();
 }

@@ -23,21 +23,21 @@ namespace vls {
 
 // The rules, in the order they are checked. Names appear in error messages.
 enum class DeepStackRule {
-  kDType,                 // 1: dtypes i32 / f32 / i32
-  kRank,                  // 1: ranks 1 / 3 / 1
-  kEmptyLayerSet,         // 1: K > 0
-  kShape,                 // 1: features [K, Nv, H>0]
-  kByteCount,             // 1: bytes == product(shape) × 4, overflow-checked
-  kPositionsNotSorted,    // 2: strictly increasing (checked before range)
-  kPositionOutOfRange,    // 2: every position in [0, S)
-  kVisualCountMismatch,   // 2: declared visual tokens == Nv; pad-token positions match
-  kNegativeLayer,         // 2: every layer index >= 0
-  kNonFiniteFeature,      // 2: every feature finite
-  kStaticMaxOverflow,     // 3: Nv <= Nmax
-  kHiddenMismatch,        // 3: feature H == model H
-  kLayerContract,         // 3: layer_indices == the model's target layers
-  kPositionMode,          // 3: request mode == model mode
-  kNotDeclared,           // 3: the model has no DeepStack entry
+  kDType,                // 1: dtypes i32 / f32 / i32
+  kRank,                 // 1: ranks 1 / 3 / 1
+  kEmptyLayerSet,        // 1: K > 0
+  kShape,                // 1: features [K, Nv, H>0]
+  kByteCount,            // 1: bytes == product(shape) × 4, overflow-checked
+  kPositionsNotSorted,   // 2: strictly increasing (checked before range)
+  kPositionOutOfRange,   // 2: every position in [0, S)
+  kVisualCountMismatch,  // 2: declared visual tokens == Nv; pad-token positions match
+  kNegativeLayer,        // 2: every layer index >= 0
+  kNonFiniteFeature,     // 2: every feature finite
+  kStaticMaxOverflow,    // 3: Nv <= Nmax
+  kHiddenMismatch,       // 3: feature H == model H
+  kLayerContract,        // 3: layer_indices == the model's target layers
+  kPositionMode,         // 3: request mode == model mode
+  kNotDeclared,          // 3: the model has no DeepStack entry
 };
 const char* DeepStackRuleName(DeepStackRule rule);  // e.g. "positions_not_sorted"
 Status DeepStackError(DeepStackRule rule, const std::string& detail);
@@ -53,14 +53,20 @@ class DeepStackPayload {
                                            const TensorView& layer_features,
                                            const TensorView& layer_indices);
 
-  int64_t num_visual() const { return positions_.shape()[0]; }     // Nv
+  int64_t num_visual() const { return positions_.shape()[0]; }      // Nv
   int64_t num_layers() const { return layer_indices_.shape()[0]; }  // K
   int64_t hidden() const { return features_.shape()[2]; }           // H
-  std::span<const int32_t> positions() const { return {positions_.i32(), static_cast<size_t>(num_visual())}; }
-  std::span<const int32_t> layer_indices() const { return {layer_indices_.i32(), static_cast<size_t>(num_layers())}; }
+  std::span<const int32_t> positions() const {
+    return {positions_.i32(), static_cast<size_t>(num_visual())};
+  }
+  std::span<const int32_t> layer_indices() const {
+    return {layer_indices_.i32(), static_cast<size_t>(num_layers())};
+  }
   // [Nv, H] features of level k.
   const float* features(int64_t k) const { return features_.f32() + k * num_visual() * hidden(); }
-  size_t bytes() const { return positions_.nbytes() + features_.nbytes() + layer_indices_.nbytes(); }
+  size_t bytes() const {
+    return positions_.nbytes() + features_.nbytes() + layer_indices_.nbytes();
+  }
 
  private:
   HostTensor positions_;      // i32 [Nv]
@@ -70,7 +76,7 @@ class DeepStackPayload {
 
 // What a request says about itself, for validation layer 2.
 struct DeepStackRequestFacts {
-  int64_t sequence_length = 0;                   // S after placeholder expansion
+  int64_t sequence_length = 0;                        // S after placeholder expansion
   std::optional<std::span<const int32_t>> token_ids;  // when the request carries ids
   std::optional<int64_t> declared_visual_tokens;      // when it declares a count without ids
   int32_t image_token_id = -1;

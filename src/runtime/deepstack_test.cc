@@ -23,9 +23,12 @@ TensorView View(const HostTensor& t) { return t.view(); }
 // A K=3, Nv=2, H=2 payload with distinct values.
 struct Parts {
   HostTensor pos = HostTensor::FromI32({2}, std::vector<int32_t>{1, 3});
-  HostTensor feat = HostTensor::FromF32({3, 2, 2}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  HostTensor feat =
+      HostTensor::FromF32({3, 2, 2}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
   HostTensor layers = HostTensor::FromI32({3}, std::vector<int32_t>{0, 2, 3});
-  StatusOr<DeepStackPayload> Make() const { return DeepStackPayload::Create(View(pos), View(feat), View(layers)); }
+  StatusOr<DeepStackPayload> Make() const {
+    return DeepStackPayload::Create(View(pos), View(feat), View(layers));
+  }
 };
 
 void ExpectRule(const Status& s, DeepStackRule rule) {
@@ -42,7 +45,8 @@ TEST(DeepStackPayloadTest, CompactRoundTrip) {
   EXPECT_EQ(d->num_visual(), 2);
   EXPECT_EQ(d->num_layers(), 3);
   EXPECT_EQ(d->hidden(), 2);
-  EXPECT_EQ(std::vector<int32_t>(d->positions().begin(), d->positions().end()), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(std::vector<int32_t>(d->positions().begin(), d->positions().end()),
+            (std::vector<int32_t>{1, 3}));
   EXPECT_EQ(std::vector<int32_t>(d->layer_indices().begin(), d->layer_indices().end()),
             (std::vector<int32_t>{0, 2, 3}));
   EXPECT_EQ(d->features(1)[0], 5.0f);
@@ -54,7 +58,8 @@ TEST(DeepStackPayloadTest, CompactRoundTrip) {
 }
 
 TEST(DeepStackPayloadTest, ZeroVisualPositionsIsValid) {
-  HostTensor pos(DType::kI32, {0}), feat(DType::kF32, {2, 0, 4}), layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
+  HostTensor pos(DType::kI32, {0}), feat(DType::kF32, {2, 0, 4}),
+      layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
   auto d = DeepStackPayload::Create(View(pos), View(feat), View(layers));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   DeepStackRequestFacts f;
@@ -65,16 +70,20 @@ TEST(DeepStackPayloadTest, ZeroVisualPositionsIsValid) {
 TEST(DeepStackPayloadTest, Layer1RejectsTypeShapeAndBytes) {
   Parts p;
   HostTensor f32pos = HostTensor::FromF32({2}, std::vector<float>{1, 3});
-  ExpectRule(DeepStackPayload::Create(View(f32pos), View(p.feat), View(p.layers)).status(), DeepStackRule::kDType);
+  ExpectRule(DeepStackPayload::Create(View(f32pos), View(p.feat), View(p.layers)).status(),
+             DeepStackRule::kDType);
   HostTensor i32feat(DType::kI32, {3, 2, 2});
-  ExpectRule(DeepStackPayload::Create(View(p.pos), View(i32feat), View(p.layers)).status(), DeepStackRule::kDType);
+  ExpectRule(DeepStackPayload::Create(View(p.pos), View(i32feat), View(p.layers)).status(),
+             DeepStackRule::kDType);
   HostTensor rank2(DType::kI32, {1, 2});
-  ExpectRule(DeepStackPayload::Create(View(rank2), View(p.feat), View(p.layers)).status(), DeepStackRule::kRank);
+  ExpectRule(DeepStackPayload::Create(View(rank2), View(p.feat), View(p.layers)).status(),
+             DeepStackRule::kRank);
   HostTensor empty_layers(DType::kI32, {0}), feat0(DType::kF32, {0, 2, 2});
   ExpectRule(DeepStackPayload::Create(View(p.pos), View(feat0), View(empty_layers)).status(),
              DeepStackRule::kEmptyLayerSet);
   HostTensor wrong_nv(DType::kF32, {3, 1, 2});
-  ExpectRule(DeepStackPayload::Create(View(p.pos), View(wrong_nv), View(p.layers)).status(), DeepStackRule::kShape);
+  ExpectRule(DeepStackPayload::Create(View(p.pos), View(wrong_nv), View(p.layers)).status(),
+             DeepStackRule::kShape);
   TensorView truncated = View(p.feat);
   truncated.nbytes -= 1;
   Status s = DeepStackPayload::Create(View(p.pos), truncated, View(p.layers)).status();
@@ -83,7 +92,8 @@ TEST(DeepStackPayloadTest, Layer1RejectsTypeShapeAndBytes) {
   TensorView huge = View(p.feat);
   huge.shape = {3, 2, int64_t{1} << 62};
   HostTensor pos_for_huge = HostTensor::FromI32({2}, std::vector<int32_t>{1, 3});
-  ExpectRule(DeepStackPayload::Create(View(pos_for_huge), huge, View(p.layers)).status(), DeepStackRule::kByteCount);
+  ExpectRule(DeepStackPayload::Create(View(pos_for_huge), huge, View(p.layers)).status(),
+             DeepStackRule::kByteCount);
 }
 
 TEST(DeepStackPayloadTest, Layer2RejectsRequestSemantics) {
@@ -106,11 +116,14 @@ TEST(DeepStackPayloadTest, Layer2RejectsRequestSemantics) {
   with_ids.token_ids = ids;
   with_ids.image_token_id = 9;
   EXPECT_TRUE(ValidateDeepStackRequest(with_pos({1, 3}), with_ids).ok());
-  ExpectRule(ValidateDeepStackRequest(with_pos({1, 2}), with_ids), DeepStackRule::kVisualCountMismatch);
-  ExpectRule(ValidateDeepStackRequest(with_pos({1}), with_ids), DeepStackRule::kVisualCountMismatch);
+  ExpectRule(ValidateDeepStackRequest(with_pos({1, 2}), with_ids),
+             DeepStackRule::kVisualCountMismatch);
+  ExpectRule(ValidateDeepStackRequest(with_pos({1}), with_ids),
+             DeepStackRule::kVisualCountMismatch);
   DeepStackRequestFacts declared = f;
   declared.declared_visual_tokens = 3;
-  ExpectRule(ValidateDeepStackRequest(with_pos({1, 3}), declared), DeepStackRule::kVisualCountMismatch);
+  ExpectRule(ValidateDeepStackRequest(with_pos({1, 3}), declared),
+             DeepStackRule::kVisualCountMismatch);
   Parts neg;
   neg.layers = HostTensor::FromI32({3}, std::vector<int32_t>{0, -1, 3});
   ExpectRule(ValidateDeepStackRequest(neg.Make().value(), f), DeepStackRule::kNegativeLayer);
@@ -128,14 +141,17 @@ TEST(DeepStackPayloadTest, Layer3RejectsModelMismatches) {
   cfg.hidden = 2;
   cfg.position_mode = PositionMode::kMrope;
   auto d = Parts().Make().value();
-  ExpectRule(ValidateDeepStackForModel(d, cfg, 8, PositionMode::kMrope), DeepStackRule::kNotDeclared);
+  ExpectRule(ValidateDeepStackForModel(d, cfg, 8, PositionMode::kMrope),
+             DeepStackRule::kNotDeclared);
   cfg.deepstack = DeepStackConfig{{0, 2, 3}, 8, true};
   EXPECT_TRUE(ValidateDeepStackForModel(d, cfg, 8, PositionMode::kMrope).ok());
-  ExpectRule(ValidateDeepStackForModel(d, cfg, 1, PositionMode::kMrope), DeepStackRule::kStaticMaxOverflow);
+  ExpectRule(ValidateDeepStackForModel(d, cfg, 1, PositionMode::kMrope),
+             DeepStackRule::kStaticMaxOverflow);
   ExpectRule(ValidateDeepStackForModel(d, cfg, 8, PositionMode::k1D), DeepStackRule::kPositionMode);
   Qwen3Config h3 = cfg;
   h3.hidden = 3;
-  ExpectRule(ValidateDeepStackForModel(d, h3, 8, PositionMode::kMrope), DeepStackRule::kHiddenMismatch);
+  ExpectRule(ValidateDeepStackForModel(d, h3, 8, PositionMode::kMrope),
+             DeepStackRule::kHiddenMismatch);
   Qwen3Config other = cfg;
   other.deepstack->target_layers = {0, 1, 2};
   Status s = ValidateDeepStackForModel(d, other, 8, PositionMode::kMrope);
@@ -205,7 +221,8 @@ TEST(DeepStackFixtureTest, IdentityLayersGiveExactResiduals) {
       opts.observer = &obs;
       opts.hidden_states = diag ? &states : nullptr;
       std::vector<float> logits;
-      Status st = s.PrefillDeepStack(emb, SequentialPositions(mode, S), 0, *payload, {}, opts, &logits);
+      Status st =
+          s.PrefillDeepStack(emb, SequentialPositions(mode, S), 0, *payload, {}, opts, &logits);
       ASSERT_TRUE(st.ok()) << st.ToString();
       ASSERT_EQ(obs.seen.size(), 3u);
       if (diag) {
@@ -216,7 +233,8 @@ TEST(DeepStackFixtureTest, IdentityLayersGiveExactResiduals) {
         for (int r = 0; r < S; ++r) {
           const float want = (r >= 1 && r <= 3) ? 1.0f + 10.0f * static_cast<float>(l + 1) : 1.0f;
           for (int h = 0; h < H; ++h) {
-            EXPECT_EQ(obs.seen[l][r * H + h], want) << arch << " diag=" << diag << " layer " << l << " row " << r;
+            EXPECT_EQ(obs.seen[l][r * H + h], want)
+                << arch << " diag=" << diag << " layer " << l << " row " << r;
           }
         }
       }
@@ -255,7 +273,8 @@ TEST(DeepStackSessionTest, RejectedPrefillChangesNoState) {
   ASSERT_TRUE(control.PrefillDeepStack(emb, p4, -1, ok_payload, {}, {}, &lc).ok());
   Status s = a.PrefillDeepStack(emb, p4, 5, bad_payload, {}, {}, &la);
   ExpectRule(s, DeepStackRule::kLayerContract);
-  ExpectRule(a.PrefillDeepStack(emb, SequentialPositions(PositionMode::k1D, 4), 5, ok_payload, {}, {}, &la),
+  ExpectRule(a.PrefillDeepStack(emb, SequentialPositions(PositionMode::k1D, 4), 5, ok_payload, {},
+                                {}, &la),
              DeepStackRule::kPositionMode);
   EXPECT_EQ(a.length(), 4);
   EXPECT_EQ(a.rope_delta(), -1);

@@ -48,7 +48,8 @@ struct Builder {
   }
 
   Stage CopyEmbeddings() const {
-    return {"load_embeddings", "f32[S,H]", [](EntryRun& r) { r.x.assign(r.embeddings.begin(), r.embeddings.end()); }};
+    return {"load_embeddings", "f32[S,H]",
+            [](EntryRun& r) { r.x.assign(r.embeddings.begin(), r.embeddings.end()); }};
   }
 
   // Layers, with the DeepStack add after each target layer and (diagnostics) a capture.
@@ -58,9 +59,8 @@ struct Builder {
     const std::vector<int> targets =
         deepstack ? model.config().deepstack->target_layers : std::vector<int>();
     for (int l = 0; l < model.config().layers; ++l) {
-      out.push_back({"layer." + std::to_string(l), LayerText(rows), [m, l](EntryRun& r) {
-                       m->RunLayer(l, r.x.data(), r.rows);
-                     }});
+      out.push_back({"layer." + std::to_string(l), LayerText(rows),
+                     [m, l](EntryRun& r) { m->RunLayer(l, r.x.data(), r.rows); }});
       for (size_t k = 0; k < targets.size(); ++k) {
         if (targets[k] != l) continue;
         out.push_back({"deepstack_add." + std::to_string(k),
@@ -75,9 +75,11 @@ struct Builder {
         out.push_back({"capture_hidden." + std::to_string(l), "f32[S,H]",
                        [](EntryRun& r) { r.hidden_states.push_back(r.x); }});
       }
-      out.push_back({"observe." + std::to_string(l), "f32[" + std::string(rows) + ",H] (tooling hook; no-op unless attached)",
+      out.push_back({"observe." + std::to_string(l),
+                     "f32[" + std::string(rows) + ",H] (tooling hook; no-op unless attached)",
                      [l](EntryRun& r) {
-                       if (r.observer) r.observer->AfterLayer(l, r.x.data(), static_cast<int64_t>(r.rows.size()));
+                       if (r.observer)
+                         r.observer->AfterLayer(l, r.x.data(), static_cast<int64_t>(r.rows.size()));
                      }});
     }
   }
@@ -87,7 +89,8 @@ struct Builder {
     const Qwen3Model* m = &model;
     const int64_t H = this->H();
     out.push_back({"final_norm_lm_head",
-                   decode ? "f32[B,H] -> f32[B,V]" : "f32[S,H] last row -> f32[V] (every row with all_logits)",
+                   decode ? "f32[B,H] -> f32[B,V]"
+                          : "f32[S,H] last row -> f32[V] (every row with all_logits)",
                    [m, H, decode](EntryRun& r) {
                      const int64_t M = static_cast<int64_t>(r.rows.size());
                      const int64_t first = (decode || r.all_logits) ? 0 : M - 1;
@@ -106,11 +109,13 @@ EntrySet EntrySet::Build(const Qwen3Model& model, const StaticBounds& bounds) {
   const Qwen3Config& c = model.config();
   Builder b{model, bounds};
   const std::string C = std::to_string(bounds.capacity), B = std::to_string(bounds.slots);
-  const std::string pos = c.position_mode == PositionMode::kMrope ? "i32[3,S] (mrope)" : "i32[S] (1d)";
+  const std::string pos =
+      c.position_mode == PositionMode::kMrope ? "i32[3,S] (mrope)" : "i32[S] (1d)";
   const std::string S = "S<=C=" + C;
   const ArgSpec logits{"logits", "f32[V=" + std::to_string(c.vocab) + "]"};
-  const ArgSpec kv{"kv", "f32[L=" + std::to_string(c.layers) + ",C=" + C + "," + std::to_string(c.kv_heads) + "," +
-                             std::to_string(c.head_dim) + "] x2, rows [0,S) written"};
+  const ArgSpec kv{"kv", "f32[L=" + std::to_string(c.layers) + ",C=" + C + "," +
+                             std::to_string(c.kv_heads) + "," + std::to_string(c.head_dim) +
+                             "] x2, rows [0,S) written"};
   const ArgSpec delta{"rope_delta", "i32 scalar (committed on success)"};
   const std::string Hs = std::to_string(c.hidden);
   EntrySet set;
@@ -118,17 +123,19 @@ EntrySet EntrySet::Build(const Qwen3Model& model, const StaticBounds& bounds) {
     std::vector<Stage> st{b.Embed("S")};
     b.Layers(st, "S", false, false);
     b.Head(st, false);
-    set.entries_.emplace_back(std::string(kEntryPrefill),
-                              std::vector<ArgSpec>{{"tokens", "i32[" + S + "]"}, {"positions", pos}, delta},
-                              std::vector<ArgSpec>{logits, kv}, std::move(st));
+    set.entries_.emplace_back(
+        std::string(kEntryPrefill),
+        std::vector<ArgSpec>{{"tokens", "i32[" + S + "]"}, {"positions", pos}, delta},
+        std::vector<ArgSpec>{logits, kv}, std::move(st));
   }
-  const std::vector<ArgSpec> emb_in{{"embeddings", "f32[" + S + ",H=" + Hs + "]"}, {"positions", pos}, delta};
+  const std::vector<ArgSpec> emb_in{
+      {"embeddings", "f32[" + S + ",H=" + Hs + "]"}, {"positions", pos}, delta};
   {
     std::vector<Stage> st{b.CopyEmbeddings()};
     b.Layers(st, "S", false, false);
     b.Head(st, false);
-    set.entries_.emplace_back(std::string(kEntryPrefillEmbeddings), emb_in, std::vector<ArgSpec>{logits, kv},
-                              std::move(st));
+    set.entries_.emplace_back(std::string(kEntryPrefillEmbeddings), emb_in,
+                              std::vector<ArgSpec>{logits, kv}, std::move(st));
   }
   {
     std::vector<Stage> st{b.Embed("B")};
@@ -136,10 +143,12 @@ EntrySet EntrySet::Build(const Qwen3Model& model, const StaticBounds& bounds) {
     b.Head(st, true);
     set.entries_.emplace_back(
         std::string(kEntryDecode),
-        std::vector<ArgSpec>{{"tokens", "i32[B<=" + B + "]"},
-                             {"cache_len", "i32[B] physical KV length per row (write index, causal mask)"},
-                             {"coordinate", "i32[B,3] = cache_len + rope_delta (rope only)"}},
-        std::vector<ArgSpec>{{"logits", "f32[B,V=" + std::to_string(c.vocab) + "]"}, {"kv", "row cache_len appended per row"}},
+        std::vector<ArgSpec>{
+            {"tokens", "i32[B<=" + B + "]"},
+            {"cache_len", "i32[B] physical KV length per row (write index, causal mask)"},
+            {"coordinate", "i32[B,3] = cache_len + rope_delta (rope only)"}},
+        std::vector<ArgSpec>{{"logits", "f32[B,V=" + std::to_string(c.vocab) + "]"},
+                             {"kv", "row cache_len appended per row"}},
         std::move(st));
   }
   if (c.deepstack) {
@@ -154,8 +163,8 @@ EntrySet EntrySet::Build(const Qwen3Model& model, const StaticBounds& bounds) {
       b.Head(st, false);
       std::vector<ArgSpec> outs{logits, kv};
       if (diag) outs.push_back({"hidden_after_layer", "f32[L,S,H] post-hook"});
-      set.entries_.emplace_back(std::string(diag ? kEntryDiagnostics : kEntryPrefillDeepStack), ds_in, outs,
-                                std::move(st));
+      set.entries_.emplace_back(std::string(diag ? kEntryDiagnostics : kEntryPrefillDeepStack),
+                                ds_in, outs, std::move(st));
     }
   }
   return set;

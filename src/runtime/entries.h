@@ -22,7 +22,8 @@ inline constexpr std::string_view kEntryPrefill = "prefill.main";
 inline constexpr std::string_view kEntryPrefillEmbeddings = "prefill_embeddings.main";
 inline constexpr std::string_view kEntryPrefillDeepStack = "prefill_embeddings_deepstack.main";
 inline constexpr std::string_view kEntryDecode = "decode_step.main";
-inline constexpr std::string_view kEntryDiagnostics = "prefill_embeddings_deepstack_diagnostics.main";
+inline constexpr std::string_view kEntryDiagnostics =
+    "prefill_embeddings_deepstack_diagnostics.main";
 
 // Static bounds chosen at load: context capacity C, batch slots B, DeepStack Nmax (0 if none).
 struct StaticBounds {
@@ -34,15 +35,15 @@ struct StaticBounds {
 // The state one entry call works on. The caller validates the inputs and prepares `rows`
 // (one per sequence row of the pass) before Run; stages cannot fail.
 struct EntryRun {
-  std::span<const int32_t> tokens;      // prefill.main: [S]; decode_step.main: [B]
-  std::span<const float> embeddings;    // embeddings entries: [S, H]
+  std::span<const int32_t> tokens;    // prefill.main: [S]; decode_step.main: [B]
+  std::span<const float> embeddings;  // embeddings entries: [S, H]
   const DeepStackPayload* deepstack = nullptr;
-  std::vector<ForwardRow> rows;         // [M]
-  bool all_logits = false;              // prefill: logits for every row (forward --all-logits)
-  LayerHook* observer = nullptr;        // tooling: sees each layer's output (after any hook)
+  std::vector<ForwardRow> rows;   // [M]
+  bool all_logits = false;        // prefill: logits for every row (forward --all-logits)
+  LayerHook* observer = nullptr;  // tooling: sees each layer's output (after any hook)
 
-  std::vector<float> x;                 // [M, H] residual stream
-  std::vector<float> logits;            // [V], [S, V] (all_logits) or [B, V] (decode)
+  std::vector<float> x;                           // [M, H] residual stream
+  std::vector<float> logits;                      // [V], [S, V] (all_logits) or [B, V] (decode)
   std::vector<std::vector<float>> hidden_states;  // diagnostics: [L] × [S, H], post-hook
 };
 
@@ -61,7 +62,9 @@ class Entry {
  public:
   Entry(std::string name, std::vector<ArgSpec> inputs, std::vector<ArgSpec> outputs,
         std::vector<Stage> stages)
-      : name_(std::move(name)), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
+      : name_(std::move(name)),
+        inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)),
         stages_(std::move(stages)) {}
   const std::string& name() const { return name_; }
   // Canonical text: signature then the ordered stages with shapes.

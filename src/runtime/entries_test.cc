@@ -11,8 +11,8 @@
 namespace vls {
 namespace {
 
-std::unique_ptr<LoadedModel> Load(const std::string& name, const TestModelSpec& spec, int capacity = 64,
-                                  int nmax = 0) {
+std::unique_ptr<LoadedModel> Load(const std::string& name, const TestModelSpec& spec,
+                                  int capacity = 64, int nmax = 0) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_entries_test_" + name);
   Status s = WriteTestCheckpoint(dir, spec, false);
@@ -41,7 +41,8 @@ TEST(EntriesTest, DeclaringDeepStackLeavesOtherManifestsByteIdentical) {
   ASSERT_TRUE(plain && ds);
   for (std::string_view name : {kEntryPrefill, kEntryPrefillEmbeddings, kEntryDecode}) {
     ASSERT_NE(plain->entries().Find(name), nullptr);
-    EXPECT_EQ(plain->entries().Find(name)->Manifest(), ds->entries().Find(name)->Manifest()) << name;
+    EXPECT_EQ(plain->entries().Find(name)->Manifest(), ds->entries().Find(name)->Manifest())
+        << name;
   }
   EXPECT_EQ(plain->entries().Find(kEntryPrefillDeepStack), nullptr);
   EXPECT_EQ(plain->entries().Find(kEntryDiagnostics), nullptr);
@@ -99,7 +100,8 @@ TEST(EntriesTest, NmaxIsCheckedAgainstTheChosenCapacityOnly) {
   o.capacity = 256;
   auto refused = LoadedModel::Load(JoinPath(tmp ? tmp : "/tmp", "vls_entries_test_cap512"), o);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("exceeds selected context capacity 256"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("exceeds selected context capacity 256"),
+            std::string::npos);
   // A derived DeepStack (from vision_config) takes Nmax from the options, else the capacity.
   TestModelSpec derived = Base();
   derived.deepstack = 3;

@@ -19,7 +19,8 @@ std::string Sha256Hex(const void* data, size_t size) {
   return out;
 }
 
-StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir, const LoadOptions& o) {
+StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
+                                                         const LoadOptions& o) {
   if (o.capacity <= 0) return InvalidArgument("load options: capacity must be positive");
   if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
   if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
@@ -32,7 +33,8 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
     int nmax = ds->max_visual_positions;
     if (o.nmax > 0 && nmax > 0 && o.nmax != nmax) {
       return InvalidArgument("load options: nmax " + std::to_string(o.nmax) +
-                             " contradicts the config's deepstack_max_visual_positions " + std::to_string(nmax));
+                             " contradicts the config's deepstack_max_visual_positions " +
+                             std::to_string(nmax));
     }
     if (nmax == 0) nmax = o.nmax > 0 ? o.nmax : o.capacity;
     DeepStackConfig check = *ds;
@@ -52,13 +54,14 @@ std::string LoadedModel::IdentityText() const {
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
     << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax
-    << "\n[precision]\nweights=as stored (no repacking)\ncompute=f32 reference kernels, f32 accumulation\n"
+    << "\n[precision]\nweights=as stored (no repacking)\ncompute=f32 reference kernels, f32 "
+       "accumulation\n"
     << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {
     const SafetensorsCheckpoint::Tensor* t = ck.Find(name);
-    o << name << " " << DTypeName(t->view.dtype) << " " << ShapeToString(t->view.shape) << " sha256:"
-      << Sha256Hex(t->view.data, t->view.nbytes) << "\n";
+    o << name << " " << DTypeName(t->view.dtype) << " " << ShapeToString(t->view.shape)
+      << " sha256:" << Sha256Hex(t->view.data, t->view.nbytes) << "\n";
   }
   o << "[entries]\n";
   for (const Entry& e : entries_.entries()) o << e.Manifest();

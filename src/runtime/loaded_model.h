@@ -26,7 +26,8 @@ struct LoadOptions {
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
 class LoadedModel {
  public:
-  static StatusOr<std::unique_ptr<LoadedModel>> Load(const std::string& dir, const LoadOptions& options);
+  static StatusOr<std::unique_ptr<LoadedModel>> Load(const std::string& dir,
+                                                     const LoadOptions& options);
 
   const Qwen3Model& model() const { return *model_; }
   const Qwen3Config& config() const { return model_->config(); }

@@ -13,13 +13,15 @@ PositionIds SequentialPositions(PositionMode mode, int64_t length) {
   const int axes = mode == PositionMode::kMrope ? 3 : 1;
   p.data.resize(static_cast<size_t>(axes * length));
   for (int a = 0; a < axes; ++a) {
-    for (int64_t s = 0; s < length; ++s) p.data[static_cast<size_t>(a * length + s)] = static_cast<int32_t>(s);
+    for (int64_t s = 0; s < length; ++s)
+      p.data[static_cast<size_t>(a * length + s)] = static_cast<int32_t>(s);
   }
   return p;
 }
 
 StatusOr<PositionIds> PositionsFromTensor(PositionMode model_mode, std::span<const int64_t> dims,
-                                          std::span<const int32_t> values, int64_t expected_length) {
+                                          std::span<const int32_t> values,
+                                          int64_t expected_length) {
   const bool mrope = model_mode == PositionMode::kMrope;
   const std::string want = mrope ? "[3," + std::to_string(expected_length) + "]"
                                  : "[" + std::to_string(expected_length) + "]";
@@ -68,15 +70,18 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
   auto check_grid = [&](const GridThw& g, const char* what, size_t i) -> Status {
     if (g[0] <= 0 || g[1] <= 0 || g[2] <= 0 || g[1] % merge != 0 || g[2] % merge != 0 ||
         g[1] > (1 << 15) || g[2] > (1 << 15) || g[0] > (1 << 15)) {
-      return InvalidArgument(std::string(what) + "[" + std::to_string(i) + "] = [" +
-                             std::to_string(g[0]) + "," + std::to_string(g[1]) + "," +
-                             std::to_string(g[2]) + "]: t,h,w must be positive and h,w divisible by the spatial merge size " +
-                             std::to_string(merge));
+      return InvalidArgument(
+          std::string(what) + "[" + std::to_string(i) + "] = [" + std::to_string(g[0]) + "," +
+          std::to_string(g[1]) + "," + std::to_string(g[2]) +
+          "]: t,h,w must be positive and h,w divisible by the spatial merge size " +
+          std::to_string(merge));
     }
     return Status::Ok();
   };
-  for (size_t i = 0; i < image_grid_thw.size(); ++i) VLS_RETURN_IF_ERROR(check_grid(image_grid_thw[i], "image_grid_thw", i));
-  for (size_t i = 0; i < video_grid_thw.size(); ++i) VLS_RETURN_IF_ERROR(check_grid(video_grid_thw[i], "video_grid_thw", i));
+  for (size_t i = 0; i < image_grid_thw.size(); ++i)
+    VLS_RETURN_IF_ERROR(check_grid(image_grid_thw[i], "image_grid_thw", i));
+  for (size_t i = 0; i < video_grid_thw.size(); ++i)
+    VLS_RETURN_IF_ERROR(check_grid(video_grid_thw[i], "video_grid_thw", i));
 
   // Visual items in sequence order: a vision_start token followed by an image or video pad.
   const int32_t img = cfg.image_token_id, vid = cfg.video_token_id;
@@ -85,18 +90,22 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
   for (int64_t s = 0; s < S; ++s) {
     if (ids[static_cast<size_t>(s)] == img || ids[static_cast<size_t>(s)] == vid) ++pad_tokens;
     if (ids[static_cast<size_t>(s)] == cfg.vision_start_token_id && s + 1 < S) {
-      if (ids[static_cast<size_t>(s + 1)] == img) ++n_images;
-      else if (ids[static_cast<size_t>(s + 1)] == vid) ++n_videos;
+      if (ids[static_cast<size_t>(s + 1)] == img)
+        ++n_images;
+      else if (ids[static_cast<size_t>(s + 1)] == vid)
+        ++n_videos;
     }
   }
   if (n_images != image_grid_thw.size()) {
-    return InvalidArgument("input_ids hold " + std::to_string(n_images) +
-                           " images (vision_start followed by an image pad token) but image_grid_thw has " +
-                           std::to_string(image_grid_thw.size()) + " rows");
+    return InvalidArgument(
+        "input_ids hold " + std::to_string(n_images) +
+        " images (vision_start followed by an image pad token) but image_grid_thw has " +
+        std::to_string(image_grid_thw.size()) + " rows");
   }
   if (n_videos != videos.size()) {
     return InvalidArgument("input_ids hold " + std::to_string(n_videos) +
-                           " video groups but video_grid_thw describes " + std::to_string(videos.size()));
+                           " video groups but video_grid_thw describes " +
+                           std::to_string(videos.size()));
   }
   Builder b;
   int64_t st = 0;
@@ -121,7 +130,8 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
       g = videos[vi++];
       ed = ed_video;
     }
-    if (ed > S) return InvalidArgument("input_ids: fewer visual pad tokens than the grids describe");
+    if (ed > S)
+      return InvalidArgument("input_ids: fewer visual pad tokens than the grids describe");
     const int64_t gt = g[0], gh = g[1] / merge, gw = g[2] / merge;
     const int64_t n = gt * gh * gw;
     const int32_t pad = ids[static_cast<size_t>(ed)];
@@ -134,7 +144,8 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
       if (ids[static_cast<size_t>(s)] != pad) {
         return InvalidArgument("input_ids: visual item " + std::to_string(item) + " needs " +
                                std::to_string(n) + " consecutive pad tokens from index " +
-                               std::to_string(ed) + " but index " + std::to_string(s) + " is not one");
+                               std::to_string(ed) + " but index " + std::to_string(s) +
+                               " is not one");
       }
     }
     const int64_t text_len = ed - st;

@@ -7,10 +7,10 @@
 #include <span>
 #include <vector>
 
+#include "base/checked_math.h"
 #include "base/status.h"
 #include "model/qwen3_config.h"
 #include "model/rope.h"
-#include "base/checked_math.h"
 #include "tensor/tensor.h"
 
 namespace vls {
@@ -42,7 +42,7 @@ StatusOr<PositionIds> PositionsFromTensor(PositionMode model_mode, std::span<con
 using GridThw = std::array<int32_t, 3>;
 
 struct RopeIndex {
-  PositionIds positions;  // [3, S]
+  PositionIds positions;   // [3, S]
   int32_t rope_delta = 0;  // max(position) + 1 - S
 };
 

@@ -35,7 +35,7 @@ TEST(GetRopeIndexTest, WorkedImageExample) {
 
 // §B.4 video example: grid [2,4,4] split into two groups with timestamp text between.
 TEST(GetRopeIndexTest, WorkedVideoExample) {
-  const std::vector<int32_t> ids = {1, 7, 7, 100, 103, 103, 103, 103, 101,
+  const std::vector<int32_t> ids = {1, 7, 7,   100, 103, 103, 103, 103, 101,
                                     7, 7, 100, 103, 103, 103, 103, 101, 2};
   const GridThw grid[] = {{2, 4, 4}};
   auto r = GetRopeIndex(VlConfig(), ids, {}, grid);
@@ -59,7 +59,7 @@ TEST(GetRopeIndexTest, TextOnlyIsSequentialWithZeroDelta) {
 
 TEST(GetRopeIndexTest, RejectsGridsThatDisagreeWithTheTokens) {
   const std::vector<int32_t> ids = {1, 100, 102, 102, 102, 101};  // 3 pads
-  const GridThw grid[] = {{1, 4, 4}};                            // needs 4
+  const GridThw grid[] = {{1, 4, 4}};                             // needs 4
   auto r = GetRopeIndex(VlConfig(), ids, grid, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("pad tokens"), std::string::npos) << r.status().message();

@@ -8,8 +8,8 @@ namespace vls {
 Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* tensor) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
-      return InvalidArgument(std::string(tensor) + "[" + std::to_string(i) + "] = " +
-                             std::to_string(ids[i]) + " is outside the vocabulary [0," +
+      return InvalidArgument(std::string(tensor) + "[" + std::to_string(i) +
+                             "] = " + std::to_string(ids[i]) + " is outside the vocabulary [0," +
                              std::to_string(vocab) + ")");
     }
   }
@@ -35,16 +35,18 @@ Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
   }
   for (size_t i = 0; i < embeddings.size(); ++i) {
     if (!std::isfinite(embeddings[i])) {
-      return InvalidArgument("embeddings: value at row " + std::to_string(i / static_cast<size_t>(H)) +
-                             " is not finite");
+      return InvalidArgument("embeddings: value at row " +
+                             std::to_string(i / static_cast<size_t>(H)) + " is not finite");
     }
   }
   if (positions.mode != cfg.position_mode) {
-    return InvalidArgument(std::string("positions: the request uses ") + PositionModeName(positions.mode) +
-                           " positions but the model uses " + PositionModeName(cfg.position_mode));
+    return InvalidArgument(std::string("positions: the request uses ") +
+                           PositionModeName(positions.mode) + " positions but the model uses " +
+                           PositionModeName(cfg.position_mode));
   }
   if (positions.length != S ||
-      positions.data.size() != static_cast<size_t>(S * (positions.mode == PositionMode::kMrope ? 3 : 1))) {
+      positions.data.size() !=
+          static_cast<size_t>(S * (positions.mode == PositionMode::kMrope ? 3 : 1))) {
     return InvalidArgument("positions: length " + std::to_string(positions.length) +
                            " differs from the sequence length " + std::to_string(S));
   }
@@ -89,18 +91,20 @@ Status Session::PrefillEmbeddings(std::span<const float> embeddings, const Posit
 }
 
 Status Session::PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions,
-                              int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits) {
+                              int32_t rope_delta, const PrefillOptions& opts,
+                              std::vector<float>* logits) {
   const int64_t S = static_cast<int64_t>(ids.size());
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, lm_.config().vocab, "tokens"));
   if (S <= 0) return InvalidArgument("prefill: the sequence is empty");
   if (S > capacity_) {
-    return OutOfRange("prefill: sequence length " + std::to_string(S) + " exceeds the context capacity " +
-                      std::to_string(capacity_));
+    return OutOfRange("prefill: sequence length " + std::to_string(S) +
+                      " exceeds the context capacity " + std::to_string(capacity_));
   }
   if (positions.mode != lm_.config().position_mode || positions.length != S) {
-    return InvalidArgument(std::string("positions: expected ") + PositionModeName(lm_.config().position_mode) +
-                           " positions of length " + std::to_string(S) + ", got " +
-                           PositionModeName(positions.mode) + " of length " + std::to_string(positions.length));
+    return InvalidArgument(std::string("positions: expected ") +
+                           PositionModeName(lm_.config().position_mode) + " positions of length " +
+                           std::to_string(S) + ", got " + PositionModeName(positions.mode) +
+                           " of length " + std::to_string(positions.length));
   }
   VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
   EntryRun run;
@@ -117,7 +121,8 @@ Status Session::PrefillDeepStack(std::span<const float> embeddings, const Positi
                                  const DeepStackRequestFacts& facts, const PrefillOptions& opts,
                                  std::vector<float>* logits) {
   const int64_t S = positions.length;
-  VLS_RETURN_IF_ERROR(ValidateDeepStackForModel(payload, lm_.config(), lm_.bounds().nmax, positions.mode));
+  VLS_RETURN_IF_ERROR(
+      ValidateDeepStackForModel(payload, lm_.config(), lm_.bounds().nmax, positions.mode));
   VLS_RETURN_IF_ERROR(ValidatePrefill(S, embeddings, positions));
   DeepStackRequestFacts f = facts;
   f.sequence_length = S;
@@ -139,7 +144,8 @@ Status Session::PrefillDeepStack(std::span<const float> embeddings, const Positi
 Status Session::Decode(int32_t token, std::vector<float>* logits) {
   if (length_ == 0) return FailedPrecondition("decode: no prefill has run on this session");
   if (length_ >= capacity_) {
-    return OutOfRange("decode: the sequence is at its context capacity " + std::to_string(capacity_));
+    return OutOfRange("decode: the sequence is at its context capacity " +
+                      std::to_string(capacity_));
   }
   const int32_t tok[1] = {token};
   VLS_RETURN_IF_ERROR(ValidateTokenIds(tok, lm_.config().vocab, "decode token"));

@@ -33,10 +33,11 @@ class Session {
   // Embeddings prefill. embeddings: [S, H] f32; positions in the model's mode with length S.
   // logits: [V] (last row) or [S, V] with all_logits. Replaces any previous sequence.
   Status PrefillEmbeddings(std::span<const float> embeddings, const PositionIds& positions,
-                           int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits);
+                           int32_t rope_delta, const PrefillOptions& opts,
+                           std::vector<float>* logits);
   // Token prefill: ids must be in [0, V).
-  Status PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions, int32_t rope_delta,
-                       const PrefillOptions& opts, std::vector<float>* logits);
+  Status PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions,
+                       int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits);
 
   // DeepStack prefill (prefill_embeddings_deepstack.main, or its diagnostics twin when
   // opts.hidden_states is set). Runs validation layers 2 and 3 on the payload first.
@@ -56,11 +57,13 @@ class Session {
   const Qwen3Model& model() const { return lm_.model(); }
 
   // Checks an embeddings-prefill request without running it (also used by the batch engine).
-  Status ValidatePrefill(int64_t S, std::span<const float> embeddings, const PositionIds& positions) const;
+  Status ValidatePrefill(int64_t S, std::span<const float> embeddings,
+                         const PositionIds& positions) const;
 
  private:
   // Runs a validated prefill through `entry` and commits length and delta.
-  void RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta, std::vector<float>* logits);
+  void RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta,
+                  std::vector<float>* logits);
 
   const LoadedModel& lm_;
   int capacity_;

@@ -49,7 +49,9 @@ TEST(SessionTest, DecodeEqualsLongerPrefill) {
     ASSERT_TRUE(longer.PrefillTokens(all, SequentialPositions(mode, 7), 0, every, &ref).ok());
     Session s(*model);
     std::vector<float> logits;
-    ASSERT_TRUE(s.PrefillTokens(std::span(all).first(S), SequentialPositions(mode, S), 0, {}, &logits).ok());
+    ASSERT_TRUE(
+        s.PrefillTokens(std::span(all).first(S), SequentialPositions(mode, S), 0, {}, &logits)
+            .ok());
     const size_t V = static_cast<size_t>(model->config().vocab);
     EXPECT_LT(MaxAbsDiff(logits.data(), ref.data() + (S - 1) * V, V), 1e-4f) << arch;
     for (int j = S; j < 7; ++j) {
@@ -72,7 +74,8 @@ TEST(SessionTest, DeltaIsCommittedOnlyWhenPrefillSucceeds) {
   Session a(*model), control(*model);
   std::vector<float> la, lc;
   ASSERT_TRUE(a.PrefillTokens(ids, SequentialPositions(PositionMode::kMrope, 4), -2, {}, &la).ok());
-  ASSERT_TRUE(control.PrefillTokens(ids, SequentialPositions(PositionMode::kMrope, 4), -2, {}, &lc).ok());
+  ASSERT_TRUE(
+      control.PrefillTokens(ids, SequentialPositions(PositionMode::kMrope, 4), -2, {}, &lc).ok());
   EXPECT_EQ(DecodeCoordinate(a.length(), a.rope_delta()).value(), (RopeCoord{2, 2, 2}));
   // Fails validation: a token outside the vocabulary, then a wrong position mode.
   const std::vector<int32_t> bad = {1, 2, 99999, 4};
@@ -104,7 +107,9 @@ TEST(SessionTest, RejectsBadRequestsWithNamedErrors) {
   const std::vector<int32_t> one = {1};
   Status neg = s.PrefillTokens(one, SequentialPositions(PositionMode::kMrope, 1), -5, {}, &l);
   EXPECT_NE(neg.message().find("negative"), std::string::npos) << neg.message();
-  ASSERT_TRUE(s.PrefillTokens(std::span(five).first(4), SequentialPositions(PositionMode::kMrope, 4), 0, {}, &l).ok());
+  ASSERT_TRUE(s.PrefillTokens(std::span(five).first(4),
+                              SequentialPositions(PositionMode::kMrope, 4), 0, {}, &l)
+                  .ok());
   EXPECT_EQ(s.Decode(1, &l).code(), StatusCode::kOutOfRange);  // at capacity
 }
 

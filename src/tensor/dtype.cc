@@ -15,11 +15,16 @@ std::string_view DTypeName(DType t) {
 }
 
 bool ParseDTypeName(std::string_view name, DType* out) {
-  if (name == "F32") *out = DType::kF32;
-  else if (name == "I32") *out = DType::kI32;
-  else if (name == "BF16") *out = DType::kBF16;
-  else if (name == "F16") *out = DType::kF16;
-  else return false;
+  if (name == "F32")
+    *out = DType::kF32;
+  else if (name == "I32")
+    *out = DType::kI32;
+  else if (name == "BF16")
+    *out = DType::kBF16;
+  else if (name == "F16")
+    *out = DType::kF16;
+  else
+    return false;
   return true;
 }
 
@@ -42,9 +47,9 @@ uint16_t F32ToF16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {                                              // subnormal in f16
+  if (abs < 0x38800000u) {                                               // subnormal in f16
     float a = std::bit_cast<float>(abs);
     // a * 2^24 rounded to nearest even gives the subnormal mantissa.
     float scaled = std::nearbyint(a * 16777216.0f);

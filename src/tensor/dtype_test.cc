@@ -19,7 +19,8 @@ TEST(DTypeTest, Bf16RoundTripAndRounding) {
 }
 
 TEST(DTypeTest, F16RoundTrip) {
-  for (float v : {0.0f, 1.0f, -1.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, 0.333251953125f}) {
+  for (float v :
+       {0.0f, 1.0f, -1.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, 0.333251953125f}) {
     EXPECT_EQ(F16ToF32(F32ToF16(v)), v) << v;
   }
   EXPECT_TRUE(std::isinf(F16ToF32(F32ToF16(1e6f))));

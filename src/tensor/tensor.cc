@@ -59,9 +59,7 @@ std::vector<float> ToF32Vector(const TensorView& view) {
     case DType::kF16:
       for (size_t i = 0; i < n; ++i) out[i] = F16ToF32(view.u16()[i]);
       break;
-    case DType::kI32:
-      assert(false && "ToF32Vector on I32");
-      break;
+    case DType::kI32: assert(false && "ToF32Vector on I32"); break;
   }
   return out;
 }
@@ -80,9 +78,7 @@ HostTensor FromF32As(DType dtype, Shape shape, std::span<const float> values) {
     case DType::kF16:
       for (size_t i = 0; i < values.size(); ++i) u16[i] = F32ToF16(values[i]);
       break;
-    case DType::kI32:
-      assert(false && "FromF32As to I32");
-      break;
+    case DType::kI32: assert(false && "FromF32As to I32"); break;
   }
   return t;
 }
