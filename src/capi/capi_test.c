@@ -126,7 +126,13 @@ typedef struct Pair {
   vls_session* control;
   int32_t length; /* expected length of both */
   int32_t delta;
+  float logits[kVocab]; /* the test session's logits after its last successful call */
 } Pair;
+
+/* Records the test session's logits after a successful call. */
+static void Snapshot(Pair* p) {
+  CHECK(CopyLogits(p->test, p->logits), "%s: no logits to snapshot", p->name);
+}
 
 static int32_t g_decode_token = 7;
 
@@ -144,7 +150,9 @@ static void Rejected(Pair* p, const char* what, vls_status got, vls_status want,
   CHECK(len == p->length && delta == p->delta,
         "%s/%s: state moved to length %d delta %d (want %d, %d)", p->name, what, (int)len,
         (int)delta, (int)p->length, (int)p->delta);
-  if (p->length == 0) return;
+  static float now[kVocab];
+  CHECK(CopyLogits(p->test, now) && memcmp(now, p->logits, sizeof(now)) == 0,
+        "%s/%s: a rejected call changed the session's logits", p->name, what);
   /* The rejection must not have touched the KV cache either. */
   g_decode_token = (g_decode_token * 13 + 5) % kVocab;
   vls_status a = vls_session_decode(p->test, g_decode_token);
@@ -155,6 +163,7 @@ static void Rejected(Pair* p, const char* what, vls_status got, vls_status want,
     CHECK(CopyLogits(p->test, lt) && CopyLogits(p->control, lc) && memcmp(lt, lc, sizeof(lt)) == 0,
           "%s/%s: decode logits differ from the control session", p->name, what);
     ++p->length;
+    Snapshot(p);
   }
 }
 
@@ -283,6 +292,14 @@ int main(int argc, char** argv) {
           vls_status_name(st));
   }
   vls_model_free(NULL);
+  {
+    /* A success after a failure clears the last error. */
+    CHECK(vls_last_error()[0] != '\0', "the refused load left an error");
+    size_t count = 0;
+    CHECK(
+        vls_model_deepstack_layers(plain, NULL, 0, &count) == VLS_OK && vls_last_error()[0] == '\0',
+        "a successful call after a failure clears the last error");
+  }
 
   /* -- info -- */
   vls_model_desc info;
@@ -454,13 +471,14 @@ int main(int argc, char** argv) {
   }
 
   /* -- rejections on the DeepStack (M-RoPE) model -- */
-  Pair p = {"ds", NULL, NULL, kS, kDelta};
+  static Pair p = {"ds", NULL, NULL, kS, kDelta, {0}};
   REQUIRE_OK(vls_session_create(ds, &p.test));
   REQUIRE_OK(vls_session_create(ds, &p.control));
   {
     vls_tensor tok = T1(g_tokens, VLS_DTYPE_I32, kS);
     REQUIRE_OK(vls_session_prefill_tokens(p.test, &tok, VLS_POSITIONS_MROPE, NULL, kDelta));
     REQUIRE_OK(vls_session_prefill_tokens(p.control, &tok, VLS_POSITIONS_MROPE, NULL, kDelta));
+    Snapshot(&p);
   }
   const int M = VLS_POSITIONS_MROPE;
   const vls_status EINV = VLS_ERR_INVALID_ARGUMENT;
@@ -716,13 +734,14 @@ int main(int argc, char** argv) {
   vls_session_free(p.control);
 
   /* -- rejections on the plain (1-D, no DeepStack) model -- */
-  Pair q = {"plain", NULL, NULL, kS, 3};
+  static Pair q = {"plain", NULL, NULL, kS, 3, {0}};
   REQUIRE_OK(vls_session_create(plain, &q.test));
   REQUIRE_OK(vls_session_create(plain, &q.control));
   {
     vls_tensor tok = T1(g_tokens, VLS_DTYPE_I32, kS);
     REQUIRE_OK(vls_session_prefill_tokens(q.test, &tok, VLS_POSITIONS_1D, NULL, 3));
     REQUIRE_OK(vls_session_prefill_tokens(q.control, &tok, VLS_POSITIONS_1D, NULL, 3));
+    Snapshot(&q);
     const int32_t li[2] = {0, 1};
     const int32_t vp[2] = {1, 4};
     vls_tensor emb = T2(g_emb, VLS_DTYPE_F32, kS, kHidden);
@@ -744,6 +763,7 @@ int main(int argc, char** argv) {
               vls_session_prefill_tokens(q.control, &tok, VLS_POSITIONS_1D, NULL, 3) == VLS_OK,
           "1-D explicit positions accepted");
     q.length = kS;
+    Snapshot(&q);
     Rejected(&q, "after re-prefill: bad token", vls_session_decode(q.test, kVocab), EINV,
              "vocabulary");
   }
