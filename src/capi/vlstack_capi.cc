@@ -4,12 +4,15 @@
 // pointers, before any C++ object is built from it; the value rules then go through the same
 // validators the C++ API uses, explicitly, before the session runs anything. Every entry point
 // catches everything, so no exception leaves the library.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
