@@ -124,8 +124,8 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
   vis["out_hidden_size"] = s.hidden;
   vis["num_position_embeddings"] = 16;
   vis["hidden_act"] = "gelu_pytorch_tanh";
-  std::vector<int> ds;
-  for (int k = 0; k < s.deepstack; ++k) ds.push_back(k);
+  std::vector<int> ds(static_cast<size_t>(s.deepstack));
+  for (int k = 0; k < s.deepstack; ++k) ds[static_cast<size_t>(k)] = k;
   vis["deepstack_visual_indexes"] = ds;
   c["vision_config"] = vis;
   if (!s.ds_layers.empty()) {

@@ -31,7 +31,8 @@ struct Segment {
 };
 
 // Thread safety: immutable after FromJson.
-class AddedVocabulary {
+class AddedVocabulary {  // NOLINT(bugprone-reserved-identifier): clang-tidy 14 flags the implicit
+                         // array copy
  public:
   static StatusOr<AddedVocabulary> FromJson(const nlohmann::json& added_tokens);
 

@@ -244,7 +244,7 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::object: {
       ValueDict items;
       for (const auto& entry : j.items()) {
-        const std::string key = entry.key();
+        const std::string& key = entry.key();
         // A repeated key keeps its first position and its last value, as Python's json does.
         auto it = std::find_if(items.begin(), items.end(),
                                [&key](const auto& kv) { return kv.first == key; });
