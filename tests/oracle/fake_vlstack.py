@@ -5,6 +5,16 @@ Only for checking run_cases.py itself: `run_cases.py --vlstack tests/oracle/fake
 must pass every case (it compares the oracle against itself through the whole pipeline).
 With FAKE_VLSTACK_F32=1 the forward is computed in float32, which shows how much of the
 tolerance an f32 engine would use.
+
+`batch` (CONTRACTS §6) is the reference batch_ref.py (each request alone), so
+`batch_cases.py --vlstack tests/oracle/fake_vlstack.py` must pass too. FAKE_VLSTACK_BATCH_BUG
+injects one engine-like bug so the driver can be shown to catch it:
+  delta      decode coordinate off by one (S+j+delta+1)
+  nocancel   cancel_after_tokens ignored
+  eosdrop    the EOS token is not emitted on "stop"
+  abort      the whole run exits 1 without output when any request is invalid
+  order      output lines in reverse order
+  ds_decode  the DeepStack payload's layers are shifted by one (wrong injection layer)
 """
 
 import argparse
@@ -13,6 +23,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import json  # noqa: E402
+
+import batch_ref  # noqa: E402
 import forward_ref  # noqa: E402
 import testmodel  # noqa: E402
 
@@ -37,13 +50,70 @@ def make(argv):
     ap.add_argument("--deepstack", type=int, default=3)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deepstack-layers", default=None, help="1-D DeepStack declaration, e.g. 0,2")
+    ap.add_argument("--deepstack-nmax", type=int, default=None)
     a = ap.parse_args(argv)
     sec = [int(x) for x in a.mrope_section.split(",")] if a.mrope_section else None
     cfg = testmodel.make_config(a.arch, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim,
                                 a.intermediate, a.vocab, a.tied, sec, a.mrope_layout,
                                 a.rope_theta, a.deepstack)
+    if a.deepstack_layers:
+        cfg["deepstack_language_layer_indices"] = [int(x) for x in a.deepstack_layers.split(",")]
+        cfg["deepstack_max_visual_positions"] = a.deepstack_nmax or 16
+    # EOS ids as the engine's make-test-model writes them: [V-1, V-2] in generation_config.json,
+    # V-1 in config.json
+    cfg["eos_token_id"] = a.vocab - 1
     testmodel.write_model(a.out, cfg, testmodel.random_weights(cfg, a.seed), a.dtype, a.shards)
+    with open(os.path.join(a.out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": a.vocab - 2, "eos_token_id": [a.vocab - 1, a.vocab - 2]}, f)
     return 0
+
+
+def batch(argv):
+    bug = os.environ.get("FAKE_VLSTACK_BATCH_BUG", "")
+    if os.environ.get("FAKE_VLSTACK_F32"):
+        argv = argv + ["--emulate-f32"]
+    if bug == "delta":
+        orig = batch_ref.decode_step
+        batch_ref.decode_step = lambda m, c, t, coord: orig(m, c, t, coord + 1)
+    elif bug == "nocancel":
+        orig_g = batch_ref.greedy
+        batch_ref.greedy = lambda m, i, n, e, ig=False, ca=None, cap=None: orig_g(m, i, n, e, ig, None, cap)
+    elif bug == "ds_decode":
+        orig_p = batch_ref.prefill
+
+        def shifted(m, inp):
+            if "deepstack_features" in inp:
+                inp = dict(inp)
+                K = inp["deepstack_features"].shape[0]
+                inp["deepstack_layers"] = (batch_ref.np.arange(K) + 1).astype("int32")
+                m.cfg.deepstack_layers, saved = None, m.cfg.deepstack_layers
+                try:
+                    return orig_p(m, inp)
+                finally:
+                    m.cfg.deepstack_layers = saved
+            return orig_p(m, inp)
+        batch_ref.prefill = shifted
+    if bug in ("eosdrop", "abort", "order"):
+        import contextlib
+        import io
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = batch_ref.main(argv)
+        outs = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
+        if bug == "abort" and any(o["finish_reason"] == "error" for o in outs):
+            print("fake: aborting on an invalid request", file=sys.stderr)
+            return 1
+        if bug == "order":
+            outs.reverse()
+        if bug == "eosdrop":
+            for o in outs:
+                if o["finish_reason"] == "stop":
+                    o["tokens"] = o["tokens"][:-1]
+        for o in outs:
+            print(json.dumps(o))
+        return rc
+    return batch_ref.main(argv)
 
 
 if __name__ == "__main__":
@@ -54,5 +124,7 @@ if __name__ == "__main__":
         if os.environ.get("FAKE_VLSTACK_F32"):
             rest = rest + ["--emulate-f32"]
         sys.exit(forward_ref.main(rest))
+    if cmd == "batch":
+        sys.exit(batch(rest))
     print(f"fake_vlstack: unknown command {cmd}", file=sys.stderr)
     sys.exit(2)
