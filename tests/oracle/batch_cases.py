@@ -183,8 +183,10 @@ class Req:
     """One request line. max_new may be a callable (ctx, S) -> int (capacity edge cases)."""
 
     def __init__(self, rid, build, max_new, ignore_eos=True, cancel=None, invalid=False, want=None, json_id=None,
-                 sens=None):
+                 sens=None, mentions=()):
         self.rid = rid
+        # an error line must name one of these (CONTRACTS §2: say which tensor and which rule)
+        self.mentions = tuple(mentions)
         # perturbations that must change this request's reference stream (else the inputs are redrawn,
         # so that the request really tests that feature); None: "coord" for every redrawable request
         self.sens = sens
@@ -214,6 +216,8 @@ class Run:
 
 VL = ["--arch", "qwen3-vl", "--untied", "--vocab", "64"]
 POS = ("coord", "no_pos", "no_delta")
+M_DSPOS = ["deepstack_positions", "visual_positions"]
+M_CAP = ["capacity", "max_new_tokens"]
 DS = ("coord", "no_ds", "ds_shift")
 QWEN3 = ["--arch", "qwen3", "--untied", "--vocab", "64"]
 
@@ -231,12 +235,12 @@ def vl_mixed(extra=()):
         Req("text_a", b_text(7), 6),
         Req("img_derived", b_image([(1, 4, 6)]), 5, ignore_eos=False, sens=("coord", "no_grid")),
         Req("img2_visual", b_image([(1, 4, 4), (1, 6, 4)], visual=True), 4, sens=("coord", "no_grid", "no_visual")),
-        Req("bad_ds_unsorted", b_bad_ds_unsorted, 4, invalid=True),
+        Req("bad_ds_unsorted", b_bad_ds_unsorted, 4, invalid=True, mentions=M_DSPOS),
         Req("pos_delta_neg", b_explicit(8, -3), 5, sens=POS),
         Req("pos_delta_pos", b_explicit(8, 5), 5, sens=POS),
         Req("img_delta_override", b_image([(1, 4, 6)], delta=4), 4, sens=("coord", "no_delta")),
         Req("embeds", b_embeds(6), 4),
-        Req("bad_pos_rank", b_bad_pos_rank, 4, invalid=True),
+        Req("bad_pos_rank", b_bad_pos_rank, 4, invalid=True, mentions=["position_ids"]),
         Req("embeds_pos_delta", b_embeds(7, pos=True, delta=-1), 4, sens=POS),
         Req("embeds_image_ids", b_embeds_image_ids([(1, 4, 6)]), 3, sens=("coord", "no_grid")),
         Req("ds_image", b_image([(1, 4, 6)], ds=3), 5, sens=DS),
@@ -244,9 +248,9 @@ def vl_mixed(extra=()):
             sens=DS + ("no_delta",)),
         Req("cancel_2", b_text(6), 8, cancel=2, want="cancelled"),
         Req("eos_stop", b_eos_prompt, 10, ignore_eos=False, want="stop"),
-        Req("bad_capacity", b_text(10), cap_over, invalid=True),
+        Req("bad_capacity", b_text(10), cap_over, invalid=True, mentions=M_CAP),
         Req("at_capacity", b_text(10), cap_exact, want="length"),
-        Req("missing_file", lambda ctx: MISSING, 4, invalid=True),
+        Req("missing_file", lambda ctx: MISSING, 4, invalid=True, mentions=["does_not_exist"]),
         Req("cancel_0", b_text(5), 4, cancel=0, want="cancelled"),
         Req("img_cancel_3", b_image([(1, 2, 4)], visual=True), 6, cancel=3, want="cancelled"),
         Req("one_token", b_text(4), 1, want="length"),
@@ -284,9 +288,9 @@ def runs():
         Req("embeds_pos_delta", b_embeds(7, pos=True, delta=-1), 4, sens=POS),
         Req("ds_embeds", b_embeds(8, pos=True, delta=-1, ds_rows=[1, 2, 5], ds_k=2, ds_layers=[0, 2]), 4, sens=DS),
         Req("cancel_3", b_text(6), 8, cancel=3, want="cancelled"),
-        Req("bad_pos_rank2", b_bad_pos_rank, 4, invalid=True),
-        Req("bad_token", b_bad_token, 4, invalid=True),
-        Req("bad_capacity", b_text(9), cap_over, invalid=True),
+        Req("bad_pos_rank2", b_bad_pos_rank, 4, invalid=True, mentions=["position_ids"]),
+        Req("bad_token", b_bad_token, 4, invalid=True, mentions=["input_ids"]),
+        Req("bad_capacity", b_text(9), cap_over, invalid=True, mentions=M_CAP),
         Req("eos_stop", b_eos_prompt, 10, ignore_eos=False, want="stop"),
         Req("eos_ignored", b_eos_prompt, 10, ignore_eos=True, want="length"),
     ]
@@ -299,7 +303,8 @@ def runs():
         Req("ds_image_neg_delta", b_image([(1, 4, 6)], ds=2, delta=-5), 5, sens=DS + ("no_delta",)),
         Req("ds_nv0", b_embeds(5, ds_rows=[], ds_k=2), 4),
         Req("text", b_text(6), 5),
-        Req("bad_ds_layers", b_bad_ds_layers, 4, invalid=True),
+        Req("bad_ds_layers", b_bad_ds_layers, 4, invalid=True,
+            mentions=["deepstack_layers", "layer_indices"]),
         Req("ds_cancel_2", b_image([(1, 4, 4)], ds=2), 6, cancel=2, want="cancelled", sens=DS),
         Req("ds_embeds_pos", b_embeds(9, pos=True, delta=3, ds_rows=[0, 4, 8], ds_k=2), 4, sens=DS + ("no_pos",)),
     ]
@@ -609,6 +614,9 @@ class Runner:
                 return "FAIL", f"error line without a non-empty \"error\" message: {err!r}", False
             if toks:
                 return "FAIL", f"error line carries tokens {toks}", False
+            if r.mentions and not any(w.lower() in err.lower() for w in r.mentions):
+                return "FAIL", (f"error message names none of {list(r.mentions)} (CONTRACTS §2: say which "
+                                f"tensor and rule): {err[:200]!r}"), False
             return "PASS", f"error: {err[:100]}", False
         if fr == "error":
             return "FAIL", f"valid request failed: {err!r} (reference: {ref['finish_reason']} {ref['tokens']})", False

@@ -15,6 +15,9 @@ injects one engine-like bug so the driver can be shown to catch it:
   abort      the whole run exits 1 without output when any request is invalid
   order      output lines in reverse order
   ds_decode  the DeepStack payload's layers are shifted by one (wrong injection layer)
+FAKE_VLSTACK_FORWARD=/path/to/vlstack makes `batch` greedy-decode each request alone through that
+binary's `forward` (one call per generated token, growing `decode_tokens`) and `make-test-model`
+delegate to it: the f32 engine's token streams before its own `batch` exists.
 """
 
 import argparse
@@ -69,7 +72,65 @@ def make(argv):
     return 0
 
 
+def batch_via_forward(exe, argv):
+    import argparse
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    import st
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--requests", required=True)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--capacity", type=int, default=batch_ref.DEFAULT_CAPACITY)
+    a = ap.parse_args(argv)
+    eos = batch_ref.eos_ids(a.model)
+    base = os.path.dirname(os.path.abspath(a.requests))
+    tmp = tempfile.mkdtemp(prefix="fakefwd")
+    with open(a.requests) as f:
+        reqs = [json.loads(x) for x in f if x.strip()]
+    for req in reqs:
+        o = {"id": req.get("id"), "tokens": [], "finish_reason": "error"}
+        try:
+            inp = batch_ref.load_request_input(req, base)
+            S = inp["inputs_embeds"].shape[0] if "inputs_embeds" in inp else len(inp["input_ids"])
+            n, k = req["max_new_tokens"], req.get("cancel_after_tokens")
+            if S + n > a.capacity:
+                raise ValueError("prompt + max_new_tokens > capacity")
+            toks, fr = [], None
+            if k == 0:
+                fr = "cancelled"
+            while fr is None:
+                d = dict(inp)
+                if toks:
+                    d["decode_tokens"] = np.array(toks, np.int32)
+                ip, op = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
+                st.save_file(d, ip)
+                p = subprocess.run([exe, "forward", "--model", a.model, "--input", ip, "--output", op],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                if p.returncode != 0:
+                    raise ValueError(p.stderr.decode("utf-8", "replace").strip() or "forward failed")
+                r = st.load_file(op)
+                lg = r["decode_logits"][-1] if toks else r["logits"][-1]
+                t = int(np.argmax(lg))
+                toks.append(t)
+                if t in eos and not req.get("ignore_eos"):
+                    fr = "stop"
+                elif len(toks) >= n:
+                    fr = "length"
+                elif k is not None and len(toks) >= k:
+                    fr = "cancelled"
+            o["tokens"], o["finish_reason"] = toks, fr
+        except (ValueError, KeyError, OSError, batch_ref.qwen3_ref.RefError, st.SafetensorsError) as e:
+            o["error"] = str(e)
+        print(json.dumps(o), flush=True)
+    return 0
+
+
 def batch(argv):
+    if os.environ.get("FAKE_VLSTACK_FORWARD"):
+        return batch_via_forward(os.environ["FAKE_VLSTACK_FORWARD"], argv)
     bug = os.environ.get("FAKE_VLSTACK_BATCH_BUG", "")
     if os.environ.get("FAKE_VLSTACK_F32"):
         argv = argv + ["--emulate-f32"]
@@ -119,6 +180,8 @@ def batch(argv):
 if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
     if cmd == "make-test-model":
+        if os.environ.get("FAKE_VLSTACK_FORWARD"):
+            os.execv(os.environ["FAKE_VLSTACK_FORWARD"], [os.environ["FAKE_VLSTACK_FORWARD"], cmd] + rest)
         sys.exit(make(rest))
     if cmd == "forward":
         if os.environ.get("FAKE_VLSTACK_F32"):
