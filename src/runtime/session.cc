@@ -19,24 +19,27 @@ Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* ten
 Session::Session(const LoadedModel& model)
     : lm_(model), capacity_(model.bounds().capacity), cache_(model.model().NewCache(capacity_)) {}
 
-Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
-                                const PositionIds& positions) const {
-  const Qwen3Config& cfg = lm_.config();
+Status ValidatePrefillInputs(const LoadedModel& lm, int capacity, int64_t S,
+                             std::span<const float> embeddings, const PositionIds& positions,
+                             bool check_embeddings) {
+  const Qwen3Config& cfg = lm.config();
   const int64_t H = cfg.hidden;
   if (S <= 0) return InvalidArgument("prefill: the sequence is empty");
-  if (S > capacity_) {
+  if (S > capacity) {
     return OutOfRange("prefill: sequence length " + std::to_string(S) +
-                      " exceeds the context capacity " + std::to_string(capacity_));
+                      " exceeds the context capacity " + std::to_string(capacity));
   }
-  if (static_cast<int64_t>(embeddings.size()) != S * H) {
-    return InvalidArgument("embeddings: expected [" + std::to_string(S) + "," + std::to_string(H) +
-                           "] (" + std::to_string(S * H) + " values), got " +
-                           std::to_string(embeddings.size()) + " values");
-  }
-  for (size_t i = 0; i < embeddings.size(); ++i) {
-    if (!std::isfinite(embeddings[i])) {
-      return InvalidArgument("embeddings: value at row " +
-                             std::to_string(i / static_cast<size_t>(H)) + " is not finite");
+  if (check_embeddings) {
+    if (static_cast<int64_t>(embeddings.size()) != S * H) {
+      return InvalidArgument("embeddings: expected [" + std::to_string(S) + "," +
+                             std::to_string(H) + "] (" + std::to_string(S * H) + " values), got " +
+                             std::to_string(embeddings.size()) + " values");
+    }
+    for (size_t i = 0; i < embeddings.size(); ++i) {
+      if (!std::isfinite(embeddings[i])) {
+        return InvalidArgument("embeddings: value at row " +
+                               std::to_string(i / static_cast<size_t>(H)) + " is not finite");
+      }
     }
   }
   if (positions.mode != cfg.position_mode) {
@@ -44,13 +47,17 @@ Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
                            PositionModeName(positions.mode) + " positions but the model uses " +
                            PositionModeName(cfg.position_mode));
   }
-  if (positions.length != S ||
-      positions.data.size() !=
-          static_cast<size_t>(S * (positions.mode == PositionMode::kMrope ? 3 : 1))) {
+  const size_t axes = positions.mode == PositionMode::kMrope ? 3 : 1;
+  if (positions.length != S || positions.data.size() != static_cast<size_t>(S) * axes) {
     return InvalidArgument("positions: length " + std::to_string(positions.length) +
                            " differs from the sequence length " + std::to_string(S));
   }
   return Status::Ok();
+}
+
+Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
+                                const PositionIds& positions) const {
+  return ValidatePrefillInputs(lm_, capacity_, S, embeddings, positions, true);
 }
 
 void Session::RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta,
@@ -95,17 +102,7 @@ Status Session::PrefillTokens(std::span<const int32_t> ids, const PositionIds& p
                               std::vector<float>* logits) {
   const int64_t S = static_cast<int64_t>(ids.size());
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, lm_.config().vocab, "tokens"));
-  if (S <= 0) return InvalidArgument("prefill: the sequence is empty");
-  if (S > capacity_) {
-    return OutOfRange("prefill: sequence length " + std::to_string(S) +
-                      " exceeds the context capacity " + std::to_string(capacity_));
-  }
-  if (positions.mode != lm_.config().position_mode || positions.length != S) {
-    return InvalidArgument(std::string("positions: expected ") +
-                           PositionModeName(lm_.config().position_mode) + " positions of length " +
-                           std::to_string(S) + ", got " + PositionModeName(positions.mode) +
-                           " of length " + std::to_string(positions.length));
-  }
+  VLS_RETURN_IF_ERROR(ValidatePrefillInputs(lm_, capacity_, S, {}, positions, false));
   VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
   EntryRun run;
   run.tokens = ids;
@@ -142,19 +139,38 @@ Status Session::PrefillDeepStack(std::span<const float> embeddings, const Positi
 }
 
 Status Session::Decode(int32_t token, std::vector<float>* logits) {
-  if (length_ == 0) return FailedPrecondition("decode: no prefill has run on this session");
-  if (length_ >= capacity_) {
-    return OutOfRange("decode: the sequence is at its context capacity " +
-                      std::to_string(capacity_));
+  Session* self = this;
+  return DecodeBatch(std::span<Session* const>(&self, 1), std::span<const int32_t>(&token, 1),
+                     logits);
+}
+
+Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                            std::vector<float>* logits) {
+  if (sessions.empty() || sessions.size() != tokens.size()) {
+    return InvalidArgument("decode: " + std::to_string(sessions.size()) + " sessions but " +
+                           std::to_string(tokens.size()) + " tokens");
   }
-  const int32_t tok[1] = {token};
-  VLS_RETURN_IF_ERROR(ValidateTokenIds(tok, lm_.config().vocab, "decode token"));
-  VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(length_, rope_delta_));
+  const LoadedModel& lm = sessions[0]->lm_;
   EntryRun run;
-  run.tokens = tok;
-  run.rows = {ForwardRow{cache_.get(), length_, coord}};
-  lm_.entries().Find(kEntryDecode)->Run(run);
-  ++length_;
+  run.tokens = tokens;
+  run.rows.reserve(sessions.size());
+  for (size_t b = 0; b < sessions.size(); ++b) {
+    Session& s = *sessions[b];
+    if (&s.lm_ != &lm) return InvalidArgument("decode: sessions belong to different models");
+    for (size_t c = 0; c < b; ++c) {
+      if (sessions[c] == sessions[b]) return InvalidArgument("decode: a session appears twice");
+    }
+    if (s.length_ == 0) return FailedPrecondition("decode: no prefill has run on this session");
+    if (s.length_ >= s.capacity_) {
+      return OutOfRange("decode: the sequence is at its context capacity " +
+                        std::to_string(s.capacity_));
+    }
+    VLS_RETURN_IF_ERROR(ValidateTokenIds(tokens.subspan(b, 1), lm.config().vocab, "decode token"));
+    VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(s.length_, s.rope_delta_));
+    run.rows.push_back(ForwardRow{s.cache_.get(), s.length_, coord});
+  }
+  lm.entries().Find(kEntryDecode)->Run(run);
+  for (Session* s : sessions) ++s->length_;
   *logits = std::move(run.logits);
   return Status::Ok();
 }

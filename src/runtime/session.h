@@ -50,6 +50,13 @@ class Session {
   // logits: [V].
   Status Decode(int32_t token, std::vector<float>* logits);
 
+  // One ragged decode step over several sessions of the same model (decode_step.main with
+  // B rows, one batched pass through each weight): session b appends tokens[b] at its own
+  // length with its own coordinate. Every row is validated before any runs; on error no
+  // session changes. logits: [B, V].
+  static Status DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                            std::vector<float>* logits);
+
   int length() const { return length_; }
   int32_t rope_delta() const { return rope_delta_; }
   int capacity() const { return capacity_; }
@@ -71,6 +78,12 @@ class Session {
   int length_ = 0;
   int32_t rope_delta_ = 0;
 };
+
+// Checks a prefill of S rows against the model and a capacity: 0 < S <= capacity, positions in
+// the model's mode with length S, and (when `check_embeddings`) embeddings [S, H], all finite.
+Status ValidatePrefillInputs(const LoadedModel& model, int capacity, int64_t S,
+                             std::span<const float> embeddings, const PositionIds& positions,
+                             bool check_embeddings);
 
 // Checks every token id is in [0, vocab); names the first offender.
 Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* tensor);

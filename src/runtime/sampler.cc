@@ -1,0 +1,119 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+
+namespace vls {
+
+Status ValidateSamplingParams(const SamplingParams& p) {
+  auto bad = [](const char* field, const std::string& why) {
+    return InvalidArgument(std::string("sampling.") + field + ": " + why);
+  };
+  if (!std::isfinite(p.temperature) || p.temperature < 0) return bad("temperature", "must be >= 0");
+  if (p.top_k < 0) return bad("top_k", "must be >= 0");
+  if (!(p.top_p > 0 && p.top_p <= 1)) return bad("top_p", "must be in (0, 1]");
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return bad("min_p", "must be in [0, 1]");
+  if (!(p.repetition_penalty > 0) || !std::isfinite(p.repetition_penalty)) {
+    return bad("repetition_penalty", "must be > 0");
+  }
+  if (!std::isfinite(p.presence_penalty)) return bad("presence_penalty", "must be finite");
+  if (!std::isfinite(p.frequency_penalty)) return bad("frequency_penalty", "must be finite");
+  return Status::Ok();
+}
+
+int32_t ArgMax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params, uint64_t request_id)
+    : params_(params), state_(params.seed.value_or(0x9E3779B97F4A7C15ull ^ request_id)) {}
+
+double Sampler::NextUniform() {
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> generated) {
+  const auto V = static_cast<int32_t>(logits.size());
+  scratch_.assign(logits.begin(), logits.end());
+  float* l = scratch_.data();
+  if (params_.repetition_penalty != 1.0f) {
+    auto penalise = [&](int32_t t) {
+      if (t < 0 || t >= V) return;
+      float& x = l[t];
+      x = x > 0 ? x / params_.repetition_penalty : x * params_.repetition_penalty;
+    };
+    std::vector<bool> seen(static_cast<size_t>(V), false);
+    for (auto list : {prompt, generated}) {
+      for (int32_t t : list) {
+        if (t >= 0 && t < V && !seen[static_cast<size_t>(t)]) {
+          seen[static_cast<size_t>(t)] = true;
+          penalise(t);
+        }
+      }
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t t : generated) ++counts[t];
+    for (const auto& [t, n] : counts) {
+      if (t < 0 || t >= V) continue;
+      l[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+    }
+  }
+  if (params_.temperature <= 0.0f) return ArgMax(scratch_);
+
+  // Candidates sorted by logit (descending, index ascending on ties).
+  order_.resize(static_cast<size_t>(V));
+  std::iota(order_.begin(), order_.end(), 0);
+  std::stable_sort(order_.begin(), order_.end(), [l](int32_t a, int32_t b) { return l[a] > l[b]; });
+  size_t n = order_.size();
+  if (params_.top_k > 0) n = std::min(n, static_cast<size_t>(params_.top_k));
+  std::vector<double> p(n);
+  const double mx = l[order_[0]];
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = std::exp((l[order_[i]] - mx) / params_.temperature);
+    sum += p[i];
+  }
+  for (double& x : p) x /= sum;
+  if (params_.top_p < 1.0f) {
+    double acc = 0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      acc += p[i];
+      if (acc >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+  }
+  if (params_.min_p > 0.0f) {
+    const double floor = params_.min_p * p[0];
+    size_t keep = 1;
+    while (keep < n && p[keep] >= floor) ++keep;
+    n = keep;
+  }
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += p[i];
+  double u = NextUniform() * total;
+  for (size_t i = 0; i < n; ++i) {
+    u -= p[i];
+    if (u < 0) return order_[i];
+  }
+  return order_[n - 1];
+}
+
+}  // namespace vls

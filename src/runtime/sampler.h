@@ -1,0 +1,51 @@
+// Per-request token sampling: penalties, then greedy or temperature → top-k → top-p → min-p,
+// with a seeded splitmix64 RNG owned by the request (reproducible whatever the batch holds).
+#ifndef VLSTACK_RUNTIME_SAMPLER_H_
+#define VLSTACK_RUNTIME_SAMPLER_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace vls {
+
+struct SamplingParams {
+  float temperature = 0.0f;         // <= 0: greedy
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // HF style, over prompt and generated tokens
+  float presence_penalty = 0.0f;    // OpenAI style, over generated tokens
+  float frequency_penalty = 0.0f;   // OpenAI style, over generated tokens
+  std::optional<uint64_t> seed;     // default: derived from the request id
+};
+
+// Names the first out-of-range field.
+Status ValidateSamplingParams(const SamplingParams& p);
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, uint64_t request_id);
+
+  // logits: [V]. prompt/generated: the request's history for the penalties.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                 std::span<const int32_t> generated);
+
+ private:
+  double NextUniform();  // [0, 1)
+
+  SamplingParams params_;
+  uint64_t state_;
+  std::vector<float> scratch_;
+  std::vector<int32_t> order_;
+};
+
+// Index of the largest value; the lowest index wins ties.
+int32_t ArgMax(std::span<const float> logits);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_SAMPLER_H_
