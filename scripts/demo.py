@@ -57,7 +57,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model = os.path.join(a.work, "tiny-qwen3-vl")
-    run([a.vlstack, "make-test-model", "--out", model, "--seed", "7"])
+    run([a.vlstack, "make-test-model", "--out", model, "--seed", "7", "--untied"])
     cfg = json.load(open(os.path.join(model, "config.json")))
     vs, ve, img = cfg["vision_start_token_id"], cfg["vision_end_token_id"], cfg["image_token_id"]
     # A prompt with one image of grid [1,4,6] (6 merged visual tokens) between text tokens.
@@ -94,8 +94,35 @@ def main():
             print("[demo] end of sequence")
             break
     print(f"\n[demo] generated {len(generated)} tokens: {generated}")
-    print("[demo] done: forward with M-RoPE image positions, visual embeddings, diagnostics "
-          "and greedy decoding ran end to end")
+
+    # The same prompt with DeepStack features, plus two text prompts, through the
+    # continuous-batch engine with 2 slots (3 requests: one waits for a free slot).
+    pad_positions = np.array([i for i, t in enumerate(prompt) if t == img], np.int32)
+    k = len(cfg["vision_config"]["deepstack_visual_indexes"])
+    feats = rng.standard_normal((k, len(pad_positions), visual.shape[1])).astype(np.float32)
+    write_safetensors(os.path.join(a.work, "req_ds.safetensors"),
+                      {"input_ids": np.array(prompt, np.int32), "image_grid_thw": grid,
+                       "visual_embeds": visual, "deepstack_positions": pad_positions,
+                       "deepstack_features": feats})
+    write_safetensors(os.path.join(a.work, "req_text1.safetensors"),
+                      {"input_ids": np.array([21, 22, 23], np.int32)})
+    write_safetensors(os.path.join(a.work, "req_text2.safetensors"),
+                      {"input_ids": np.array([31, 32, 33, 34, 35], np.int32)})
+    reqs = [{"id": "deepstack-image", "input": "req_ds.safetensors", "max_new_tokens": 6},
+            {"id": "text-1", "input": "req_text1.safetensors", "max_new_tokens": 4},
+            {"id": "text-2", "input": "req_text2.safetensors", "max_new_tokens": 5,
+             "cancel_after_tokens": 2}]
+    jsonl = os.path.join(a.work, "requests.jsonl")
+    with open(jsonl, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in reqs))
+    print("\n[demo] continuous batch: 3 requests (DeepStack image, text, text cancelled after 2 tokens), 2 slots")
+    print("$ " + " ".join([a.vlstack, "batch", "--model", model, "--requests", jsonl, "--slots", "2"]), flush=True)
+    out = subprocess.run([a.vlstack, "batch", "--model", model, "--requests", jsonl, "--slots", "2"],
+                         check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        print("[demo] " + line)
+    print("[demo] done: forward with M-RoPE image positions, visual embeddings, diagnostics, "
+          "greedy decoding and a DeepStack request in the batch engine ran end to end")
 
 
 if __name__ == "__main__":
