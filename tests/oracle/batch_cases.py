@@ -146,6 +146,31 @@ def b_eos_prompt(ctx):
     return dict(ctx.eos_prompt())
 
 
+def b_random(ctx):
+    """One of the valid kinds, chosen by the request's own rng (stress run)."""
+    kinds = ["text", "image", "explicit", "embeds", "embeds_pos"] + (["ds_image", "ds_embeds"] if ctx.ds_k else [])
+    if ctx.cfg.mode != "mrope":
+        kinds = [k for k in kinds if "image" not in k]
+    k = kinds[int(ctx.rng.integers(0, len(kinds)))]
+    S = int(ctx.rng.integers(2, 12))
+    delta = int(ctx.rng.integers(-4, 6))
+    if k == "text":
+        return b_text(S)(ctx)
+    if k == "image":
+        grids = [(1, 2 * int(ctx.rng.integers(1, 4)), 2 * int(ctx.rng.integers(1, 4)))]
+        return b_image(grids, visual=bool(ctx.rng.integers(0, 2)))(ctx)
+    if k == "explicit":
+        return b_explicit(S, delta)(ctx)
+    if k == "embeds":
+        return b_embeds(S)(ctx)
+    if k == "embeds_pos":
+        return b_embeds(S, pos=True, delta=delta)(ctx)
+    if k == "ds_image":
+        return b_image([(1, 4, 2 * int(ctx.rng.integers(1, 4)))], ds=ctx.ds_k)(ctx)
+    rows = sorted(int(x) for x in ctx.rng.choice(S, size=min(S, 3), replace=False))
+    return b_embeds(S, pos=True, delta=delta, ds_rows=rows, ds_k=ctx.ds_k)(ctx)
+
+
 # invalid ----------------------------------------------------------------------
 
 def b_bad_ds_unsorted(ctx):
@@ -310,6 +335,15 @@ def runs():
     ]
     out.append(Run("vl_ds_k2_l4_f32_slots2", VL + ["--deepstack", "2", "--layers", "4", "--dtype", "f32",
                                                    "--seed", "104"], 2, 40, ds))
+    # stress: 30 random valid requests (random kind, length, limit, cancel, ignore_eos) on 4 slots
+    rs = np.random.default_rng(7)
+    stress = []
+    for i in range(30):
+        c = int(rs.integers(1, 6)) if rs.random() < 0.3 else None
+        stress.append(Req(f"r{i:02d}", b_random, int(rs.integers(1, 9)), ignore_eos=bool(rs.random() < 0.5),
+                          cancel=c))
+    out.append(Run("vl_stress30_slots4", VL + ["--deepstack", "2", "--seed", "106"], 4, 24,
+                   stress))
     # engine defaults (no --capacity) and a tied bf16 model
     d = [
         Req("text", b_text(5), 4, sens=()),
@@ -645,9 +679,8 @@ class Runner:
     def parity(self):
         for g, per in self.group_out.items():
             probs, ties = [], []
-            names = None
+            names = sorted({r[0] for rows in per.values() for r in rows})
             for rid, rows in per.items():
-                names = [r[0] for r in rows]
                 if len(rows) < 2:
                     continue
                 base = rows[0]
