@@ -3,8 +3,9 @@
  *
  * Conventions (STYLE §Habits 5, docs/adr/0002-c-abi.md):
  *
- * - Handles are opaque (vls_model, vls_session). Every handle a vls_*_create / vls_*_load call
- *   returns is owned by the caller and freed with the matching vls_*_free (NULL is accepted).
+ * - Handles are opaque (vls_model, vls_session, vls_batch). Every handle a vls_*_create /
+ *   vls_*_load call returns is owned by the caller and freed with the matching vls_*_free
+ *   (NULL is accepted).
  * - Every call that can fail returns a vls_status. VLS_OK is 0. On failure the call changes
  *   nothing: no output parameter is written, and a session keeps its KV cache, length,
  *   rope_delta and logits exactly as they were.
@@ -30,9 +31,11 @@
  * Thread safety: vls_abi_version, vls_last_error and vls_status_name may be called from any
  * thread at any time. A vls_model is immutable after loading and may be shared by any number
  * of threads and sessions. A vls_session must be used by one thread at a time (calls on
- * different sessions may run concurrently).
+ * different sessions may run concurrently). A vls_batch may be used from any number of threads
+ * at once (see the batch section).
  *
- * Lifetimes: a session refers to its model; free every session of a model before the model.
+ * Lifetimes: a session or batch refers to its model; free every session and batch of a model
+ * before the model.
  */
 #ifndef VLSTACK_VLSTACK_H_
 #define VLSTACK_VLSTACK_H_
@@ -101,7 +104,7 @@ const char* vls_status_name(int32_t status);
 typedef struct vls_model_options {
   uint32_t struct_size; /* sizeof(vls_model_options); at least 20 (ABI 1) */
   int32_t capacity;     /* C: per-session context capacity, > 0 */
-  int32_t slots;        /* B: batch slots, > 0 */
+  int32_t slots;        /* B: batch slots, > 0 (the slots of every vls_batch of the model) */
   int32_t nmax;         /* DeepStack Nmax: 0 = the config's, else the capacity */
   int32_t threads;      /* 0 = all cores */
 } vls_model_options;
@@ -205,6 +208,179 @@ vls_status vls_session_length(const vls_session* session, int32_t* out);
 
 /* The committed rope_delta (0 before any prefill). */
 vls_status vls_session_rope_delta(const vls_session* session, int32_t* out);
+
+/* ---- Batch engine (CONTRACTS §4) ------------------------------------------------------------
+ *
+ * A vls_batch runs many requests over one model: B slots (the `slots` of the model's
+ * vls_model_options; each slot has its own KV region of the model's capacity C) and a FIFO
+ * queue of pending requests. A request is submitted (validated whole, then queued), admitted
+ * into a free slot by a step (its own prefill, then its first token), decoded one token per
+ * step together with every other active request, and finished by EOS (VLS_FINISH_STOP, which
+ * wins over the length limit), by max_new_tokens (VLS_FINISH_LENGTH), by vls_batch_cancel
+ * (VLS_FINISH_CANCELLED) or by a failure inside the engine (VLS_FINISH_ERROR, which never
+ * disturbs another request).
+ *
+ * Events. Every token and every finish becomes one vls_token_event, appended in order to a
+ * buffer inside the handle; vls_batch_step, vls_batch_admit, vls_batch_poll and vls_batch_wait
+ * move events out of it (oldest first, at most `capacity` per call). Events that do not fit
+ * stay buffered for the next call: none is ever dropped. A request emits events in order and
+ * nothing after its finish event; the finish event of STOP and LENGTH carries the last token,
+ * the finish event of CANCELLED and ERROR has token -1.
+ *
+ * Stepping is synchronous by default: the caller drives the engine with vls_batch_step (or
+ * vls_batch_run_until_idle). vls_batch_start instead runs the steps on a thread owned by the
+ * handle until vls_batch_stop or vls_batch_free; events are then read with vls_batch_poll or
+ * vls_batch_wait, and the synchronous stepping calls are refused (FAILED_PRECONDITION).
+ *
+ * Submissions copy everything they keep (token ids, embeddings, positions, the DeepStack
+ * payload) before they return, so the caller may free its tensors at once. A rejected submit
+ * changes nothing: no id is used, the queue, pending_count and pending_bytes stay as they were.
+ *
+ * Thread safety: every vls_batch_* call may be made from any thread, concurrently with any
+ * other on the same handle (the engine serialises steps; the event buffer has its own mutex),
+ * except vls_batch_free, which must be the last call on the handle. A batch refers to its
+ * model: free every batch of a model before the model. */
+
+typedef struct vls_batch vls_batch;
+
+/* Why a request finished; VLS_FINISH_NONE on the events of a request that goes on. The values
+ * mirror the C++ vls::FinishReason. */
+typedef enum vls_finish_reason {
+  VLS_FINISH_NONE = 0,
+  VLS_FINISH_STOP = 1,      /* an EOS token (the event carries it) */
+  VLS_FINISH_LENGTH = 2,    /* max_new_tokens reached (the event carries the last token) */
+  VLS_FINISH_CANCELLED = 3, /* vls_batch_cancel; token -1 */
+  VLS_FINISH_ERROR = 4      /* a failure inside the engine; token -1; see vls_batch_request_error */
+} vls_finish_reason;
+
+typedef struct vls_token_event {
+  uint64_t request_id;   /* the id vls_batch_submit_* returned */
+  int32_t token;         /* the sampled token, or -1 (a finish without a token) */
+  int32_t finish_reason; /* a vls_finish_reason */
+} vls_token_event;
+
+/* Per-request generation options (CONTRACTS §4; sampling as in src/runtime/sampler.h). The
+ * engine checks every value at submit: a bad value rejects the submit and names the field. */
+typedef struct vls_request_options {
+  uint32_t struct_size;     /* sizeof(vls_request_options); at least 56 (ABI 1) */
+  int32_t max_new_tokens;   /* > 0, and S + max_new_tokens <= the model's capacity */
+  int32_t ignore_eos;       /* 0 or 1: 1 keeps generating through EOS tokens */
+  float temperature;        /* finite, >= 0; 0 is greedy (argmax, the lowest index wins ties) */
+  int32_t top_k;            /* >= 0; 0 is off */
+  float top_p;              /* (0, 1]; 1 is off */
+  float min_p;              /* [0, 1]; 0 is off */
+  float repetition_penalty; /* > 0; 1 is off (HF style, over prompt and generated tokens) */
+  float presence_penalty;   /* finite; 0 is off (OpenAI style, over generated tokens) */
+  float frequency_penalty;  /* finite; 0 is off (OpenAI style, over generated tokens) */
+  int32_t has_seed;         /* 0 or 1: 0 derives the RNG seed from the request id */
+  uint32_t reserved;        /* ignored; set it to 0 */
+  uint64_t seed;            /* the RNG seed when has_seed is 1 */
+} vls_request_options;
+
+/* Defaults: struct_size set, max_new_tokens 16, ignore_eos 0, greedy (temperature 0), every
+ * filter and penalty off, has_seed 0. */
+vls_request_options vls_request_default_options(void);
+
+/* A batch engine over `model` with the model's `slots` (vls_model_options.slots, B) slots of
+ * its capacity C each; the model must outlive the batch. On success *out owns a new batch. */
+vls_status vls_batch_create(const vls_model* model, vls_batch** out);
+
+/* Stops the batch's thread if it runs, then frees the batch, its queue, its slots and its
+ * buffered events. NULL is a no-op. No other call on the handle may be running or follow. */
+void vls_batch_free(vls_batch* batch);
+
+/* Submissions. Arguments as the matching vls_session_prefill_* (every descriptor is checked
+ * the same way, position_mode must equal the model's, positions NULL means 0..S-1, the first
+ * decode coordinate S + rope_delta must be representable and non-negative), plus `options`
+ * (NULL for vls_request_default_options()). On success *out_id is the request's id (unique in
+ * the batch, never 0) and the request is queued; on failure *out_id is not written. */
+
+/* tokens: i32 [S], each in [0, V), 1 <= S <= C. */
+vls_status vls_batch_submit_tokens(vls_batch* batch, const vls_tensor* tokens,
+                                   int32_t position_mode, const vls_tensor* positions,
+                                   int32_t rope_delta, const vls_request_options* options,
+                                   uint64_t* out_id);
+
+/* embeddings: f32 [S, H], finite. token_ids: NULL, or the prompt's i32 [S] ids (each in [0, V)),
+ * which the repetition penalty then sees. */
+vls_status vls_batch_submit_embeddings(vls_batch* batch, const vls_tensor* embeddings,
+                                       int32_t position_mode, const vls_tensor* positions,
+                                       int32_t rope_delta, const vls_tensor* token_ids,
+                                       const vls_request_options* options, uint64_t* out_id);
+
+/* A DeepStack request: the payload as vls_session_prefill_deepstack (CONTRACTS §2, all four
+ * validation layers run before the request is queued). Refused on a model without DeepStack. */
+vls_status vls_batch_submit_deepstack(vls_batch* batch, const vls_tensor* embeddings,
+                                      int32_t position_mode, const vls_tensor* positions,
+                                      int32_t rope_delta, const vls_tensor* visual_positions,
+                                      const vls_tensor* layer_features,
+                                      const vls_tensor* layer_indices, const vls_tensor* token_ids,
+                                      const vls_request_options* options, uint64_t* out_id);
+
+/* Cancels a queued request (its buffers are freed now) or an active one (its slot is freed
+ * now and the next admitted request reuses it). Buffers one VLS_FINISH_CANCELLED event; the
+ * request emits nothing after it. VLS_ERR_NOT_FOUND when the id is unknown or finished. */
+vls_status vls_batch_cancel(vls_batch* batch, uint64_t id);
+
+/* Runs one engine step on the calling thread (admit pending requests into free slots and
+ * sample their first tokens, then one shared decode over every active request), then moves up
+ * to `capacity` buffered events, oldest first, into events[0..*count). Events that do not fit
+ * (and events buffered earlier, such as cancellations) stay buffered. events may be NULL when
+ * capacity is 0. FAILED_PRECONDITION while the batch's thread runs. */
+vls_status vls_batch_step(vls_batch* batch, vls_token_event* events, size_t capacity,
+                          size_t* count);
+
+/* The admission half of a step alone (prefill + first token, no shared decode), so that tools
+ * and tests can look at newly admitted requests (vls_batch_next_coordinate) before they decode.
+ * Events as vls_batch_step. */
+vls_status vls_batch_admit(vls_batch* batch, vls_token_event* events, size_t capacity,
+                           size_t* count);
+
+/* Steps until nothing is queued or active. Every event stays buffered for vls_batch_poll.
+ * FAILED_PRECONDITION while the batch's thread runs. */
+vls_status vls_batch_run_until_idle(vls_batch* batch);
+
+/* Moves up to `capacity` buffered events, oldest first, into events[0..*count) without
+ * stepping (*count is 0 when none is buffered). events may be NULL when capacity is 0. */
+vls_status vls_batch_poll(vls_batch* batch, vls_token_event* events, size_t capacity,
+                          size_t* count);
+
+/* As vls_batch_poll, but first waits up to timeout_ms (>= 0) milliseconds for an event when
+ * none is buffered. For a batch whose thread runs. */
+vls_status vls_batch_wait(vls_batch* batch, int32_t timeout_ms, vls_token_event* events,
+                          size_t capacity, size_t* count);
+
+/* Starts the batch's own stepping thread (a no-op when it already runs); it steps while any
+ * request is queued or active and sleeps otherwise. */
+vls_status vls_batch_start(vls_batch* batch);
+
+/* Stops and joins the batch's thread after its current step (a no-op when none runs).
+ * Queued and active requests stay; synchronous stepping may resume. */
+vls_status vls_batch_stop(vls_batch* batch);
+
+/* Queued requests, active (admitted, unfinished) requests, and the bytes of token ids,
+ * embeddings, positions and DeepStack payloads that queued requests own (cancelling a queued
+ * request gives them back at once). */
+vls_status vls_batch_pending_count(const vls_batch* batch, size_t* out);
+vls_status vls_batch_active_count(const vls_batch* batch, size_t* out);
+vls_status vls_batch_pending_bytes(const vls_batch* batch, uint64_t* out);
+
+/* Events buffered in the handle and not yet moved out. */
+vls_status vls_batch_buffered_count(const vls_batch* batch, size_t* out);
+
+/* The RoPE coordinate (t, h, w) of an active request's next decode (physical length +
+ * rope_delta on every axis), and the slot in [0, B) it occupies. VLS_ERR_NOT_FOUND, writing
+ * nothing, when the request is not active (queued, finished or unknown). */
+vls_status vls_batch_next_coordinate(const vls_batch* batch, uint64_t id, int32_t out[3]);
+vls_status vls_batch_slot_of(const vls_batch* batch, uint64_t id, int32_t* out);
+
+/* The error message of a request that finished with VLS_FINISH_ERROR. *needed (when non-NULL)
+ * receives strlen(message) + 1; the NUL-terminated message is written into buf when
+ * len >= that, else the call fails with VLS_ERR_OUT_OF_RANGE and writes only *needed (buf may
+ * be NULL when len is 0). VLS_ERR_NOT_FOUND when the request has no error. Messages are kept
+ * until the batch is freed. */
+vls_status vls_batch_request_error(const vls_batch* batch, uint64_t id, char* buf, size_t len,
+                                   size_t* needed);
 
 #ifdef __cplusplus
 } /* extern "C" */
