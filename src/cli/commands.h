@@ -10,6 +10,7 @@ namespace vls::cli {
 int RunMakeTestModel(int argc, char** argv);
 int RunForward(int argc, char** argv);
 int RunInspect(int argc, char** argv);
+int RunBench(int argc, char** argv);
 int RunBatch(int argc, char** argv);
 
 // Prints "vlstack <command>: <status>" to stderr and returns the exit code for it.

@@ -9,13 +9,19 @@
 namespace vls {
 
 StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir) {
+  return Load(dir, ModelOptions{});
+}
+
+StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
+                                                       const ModelOptions& options) {
+  if (options.threads < 0) return InvalidArgument("model options: threads must not be negative");
   VLS_ASSIGN_OR_RETURN(Qwen3Config cfg, LoadQwen3Config(dir));
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt,
                        SafetensorsCheckpoint::Open(dir));
   auto w = BindQwen3Weights(cfg, *ckpt);
   if (!w.ok()) return w.status().WithContext(dir);
   return std::unique_ptr<Qwen3Model>(
-      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w)));
+      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), options));
 }
 
 std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
@@ -37,9 +43,9 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   std::vector<float> q(static_cast<size_t>(M * nh * D));   // [M, nh, D]
   std::vector<float> k(static_cast<size_t>(M * nkv * D));  // [M, nkv, D]
   std::vector<float> v(static_cast<size_t>(M * nkv * D));  // [M, nkv, D]
-  kernels::MatMulTransposed(a, M, H, L.q, q.data());
-  kernels::MatMulTransposed(a, M, H, L.k, k.data());
-  kernels::MatMulTransposed(a, M, H, L.v, v.data());
+  ctx_->MatMul(a, M, H, L.q, q.data());
+  ctx_->MatMul(a, M, H, L.k, k.data());
+  ctx_->MatMul(a, M, H, L.v, v.data());
   // Per-head RMSNorm (weight [D]) before RoPE.
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   kernels::RmsNorm(q.data(), M * nh, D, L.q_norm.data(), eps, q.data());
@@ -60,30 +66,29 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<float> ctx(static_cast<size_t>(M * nh * D), 0.0f);  // [M, nh, D]
-  std::vector<float> scores;
-  for (int64_t m = 0; m < M; ++m) {
-    const ForwardRow& r = rows[static_cast<size_t>(m)];
-    const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
-    scores.resize(static_cast<size_t>(T));
-    for (int64_t h = 0; h < nh; ++h) {
+  // Every (row, head) pair is independent: split them over the pool.
+  ctx_->pool().ParallelFor(M * nh, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;  // [T]
+    for (int64_t mh = begin; mh < end; ++mh) {
+      const int64_t m = mh / nh, h = mh % nh;
+      const ForwardRow& r = rows[static_cast<size_t>(m)];
+      const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
+      scores.resize(static_cast<size_t>(T));
       const int64_t kvh = h / group;
-      const float* qh = &q[(m * nh + h) * D];
+      const float* qh = &q[static_cast<size_t>((m * nh + h) * D)];
       for (int64_t t = 0; t < T; ++t) {
         const float* kt = r.cache->k(layer, static_cast<int>(t)) + kvh * D;
-        float dot = 0.0f;
-        for (int64_t d = 0; d < D; ++d) dot += qh[d] * kt[d];
-        scores[static_cast<size_t>(t)] = dot * scale;
+        scores[static_cast<size_t>(t)] = ctx_->Dot(qh, kt, D) * scale;
       }
       kernels::Softmax(scores.data(), T);
-      float* ch = &ctx[(m * nh + h) * D];
+      float* ch = &ctx[static_cast<size_t>((m * nh + h) * D)];
       for (int64_t t = 0; t < T; ++t) {
         const float* vt = r.cache->v(layer, static_cast<int>(t)) + kvh * D;
-        const float p = scores[static_cast<size_t>(t)];
-        for (int64_t d = 0; d < D; ++d) ch[d] += p * vt[d];
+        ctx_->Axpy(scores[static_cast<size_t>(t)], vt, ch, D);
       }
     }
-  }
-  kernels::MatMulTransposed(ctx.data(), M, nh * D, L.o, out);
+  });
+  ctx_->MatMul(ctx.data(), M, nh * D, L.o, out);
 }
 
 void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) const {
@@ -101,10 +106,12 @@ void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) con
   for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
   // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
   kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a.data());
-  kernels::MatMulTransposed(a.data(), M, H, L.gate, gate.data());
-  kernels::MatMulTransposed(a.data(), M, H, L.up, up.data());
-  kernels::SiluMul(gate.data(), up.data(), M * I);
-  kernels::MatMulTransposed(gate.data(), M, I, L.down, o.data());
+  ctx_->MatMul(a.data(), M, H, L.gate, gate.data());
+  ctx_->MatMul(a.data(), M, H, L.up, up.data());
+  ctx_->pool().ParallelFor(M, 1, [&](int64_t b, int64_t e) {
+    kernels::SiluMul(gate.data() + b * I, up.data() + b * I, (e - b) * I);
+  });
+  ctx_->MatMul(gate.data(), M, I, L.down, o.data());
   for (int64_t i = 0; i < M * H; ++i) x[i] += o[static_cast<size_t>(i)];
 }
 
@@ -121,7 +128,7 @@ void Qwen3Model::FinalNorm(const float* x, int64_t M, float* out) const {
 }
 
 void Qwen3Model::Logits(const float* h, int64_t M, float* logits) const {
-  kernels::MatMulTransposed(h, M, cfg_.hidden, weights_.lm_head, logits);
+  ctx_->MatMul(h, M, cfg_.hidden, weights_.lm_head, logits);
 }
 
 }  // namespace vls

@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "io/safetensors.h"
+#include "kernels/dispatch.h"
 #include "model/kv_cache.h"
 #include "model/qwen3_config.h"
 #include "model/qwen3_weights.h"
@@ -41,16 +42,28 @@ class LayerHook {
   virtual void AfterLayer(int layer, float* x, int64_t M) = 0;
 };
 
-// A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches.
+// How a model executes: its thread pool size and matmul precision (kernels/dispatch.h).
+struct ModelOptions {
+  int threads = 0;  // 0: all hardware threads
+  kernels::Precision precision = kernels::Precision::kF32;
+  const kernels::KernelVariant* variant = nullptr;  // null: kernels::DefaultVariant()
+};
+
+// A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches (the
+// model's thread pool runs one parallel loop at a time).
 class Qwen3Model {
  public:
   // Reads config.json (+generation_config.json) and the safetensors checkpoint of `dir`.
   static StatusOr<std::unique_ptr<Qwen3Model>> Load(const std::string& dir);
+  static StatusOr<std::unique_ptr<Qwen3Model>> Load(const std::string& dir,
+                                                    const ModelOptions& options);
 
   const Qwen3Config& config() const { return cfg_; }
   const Qwen3Weights& weights() const { return weights_; }
   const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
   const Rope& rope() const { return rope_; }
+  // The thread pool, kernel variant and precision every op of this model runs with.
+  const kernels::Context& context() const { return *ctx_; }
   std::unique_ptr<KvCache> NewCache(int capacity) const;
 
   // out[S, H] = embedding rows of `tokens`. REQUIRES: every token in [0, V) (checked by callers).
@@ -70,8 +83,13 @@ class Qwen3Model {
   void Logits(const float* h, int64_t M, float* logits) const;
 
  private:
-  Qwen3Model(Qwen3Config cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, Qwen3Weights w)
-      : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), weights_(std::move(w)), rope_(cfg_) {}
+  Qwen3Model(Qwen3Config cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, Qwen3Weights w,
+             const ModelOptions& o)
+      : cfg_(std::move(cfg)),
+        ckpt_(std::move(ckpt)),
+        weights_(std::move(w)),
+        rope_(cfg_),
+        ctx_(std::make_unique<kernels::Context>(o.threads, o.precision, o.variant)) {}
 
   void Attention(int layer, const float* a, std::span<const ForwardRow> rows, float* out) const;
 
@@ -79,6 +97,7 @@ class Qwen3Model {
   std::unique_ptr<SafetensorsCheckpoint> ckpt_;
   Qwen3Weights weights_;
   Rope rope_;
+  std::unique_ptr<kernels::Context> ctx_;
 };
 
 }  // namespace vls

@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
   if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
   if (o.threads < 0) return InvalidArgument("load options: threads must not be negative");
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, ModelOptions{o.threads, o.precision, nullptr}));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;
@@ -54,8 +54,10 @@ std::string LoadedModel::IdentityText() const {
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
     << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax
-    << "\n[precision]\nweights=as stored (no repacking)\ncompute=f32 reference kernels, f32 "
-       "accumulation\n"
+    << "\n[precision]\nweights=as stored (no repacking)\n"
+    << (model_->context().precision() == kernels::Precision::kBF16
+            ? "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n"
+            : "compute=f32 reference kernels, f32 accumulation\n")
     << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {

@@ -20,7 +20,9 @@ struct LoadOptions {
   // Nmax for DeepStack. 0: the config's deepstack_max_visual_positions, else the capacity.
   // When the config states Nmax, a different non-zero value here is refused.
   int nmax = 0;
-  int threads = 0;  // 0: all cores (the reference kernels are single-threaded for now)
+  int threads = 0;  // kernel thread pool size; 0: all cores
+  // Matmul precision: kF32 (exact path; forward and the oracle tests) or kBF16 (fast path).
+  kernels::Precision precision = kernels::Precision::kF32;
 };
 
 // Thread safety: immutable after Load except the lazily computed identity (guarded).

@@ -1,0 +1,68 @@
+// Google Benchmark microbenchmarks of the matmul kernels (built, never run by the tests).
+//
+//   build/…/src/kernels/kernels_bench --benchmark_filter=MatMul
+//
+// Shapes are the Qwen3-VL-2B text decoder's gate/up projection (K 2048 → N 6144) at decode
+// (M 1), batched decode (M 8) and prefill (M 512). Counters: FLOP/s, and weight bytes/s
+// (each weight byte is read once per call, so decode should approach memory bandwidth).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "tensor/dtype.h"
+
+namespace vls::kernels {
+namespace {
+
+void BM_MatMul(benchmark::State& state, const KernelVariant* v, Precision p) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
+  std::vector<uint16_t> w(static_cast<size_t>(N * K));
+  for (float& f : x) f = d(rng);
+  for (uint16_t& h : w) h = F32ToBf16(d(rng) * 0.02f);
+  const Matrix wm{DType::kBF16, w.data(), N, K};
+  Context ctx(threads, p, v);
+  for (auto _ : state) {
+    ctx.MatMul(x.data(), M, K, wm, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * iters, benchmark::Counter::kIsRate);
+  state.counters["wbytes/s"] = benchmark::Counter(2.0 * N * K * iters, benchmark::Counter::kIsRate);
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    b->Args({1, 2048, 6144, threads});
+    b->Args({8, 2048, 6144, threads});
+    b->Args({512, 2048, 6144, threads});
+  }
+  b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+int Register() {
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v == &ReferenceVariant()) continue;  // minutes per prefill call; not worth timing
+    benchmark::RegisterBenchmark((std::string("MatMul/f32/") + v->name).c_str(), BM_MatMul, v,
+                                 Precision::kF32)
+        ->Apply(Shapes);
+    if (v->matmul_bf16 != nullptr) {
+      benchmark::RegisterBenchmark((std::string("MatMul/bf16/") + v->name).c_str(), BM_MatMul, v,
+                                   Precision::kBF16)
+          ->Apply(Shapes);
+    }
+  }
+  return 0;
+}
+const int kRegistered = Register();
+
+}  // namespace
+}  // namespace vls::kernels
+
+BENCHMARK_MAIN();

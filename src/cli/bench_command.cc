@@ -1,0 +1,184 @@
+// `vlstack bench`: prompt-processing and generation throughput of a model (CONTRACTS §6).
+//
+// Each repetition prefills `--prompt-tokens` fixed pseudo-random tokens into a fresh cache per
+// slot (logits for the last row only, as a server would), then decodes `--gen-tokens` greedy
+// steps with one row per slot in a single forward pass, so every weight is read once per step
+// for all slots. Time to first token is the first slot's prefill including its logits.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "runtime/loaded_model.h"
+
+namespace vls::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Stats {
+  double min = 0, median = 0, max = 0;
+};
+
+Stats Summarise(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return {v.front(), median, v.back()};
+}
+
+std::string StatsJson(const Stats& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "{\"min\":%.3f,\"median\":%.3f,\"max\":%.3f}", s.min, s.median,
+                s.max);
+  return buf;
+}
+
+double PeakRssMb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+int32_t Argmax(const float* v, int64_t n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+struct RepResult {
+  double prompt_tps, gen_tps, ttft_ms;
+};
+
+RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32_t seed) {
+  const Qwen3Config& cfg = model.config();
+  const int64_t H = cfg.hidden, V = cfg.vocab;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<int32_t> next(static_cast<size_t>(slots));
+  std::vector<float> logits(static_cast<size_t>(slots * V));
+  double prefill_s = 0, ttft_s = 0;
+  for (int s = 0; s < slots; ++s) {
+    caches.push_back(model.NewCache(prompt + gen));
+    std::vector<int32_t> ids(static_cast<size_t>(prompt));
+    for (int32_t& id : ids) id = tok(rng);
+    std::vector<ForwardRow> rows(static_cast<size_t>(prompt));
+    for (int p = 0; p < prompt; ++p)
+      rows[static_cast<size_t>(p)] = {caches.back().get(), p, {p, p, p}};
+    std::vector<float> x(static_cast<size_t>(prompt * H));  // [S, H]
+    const auto t0 = Clock::now();
+    model.Embed(ids, x.data());
+    model.RunLayers(x.data(), rows, nullptr);
+    std::vector<float> last(static_cast<size_t>(H));  // [1, H]
+    model.FinalNorm(x.data() + (prompt - 1) * H, 1, last.data());
+    model.Logits(last.data(), 1, logits.data());
+    const double dt = Seconds(t0, Clock::now());
+    next[static_cast<size_t>(s)] = Argmax(logits.data(), V);
+    prefill_s += dt;
+    if (s == 0) ttft_s = dt;
+  }
+  std::vector<float> x(static_cast<size_t>(slots * H));  // [slots, H]
+  std::vector<float> h(static_cast<size_t>(slots * H));
+  std::vector<ForwardRow> rows(static_cast<size_t>(slots));
+  const auto t0 = Clock::now();
+  for (int g = 0; g < gen; ++g) {
+    for (int s = 0; s < slots; ++s) {
+      const int idx = prompt + g;
+      rows[static_cast<size_t>(s)] = {caches[static_cast<size_t>(s)].get(), idx, {idx, idx, idx}};
+    }
+    model.Embed(next, x.data());
+    model.RunLayers(x.data(), rows, nullptr);
+    model.FinalNorm(x.data(), slots, h.data());
+    model.Logits(h.data(), slots, logits.data());
+    for (int s = 0; s < slots; ++s) {
+      next[static_cast<size_t>(s)] = Argmax(logits.data() + s * V, V);
+    }
+  }
+  const double gen_s = Seconds(t0, Clock::now());
+  return {static_cast<double>(prompt) * slots / prefill_s,
+          gen > 0 ? static_cast<double>(gen) * slots / gen_s : 0.0, ttft_s * 1e3};
+}
+
+}  // namespace
+
+int RunBench(int argc, char** argv) {
+  auto args = Args::Parse(
+      argc, argv, {"model", "precision", "prompt-tokens", "gen-tokens", "reps", "slots", "threads"},
+      {"json"});
+  if (!args.ok()) return Fail("bench", args.status());
+  auto dir = args->Require("model");
+  if (!dir.ok()) return Fail("bench", dir.status());
+  const std::string precision = args->Get("precision").value_or("bf16");
+  LoadOptions o;
+  if (precision == "bf16") {
+    o.precision = kernels::Precision::kBF16;
+  } else if (precision == "f32") {
+    o.precision = kernels::Precision::kF32;
+  } else if (precision == "int8") {
+    return Fail("bench", Unimplemented("precision int8 is not implemented yet (issue 6)"));
+  } else {
+    return Fail("bench",
+                InvalidArgument("--precision must be bf16, int8 or f32, not '" + precision + "'"));
+  }
+  auto prompt = args->Int("prompt-tokens", 512, 1, 1 << 20);
+  auto gen = args->Int("gen-tokens", 128, 0, 1 << 20);
+  auto reps = args->Int("reps", 3, 1, 1000);
+  auto slots = args->Int("slots", 1, 1, 256);
+  auto threads = args->Int("threads", 0, 0, 4096);
+  for (const Status& s :
+       {prompt.status(), gen.status(), reps.status(), slots.status(), threads.status()}) {
+    if (!s.ok()) return Fail("bench", s);
+  }
+  o.capacity = static_cast<int>(*prompt + *gen);
+  o.slots = static_cast<int>(*slots);
+  o.threads = static_cast<int>(*threads);
+  std::fprintf(stderr, "[bench] loading %s (%s)\n", dir->c_str(), precision.c_str());
+  auto lm = LoadedModel::Load(*dir, o);
+  if (!lm.ok()) return Fail("bench", lm.status());
+  const Qwen3Model& model = (*lm)->model();
+  std::vector<double> ptps, gtps, ttft;
+  for (int r = 0; r < *reps; ++r) {
+    const RepResult res = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
+                                 static_cast<int>(*slots), static_cast<uint32_t>(r + 1));
+    std::fprintf(stderr,
+                 "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
+                 r + 1, *reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
+    ptps.push_back(res.prompt_tps);
+    gtps.push_back(res.gen_tps);
+    ttft.push_back(res.ttft_ms);
+  }
+  const Stats p = Summarise(ptps), g = Summarise(gtps), t = Summarise(ttft);
+  const int nthreads = model.context().pool().threads();
+  if (args->Has("json")) {
+    std::printf(
+        "{\"model\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\","
+        "\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,\"slots\":%lld,"
+        "\"prompt_tokens_per_s\":%s,\"generation_tokens_per_s\":%s,"
+        "\"time_to_first_token_ms\":%s,\"peak_rss_mb\":%.1f}\n",
+        dir->c_str(), precision.c_str(), nthreads, model.context().variant().name, *prompt, *gen,
+        *reps, *slots, StatsJson(p).c_str(), StatsJson(g).c_str(), StatsJson(t).c_str(),
+        PeakRssMb());
+  } else {
+    std::printf("model %s precision %s threads %d kernels %s slots %lld\n", dir->c_str(),
+                precision.c_str(), nthreads, model.context().variant().name, *slots);
+    std::printf("prompt tokens/s      min %.2f median %.2f max %.2f (%lld tokens)\n", p.min,
+                p.median, p.max, *prompt);
+    std::printf("generation tokens/s  min %.2f median %.2f max %.2f (%lld tokens x %lld slots)\n",
+                g.min, g.median, g.max, *gen, *slots);
+    std::printf("time to first token  min %.1f median %.1f max %.1f ms\n", t.min, t.median, t.max);
+    std::printf("peak RSS %.1f MB\n", PeakRssMb());
+  }
+  return 0;
+}
+
+}  // namespace vls::cli

@@ -1,0 +1,130 @@
+#include "kernels/dispatch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace vls::kernels {
+
+namespace {
+
+void RefMatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
+                  float* y) {
+  const int64_t N = w.rows;
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = n0; n < n1; ++n) {
+    LoadRow(w, n, row.data());
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xm = x + m * K;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += xm[k] * row[static_cast<size_t>(k)];
+      y[m * N + n] = acc;
+    }
+  }
+}
+
+void RefMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
+                   int64_t n1, float* y) {
+  const int64_t N = w.rows;
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = n0; n < n1; ++n) {
+    LoadRow(w, n, row.data());
+    for (int64_t m = 0; m < M; ++m) {
+      const uint16_t* xm = xb + m * K;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += Bf16ToF32(xm[k]) * row[static_cast<size_t>(k)];
+      y[m * N + n] = acc;
+    }
+  }
+}
+
+float RefDot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void RefAxpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16, RefDot, RefAxpy};
+
+bool CpuHasAvx512() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__)
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+const KernelVariant& ChooseDefault() {
+  const std::vector<const KernelVariant*> all = SupportedVariants();
+  if (const char* env = std::getenv("VLS_KERNELS"); env != nullptr && *env != '\0') {
+    for (const KernelVariant* v : all) {
+      if (std::strcmp(v->name, env) == 0) return *v;
+    }
+    std::fprintf(stderr, "vlstack: VLS_KERNELS=%s is not a supported variant; using %s\n", env,
+                 all.back()->name);
+  }
+  return *all.back();
+}
+
+}  // namespace
+
+const char* PrecisionName(Precision p) { return p == Precision::kBF16 ? "bf16" : "f32"; }
+
+const KernelVariant& ReferenceVariant() { return kReference; }
+
+std::vector<const KernelVariant*> SupportedVariants() {
+  std::vector<const KernelVariant*> out = {&kReference};
+  if (CpuHasAvx512() && Avx512Variant() != nullptr) out.push_back(Avx512Variant());
+  if (CpuHasAvx512Bf16() && Avx512Bf16Variant() != nullptr) out.push_back(Avx512Bf16Variant());
+  return out;
+}
+
+const KernelVariant& DefaultVariant() {
+  static const KernelVariant& chosen = ChooseDefault();
+  return chosen;
+}
+
+Context::Context(int threads, Precision precision, const KernelVariant* variant)
+    : pool_(std::make_unique<ThreadPool>(threads)),
+      precision_(precision),
+      variant_(variant != nullptr ? variant : &DefaultVariant()) {}
+
+void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const {
+  const int64_t N = w.rows;
+  if (M <= 0 || N <= 0) return;
+  // Work is split over output columns in blocks of 16 weight rows, so each weight row is
+  // read by one thread, once for all M rows.
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  // Below about 64k multiply-adds a loop is cheaper on one thread than a wake-up.
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
+  if (precision_ == Precision::kBF16 && w.dtype == DType::kBF16 &&
+      variant_->matmul_bf16 != nullptr) {
+    std::vector<uint16_t> xb(static_cast<size_t>(M * K));  // [M, K] activations as BF16
+    for (int64_t i = 0; i < M * K; ++i) xb[static_cast<size_t>(i)] = F32ToBf16(x[i]);
+    pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+      variant_->matmul_bf16(xb.data(), M, K, w, b * kBlock, std::min(N, e * kBlock), y);
+    });
+    return;
+  }
+  pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    variant_->matmul_f32(x, M, K, w, b * kBlock, std::min(N, e * kBlock), y);
+  });
+}
+
+}  // namespace vls::kernels

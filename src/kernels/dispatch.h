@@ -1,0 +1,79 @@
+// Kernel variants chosen once at start-up by CPU features, and the per-model execution
+// context (thread pool + chosen variant + precision) the model passes to every op.
+//
+// Every variant computes the same functions as the scalar reference in kernels.h; a test runs
+// each variant the CPU supports against the reference (kernels_dispatch_test.cc).
+#ifndef VLSTACK_KERNELS_DISPATCH_H_
+#define VLSTACK_KERNELS_DISPATCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace vls::kernels {
+
+// What matmuls compute in.
+//   kF32:  f32 activations, weights widened from their stored dtype, f32 accumulation. Equal
+//          to the reference up to f32 summation order. The default and the oracle-tested path.
+//   kBF16: activations rounded to BF16 (round to nearest even), products against BF16 weights,
+//          f32 accumulation (AVX512_BF16 dot products). Weights stored as F32/F16 fall back to
+//          the kF32 computation, as does a variant without a BF16 kernel.
+enum class Precision { kF32, kBF16 };
+const char* PrecisionName(Precision p);
+
+// One implementation of the hot ops. Matmul entries compute y[m, n] for every m < M and
+// n in [n0, n1) of y[M, N] = x[M, K] · w[N, K]ᵀ (y has row stride N = w.rows), so callers
+// split N across threads.
+struct KernelVariant {
+  const char* name;
+  void (*matmul_f32)(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
+                     float* y);
+  // xb[M, K] holds activations already rounded to BF16. REQUIRES: w.dtype == kBF16.
+  // Null when the variant has no BF16 kernel.
+  void (*matmul_bf16)(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
+                      int64_t n1, float* y);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);  // y[i] += a * x[i]
+};
+
+// The scalar reference (always available).
+const KernelVariant& ReferenceVariant();
+// Every variant this CPU can run, reference first.
+std::vector<const KernelVariant*> SupportedVariants();
+// The variant used by default: the environment variable VLS_KERNELS names one ("reference",
+// "avx512", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
+const KernelVariant& DefaultVariant();
+
+// Thread safety: const methods may be called concurrently (the pool serialises loops).
+class Context {
+ public:
+  // `threads`: 0 = all hardware threads. `variant`: null = DefaultVariant().
+  Context(int threads, Precision precision, const KernelVariant* variant = nullptr);
+
+  ThreadPool& pool() const { return *pool_; }
+  Precision precision() const { return precision_; }
+  const KernelVariant& variant() const { return *variant_; }
+
+  // y[M, N] = x[M, K] · w[N, K]ᵀ over the pool, in this context's precision. REQUIRES: w.cols == K.
+  void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const;
+  float Dot(const float* a, const float* b, int64_t n) const { return variant_->dot(a, b, n); }
+  void Axpy(float a, const float* x, float* y, int64_t n) const { variant_->axpy(a, x, y, n); }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  Precision precision_;
+  const KernelVariant* variant_;
+};
+
+// The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
+// the build has no x86-64 AVX-512 support).
+const KernelVariant* Avx512Variant();
+const KernelVariant* Avx512Bf16Variant();
+
+}  // namespace vls::kernels
+
+#endif  // VLSTACK_KERNELS_DISPATCH_H_

@@ -1,0 +1,164 @@
+// Every kernel variant this CPU supports against the scalar reference, on awkward sizes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "tensor/tensor.h"
+
+namespace vls::kernels {
+namespace {
+
+struct Case {
+  int64_t M, K, N;
+};
+// K not a multiple of 16 or 32 (masked tails), N odd (partial register tiles), M covering a
+// single decode row, a partial row tile and several tiles plus a remainder.
+constexpr Case kCases[] = {{1, 1, 1},    {1, 77, 5},    {3, 130, 33}, {17, 67, 31},
+                           {3, 512, 41}, {17, 1000, 7}, {8, 2049, 65}};
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+// The error bound for a sum of K products computed in f32 in any order: a few ulps of the
+// sum of |products| per log2(K) level of the reduction tree (K·eps·Σ|xw| is the worst case;
+// every variant here sums in 16- or 32-lane trees, far below it).
+double F32Bound(const float* x, const float* w, int64_t K) {
+  double abs_sum = 0;
+  for (int64_t k = 0; k < K; ++k) abs_sum += std::fabs(double(x[k]) * w[k]);
+  return 4.0 * (std::log2(double(K)) + 2.0) * 1.2e-7 * abs_sum + 1e-30;
+}
+
+TEST(KernelsDispatchTest, ReferenceIsAlwaysSupportedAndFirst) {
+  const auto all = SupportedVariants();
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.front(), &ReferenceVariant());
+  EXPECT_NE(DefaultVariant().name, nullptr);
+}
+
+TEST(KernelsDispatchTest, EveryVariantMatchesReferenceMatMulF32) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (const Case& c : kCases) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const std::vector<float> x = Random(size_t(c.M * c.K), 1);
+        // Round the weights to the dtype first so the reference sees exactly what is stored.
+        HostTensor wt = FromF32As(dt, {c.N, c.K}, Random(size_t(c.N * c.K), 2));
+        const Matrix w{dt, wt.data(), c.N, c.K};
+        std::vector<float> wf(size_t(c.N * c.K));
+        for (int64_t n = 0; n < c.N; ++n) LoadRow(w, n, &wf[size_t(n * c.K)]);
+        std::vector<float> ref(size_t(c.M * c.N)), got(size_t(c.M * c.N), -1.0f);
+        MatMulTransposed(x.data(), c.M, c.K, w, ref.data());
+        // Two calls over a split of N, as the thread pool does.
+        const int64_t mid = c.N / 2;
+        v->matmul_f32(x.data(), c.M, c.K, w, 0, mid, got.data());
+        v->matmul_f32(x.data(), c.M, c.K, w, mid, c.N, got.data());
+        for (int64_t m = 0; m < c.M; ++m) {
+          for (int64_t n = 0; n < c.N; ++n) {
+            const double tol = 2 * F32Bound(&x[size_t(m * c.K)], &wf[size_t(n * c.K)], c.K);
+            ASSERT_NEAR(got[size_t(m * c.N + n)], ref[size_t(m * c.N + n)], tol)
+                << v->name << " " << DTypeName(dt) << " M=" << c.M << " K=" << c.K << " N=" << c.N
+                << " at " << m << "," << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsDispatchTest, EveryBf16KernelMatchesReferenceOnRoundedActivations) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->matmul_bf16 == nullptr) continue;
+    for (const Case& c : kCases) {
+      const std::vector<float> x = Random(size_t(c.M * c.K), 3);
+      std::vector<uint16_t> xb(x.size());
+      std::vector<float> xr(x.size());  // the rounded activations, widened back
+      for (size_t i = 0; i < x.size(); ++i) {
+        xb[i] = F32ToBf16(x[i]);
+        xr[i] = Bf16ToF32(xb[i]);
+      }
+      HostTensor wt = FromF32As(DType::kBF16, {c.N, c.K}, Random(size_t(c.N * c.K), 4));
+      const Matrix w{DType::kBF16, wt.data(), c.N, c.K};
+      std::vector<float> wf(size_t(c.N * c.K));
+      for (int64_t n = 0; n < c.N; ++n) LoadRow(w, n, &wf[size_t(n * c.K)]);
+      std::vector<float> ref(size_t(c.M * c.N)), got(size_t(c.M * c.N), -1.0f);
+      MatMulTransposed(xr.data(), c.M, c.K, w, ref.data());
+      v->matmul_bf16(xb.data(), c.M, c.K, w, 0, c.N, got.data());
+      for (int64_t m = 0; m < c.M; ++m) {
+        for (int64_t n = 0; n < c.N; ++n) {
+          // Products of two BF16 values are exact in f32, so only the f32 sums differ.
+          const double tol = 2 * F32Bound(&xr[size_t(m * c.K)], &wf[size_t(n * c.K)], c.K);
+          ASSERT_NEAR(got[size_t(m * c.N + n)], ref[size_t(m * c.N + n)], tol)
+              << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsDispatchTest, Bf16PrecisionStaysWithinBf16RoundingOfF32) {
+  // Rounding activations to BF16 (8 significant bits) perturbs each product by at most
+  // 2^-9 relative, so |Δy| <= 2^-9 · Σ|x·w| (plus the f32 summation terms).
+  for (const KernelVariant* v : SupportedVariants()) {
+    const Case c{17, 1000, 31};
+    const std::vector<float> x = Random(size_t(c.M * c.K), 5);
+    HostTensor wt = FromF32As(DType::kBF16, {c.N, c.K}, Random(size_t(c.N * c.K), 6));
+    const Matrix w{DType::kBF16, wt.data(), c.N, c.K};
+    std::vector<float> wf(size_t(c.N * c.K));
+    for (int64_t n = 0; n < c.N; ++n) LoadRow(w, n, &wf[size_t(n * c.K)]);
+    std::vector<float> ref(size_t(c.M * c.N)), got(size_t(c.M * c.N));
+    MatMulTransposed(x.data(), c.M, c.K, w, ref.data());
+    Context ctx(2, Precision::kBF16, v);
+    ctx.MatMul(x.data(), c.M, c.K, w, got.data());
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double abs_sum = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          abs_sum += std::fabs(double(x[size_t(m * c.K + k)]) * wf[size_t(n * c.K + k)]);
+        }
+        ASSERT_NEAR(got[size_t(m * c.N + n)], ref[size_t(m * c.N + n)], abs_sum / 512 * 1.01)
+            << v->name;
+      }
+    }
+  }
+}
+
+TEST(KernelsDispatchTest, ContextMatMulSplitsOverThreadsLikeOneCall) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    const Case c{5, 300, 257};
+    const std::vector<float> x = Random(size_t(c.M * c.K), 7);
+    HostTensor wt = FromF32As(DType::kBF16, {c.N, c.K}, Random(size_t(c.N * c.K), 8));
+    const Matrix w{DType::kBF16, wt.data(), c.N, c.K};
+    std::vector<float> one(size_t(c.M * c.N)), many(size_t(c.M * c.N));
+    v->matmul_f32(x.data(), c.M, c.K, w, 0, c.N, one.data());
+    Context ctx(3, Precision::kF32, v);
+    ctx.MatMul(x.data(), c.M, c.K, w, many.data());
+    EXPECT_EQ(one, many) << v->name;  // same tiles, same order: bit-identical
+  }
+}
+
+TEST(KernelsDispatchTest, EveryVariantDotAndAxpyMatchReference) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (int64_t n : {1, 15, 16, 17, 33, 128, 131}) {
+      const std::vector<float> a = Random(size_t(n), 9), b = Random(size_t(n), 10);
+      EXPECT_NEAR(v->dot(a.data(), b.data(), n), ReferenceVariant().dot(a.data(), b.data(), n),
+                  2 * F32Bound(a.data(), b.data(), n))
+          << v->name << " n=" << n;
+      std::vector<float> y1 = b, y2 = b;
+      v->axpy(0.37f, a.data(), y1.data(), n);
+      ReferenceVariant().axpy(0.37f, a.data(), y2.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_NEAR(y1[size_t(i)], y2[size_t(i)], 1e-6 * (1 + std::fabs(y2[size_t(i)]))) << v->name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vls::kernels

@@ -1,0 +1,86 @@
+// The "avx512bf16" variant: for Precision::kBF16, BF16 activations against BF16 weights with
+// AVX512_BF16 pair dot products (vdpbf16ps) accumulating in f32; its f32 entries are the
+// "avx512" variant's. Compiled with -mavx512bf16; only called after the CPU check.
+#include <immintrin.h>
+
+#include "kernels/dispatch.h"
+#include "kernels/matmul_tiles.h"
+
+namespace vls::kernels {
+
+namespace {
+
+inline __m512bh LoadBh(const uint16_t* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+inline __m512bh LoadBhMasked(const uint16_t* p, __mmask32 mask) {
+  return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, p));
+}
+
+struct Bf16Tile {
+  const uint16_t* x;
+  int64_t K;
+  const uint16_t* w;
+  int64_t N;
+  float* y;
+
+  template <int MR, int NR>
+  void Run(int64_t m, int64_t n) const {
+    __m512 acc[MR][NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    }
+    const uint16_t* xm = x + m * K;
+    const uint16_t* wn = w + n * K;
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      __m512bh wv[NR];
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) wv[j] = LoadBh(wn + j * K + k);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh xv = LoadBh(xm + i * K + k);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+      }
+    }
+    if (k < K) {
+      // Lanes past K load as +0 in both operands, so they add nothing.
+      const auto mask = static_cast<__mmask32>((uint64_t{1} << (K - k)) - 1u);
+      __m512bh wv[NR];
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) wv[j] = LoadBhMasked(wn + j * K + k, mask);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh xv = LoadBhMasked(xm + i * K + k, mask);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) y[(m + i) * N + n + j] = _mm512_reduce_add_ps(acc[i][j]);
+    }
+  }
+  void Dispatch(int mr, int nr, int64_t m, int64_t n) const {
+    tiles::DispatchMr(*this, mr, nr, m, n);
+  }
+};
+
+void MatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
+                float* y) {
+  const Bf16Tile tile{xb, K, static_cast<const uint16_t*>(w.data), w.rows, y};
+  tiles::ForEachTile(M, n0, n1, tile);
+}
+
+const KernelVariant kAvx512Bf16 = {"avx512bf16", avx512_internal::MatMulF32, MatMulBf16,
+                                   avx512_internal::Dot, avx512_internal::Axpy};
+
+}  // namespace
+
+const KernelVariant* Avx512Bf16Variant() { return &kAvx512Bf16; }
+
+}  // namespace vls::kernels

@@ -1,0 +1,63 @@
+// The blocking loop shared by the AVX-512 matmul variants (included only by their .cc files,
+// which are compiled with AVX-512 flags; nothing here is used by baseline code).
+//
+// y[M, n0:n1] is computed in register tiles of MR activation rows × NR weight rows, each a
+// dot product over the full K held in NR·MR vector accumulators. Weight rows are walked in
+// chunks of kNChunk so a chunk stays in L2 while every row block of x passes over it: each
+// weight byte comes from memory once per call whatever M is (batched decode, prefill).
+#ifndef VLSTACK_KERNELS_MATMUL_TILES_H_
+#define VLSTACK_KERNELS_MATMUL_TILES_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace vls::kernels {
+namespace avx512_internal {
+// The f32 kernels of the "avx512" variant, shared with "avx512bf16".
+void MatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
+               float* y);
+float Dot(const float* a, const float* b, int64_t n);
+void Axpy(float a, const float* x, float* y, int64_t n);
+}  // namespace avx512_internal
+}  // namespace vls::kernels
+
+namespace vls::kernels::tiles {
+
+inline constexpr int kMr = 4;
+inline constexpr int kNr = 4;
+inline constexpr int64_t kNChunk = 32;
+
+// Calls Tile::template Run<mr, nr>(m, n) for every tile, with the remainders as smaller tiles.
+template <typename Tile>
+inline void ForEachTile(int64_t M, int64_t n0, int64_t n1, const Tile& tile) {
+  for (int64_t nc = n0; nc < n1; nc += kNChunk) {
+    const int64_t ne = std::min(n1, nc + kNChunk);
+    for (int64_t m = 0; m < M; m += kMr) {
+      const int64_t mr = std::min<int64_t>(kMr, M - m);
+      for (int64_t n = nc; n < ne; n += kNr) {
+        const int64_t nr = std::min<int64_t>(kNr, ne - n);
+        tile.Dispatch(static_cast<int>(mr), static_cast<int>(nr), m, n);
+      }
+    }
+  }
+}
+
+// Switches runtime (mr, nr) in [1, kMr] × [1, kNr] to a compile-time Run<MR, NR>.
+template <typename Tile, int MR = 1>
+inline void DispatchMr(const Tile& tile, int mr, int nr, int64_t m, int64_t n) {
+  if constexpr (MR <= kMr) {
+    if (mr != MR) return DispatchMr<Tile, MR + 1>(tile, mr, nr, m, n);
+    switch (nr) {
+      case 1: return tile.template Run<MR, 1>(m, n);
+      case 2: return tile.template Run<MR, 2>(m, n);
+      case 3: return tile.template Run<MR, 3>(m, n);
+      default: return tile.template Run<MR, 4>(m, n);
+    }
+  }
+}
+
+}  // namespace vls::kernels::tiles
+
+#endif  // VLSTACK_KERNELS_MATMUL_TILES_H_

@@ -1,0 +1,7 @@
+// Non-x86-64 builds: no AVX-512 variants; the reference runs everywhere.
+#include "kernels/dispatch.h"
+
+namespace vls::kernels {
+const KernelVariant* Avx512Variant() { return nullptr; }
+const KernelVariant* Avx512Bf16Variant() { return nullptr; }
+}  // namespace vls::kernels

@@ -1,0 +1,119 @@
+// Model-level checks of the execution options: thread count and kernel variant do not change
+// the f32 path beyond summation order, and the bf16 precision keeps the greedy tokens.
+#include "model/qwen3_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "model/test_checkpoint.h"
+
+namespace vls {
+namespace {
+
+std::string TinyModelDir() {
+  static const std::string dir = [] {
+    std::string d =
+        (std::filesystem::temp_directory_path() / "vls_qwen3_model_test_tiny").string();
+    TestModelSpec spec;
+    spec.arch = "qwen3";
+    spec.vision = false;
+    spec.deepstack = 0;
+    spec.hidden = 96;  // K = 96 and 192: not multiples of 64 (the bf16 kernel's tail)
+    spec.intermediate = 200;
+    spec.layers = 2;
+    spec.vocab = 301;
+    spec.seed = 11;
+    EXPECT_TRUE(WriteTestCheckpoint(d, spec, false).ok());
+    return d;
+  }();
+  return dir;
+}
+
+// Greedy-decodes `steps` tokens after a fixed prompt; returns the tokens and all logits.
+std::vector<int32_t> Greedy(const Qwen3Model& model, int steps, std::vector<float>* all_logits) {
+  const int64_t H = model.config().hidden, V = model.config().vocab;
+  std::vector<int32_t> prompt = {1, 17, 42, 5, 99, 250, 3};
+  const int S = static_cast<int>(prompt.size());
+  auto cache = model.NewCache(S + steps);
+  std::vector<ForwardRow> rows;
+  rows.reserve(static_cast<size_t>(S));
+  for (int p = 0; p < S; ++p) rows.push_back({cache.get(), p, {p, p, p}});
+  std::vector<float> x(static_cast<size_t>(S * H)), h(static_cast<size_t>(H)),
+      logits(static_cast<size_t>(V));
+  model.Embed(prompt, x.data());
+  model.RunLayers(x.data(), rows, nullptr);
+  std::vector<int32_t> out;
+  const float* last = x.data() + (S - 1) * H;
+  for (int step = 0;; ++step) {
+    model.FinalNorm(last, 1, h.data());
+    model.Logits(h.data(), 1, logits.data());
+    all_logits->insert(all_logits->end(), logits.begin(), logits.end());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    if (step + 1 == steps) break;
+    const int idx = S + step;
+    const ForwardRow row{cache.get(), idx, {idx, idx, idx}};
+    model.Embed(std::span<const int32_t>(&out.back(), 1), x.data());
+    model.RunLayers(x.data(), std::span<const ForwardRow>(&row, 1), nullptr);
+    last = x.data();
+  }
+  return out;
+}
+
+TEST(Qwen3ModelTest, EveryVariantAndThreadCountMatchesTheReferenceInF32) {
+  ModelOptions ref_opts;
+  ref_opts.threads = 1;
+  ref_opts.variant = &kernels::ReferenceVariant();
+  auto ref = Qwen3Model::Load(TinyModelDir(), ref_opts);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  std::vector<float> ref_logits;
+  const std::vector<int32_t> ref_tokens = Greedy(**ref, 6, &ref_logits);
+  for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
+    for (int threads : {1, 2, 3}) {
+      auto m = Qwen3Model::Load(TinyModelDir(), ModelOptions{threads, kernels::Precision::kF32, v});
+      ASSERT_TRUE(m.ok());
+      std::vector<float> logits;
+      EXPECT_EQ(Greedy(**m, 6, &logits), ref_tokens) << v->name << " threads " << threads;
+      ASSERT_EQ(logits.size(), ref_logits.size());
+      for (size_t i = 0; i < logits.size(); ++i) {
+        // Only f32 summation order differs; logits are O(1..10).
+        ASSERT_NEAR(logits[i], ref_logits[i], 1e-4 * (1 + std::fabs(ref_logits[i])))
+            << v->name << " threads " << threads << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(Qwen3ModelTest, Bf16PrecisionKeepsTheGreedyTokens) {
+  auto f32 = Qwen3Model::Load(TinyModelDir());
+  ASSERT_TRUE(f32.ok());
+  std::vector<float> f32_logits;
+  const std::vector<int32_t> tokens = Greedy(**f32, 8, &f32_logits);
+  for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
+    auto bf = Qwen3Model::Load(TinyModelDir(), ModelOptions{2, kernels::Precision::kBF16, v});
+    ASSERT_TRUE(bf.ok());
+    EXPECT_EQ((*bf)->context().precision(), kernels::Precision::kBF16);
+    std::vector<float> logits;
+    EXPECT_EQ(Greedy(**bf, 8, &logits), tokens) << v->name;
+    // BF16 keeps 8 significant bits per activation; through 2 layers the logits move by a
+    // few percent of their scale at most.
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(double(f32_logits[i])));
+      max_diff = std::max(max_diff, std::fabs(double(logits[i]) - f32_logits[i]));
+    }
+    EXPECT_LT(max_diff, 0.03 * max_abs) << v->name;
+  }
+}
+
+TEST(Qwen3ModelTest, NegativeThreadsAreRefused) {
+  EXPECT_FALSE(Qwen3Model::Load(TinyModelDir(), ModelOptions{-1}).ok());
+}
+
+}  // namespace
+}  // namespace vls
