@@ -107,8 +107,10 @@ struct vls_batch {
       try {
         idle = engine->Idle();
         if (!idle) engine->Step();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the engine reports per request; the
-                       // thread must survive anything else (out of memory) and retry
+      } catch (...) {
+        // The engine reports failures per request; anything else (out of memory) must not
+        // end the thread: back off and retry.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (idle) {
         std::unique_lock<std::mutex> lock(thread_mu);
