@@ -93,6 +93,10 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
         "(use --deepstack-layers/--deepstack-nmax to declare DeepStack explicitly)");
   }
   if (s.heads % s.kv_heads != 0) return InvalidArgument("--kv-heads must divide --heads");
+  if (s.deepstack > s.layers) {
+    return InvalidArgument("--deepstack " + std::to_string(s.deepstack) +
+                           " needs at least that many --layers (DeepStack targets layers 0..K-1)");
+  }
   if (s.head_dim % 2 != 0) return InvalidArgument("--head-dim must be even");
   return s;
 }
