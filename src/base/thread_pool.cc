@@ -54,11 +54,13 @@ void ThreadPool::WorkerLoop() {
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      if (closed_) continue;  // the caller already finished this loop without us
+      ++active_;
     }
     RunChunks();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (--active_ == 0) done_cv_.notify_one();
     }
   }
 }
@@ -80,14 +82,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     n_ = n;
     chunk_ = chunk;
     next_.store(0, std::memory_order_relaxed);
-    pending_ = threads_ - 1;
+    active_ = 0;
+    closed_ = false;
     ++generation_;
     published_.store(generation_, std::memory_order_release);
   }
   wake_.notify_all();
   RunChunks();
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  closed_ = true;
+  done_cv_.wait(lock, [&] { return active_ == 0; });
   fn_ = nullptr;
 }
 

@@ -50,7 +50,11 @@ class ThreadPool {
   std::condition_variable done_cv_;
   uint64_t generation_ = 0;  // bumped per loop; guarded by mu_
   bool stop_ = false;
-  int pending_ = 0;  // workers that have not finished the current loop; guarded by mu_
+  // Workers running the current loop; guarded by mu_. Once the caller has run out of chunks
+  // the loop is closed: a worker that wakes later skips it instead of being waited for (on a
+  // busy machine a descheduled worker would otherwise stall every loop by a time slice).
+  int active_ = 0;
+  bool closed_ = true;
 
   // The current loop (written under mu_ before generation_ is bumped).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;

@@ -49,7 +49,19 @@ void RefAxpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16, RefDot, RefAxpy};
+void RefScores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
+               float* out) {
+  for (int64_t t = 0; t < T; ++t) out[t] = RefDot(q, k + t * stride, D) * scale;
+}
+
+void RefWeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
+                    float* out) {
+  std::fill_n(out, D, 0.0f);
+  for (int64_t t = 0; t < T; ++t) RefAxpy(p[t], v + t * stride, out, D);
+}
+
+const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16, RefDot,
+                                  RefAxpy,     RefScores,    RefWeightedSum};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)

@@ -38,6 +38,12 @@ struct KernelVariant {
                       int64_t n1, float* y);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y[i] += a * x[i]
+  // Attention over one head: out[t] = scale · q[D]·k_t for t < T, with key row t at
+  // k + t·stride; and out[D] = Σ_t p[t] · v_t (v_t at v + t·stride; `out` is overwritten).
+  void (*scores)(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
+                 float* out);
+  void (*weighted_sum)(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
+                       float* out);
 };
 
 // The scalar reference (always available).
@@ -62,6 +68,14 @@ class Context {
   void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const;
   float Dot(const float* a, const float* b, int64_t n) const { return variant_->dot(a, b, n); }
   void Axpy(float a, const float* x, float* y, int64_t n) const { variant_->axpy(a, x, y, n); }
+  void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
+              float* out) const {
+    variant_->scores(q, k, stride, T, D, scale, out);
+  }
+  void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
+                   float* out) const {
+    variant_->weighted_sum(p, v, stride, T, D, out);
+  }
 
  private:
   std::unique_ptr<ThreadPool> pool_;

@@ -160,5 +160,33 @@ TEST(KernelsDispatchTest, EveryVariantDotAndAxpyMatchReference) {
   }
 }
 
+TEST(KernelsDispatchTest, EveryVariantAttentionHelpersMatchReference) {
+  // D = 128 (the real head size), 200 (a partial second register block), 5 (a masked tail).
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (int64_t D : {5, 128, 200}) {
+      const int64_t T = 37, stride = D + 3;
+      const std::vector<float> q = Random(size_t(D), 11), kv = Random(size_t(T * stride), 12);
+      std::vector<float> s_ref(static_cast<size_t>(T)), s_got(static_cast<size_t>(T));
+      ReferenceVariant().scores(q.data(), kv.data(), stride, T, D, 0.125f, s_ref.data());
+      v->scores(q.data(), kv.data(), stride, T, D, 0.125f, s_got.data());
+      for (int64_t t = 0; t < T; ++t) {
+        EXPECT_NEAR(s_got[size_t(t)], s_ref[size_t(t)],
+                    0.125 * 2 * F32Bound(q.data(), &kv[size_t(t * stride)], D))
+            << v->name;
+      }
+      std::vector<float> o_ref(static_cast<size_t>(D)), o_got(static_cast<size_t>(D), 99.0f);
+      ReferenceVariant().weighted_sum(s_ref.data(), kv.data(), stride, T, D, o_ref.data());
+      v->weighted_sum(s_ref.data(), kv.data(), stride, T, D, o_got.data());
+      for (int64_t d = 0; d < D; ++d) {
+        double abs_sum = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          abs_sum += std::fabs(double(s_ref[size_t(t)]) * kv[size_t(t * stride + d)]);
+        }
+        EXPECT_NEAR(o_got[size_t(d)], o_ref[size_t(d)], 2 * T * 1.2e-7 * abs_sum) << v->name;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vls::kernels

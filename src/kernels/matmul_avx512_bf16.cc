@@ -76,8 +76,13 @@ void MatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64
   tiles::ForEachTile(M, n0, n1, tile);
 }
 
-const KernelVariant kAvx512Bf16 = {"avx512bf16", avx512_internal::MatMulF32, MatMulBf16,
-                                   avx512_internal::Dot, avx512_internal::Axpy};
+const KernelVariant kAvx512Bf16 = {"avx512bf16",
+                                   avx512_internal::MatMulF32,
+                                   MatMulBf16,
+                                   avx512_internal::Dot,
+                                   avx512_internal::Axpy,
+                                   avx512_internal::Scores,
+                                   avx512_internal::WeightedSum};
 
 }  // namespace
 

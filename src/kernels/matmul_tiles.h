@@ -20,6 +20,9 @@ void MatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0
                float* y);
 float Dot(const float* a, const float* b, int64_t n);
 void Axpy(float a, const float* x, float* y, int64_t n);
+void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
+            float* out);
+void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D, float* out);
 }  // namespace avx512_internal
 }  // namespace vls::kernels
 
