@@ -10,6 +10,8 @@ namespace vls::kernels {
 
 namespace {
 
+constexpr int kPrefetchBytes = 1024;
+
 inline __m512bh LoadBh(const uint16_t* p) {
   return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
 }
@@ -38,7 +40,12 @@ struct Bf16Tile {
     for (; k + 32 <= K; k += 32) {
       __m512bh wv[NR];
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) wv[j] = LoadBh(wn + j * K + k);
+      for (int j = 0; j < NR; ++j) {
+        // Weight rows come from a file mapping with 4 KiB pages, where the hardware prefetcher
+        // stops at every page boundary; prefetch well ahead (decode is bandwidth-bound).
+        _mm_prefetch(reinterpret_cast<const char*>(wn + j * K + k) + kPrefetchBytes, _MM_HINT_T0);
+        wv[j] = LoadBh(wn + j * K + k);
+      }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         const __m512bh xv = LoadBh(xm + i * K + k);
