@@ -16,8 +16,7 @@ namespace {
 
 std::string TinyModelDir() {
   static const std::string dir = [] {
-    std::string d =
-        (std::filesystem::temp_directory_path() / "vls_qwen3_model_test_tiny").string();
+    std::string d = (std::filesystem::temp_directory_path() / "vls_qwen3_model_test_tiny").string();
     TestModelSpec spec;
     spec.arch = "qwen3";
     spec.vision = false;

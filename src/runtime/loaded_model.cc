@@ -25,7 +25,8 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
   if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
   if (o.threads < 0) return InvalidArgument("load options: threads must not be negative");
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, ModelOptions{o.threads, o.precision, nullptr}));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
+                       Qwen3Model::Load(dir, ModelOptions{o.threads, o.precision, nullptr}));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;
