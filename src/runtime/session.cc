@@ -60,15 +60,6 @@ Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
   return ValidatePrefillInputs(lm_, capacity_, S, embeddings, positions, true);
 }
 
-void Session::RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta,
-                         std::vector<float>* logits) {
-  entry.Run(run);
-  // Nothing can fail past validation: commit the new sequence state.
-  length_ = static_cast<int>(S);
-  rope_delta_ = rope_delta;
-  *logits = std::move(run.logits);
-}
-
 namespace {
 
 std::vector<ForwardRow> PrefillRows(KvCache* cache, const PositionIds& positions) {
@@ -81,20 +72,32 @@ std::vector<ForwardRow> PrefillRows(KvCache* cache, const PositionIds& positions
 
 }  // namespace
 
+Status Session::RunPrefill(const Entry& entry, EntryRun& run, const PositionIds& positions,
+                           int32_t rope_delta, const PrefillOptions& opts,
+                           std::vector<float>* logits) {
+  const int64_t S = positions.length;
+  // The first decode coordinate must be representable before we accept the delta.
+  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
+  run.rows = PrefillRows(cache_.get(), positions);
+  run.all_logits = opts.all_logits;
+  run.observer = opts.observer;
+  entry.Run(run);
+  // Nothing can fail past validation: commit the new sequence state.
+  length_ = static_cast<int>(S);
+  rope_delta_ = rope_delta;
+  *logits = std::move(run.logits);
+  return Status::Ok();
+}
+
 Status Session::PrefillEmbeddings(std::span<const float> embeddings, const PositionIds& positions,
                                   int32_t rope_delta, const PrefillOptions& opts,
                                   std::vector<float>* logits) {
   const int64_t S = positions.length;
   VLS_RETURN_IF_ERROR(ValidatePrefill(S, embeddings, positions));
-  // The first decode coordinate must be representable before we accept the delta.
-  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
   EntryRun run;
   run.embeddings = embeddings;
-  run.rows = PrefillRows(cache_.get(), positions);
-  run.all_logits = opts.all_logits;
-  run.observer = opts.observer;
-  RunPrefill(*lm_.entries().Find(kEntryPrefillEmbeddings), run, S, rope_delta, logits);
-  return Status::Ok();
+  return RunPrefill(*lm_.entries().Find(kEntryPrefillEmbeddings), run, positions, rope_delta, opts,
+                    logits);
 }
 
 Status Session::PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions,
@@ -103,14 +106,9 @@ Status Session::PrefillTokens(std::span<const int32_t> ids, const PositionIds& p
   const int64_t S = static_cast<int64_t>(ids.size());
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, lm_.config().vocab, "tokens"));
   VLS_RETURN_IF_ERROR(ValidatePrefillInputs(lm_, capacity_, S, {}, positions, false));
-  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
   EntryRun run;
   run.tokens = ids;
-  run.rows = PrefillRows(cache_.get(), positions);
-  run.all_logits = opts.all_logits;
-  run.observer = opts.observer;
-  RunPrefill(*lm_.entries().Find(kEntryPrefill), run, S, rope_delta, logits);
-  return Status::Ok();
+  return RunPrefill(*lm_.entries().Find(kEntryPrefill), run, positions, rope_delta, opts, logits);
 }
 
 Status Session::PrefillDeepStack(std::span<const float> embeddings, const PositionIds& positions,
@@ -124,16 +122,12 @@ Status Session::PrefillDeepStack(std::span<const float> embeddings, const Positi
   DeepStackRequestFacts f = facts;
   f.sequence_length = S;
   VLS_RETURN_IF_ERROR(ValidateDeepStackRequest(payload, f));
-  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
   const bool diag = opts.hidden_states != nullptr;
   const Entry* entry = lm_.entries().Find(diag ? kEntryDiagnostics : kEntryPrefillDeepStack);
   EntryRun run;
   run.embeddings = embeddings;
   run.deepstack = &payload;
-  run.rows = PrefillRows(cache_.get(), positions);
-  run.all_logits = opts.all_logits;
-  run.observer = opts.observer;
-  RunPrefill(*entry, run, S, rope_delta, logits);
+  VLS_RETURN_IF_ERROR(RunPrefill(*entry, run, positions, rope_delta, opts, logits));
   if (diag) *opts.hidden_states = std::move(run.hidden_states);
   return Status::Ok();
 }

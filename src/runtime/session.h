@@ -68,9 +68,10 @@ class Session {
                          const PositionIds& positions) const;
 
  private:
-  // Runs a validated prefill through `entry` and commits length and delta.
-  void RunPrefill(const Entry& entry, EntryRun& run, int64_t S, int32_t rope_delta,
-                  std::vector<float>* logits);
+  // Checks the delta, then runs a validated prefill through `entry` (rows from `positions`)
+  // and commits length and delta.
+  Status RunPrefill(const Entry& entry, EntryRun& run, const PositionIds& positions,
+                    int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits);
 
   const LoadedModel& lm_;
   int capacity_;
