@@ -14,6 +14,14 @@
 namespace vls {
 namespace {
 
+ModelOptions Options(int threads, kernels::Precision precision, const kernels::KernelVariant* v) {
+  ModelOptions o;
+  o.threads = threads;
+  o.precision = precision;
+  o.variant = v;
+  return o;
+}
+
 std::string TinyModelDir() {
   static const std::string dir = [] {
     std::string d = (std::filesystem::temp_directory_path() / "vls_qwen3_model_test_tiny").string();
@@ -74,7 +82,7 @@ TEST(Qwen3ModelTest, EveryVariantAndThreadCountMatchesTheReferenceInF32) {
   const std::vector<int32_t> ref_tokens = Greedy(**ref, 6, &ref_logits);
   for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
     for (int threads : {1, 2, 3}) {
-      auto m = Qwen3Model::Load(TinyModelDir(), ModelOptions{threads, kernels::Precision::kF32, v});
+      auto m = Qwen3Model::Load(TinyModelDir(), Options(threads, kernels::Precision::kF32, v));
       ASSERT_TRUE(m.ok());
       std::vector<float> logits;
       EXPECT_EQ(Greedy(**m, 6, &logits), ref_tokens) << v->name << " threads " << threads;
@@ -94,7 +102,7 @@ TEST(Qwen3ModelTest, Bf16PrecisionKeepsTheGreedyTokens) {
   std::vector<float> f32_logits;
   const std::vector<int32_t> tokens = Greedy(**f32, 8, &f32_logits);
   for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
-    auto bf = Qwen3Model::Load(TinyModelDir(), ModelOptions{2, kernels::Precision::kBF16, v});
+    auto bf = Qwen3Model::Load(TinyModelDir(), Options(2, kernels::Precision::kBF16, v));
     ASSERT_TRUE(bf.ok());
     EXPECT_EQ((*bf)->context().precision(), kernels::Precision::kBF16);
     std::vector<float> logits;
@@ -111,7 +119,7 @@ TEST(Qwen3ModelTest, Bf16PrecisionKeepsTheGreedyTokens) {
 }
 
 TEST(Qwen3ModelTest, NegativeThreadsAreRefused) {
-  EXPECT_FALSE(Qwen3Model::Load(TinyModelDir(), ModelOptions{-1}).ok());
+  EXPECT_FALSE(Qwen3Model::Load(TinyModelDir(), Options(-1, kernels::Precision::kF32, nullptr)).ok());
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "base/memory.h"
+
 namespace vls {
 
 std::string Sha256Hex(const void* data, size_t size) {
@@ -25,8 +27,11 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
   if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
   if (o.threads < 0) return InvalidArgument("load options: threads must not be negative");
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
-                       Qwen3Model::Load(dir, ModelOptions{o.threads, o.precision, nullptr}));
+  ModelOptions mo;
+  mo.threads = o.threads;
+  mo.precision = o.precision;
+  mo.progress = o.progress;
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;
@@ -55,16 +60,19 @@ std::string LoadedModel::IdentityText() const {
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
     << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax
-    << "\n[precision]\nweights=as stored (no repacking)\n"
+    << "\n[precision]\n"
     << (model_->context().precision() == kernels::Precision::kBF16
             ? "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n"
             : "compute=f32 reference kernels, f32 accumulation\n")
-    << "[weights]\n";
+    << "[prepared weights v1]\n"
+    << model_->prepared().LayoutText() << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {
     const SafetensorsCheckpoint::Tensor* t = ck.Find(name);
     o << name << " " << DTypeName(t->view.dtype) << " " << ShapeToString(t->view.shape)
       << " sha256:" << Sha256Hex(t->view.data, t->view.nbytes) << "\n";
+    // Hashing faulted the tensor's file pages in; the model computes from its prepared copy.
+    ReleaseFilePages(t->view.data, t->view.nbytes);
   }
   o << "[entries]\n";
   for (const Entry& e : entries_.entries()) o << e.Manifest();

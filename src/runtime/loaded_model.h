@@ -23,6 +23,7 @@ struct LoadOptions {
   int threads = 0;  // kernel thread pool size; 0: all cores
   // Matmul precision: kF32 (exact path; forward and the oracle tests) or kBF16 (fast path).
   kernels::Precision precision = kernels::Precision::kF32;
+  PrepareProgress progress;  // called while weights are prepared (may be empty)
 };
 
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
