@@ -52,4 +52,12 @@ void ReleaseFilePages(const void* p, size_t n) {
   (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+void AdviseWillNeed(const void* p, size_t n) {
+  const size_t page = PageSize();
+  const auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const auto end = reinterpret_cast<uintptr_t>(p) + n;
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): madvise takes the page-aligned address back.
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+}
+
 }  // namespace vls

@@ -42,6 +42,9 @@ class HugeRegion {
 // not hold both copies.
 void ReleaseFilePages(const void* p, size_t n);
 
+// Asks the kernel to read [p, p + n) of a file mapping ahead (MADV_WILLNEED); best effort.
+void AdviseWillNeed(const void* p, size_t n);
+
 }  // namespace vls
 
 #endif  // VLSTACK_BASE_MEMORY_H_

@@ -81,6 +81,13 @@ void ConvertRows(const kernels::Matrix& src, int64_t r0, int64_t r1, DType dt, s
 
 }  // namespace
 
+std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
+                                               kernels::Precision precision) {
+  std::vector<PreparedEntry> out;
+  for (const Group& g : Plan(cfg, w, precision)) out.push_back(g.entry);
+  return out;
+}
+
 StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
     const Qwen3Config& cfg, const Qwen3Weights& w, const kernels::Context& ctx,
     const PrepareProgress& progress) {
@@ -101,8 +108,7 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
       });
       dst += static_cast<size_t>(src.rows) * row_bytes;
       // The embedding rows of a tied head are faulted back in on lookup.
-      ReleaseFilePages(src.data,
-                       static_cast<size_t>(src.rows * src.cols) * DTypeSize(src.dtype));
+      ReleaseFilePages(src.data, static_cast<size_t>(src.rows * src.cols) * DTypeSize(src.dtype));
     }
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);

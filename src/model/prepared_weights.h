@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file.h"
 #include "base/memory.h"
 #include "base/status.h"
 #include "kernels/dispatch.h"
@@ -49,6 +50,10 @@ using PrepareProgress = std::function<void(int done, int total)>;
 
 inline constexpr uint64_t kPreparedAlign = 4096;
 
+// The entries Prepare makes for this config, checkpoint and precision, in region order.
+std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
+                                               kernels::Precision precision);
+
 // Thread safety: immutable after construction.
 class PreparedWeights {
  public:
@@ -59,6 +64,19 @@ class PreparedWeights {
                                                             const kernels::Context& ctx,
                                                             const PrepareProgress& progress);
 
+  // Maps a prepared-weights artifact (model/prepared_artifact.h) written for this config,
+  // checkpoint and precision. Refused (naming the file and the first difference) when its
+  // layout is not exactly PlanPreparedEntries(cfg, w, precision). The caller checks the
+  // artifact identity against the checkpoint's (artifact_identity()).
+  static StatusOr<std::unique_ptr<PreparedWeights>> FromArtifact(const std::string& path,
+                                                                 const Qwen3Config& cfg,
+                                                                 const Qwen3Weights& w,
+                                                                 kernels::Precision precision);
+
+  // The identity recorded in the artifact this was mapped from; empty when prepared here.
+  const std::string& artifact_identity() const { return artifact_identity_; }
+  // "capacity C, slots B, nmax N" from the artifact header; empty when prepared here.
+  const std::string& artifact_bounds() const { return artifact_bounds_; }
   const PreparedLayer& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   const kernels::Matrix& lm_head() const { return lm_head_; }
   const std::vector<PreparedEntry>& entries() const { return entries_; }
@@ -73,7 +91,10 @@ class PreparedWeights {
   // Points the layer and head matrices at the entries in [data_, data_ + size_).
   Status BindEntries(const Qwen3Config& cfg);
 
-  std::unique_ptr<HugeRegion> region_;
+  std::unique_ptr<HugeRegion> region_;  // prepared in this process, or
+  std::unique_ptr<MappedFile> file_;    // mapped from an artifact
+  std::string artifact_identity_;
+  std::string artifact_bounds_;
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;
   std::vector<PreparedEntry> entries_;

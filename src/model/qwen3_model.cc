@@ -35,8 +35,11 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
                        SafetensorsCheckpoint::Open(dir));
   auto w = BindQwen3Weights(cfg, *ckpt);
   if (!w.ok()) return w.status().WithContext(dir);
-  auto ctx = std::make_unique<kernels::Context>(options.threads, options.precision, options.variant);
-  auto prepared = PreparedWeights::Prepare(cfg, *w, *ctx, options.progress);
+  auto ctx =
+      std::make_unique<kernels::Context>(options.threads, options.precision, options.variant);
+  auto prepared = options.artifact.empty()
+                      ? PreparedWeights::Prepare(cfg, *w, *ctx, options.progress)
+                      : PreparedWeights::FromArtifact(options.artifact, cfg, *w, options.precision);
   if (!prepared.ok()) return prepared.status().WithContext(dir);
   std::unique_ptr<Qwen3Model> model(
       new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), std::move(ctx)));
@@ -119,10 +122,10 @@ void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) con
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const PreparedLayer& P = prepared_->layer(l);
-  float* a = Scratch(kA, M * H);               // [M, H] normed input
-  float* o = Scratch(kO, M * H);               // [M, H] sublayer output
+  float* a = Scratch(kA, M * H);                 // [M, H] normed input
+  float* o = Scratch(kO, M * H);                 // [M, H] sublayer output
   float* gate_up = Scratch(kGateUp, M * 2 * I);  // [M, 2·I]: gate | up per row
-  float* act = Scratch(kGate, M * I);          // [M, I]
+  float* act = Scratch(kGate, M * I);            // [M, I]
   // x = x + Attention(RmsNorm(x))
   kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a);
   Attention(l, a, rows, o);

@@ -49,6 +49,9 @@ struct ModelOptions {
   kernels::Precision precision = kernels::Precision::kF32;
   const kernels::KernelVariant* variant = nullptr;  // null: kernels::DefaultVariant()
   PrepareProgress progress;                         // weight preparation progress, may be empty
+  // A prepared-weights artifact to map instead of preparing (model/prepared_artifact.h);
+  // empty: prepare from the checkpoint. Its identity is checked by runtime::LoadedModel.
+  std::string artifact;
 };
 
 // A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches (the

@@ -119,7 +119,8 @@ TEST(Qwen3ModelTest, Bf16PrecisionKeepsTheGreedyTokens) {
 }
 
 TEST(Qwen3ModelTest, NegativeThreadsAreRefused) {
-  EXPECT_FALSE(Qwen3Model::Load(TinyModelDir(), Options(-1, kernels::Precision::kF32, nullptr)).ok());
+  EXPECT_FALSE(
+      Qwen3Model::Load(TinyModelDir(), Options(-1, kernels::Precision::kF32, nullptr)).ok());
 }
 
 }  // namespace

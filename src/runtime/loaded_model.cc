@@ -31,6 +31,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   mo.threads = o.threads;
   mo.precision = o.precision;
   mo.progress = o.progress;
+  mo.artifact = o.artifact;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
@@ -52,6 +53,14 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   }
   lm->model_ = std::move(model);
   lm->entries_ = EntrySet::Build(*lm->model_, lm->bounds_);
+  const PreparedWeights& pw = lm->model_->prepared();
+  if (!o.artifact.empty() && pw.artifact_identity() != lm->Identity()) {
+    return FailedPrecondition(
+        "artifact " + o.artifact + " has identity " + pw.artifact_identity() +
+        " but this load computes " + lm->Identity() +
+        ": it was compiled from a different checkpoint, config, precision or bounds (it says " +
+        pw.artifact_bounds() + "); run vlstack compile again");
+  }
   return lm;
 }
 
@@ -59,8 +68,7 @@ std::string LoadedModel::IdentityText() const {
   std::ostringstream o;
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
-    << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax
-    << "\n[precision]\n"
+    << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax << "\n[precision]\n"
     << (model_->context().precision() == kernels::Precision::kBF16
             ? "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n"
             : "compute=f32 reference kernels, f32 accumulation\n")

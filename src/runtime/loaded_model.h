@@ -24,6 +24,10 @@ struct LoadOptions {
   // Matmul precision: kF32 (exact path; forward and the oracle tests) or kBF16 (fast path).
   kernels::Precision precision = kernels::Precision::kF32;
   PrepareProgress progress;  // called while weights are prepared (may be empty)
+  // A prepared-weights artifact from `vlstack compile` to map instead of preparing. Refused
+  // unless its identity equals this load's identity (same checkpoint, config, precision and
+  // bounds).
+  std::string artifact;
 };
 
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
