@@ -49,7 +49,7 @@ std::string StatsJson(const Stats& s) {
 double PeakRssMb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+  return static_cast<double>(ru.ru_maxrss) * 1024.0 / 1e6;  // Linux reports KiB; MB = 1e6 bytes
 }
 
 int32_t Argmax(const float* v, int64_t n) {

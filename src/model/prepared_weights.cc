@@ -103,12 +103,20 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
     std::byte* dst = pw->region_->data() + g.entry.offset;
     const size_t row_bytes = static_cast<size_t>(g.entry.cols) * DTypeSize(g.entry.dtype);
     for (const kernels::Matrix& src : g.sources) {
-      ctx.pool().ParallelFor(src.rows, 64, [&](int64_t r0, int64_t r1) {
-        ConvertRows(src, r0, r1, g.entry.dtype, dst);
+      const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
+      // Rows are converted in chunks of 64 and each chunk's file pages dropped right after,
+      // so at most a few chunks of the source are resident beside the prepared copy. (The
+      // embedding rows of a tied head are faulted back in on lookup.)
+      ctx.pool().ParallelFor((src.rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t r0 = c * 64, r1 = std::min(src.rows, r0 + 64);
+          ConvertRows(src, r0, r1, g.entry.dtype, dst);
+          ReleaseFilePages(static_cast<const std::byte*>(src.data) + r0 * src_row,
+                           static_cast<size_t>(r1 - r0) * src_row);
+        }
       });
       dst += static_cast<size_t>(src.rows) * row_bytes;
-      // The embedding rows of a tied head are faulted back in on lookup.
-      ReleaseFilePages(src.data, static_cast<size_t>(src.rows * src.cols) * DTypeSize(src.dtype));
+      ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * src_row);
     }
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);
