@@ -7,7 +7,6 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
-#include "model/prepared_artifact.h"
 #include "runtime/loaded_model.h"
 
 namespace vls::cli {
@@ -32,23 +31,17 @@ Status Compile(const Args& args) {
                kernels::PrecisionName(o.precision));
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> lm, LoadedModel::Load(dir, o));
   std::fprintf(stderr, "[compile] hashing the checkpoint for the identity\n");
-  ArtifactHeader h;
-  h.identity = lm->Identity();
-  h.precision = kernels::PrecisionName(o.precision);
-  h.capacity = lm->bounds().capacity;
-  h.slots = lm->bounds().slots;
-  h.nmax = lm->bounds().nmax;
-  const PreparedWeights& pw = lm->model().prepared();
-  VLS_RETURN_IF_ERROR(WritePreparedArtifact(out, h, pw, [](int done, int total) {
+  VLS_RETURN_IF_ERROR(lm->WriteArtifact(out, [](int done, int total) {
     if (done == total || done % 16 == 0) {
       std::fprintf(stderr, "[compile] writing: %d/%d chunks\n", done, total);
     }
   }));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s: %.1f MB of %s weights, capacity %d slots %d nmax %d, %.1f s\n",
-              out.c_str(), static_cast<double>(pw.size()) / 1e6, h.precision.c_str(), h.capacity,
-              h.slots, h.nmax, s);
-  std::printf("identity sha256:%s\n", h.identity.c_str());
+              out.c_str(), static_cast<double>(lm->model().prepared().size()) / 1e6,
+              kernels::PrecisionName(o.precision), lm->bounds().capacity, lm->bounds().slots,
+              lm->bounds().nmax, s);
+  std::printf("identity sha256:%s\n", lm->Identity().c_str());
   return Status::Ok();
 }
 

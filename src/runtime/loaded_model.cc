@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/memory.h"
+#include "model/prepared_artifact.h"
 
 namespace vls {
 
@@ -93,6 +94,20 @@ const std::string& LoadedModel::Identity() const {
     identity_ = Sha256Hex(text.data(), text.size());
   });
   return identity_;
+}
+
+}  // namespace vls
+
+namespace vls {
+
+Status LoadedModel::WriteArtifact(const std::string& path, const PrepareProgress& progress) const {
+  ArtifactHeader h;
+  h.identity = Identity();
+  h.precision = kernels::PrecisionName(model_->context().precision());
+  h.capacity = bounds_.capacity;
+  h.slots = bounds_.slots;
+  h.nmax = bounds_.nmax;
+  return WritePreparedArtifact(path, std::move(h), model_->prepared(), progress);
 }
 
 }  // namespace vls

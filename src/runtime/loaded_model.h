@@ -47,6 +47,11 @@ class LoadedModel {
   std::string IdentityText() const;
   const std::string& Identity() const;
 
+  // Writes the prepared weights as an artifact (model/prepared_artifact.h) that a load with
+  // the same checkpoint, precision and bounds can map back via LoadOptions::artifact.
+  // `progress` counts written chunks (may be empty).
+  Status WriteArtifact(const std::string& path, const PrepareProgress& progress) const;
+
  private:
   LoadedModel() = default;
   std::unique_ptr<Qwen3Model> model_;
