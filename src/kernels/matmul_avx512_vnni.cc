@@ -1,0 +1,281 @@
+// The Q8 kernels of the "avx512bf16" variant: AVX512-VNNI vpdpbusd (u8 activations × s8
+// weights, int32 sums of 4 products per lane). Compiled with -mavx512vnni; only called after
+// the CPU check in dispatch.cc. Every result equals the reference's bit for bit: block dot
+// products are exact integers, and per (m, n) the f32 combination is the reference's
+// fma(dot_b · sx, sw, acc) in block order.
+//
+// Two kernels over the same row-major weights:
+//  - rows (M < kPanelMinRows, decode): lanes along K; 16 weight rows per tile, their 16 int32
+//    accumulators reduced to one vector per block (lane = weight row), so the scales apply as
+//    vectors. Memory-bound; weights are prefetched ahead (4 KiB pages stop the hardware
+//    prefetcher).
+//  - panel (prefill): lanes along M. Activations are interleaved 16 rows × 4 columns (q16), so
+//    one vpdpbusd multiplies 4 weight bytes (broadcast) with 4 columns of 16 rows; no horizontal
+//    reduction, and block scales apply per vector. Tiles of up to 3 × 16 rows × 4 weight rows.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/dispatch.h"
+#include "kernels/matmul_tiles.h"
+#include "kernels/quant.h"
+
+namespace vls::kernels {
+
+namespace {
+
+constexpr int kPrefetchBytes = 1024;
+constexpr int64_t kPanelMinRows = 6;
+constexpr int kMv = 3;  // panel tile: up to 3 groups of 16 activation rows
+
+inline __mmask16 Mask16(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+}
+inline __mmask64 Mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1u; }
+
+// r[j] = Σ lanes of a[j], for 16 vectors (unpack/add tree, 45 instructions).
+inline __m512i Reduce16(const __m512i* a) {
+  __m512i t[8], u[4];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * p], a[2 * p + 1]),
+                            _mm512_unpackhi_epi32(a[2 * p], a[2 * p + 1]));
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    u[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * p], t[2 * p + 1]),
+                            _mm512_unpackhi_epi64(t[2 * p], t[2 * p + 1]));
+  }
+  // u[p]: 128-bit chunk c holds, for rows 4p..4p+3, the sums over chunk c of each row.
+  const __m512i s01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88),
+                                       _mm512_shuffle_i32x4(u[0], u[1], 0xdd));
+  const __m512i s23 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x88),
+                                       _mm512_shuffle_i32x4(u[2], u[3], 0xdd));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(s01, s23, 0x88),
+                          _mm512_shuffle_i32x4(s01, s23, 0xdd));
+}
+
+void QuantizeQ8Vnni(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
+  const int64_t K = a->cols, nb = a->blocks;
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * K;
+    uint8_t* qr = a->q.data() + r * K;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t k0 = b * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
+      __m512 mx = _mm512_setzero_ps();
+      for (int64_t k = k0; k < k1; k += 16) {
+        mx = _mm512_max_ps(mx,
+                           _mm512_and_ps(_mm512_maskz_loadu_ps(Mask16(k1 - k), xr + k), abs_mask));
+      }
+      const float amax = _mm512_reduce_max_ps(mx);
+      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      for (int64_t k = k0; k < k1; k += 16) {
+        const __mmask16 m = Mask16(k1 - k);
+        // cvtps rounds to nearest even (the default MXCSR mode), like std::nearbyint.
+        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + k), inv));
+        q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+        _mm512_mask_cvtepi32_storeu_epi8(qr + k, m, _mm512_add_epi32(q, _mm512_set1_epi32(128)));
+      }
+      a->scales[size_t(r * nb + b)] = amax / 127.0f;
+    }
+  }
+}
+
+void MatMulRows(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  const int64_t M = x.rows, K = x.cols, N = w.rows, nb = x.blocks;
+  const auto* wq = static_cast<const int8_t*>(w.data);
+  for (int64_t n = n0; n < n1; n += 16) {
+    // A partial tile repeats its last row; the extra lanes are not stored.
+    const int8_t* wr[16];
+    alignas(64) int32_t idx[16];
+    for (int j = 0; j < 16; ++j) {
+      const int64_t row = std::min(n + j, n1 - 1);
+      wr[j] = wq + row * K;
+      idx[j] = static_cast<int32_t>(row * nb);
+    }
+    const __m512i idxv = _mm512_load_si512(idx);
+    const __mmask16 out_mask = Mask16(n1 - n);
+    for (int64_t m = 0; m < M; ++m) {
+      const uint8_t* xm = x.q.data() + m * K;
+      __m512 facc = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t k1 = std::min(K, (b + 1) * kQ8Block);
+        __m512i acc[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_si512();
+        int64_t k = b * kQ8Block;
+        for (; k + 64 <= k1; k += 64) {
+          const __m512i xv = _mm512_loadu_si512(xm + k);
+#pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j) {
+            if (m == 0)
+              _mm_prefetch(reinterpret_cast<const char*>(wr[j] + k) + kPrefetchBytes, _MM_HINT_T0);
+            acc[j] = _mm512_dpbusd_epi32(acc[j], xv, _mm512_loadu_si512(wr[j] + k));
+          }
+        }
+        if (k < k1) {
+          const __mmask64 mask = Mask64(k1 - k);
+          const __m512i xv = _mm512_maskz_loadu_epi8(mask, xm + k);
+#pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j) {
+            acc[j] = _mm512_dpbusd_epi32(acc[j], xv, _mm512_maskz_loadu_epi8(mask, wr[j] + k));
+          }
+        }
+        const __m512i vb = _mm512_add_epi32(idxv, _mm512_set1_epi32(static_cast<int32_t>(b)));
+        const __m512i zero_point = _mm512_slli_epi32(_mm512_i32gather_epi32(vb, w.sums, 4), 7);
+        const __m512i dot = _mm512_sub_epi32(Reduce16(acc), zero_point);
+        const __m512 t =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(x.scales[size_t(m * nb + b)]));
+        facc = _mm512_fmadd_ps(t, _mm512_i32gather_ps(vb, w.scales, 4), facc);
+      }
+      _mm512_mask_storeu_ps(y + m * N + n, out_mask, facc);
+    }
+  }
+}
+
+struct PanelTile {
+  const uint8_t* q16;  // [groups, steps, 16, 4]
+  const float* s16;    // [groups, nb, 16]
+  int64_t M, K, steps, nb;
+  const int8_t* w;
+  const float* sw;
+  const int32_t* sums;
+  int64_t N;
+  float* y;
+
+  template <int NR>
+  inline void LoadW(int64_t n, int64_t s, __m512i* wv) const {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      int32_t v;
+      std::memcpy(&v, w + (n + j) * K + 4 * s, 4);
+      wv[j] = _mm512_set1_epi32(v);
+    }
+  }
+
+  template <int MV, int NR>
+  inline void Step(int64_t g, int64_t s, const __m512i* wv, __m512i (*acc)[NR]) const {
+#pragma GCC unroll 4
+    for (int i = 0; i < MV; ++i) {
+      const __m512i xv = _mm512_loadu_si512(q16 + ((g + i) * steps + s) * 64);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
+    }
+  }
+
+  template <int MV, int NR>
+  void Run(int64_t g, int64_t n) const {
+    __m512 facc[MV][NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MV; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) facc[i][j] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t k1 = std::min(K, (b + 1) * kQ8Block);
+      const int64_t s0 = b * (kQ8Block / 4), s_full = k1 / 4;
+      __m512i acc[MV][NR];
+#pragma GCC unroll 4
+      for (int i = 0; i < MV; ++i) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
+      }
+      for (int64_t s = s0; s < s_full; ++s) {
+        __m512i wv[NR];
+        LoadW<NR>(n, s, wv);
+        Step<MV, NR>(g, s, wv, acc);
+      }
+      if (4 * s_full < k1) {
+        // The last 1-3 columns: masked so nothing past the row (or the buffer) is read; q16
+        // holds 0 past K, so the unused lanes add nothing.
+        const auto mask = static_cast<__mmask16>((1u << (k1 - 4 * s_full)) - 1u);
+        __m512i wv[NR];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) {
+          wv[j] = _mm512_broadcastd_epi32(_mm_maskz_loadu_epi8(mask, w + (n + j) * K + 4 * s_full));
+        }
+        Step<MV, NR>(g, s_full, wv, acc);
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) {
+        const __m512i zero_point = _mm512_set1_epi32(sums[(n + j) * nb + b] * 128);
+        const __m512 swv = _mm512_set1_ps(sw[(n + j) * nb + b]);
+#pragma GCC unroll 4
+        for (int i = 0; i < MV; ++i) {
+          const __m512 sxv = _mm512_loadu_ps(s16 + ((g + i) * nb + b) * 16);
+          const __m512 t =
+              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][j], zero_point)), sxv);
+          facc[i][j] = _mm512_fmadd_ps(t, swv, facc[i][j]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MV; ++i) {
+      const int64_t m0 = (g + i) * 16, rows = std::min<int64_t>(16, M - m0);
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) {
+        alignas(64) float out[16];
+        _mm512_store_ps(out, facc[i][j]);
+        for (int64_t l = 0; l < rows; ++l) y[(m0 + l) * N + n + j] = out[l];
+      }
+    }
+  }
+
+  template <int MV>
+  void DispatchNr(int nr, int64_t g, int64_t n) const {
+    switch (nr) {
+      case 1: return Run<MV, 1>(g, n);
+      case 2: return Run<MV, 2>(g, n);
+      case 3: return Run<MV, 3>(g, n);
+      default: return Run<MV, 4>(g, n);
+    }
+  }
+};
+
+void MatMulPanel(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  const PanelTile tile{x.q16.data(),
+                       x.scales16.data(),
+                       x.rows,
+                       x.cols,
+                       (x.cols + 3) / 4,
+                       x.blocks,
+                       static_cast<const int8_t*>(w.data),
+                       w.scales,
+                       w.sums,
+                       w.rows,
+                       y};
+  const int64_t groups = (x.rows + 15) / 16;
+  // Weight rows in chunks that stay in L2 while every activation group passes over them.
+  for (int64_t nc = n0; nc < n1; nc += tiles::kNChunk) {
+    const int64_t ne = std::min(n1, nc + tiles::kNChunk);
+    for (int64_t g = 0; g < groups; g += kMv) {
+      const int64_t mv = std::min<int64_t>(kMv, groups - g);
+      for (int64_t n = nc; n < ne; n += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, ne - n));
+        if (mv == 3) {
+          tile.DispatchNr<3>(nr, g, n);
+        } else if (mv == 2) {
+          tile.DispatchNr<2>(nr, g, n);
+        } else {
+          tile.DispatchNr<1>(nr, g, n);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace avx512_internal {
+void QuantizeQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
+  QuantizeQ8Vnni(x, r0, r1, a);
+}
+void MatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  if (x.rows < kPanelMinRows) return MatMulRows(x, w, n0, n1, y);
+  MatMulPanel(x, w, n0, n1, y);
+}
+}  // namespace avx512_internal
+
+}  // namespace vls::kernels
