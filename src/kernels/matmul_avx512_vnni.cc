@@ -167,6 +167,11 @@ struct PanelTile {
 
   template <int MV, int NR>
   void Run(int64_t g, int64_t n) const {
+    // The outputs are 16-byte pieces of rows N floats apart: fetch their lines for writing
+    // now, so the stores after the K loop do not wait on cache misses.
+    for (int64_t m = g * 16; m < std::min(M, (g + MV) * 16); ++m) {
+      __builtin_prefetch(y + m * N + n, 1, 3);
+    }
     __m512 facc[MV][NR];
 #pragma GCC unroll 4
     for (int i = 0; i < MV; ++i) {
@@ -212,13 +217,36 @@ struct PanelTile {
       }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < MV; ++i) {
-      const int64_t m0 = (g + i) * 16, rows = std::min<int64_t>(16, M - m0);
+    for (int i = 0; i < MV; ++i) Store<NR>(g + i, n, facc[i]);
+  }
+
+  // Writes one 16-row group's [16, NR] outputs. For NR = 4 a 4×4 transpose per 128-bit chunk
+  // gives each output row its 4 values as one 16-byte store.
+  template <int NR>
+  inline void Store(int64_t g, int64_t n, const __m512* f) const {
+    const int64_t m0 = g * 16, rows = std::min<int64_t>(16, M - m0);
+    alignas(64) float out[4][16];
+    if constexpr (NR == 4) {
+      const __m512 lo01 = _mm512_unpacklo_ps(f[0], f[1]), hi01 = _mm512_unpackhi_ps(f[0], f[1]);
+      const __m512 lo23 = _mm512_unpacklo_ps(f[2], f[3]), hi23 = _mm512_unpackhi_ps(f[2], f[3]);
+      // out[r][4c .. 4c+3] = the 4 outputs of row 4c + r.
+      _mm512_store_ps(out[0], _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(lo01),
+                                                                  _mm512_castps_pd(lo23))));
+      _mm512_store_ps(out[1], _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(lo01),
+                                                                  _mm512_castps_pd(lo23))));
+      _mm512_store_ps(out[2], _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(hi01),
+                                                                  _mm512_castps_pd(hi23))));
+      _mm512_store_ps(out[3], _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(hi01),
+                                                                  _mm512_castps_pd(hi23))));
+      for (int64_t l = 0; l < rows; ++l) {
+        std::memcpy(y + (m0 + l) * N + n, &out[l % 4][(l / 4) * 4], 4 * sizeof(float));
+      }
+    } else {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) {
-        alignas(64) float out[16];
-        _mm512_store_ps(out, facc[i][j]);
-        for (int64_t l = 0; l < rows; ++l) y[(m0 + l) * N + n + j] = out[l];
+      for (int j = 0; j < NR; ++j) _mm512_store_ps(out[j], f[j]);
+      for (int64_t l = 0; l < rows; ++l) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j) y[(m0 + l) * N + n + j] = out[j][l];
       }
     }
   }
