@@ -26,7 +26,7 @@ namespace vls::kernels {
 namespace {
 
 constexpr int kPrefetchBytes = 1024;
-constexpr int64_t kPanelMinRows = 6;
+constexpr int64_t kPanelMinRows = 8;
 constexpr int kMv = 3;  // panel tile: up to 3 groups of 16 activation rows
 
 inline __mmask16 Mask16(int64_t n) {
@@ -42,7 +42,7 @@ inline __m512i Reduce16(const __m512i* a) {
     t[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * p], a[2 * p + 1]),
                             _mm512_unpackhi_epi32(a[2 * p], a[2 * p + 1]));
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int p = 0; p < 4; ++p) {
     u[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * p], t[2 * p + 1]),
                             _mm512_unpackhi_epi64(t[2 * p], t[2 * p + 1]));
@@ -147,7 +147,7 @@ struct PanelTile {
 
   template <int NR>
   inline void LoadW(int64_t n, int64_t s, __m512i* wv) const {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       int32_t v;
       std::memcpy(&v, w + (n + j) * K + 4 * s, 4);
@@ -157,10 +157,10 @@ struct PanelTile {
 
   template <int MV, int NR>
   inline void Step(int64_t g, int64_t s, const __m512i* wv, __m512i (*acc)[NR]) const {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MV; ++i) {
       const __m512i xv = _mm512_loadu_si512(q16 + ((g + i) * steps + s) * 64);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xv, wv[j]);
     }
   }
@@ -173,18 +173,18 @@ struct PanelTile {
       __builtin_prefetch(y + m * N + n, 1, 3);
     }
     __m512 facc[MV][NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MV; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) facc[i][j] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t k1 = std::min(K, (b + 1) * kQ8Block);
       const int64_t s0 = b * (kQ8Block / 4), s_full = k1 / 4;
       __m512i acc[MV][NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < MV; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
       }
       for (int64_t s = s0; s < s_full; ++s) {
@@ -197,17 +197,17 @@ struct PanelTile {
         // holds 0 past K, so the unused lanes add nothing.
         const auto mask = static_cast<__mmask16>((1u << (k1 - 4 * s_full)) - 1u);
         __m512i wv[NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           wv[j] = _mm512_broadcastd_epi32(_mm_maskz_loadu_epi8(mask, w + (n + j) * K + 4 * s_full));
         }
         Step<MV, NR>(g, s_full, wv, acc);
       }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
         const __m512i zero_point = _mm512_set1_epi32(sums[(n + j) * nb + b] * 128);
         const __m512 swv = _mm512_set1_ps(sw[(n + j) * nb + b]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < MV; ++i) {
           const __m512 sxv = _mm512_loadu_ps(s16 + ((g + i) * nb + b) * 16);
           const __m512 t =
@@ -216,7 +216,7 @@ struct PanelTile {
         }
       }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MV; ++i) Store<NR>(g + i, n, facc[i]);
   }
 
@@ -226,7 +226,10 @@ struct PanelTile {
   inline void Store(int64_t g, int64_t n, const __m512* f) const {
     const int64_t m0 = g * 16, rows = std::min<int64_t>(16, M - m0);
     alignas(64) float out[4][16];
-    if constexpr (NR == 4) {
+    if constexpr (NR == 8) {
+      Store<4>(g, n, f);
+      Store<4>(g, n + 4, f + 4);
+    } else if constexpr (NR == 4) {
       const __m512 lo01 = _mm512_unpacklo_ps(f[0], f[1]), hi01 = _mm512_unpackhi_ps(f[0], f[1]);
       const __m512 lo23 = _mm512_unpacklo_ps(f[2], f[3]), hi23 = _mm512_unpackhi_ps(f[2], f[3]);
       // out[r][4c .. 4c+3] = the 4 outputs of row 4c + r.
@@ -242,10 +245,10 @@ struct PanelTile {
         std::memcpy(y + (m0 + l) * N + n, &out[l % 4][(l / 4) * 4], 4 * sizeof(float));
       }
     } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) _mm512_store_ps(out[j], f[j]);
       for (int64_t l = 0; l < rows; ++l) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) y[(m0 + l) * N + n + j] = out[j][l];
       }
     }
@@ -280,7 +283,11 @@ void MatMulPanel(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
     const int64_t ne = std::min(n1, nc + tiles::kNChunk);
     for (int64_t g = 0; g < groups; g += kMv) {
       const int64_t mv = std::min<int64_t>(kMv, groups - g);
-      for (int64_t n = nc; n < ne; n += 4) {
+      int64_t n = nc;
+      // One group alone (small M) has too few accumulators at 4 weight rows to hide the dot
+      // product latency: take 8.
+      for (; mv == 1 && n + 8 <= ne; n += 8) tile.Run<1, 8>(g, n);
+      for (; n < ne; n += 4) {
         const int nr = static_cast<int>(std::min<int64_t>(4, ne - n));
         if (mv == 3) {
           tile.DispatchNr<3>(nr, g, n);
