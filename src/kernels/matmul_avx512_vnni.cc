@@ -32,7 +32,9 @@ constexpr int kMv = 3;  // panel tile: up to 3 groups of 16 activation rows
 inline __mmask16 Mask16(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
 }
-inline __mmask64 Mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1u; }
+inline __mmask64 Mask64(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : n <= 0 ? 0 : (__mmask64{1} << n) - 1u;
+}
 
 // r[j] = Σ lanes of a[j], for 16 vectors (unpack/add tree, 45 instructions).
 inline __m512i Reduce16(const __m512i* a) {
@@ -83,45 +85,47 @@ void QuantizeQ8Vnni(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
   }
 }
 
+// acc[j] = the int32 lane sums of x · w over one block for 16 weight rows K bytes apart; a
+// partial tile (nr < 16) repeats its last row. One running pointer instead of 16 row pointers
+// keeps the loop out of the stack.
+template <bool kFull>
+inline void BlockDots(const uint8_t* xk, const int8_t* wk, int64_t K, int64_t len, int nr,
+                      bool prefetch, __m512i* acc) {
+  const __mmask64 m0 = Mask64(len), m1 = Mask64(len - 64);
+  const __m512i x0 = kFull ? _mm512_loadu_si512(xk) : _mm512_maskz_loadu_epi8(m0, xk);
+  const __m512i x1 = kFull ? _mm512_loadu_si512(xk + 64) : _mm512_maskz_loadu_epi8(m1, xk + 64);
+  const int8_t* p = wk;
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64, _MM_HINT_T0);
+    }
+    const __m512i w0 = kFull ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(m0, p);
+    const __m512i w1 = kFull ? _mm512_loadu_si512(p + 64) : _mm512_maskz_loadu_epi8(m1, p + 64);
+    acc[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), x0, w0), x1, w1);
+    if (j + 1 < nr) p += K;
+  }
+}
+
 void MatMulRows(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const int64_t M = x.rows, K = x.cols, N = w.rows, nb = x.blocks;
   const auto* wq = static_cast<const int8_t*>(w.data);
   for (int64_t n = n0; n < n1; n += 16) {
-    // A partial tile repeats its last row; the extra lanes are not stored.
-    const int8_t* wr[16];
+    const int nr = static_cast<int>(std::min<int64_t>(16, n1 - n));
     alignas(64) int32_t idx[16];
-    for (int j = 0; j < 16; ++j) {
-      const int64_t row = std::min(n + j, n1 - 1);
-      wr[j] = wq + row * K;
-      idx[j] = static_cast<int32_t>(row * nb);
-    }
+    for (int j = 0; j < 16; ++j) idx[j] = static_cast<int32_t>((n + std::min(j, nr - 1)) * nb);
     const __m512i idxv = _mm512_load_si512(idx);
-    const __mmask16 out_mask = Mask16(n1 - n);
     for (int64_t m = 0; m < M; ++m) {
       const uint8_t* xm = x.q.data() + m * K;
       __m512 facc = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        const int64_t k1 = std::min(K, (b + 1) * kQ8Block);
+        const int64_t k0 = b * kQ8Block, len = std::min(kQ8Block, K - k0);
         __m512i acc[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_si512();
-        int64_t k = b * kQ8Block;
-        for (; k + 64 <= k1; k += 64) {
-          const __m512i xv = _mm512_loadu_si512(xm + k);
-#pragma GCC unroll 16
-          for (int j = 0; j < 16; ++j) {
-            if (m == 0)
-              _mm_prefetch(reinterpret_cast<const char*>(wr[j] + k) + kPrefetchBytes, _MM_HINT_T0);
-            acc[j] = _mm512_dpbusd_epi32(acc[j], xv, _mm512_loadu_si512(wr[j] + k));
-          }
-        }
-        if (k < k1) {
-          const __mmask64 mask = Mask64(k1 - k);
-          const __m512i xv = _mm512_maskz_loadu_epi8(mask, xm + k);
-#pragma GCC unroll 16
-          for (int j = 0; j < 16; ++j) {
-            acc[j] = _mm512_dpbusd_epi32(acc[j], xv, _mm512_maskz_loadu_epi8(mask, wr[j] + k));
-          }
+        if (len == kQ8Block) {
+          BlockDots<true>(xm + k0, wq + n * K + k0, K, len, nr, m == 0, acc);
+        } else {
+          BlockDots<false>(xm + k0, wq + n * K + k0, K, len, nr, false, acc);
         }
         const __m512i vb = _mm512_add_epi32(idxv, _mm512_set1_epi32(static_cast<int32_t>(b)));
         const __m512i zero_point = _mm512_slli_epi32(_mm512_i32gather_epi32(vb, w.sums, 4), 7);
@@ -130,7 +134,7 @@ void MatMulRows(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
             _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(x.scales[size_t(m * nb + b)]));
         facc = _mm512_fmadd_ps(t, _mm512_i32gather_ps(vb, w.scales, 4), facc);
       }
-      _mm512_mask_storeu_ps(y + m * N + n, out_mask, facc);
+      _mm512_mask_storeu_ps(y + m * N + n, Mask16(nr), facc);
     }
   }
 }
