@@ -98,11 +98,18 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__)
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 bool CpuHasAvx512Bf16() {
 #if defined(__x86_64__)
   // The variant also holds the Q8 kernels (AVX512-VNNI, present on every AVX512-BF16 CPU).
-  return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16") &&
-         __builtin_cpu_supports("avx512vnni");
+  return CpuHasAvx512Vnni() && __builtin_cpu_supports("avx512bf16");
 #else
   return false;
 #endif
@@ -161,6 +168,7 @@ const KernelVariant& ReferenceVariant() { return kReference; }
 std::vector<const KernelVariant*> SupportedVariants() {
   std::vector<const KernelVariant*> out = {&kReference};
   if (CpuHasAvx512() && Avx512Variant() != nullptr) out.push_back(Avx512Variant());
+  if (CpuHasAvx512Vnni() && Avx512VnniVariant() != nullptr) out.push_back(Avx512VnniVariant());
   if (CpuHasAvx512Bf16() && Avx512Bf16Variant() != nullptr) out.push_back(Avx512Bf16Variant());
   return out;
 }

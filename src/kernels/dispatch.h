@@ -62,7 +62,7 @@ const KernelVariant& ReferenceVariant();
 // Every variant this CPU can run, reference first.
 std::vector<const KernelVariant*> SupportedVariants();
 // The variant used by default: the environment variable VLS_KERNELS names one ("reference",
-// "avx512", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
+// "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
 const KernelVariant& DefaultVariant();
 
 // Thread safety: const methods may be called concurrently (the pool serialises loops).
@@ -97,6 +97,7 @@ class Context {
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).
 const KernelVariant* Avx512Variant();
+const KernelVariant* Avx512VnniVariant();  // "avx512" + Q8 kernels (AVX512-VNNI)
 const KernelVariant* Avx512Bf16Variant();
 
 }  // namespace vls::kernels

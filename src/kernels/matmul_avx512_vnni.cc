@@ -1,5 +1,5 @@
-// The Q8 kernels of the "avx512bf16" variant: AVX512-VNNI vpdpbusd (u8 activations × s8
-// weights, int32 sums of 4 products per lane). Compiled with -mavx512vnni; only called after
+// The Q8 kernels of the "avx512vnni" and "avx512bf16" variants: AVX512-VNNI vpdpbusd (u8
+// activations × s8 weights, int32 sums of 4 products per lane). Compiled with -mavx512vnni; only called after
 // the CPU check in dispatch.cc. Every result equals the reference's bit for bit: block dot
 // products are exact integers, and per (m, n) the f32 combination is the reference's
 // fma(dot_b · sx, sw, acc) in block order.
@@ -305,16 +305,40 @@ void MatMulPanel(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
   }
 }
 
+void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
+void MatMulQ8Entry(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y);
+
+// For AVX512-VNNI CPUs without AVX512_BF16 (Ice Lake, Cascade Lake): the "avx512" f32 kernels
+// with these Q8 kernels.
+const KernelVariant kAvx512Vnni = {"avx512vnni",
+                                   avx512_internal::MatMulF32,
+                                   nullptr,
+                                   avx512_internal::Dot,
+                                   avx512_internal::Axpy,
+                                   avx512_internal::Scores,
+                                   avx512_internal::WeightedSum,
+                                   QuantizeQ8Entry,
+                                   MatMulQ8Entry};
+
+void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
+  QuantizeQ8Vnni(x, r0, r1, a);
+}
+void MatMulQ8Entry(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  if (x.rows < kPanelMinRows) return MatMulRows(x, w, n0, n1, y);
+  MatMulPanel(x, w, n0, n1, y);
+}
+
 }  // namespace
 
 namespace avx512_internal {
 void QuantizeQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
-  QuantizeQ8Vnni(x, r0, r1, a);
+  QuantizeQ8Entry(x, r0, r1, a);
 }
 void MatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
-  if (x.rows < kPanelMinRows) return MatMulRows(x, w, n0, n1, y);
-  MatMulPanel(x, w, n0, n1, y);
+  MatMulQ8Entry(x, w, n0, n1, y);
 }
 }  // namespace avx512_internal
+
+const KernelVariant* Avx512VnniVariant() { return &kAvx512Vnni; }
 
 }  // namespace vls::kernels
