@@ -38,7 +38,12 @@ Matrix Q8MatrixAt(const void* base, int64_t rows, int64_t cols) {
 }
 
 void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst) {
-  const Q8Layout l = Q8LayoutFor(src.rows, src.cols);
+  QuantizeQ8(src, r0, r1, dst, src.rows, 0);
+}
+
+void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
+                int64_t dst_row) {
+  const Q8Layout l = Q8LayoutFor(dst_rows, src.cols);
   auto* b = static_cast<uint8_t*>(dst);
   auto* q = reinterpret_cast<int8_t*>(b + l.q_offset);
   auto* scales = reinterpret_cast<float*>(b + l.scales_offset);
@@ -47,6 +52,7 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst) {
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t r = r0; r < r1; ++r) {
     LoadRow(src, r, row.data());
+    const int64_t d = dst_row + r;  // the row in dst
     for (int64_t blk = 0; blk < l.blocks; ++blk) {
       const int64_t k0 = blk * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
       float amax = 0.0f;
@@ -57,11 +63,11 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst) {
         // A scale that underflows to 0 (amax below 127 · FLT_TRUE_MIN) stores the block as 0.
         const float v = scale > 0.0f ? std::nearbyint(row[size_t(k)] / scale) : 0.0f;
         const auto qi = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        q[r * K + k] = qi;
+        q[d * K + k] = qi;
         sum += qi;
       }
-      scales[r * l.blocks + blk] = scale;
-      sums[r * l.blocks + blk] = sum;
+      scales[d * l.blocks + blk] = scale;
+      sums[d * l.blocks + blk] = sum;
     }
   }
 }

@@ -44,6 +44,12 @@ Matrix Q8MatrixAt(const void* base, int64_t rows, int64_t cols);
 // laid out as Q8LayoutFor(src.rows, src.cols). Disjoint row ranges may run concurrently.
 // REQUIRES: src finite.
 void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst);
+// The same into rows [dst_row + r0, dst_row + r1) of a buffer laid out as
+// Q8LayoutFor(dst_rows, src.cols), for stacked matrices (QKV, gate/up) quantized part by part;
+// the result equals quantizing the stacked matrix (rows are quantized independently).
+// REQUIRES: dst_row + src.rows <= dst_rows.
+void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
+                int64_t dst_row);
 
 // Activations quantized for a Q8 matmul, in two layouts: row-major (small M kernels) and
 // interleaved by 16 rows × 4 columns (the VNNI panel kernel broadcasts 4 weight bytes against

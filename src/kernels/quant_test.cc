@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -89,6 +90,21 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
       }
     }
   }
+}
+
+TEST(QuantTest, StackedPartsEqualTheStackedMatrix) {
+  const int64_t K = 130, N1 = 3, N2 = 4;
+  const std::vector<float> v = Random(size_t((N1 + N2) * K), 3);
+  const Q8Layout l = Q8LayoutFor(N1 + N2, K);
+  Aligned whole(l.bytes), parts(l.bytes);
+  std::memset(whole.p, 0, size_t(l.bytes));
+  std::memset(parts.p, 0, size_t(l.bytes));
+  QuantizeQ8(Matrix{DType::kF32, v.data(), N1 + N2, K}, 0, N1 + N2, whole.p);
+  const Matrix top{DType::kF32, v.data(), N1, K}, bottom{DType::kF32, v.data() + N1 * K, N2, K};
+  QuantizeQ8(top, 0, N1, parts.p, N1 + N2, 0);
+  QuantizeQ8(bottom, 0, 2, parts.p, N1 + N2, N1);
+  QuantizeQ8(bottom, 2, N2, parts.p, N1 + N2, N1);
+  EXPECT_EQ(std::memcmp(whole.p, parts.p, size_t(l.bytes)), 0);
 }
 
 TEST(QuantTest, ActivationsWithinHalfAScaleAndInterleavedBy16Rows) {
