@@ -177,9 +177,11 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
       lo.precision = vls::kernels::Precision::kF32;
     } else if (o.precision == VLS_PRECISION_BF16) {
       lo.precision = vls::kernels::Precision::kBF16;
+    } else if (o.precision == VLS_PRECISION_INT8) {
+      lo.precision = vls::kernels::Precision::kInt8;
     } else {
       return InvalidArgument("options.precision " + std::to_string(o.precision) +
-                             " is not VLS_PRECISION_F32 (0) or VLS_PRECISION_BF16 (1)");
+                             " is not VLS_PRECISION_F32 (0), _BF16 (1) or _INT8 (2)");
     }
     if (o.artifact != nullptr) lo.artifact = o.artifact;
     VLS_ASSIGN_OR_RETURN(std::unique_ptr<vls::LoadedModel> lm, vls::LoadedModel::Load(dir, lo));

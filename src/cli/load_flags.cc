@@ -17,8 +17,10 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
     o->precision = kernels::Precision::kF32;
   } else if (p == "bf16") {
     o->precision = kernels::Precision::kBF16;
+  } else if (p == "int8") {
+    o->precision = kernels::Precision::kInt8;
   } else {
-    return InvalidArgument("--precision must be f32 or bf16, not '" + p + "'");
+    return InvalidArgument("--precision must be f32, bf16 or int8, not '" + p + "'");
   }
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, 4096));
   o->threads = static_cast<int>(threads);

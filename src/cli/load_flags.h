@@ -14,7 +14,7 @@ namespace vls::cli {
 // The value flags ApplyLoadFlags reads (add them to a command's Args::Parse set).
 const std::set<std::string>& LoadFlagNames();
 
-// --precision f32|bf16 (default `default_precision`), --threads N (0 = all cores),
+// --precision f32|bf16|int8 (default `default_precision`), --threads N (0 = all cores),
 // --artifact FILE (a `vlstack compile` output). Errors name the flag.
 Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o);
 

@@ -20,7 +20,7 @@ nlohmann::json ToJson(const ArtifactHeader& h) {
   nlohmann::json entries = nlohmann::json::array();
   for (const PreparedEntry& e : h.entries) {
     entries.push_back({{"name", e.name},
-                       {"dtype", std::string(DTypeName(e.dtype))},
+                       {"dtype", PreparedStorageName(e)},
                        {"rows", e.rows},
                        {"cols", e.cols},
                        {"offset", e.offset},
@@ -59,7 +59,7 @@ ArtifactHeader FromJson(const nlohmann::json& j) {
     PreparedEntry p;
     p.name = e.at("name").get<std::string>();
     const std::string dt = e.at("dtype").get<std::string>();
-    if (!ParseDTypeName(dt, &p.dtype)) {
+    if (!ParsePreparedStorageName(dt, &p)) {
       throw std::invalid_argument("entry '" + p.name + "' has unknown dtype '" + dt + "'");
     }
     p.rows = e.at("rows").get<int64_t>();
@@ -181,8 +181,8 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
   for (size_t i = 0; i < plan.size(); ++i) {
     const PreparedEntry& a = h.entries[i];
     const PreparedEntry& b = plan[i];
-    if (a.name != b.name || a.dtype != b.dtype || a.rows != b.rows || a.cols != b.cols ||
-        a.offset != b.offset || a.bytes != b.bytes) {
+    if (a.name != b.name || a.dtype != b.dtype || a.format != b.format || a.rows != b.rows ||
+        a.cols != b.cols || a.offset != b.offset || a.bytes != b.bytes) {
       return InvalidArgument(what + "prepared matrix " + std::to_string(i) + " ('" + a.name +
                              "') does not match this model's layout (expected '" + b.name + "' " +
                              std::string(DTypeName(b.dtype)) + " [" + std::to_string(b.rows) +

@@ -52,11 +52,14 @@ void Spit(const std::string& path, const std::string& bytes) {
 class PreparedArtifactTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ModelDir("vls_artifact_test_a", 48);
+    // One file per test: ctest runs the tests of this file in parallel processes, and a file
+    // rewritten while another process maps it would fault (SIGBUS) there.
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    path_ = (fs::temp_directory_path() / ("vls_artifact_test_" + test + ".vlsp")).string();
+    dir_ = ModelDir(("vls_artifact_test_a_" + test).c_str(), 48);
     auto m = Qwen3Model::Load(dir_, Bf16());
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(*m);
-    path_ = (fs::temp_directory_path() / "vls_artifact_test.vlsp").string();
     ArtifactHeader h;
     h.identity = std::string(64, 'a');
     h.precision = "bf16";

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kernels/quant.h"
 #include "tensor/dtype.h"
 
 namespace vls {
@@ -30,6 +31,7 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
     Group g;
     g.entry.name = std::move(name);
     g.entry.dtype = StorageDType(p, sources);
+    if (p == kernels::Precision::kInt8) g.entry.format = kernels::MatrixFormat::kQ8;
     g.entry.cols = sources.front().cols;
     for (const kernels::Matrix& m : sources) g.entry.rows += m.rows;
     g.sources = std::move(sources);
@@ -47,7 +49,7 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
   uint64_t offset = 0;
   for (Group& g : groups) {
     g.entry.offset = offset;
-    g.entry.bytes = static_cast<uint64_t>(g.entry.rows * g.entry.cols) * DTypeSize(g.entry.dtype);
+    g.entry.bytes = PreparedEntryBytes(g.entry);
     offset += (g.entry.bytes + kPreparedAlign - 1) / kPreparedAlign * kPreparedAlign;
   }
   return groups;
@@ -79,7 +81,56 @@ void ConvertRows(const kernels::Matrix& src, int64_t r0, int64_t r1, DType dt, s
   }
 }
 
+// Converts or quantizes every source of `g` into `dst` (the entry's place in the region).
+void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
+  const bool q8 = g.entry.format == kernels::MatrixFormat::kQ8;
+  const size_t row_bytes = static_cast<size_t>(g.entry.cols) * DTypeSize(g.entry.dtype);
+  int64_t row = 0;  // the first stacked row of the current source
+  for (const kernels::Matrix& src : g.sources) {
+    const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
+    // Rows are converted in chunks of 64 and each chunk's file pages dropped right after, so
+    // at most a few chunks of the source are resident beside the prepared copy. (The
+    // embedding rows of a tied head are faulted back in on lookup.)
+    ctx.pool().ParallelFor((src.rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * 64, r1 = std::min(src.rows, r0 + 64);
+        if (q8) {
+          kernels::QuantizeQ8(src, r0, r1, dst, g.entry.rows, row);
+        } else {
+          ConvertRows(src, r0, r1, g.entry.dtype, dst + static_cast<size_t>(row) * row_bytes);
+        }
+        ReleaseFilePages(static_cast<const std::byte*>(src.data) + r0 * src_row,
+                         static_cast<size_t>(r1 - r0) * src_row);
+      }
+    });
+    ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * src_row);
+    row += src.rows;
+  }
+}
+
 }  // namespace
+
+std::string PreparedStorageName(const PreparedEntry& e) {
+  if (e.format == kernels::MatrixFormat::kQ8) return "Q8";
+  return std::string(DTypeName(e.dtype));
+}
+
+bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
+  if (name == "Q8") {
+    e->format = kernels::MatrixFormat::kQ8;
+    e->dtype = DType::kF32;
+    return true;
+  }
+  e->format = kernels::MatrixFormat::kDense;
+  return ParseDTypeName(name, &e->dtype) && e->dtype != DType::kI32;
+}
+
+uint64_t PreparedEntryBytes(const PreparedEntry& e) {
+  if (e.format == kernels::MatrixFormat::kQ8) {
+    return static_cast<uint64_t>(kernels::Q8LayoutFor(e.rows, e.cols).bytes);
+  }
+  return static_cast<uint64_t>(e.rows * e.cols) * DTypeSize(e.dtype);
+}
 
 std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
                                                kernels::Precision precision) {
@@ -100,24 +151,7 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
   const int total = static_cast<int>(groups.size());
   for (int i = 0; i < total; ++i) {
     const Group& g = groups[static_cast<size_t>(i)];
-    std::byte* dst = pw->region_->data() + g.entry.offset;
-    const size_t row_bytes = static_cast<size_t>(g.entry.cols) * DTypeSize(g.entry.dtype);
-    for (const kernels::Matrix& src : g.sources) {
-      const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
-      // Rows are converted in chunks of 64 and each chunk's file pages dropped right after,
-      // so at most a few chunks of the source are resident beside the prepared copy. (The
-      // embedding rows of a tied head are faulted back in on lookup.)
-      ctx.pool().ParallelFor((src.rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const int64_t r0 = c * 64, r1 = std::min(src.rows, r0 + 64);
-          ConvertRows(src, r0, r1, g.entry.dtype, dst);
-          ReleaseFilePages(static_cast<const std::byte*>(src.data) + r0 * src_row,
-                           static_cast<size_t>(r1 - r0) * src_row);
-        }
-      });
-      dst += static_cast<size_t>(src.rows) * row_bytes;
-      ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * src_row);
-    }
+    FillEntry(g, pw->region_->data() + g.entry.offset, ctx);
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);
   }
@@ -130,10 +164,12 @@ Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
     for (const PreparedEntry& e : entries_) {
       if (e.name != name) continue;
       if (e.offset % kPreparedAlign != 0 || e.offset > size_ || e.bytes > size_ - e.offset ||
-          e.bytes != static_cast<uint64_t>(e.rows * e.cols) * DTypeSize(e.dtype)) {
+          e.rows <= 0 || e.cols <= 0 || e.bytes != PreparedEntryBytes(e)) {
         return InvalidArgument("prepared weight '" + name + "' lies outside its region");
       }
-      *out = kernels::Matrix{e.dtype, data_ + e.offset, e.rows, e.cols};
+      *out = e.format == kernels::MatrixFormat::kQ8
+                 ? kernels::Q8MatrixAt(data_ + e.offset, e.rows, e.cols)
+                 : kernels::Matrix{e.dtype, data_ + e.offset, e.rows, e.cols};
       return Status::Ok();
     }
     return InvalidArgument("prepared weights lack '" + name + "'");
@@ -153,7 +189,7 @@ Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
 std::string PreparedWeights::LayoutText() const {
   std::ostringstream o;
   for (const PreparedEntry& e : entries_) {
-    o << e.name << " " << DTypeName(e.dtype) << " [" << e.rows << ", " << e.cols << "] @"
+    o << e.name << " " << PreparedStorageName(e) << " [" << e.rows << ", " << e.cols << "] @"
       << e.offset << "\n";
   }
   return o.str();

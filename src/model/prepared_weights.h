@@ -9,6 +9,8 @@
 //   kF32:  the checkpoint's dtype, bytes unchanged (the f32 path stays exact); a stacked matrix
 //          whose parts differ in dtype is widened to F32 (exact).
 //   kBF16: BF16 (F32 and F16 sources are rounded to nearest even once, here).
+//   kInt8: Q8 blocked (kernels/quant.h: int8 per 128-column block with an f32 scale), about
+//          1.06 bytes per weight; activations are quantized per call.
 #ifndef VLSTACK_MODEL_PREPARED_WEIGHTS_H_
 #define VLSTACK_MODEL_PREPARED_WEIGHTS_H_
 
@@ -29,14 +31,21 @@ namespace vls {
 
 // One prepared matrix: its name, storage and place in the region.
 struct PreparedEntry {
-  std::string name;  // "layers.<l>.qkv", "layers.<l>.o", "layers.<l>.gate_up",
-                     // "layers.<l>.down", "lm_head"
-  DType dtype = DType::kF32;
+  std::string name;           // "layers.<l>.qkv", "layers.<l>.o", "layers.<l>.gate_up",
+                              // "layers.<l>.down", "lm_head"
+  DType dtype = DType::kF32;  // the dense storage dtype (unused for kQ8)
+  kernels::MatrixFormat format = kernels::MatrixFormat::kDense;
   int64_t rows = 0;
   int64_t cols = 0;
   uint64_t offset = 0;  // from the region start, a multiple of kPreparedAlign
   uint64_t bytes = 0;
 };
+
+// "F32"/"BF16"/"F16" for dense entries, "Q8" for Q8 ones; and the inverse (false if unknown).
+std::string PreparedStorageName(const PreparedEntry& e);
+bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e);
+// The bytes an entry of this storage and shape occupies.
+uint64_t PreparedEntryBytes(const PreparedEntry& e);
 
 struct PreparedLayer {
   kernels::Matrix qkv;      // [nh·D + 2·nkv·D, H]: rows of q_proj, then k_proj, then v_proj

@@ -9,6 +9,20 @@
 
 namespace vls {
 
+namespace {
+const char* ComputeText(kernels::Precision p) {
+  switch (p) {
+    case kernels::Precision::kBF16:
+      return "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n";
+    case kernels::Precision::kInt8:
+      return "compute=q8 blocked weights (128-column blocks, f32 scales) against per-call "
+             "q8 activations, int32 block sums, f32 accumulation\n";
+    case kernels::Precision::kF32: break;
+  }
+  return "compute=f32 reference kernels, f32 accumulation\n";
+}
+}  // namespace
+
 std::string Sha256Hex(const void* data, size_t size) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -70,10 +84,7 @@ std::string LoadedModel::IdentityText() const {
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
     << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax << "\n[precision]\n"
-    << (model_->context().precision() == kernels::Precision::kBF16
-            ? "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n"
-            : "compute=f32 reference kernels, f32 accumulation\n")
-    << "[prepared weights v1]\n"
+    << ComputeText(model_->context().precision()) << "[prepared weights v1]\n"
     << model_->prepared().LayoutText() << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {
