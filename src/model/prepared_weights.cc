@@ -88,12 +88,16 @@ void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
   int64_t row = 0;  // the first stacked row of the current source
   for (const kernels::Matrix& src : g.sources) {
     const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
-    // Rows are converted in chunks of 64 and each chunk's file pages dropped right after, so
-    // at most a few chunks of the source are resident beside the prepared copy. (The
-    // embedding rows of a tied head are faulted back in on lookup.)
-    ctx.pool().ParallelFor((src.rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
+    // Rows are converted in chunks of about 4 MiB of source and each chunk's file pages are
+    // dropped right after, so only a few chunks of the source are resident beside the
+    // prepared copy. (Each release is a TLB shootdown across cores, so not per row.) The
+    // embedding rows of a tied head are faulted back in on lookup.
+    const int64_t rows_per_chunk = std::max<int64_t>(
+        1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, src_row)));
+    const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
+    ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        const int64_t r0 = c * 64, r1 = std::min(src.rows, r0 + 64);
+        const int64_t r0 = c * rows_per_chunk, r1 = std::min(src.rows, r0 + rows_per_chunk);
         if (q8) {
           kernels::QuantizeQ8(src, r0, r1, dst, g.entry.rows, row);
         } else {
