@@ -61,7 +61,7 @@ void RefWeightedSum(const float* p, const float* v, int64_t stride, int64_t T, i
 }
 
 const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16, RefDot,
-                                  RefAxpy,     RefScores,    RefWeightedSum};
+                                  RefAxpy,     RefScores,    RefWeightedSum, nullptr};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 
 namespace vls::kernels {
@@ -44,6 +45,9 @@ struct KernelVariant {
                  float* out);
   void (*weighted_sum)(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
                        float* out);
+  // Blocked online-softmax attention of one work item (kernels/attention.h). Null in the
+  // reference variant, whose attention is the plain per-(row, head) Scores/Softmax/WeightedSum.
+  void (*attention)(const AttentionTile& tile);
 };
 
 // The scalar reference (always available).

@@ -89,7 +89,8 @@ const KernelVariant kAvx512Bf16 = {"avx512bf16",
                                    avx512_internal::Dot,
                                    avx512_internal::Axpy,
                                    avx512_internal::Scores,
-                                   avx512_internal::WeightedSum};
+                                   avx512_internal::WeightedSum,
+                                   avx512_internal::Attention};
 
 }  // namespace
 
