@@ -17,6 +17,8 @@ namespace vls::kernels {
 namespace {
 
 constexpr int64_t kKeyBlock = 64;
+// Keys and values are prefetched this far ahead of the key block being scored.
+constexpr int64_t kPrefetchKeys = kKeyBlock;
 // Score rows have room for a whole last key tile past kKeyBlock.
 constexpr int64_t kScoreStride = kKeyBlock + 16;
 
@@ -37,8 +39,7 @@ inline __m512 Exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 e =
-      _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512 e = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
   return _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(e, n));
 }
@@ -72,7 +73,23 @@ struct State {
   std::vector<float> m, l;      // [nq] running max and running sum
   std::vector<float> alpha;     // [nq] rescale of acc for the current block
   std::vector<int64_t> last;    // [nq] last key each query attends
+  int64_t keys = 0;             // keys any query attends: [0, keys)
 };
+
+// s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
+template <int QR, int KR>
+inline void ScoreStep(const float* const* q, const float* const* k, int64_t d, __mmask16 mask,
+                      __m512* acc) {
+  __m512 qv[QR];
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) qv[i] = _mm512_maskz_loadu_ps(mask, q[i] + d);
+#pragma GCC unroll 16
+  for (int j = 0; j < KR; ++j) {
+    const __m512 kv = _mm512_maskz_loadu_ps(mask, k[j] + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < QR; ++i) acc[i * KR + j] = _mm512_fmadd_ps(qv[i], kv, acc[i * KR + j]);
+  }
+}
 
 // s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
 template <int QR, int KR>
@@ -80,29 +97,34 @@ void ScoreTile(const float* const* q, const float* const* k, int64_t D, float sc
   static_assert(QR * KR <= 16);
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < D; d += 16) {
-    const __mmask16 mask = TailMask(D - d);
-    __m512 qv[QR];
-#pragma GCC unroll 4
-    for (int i = 0; i < QR; ++i) qv[i] = _mm512_maskz_loadu_ps(mask, q[i] + d);
-#pragma GCC unroll 16
-    for (int j = 0; j < KR; ++j) {
-      const __m512 kv = _mm512_maskz_loadu_ps(mask, k[j] + d);
-#pragma GCC unroll 4
-      for (int i = 0; i < QR; ++i) acc[i * KR + j] = _mm512_fmadd_ps(qv[i], kv, acc[i * KR + j]);
-    }
-  }
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) ScoreStep<QR, KR>(q, k, d, 0xffff, acc);
+  if (d < D) ScoreStep<QR, KR>(q, k, d, TailMask(D - d), acc);
   alignas(64) float out[16];
   _mm512_store_ps(out, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
   for (int i = 0; i < QR; ++i) std::memcpy(s + i * kScoreStride, out + i * KR, KR * sizeof(float));
 }
 
+// Prefetches keys [t, t + n) of a [T, D] head (clipped to T) into L1: the rows of one head are
+// contiguous, but a hardware prefetcher restarts at every 4 KiB page (8 keys at D = 128).
+void PrefetchRows(const float* base, int64_t t, int64_t n, int64_t T, int64_t D) {
+  const int64_t end = std::min(T, t + n) * D;
+  for (int64_t i = t * D; i < end; i += 16)
+    _mm_prefetch(reinterpret_cast<const char*>(base + i), _MM_HINT_T0);
+}
+
 // Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0).
+// The first query tile of a block also prefetches the keys and values kPrefetchKeys ahead,
+// a tile's worth at a time.
 template <int QR>
 void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
   constexpr int KR = 16 / QR;
   const int64_t D = w.head_dim;
   for (int64_t j0 = 0; j0 < tb; j0 += KR) {
+    if (i0 == 0) {
+      PrefetchRows(w.k, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+      PrefetchRows(w.v, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+    }
     const float* k[KR];
     for (int j = 0; j < KR; ++j) k[j] = w.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
     ScoreTile<QR, KR>(st.q.data() + i0, k, D, w.scale, st.s.data() + i0 * kScoreStride + j0);
@@ -138,50 +160,70 @@ void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
   st.alpha[static_cast<size_t>(i)] = alpha;
 }
 
-// acc_i = alpha_i · acc_i + Σ_t p_i[t] · v_t for queries [i0, i0 + QR), in chunks of 64 of D.
-template <int QR>
-void AccumulateRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
+inline __m512 LoadPart(const float* p, int64_t left) {
+  return left >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(TailMask(left), p);
+}
+inline void StorePart(float* p, int64_t left, __m512 x) {
+  if (left >= 16) {
+    _mm512_storeu_ps(p, x);
+  } else if (left > 0) {
+    _mm512_mask_storeu_ps(p, TailMask(left), x);
+  }
+}
+
+// acc_i = alpha_i · acc_i + Σ_t p_i[t] · v_t for queries [i0, i0 + QR) and D columns
+// [d0, d0 + 16·NV) held in QR·NV registers. kFull: all 16·NV columns exist (no masks).
+template <int QR, int NV, bool kFull>
+void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb,
+                     int64_t d0) {
   const int64_t D = w.head_dim;
-  for (int64_t d0 = 0; d0 < D; d0 += 64) {
-    __mmask16 mask[4];
-    __m512 a[QR][4];
+  __m512 a[QR][NV];
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) mask[c] = TailMask(D - d0 - 16 * c);
-#pragma GCC unroll 4
-    for (int i = 0; i < QR; ++i) {
-      const __m512 al = _mm512_set1_ps(st.alpha[static_cast<size_t>(i0 + i)]);
-      float* acc = st.acc.data() + (i0 + i) * D + d0;
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        a[i][c] = _mm512_mul_ps(al, _mm512_maskz_loadu_ps(mask[c], acc + 16 * c));
-      }
-    }
-    const float* p = st.s.data() + i0 * kScoreStride;
-    for (int64_t t = 0; t < tb; ++t) {
-      const float* v = w.v + (t0 + t) * D + d0;
-      __m512 vv[4];
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) vv[c] = _mm512_maskz_loadu_ps(mask[c], v + 16 * c);
-#pragma GCC unroll 4
-      for (int i = 0; i < QR; ++i) {
-        const __m512 pi = _mm512_set1_ps(p[i * kScoreStride + t]);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) a[i][c] = _mm512_fmadd_ps(pi, vv[c], a[i][c]);
-      }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < QR; ++i) {
-      float* acc = st.acc.data() + (i0 + i) * D + d0;
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(acc + 16 * c, mask[c], a[i][c]);
+  for (int i = 0; i < QR; ++i) {
+    const __m512 al = _mm512_set1_ps(st.alpha[static_cast<size_t>(i0 + i)]);
+    const float* acc = st.acc.data() + (i0 + i) * D + d0;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      a[i][c] = _mm512_mul_ps(
+          al, kFull ? _mm512_loadu_ps(acc + 16 * c) : LoadPart(acc + 16 * c, D - d0 - 16 * c));
     }
   }
+  const float* p = st.s.data() + i0 * kScoreStride;
+  const float* v = w.v + t0 * D + d0;
+  for (int64_t t = 0; t < tb; ++t, v += D) {
+    __m512 vv[NV];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      vv[c] = kFull ? _mm512_loadu_ps(v + 16 * c) : LoadPart(v + 16 * c, D - d0 - 16 * c);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < QR; ++i) {
+      const __m512 pi = _mm512_set1_ps(p[i * kScoreStride + t]);
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm512_fmadd_ps(pi, vv[c], a[i][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) {
+    float* acc = st.acc.data() + (i0 + i) * D + d0;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) StorePart(acc + 16 * c, kFull ? 16 : D - d0 - 16 * c, a[i][c]);
+  }
+}
+
+// AccumulateChunk over all of D: one pass over the V rows at D = 128 for up to 2 queries.
+template <int QR>
+void AccumulateRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
+  constexpr int NV = QR <= 2 ? 8 : 4;
+  const int64_t D = w.head_dim;
+  int64_t d0 = 0;
+  for (; d0 + 16 * NV <= D; d0 += 16 * NV) AccumulateChunk<QR, NV, true>(w, st, i0, t0, tb, d0);
+  if (d0 < D) AccumulateChunk<QR, NV, false>(w, st, i0, t0, tb, d0);
 }
 
 // Runs Fn<QR> over queries [0, nq) in tiles of 4, then a tile of the remainder.
 template <template <int> class Fn>
-void ForQueryTiles(int64_t nq, const Fn<1>& f1, const Fn<2>& f2, const Fn<3>& f3,
-                   const Fn<4>& f4) {
+void ForQueryTiles(int64_t nq, const Fn<1>& f1, const Fn<2>& f2, const Fn<3>& f3, const Fn<4>& f4) {
   int64_t i = 0;
   for (; i + 4 <= nq; i += 4) f4(i);
   switch (nq - i) {
@@ -223,6 +265,7 @@ void Prepare(const AttentionTile& w, State& st) {
       st.last[i] = w.last[r];
     }
   }
+  st.keys = *std::max_element(st.last.begin(), st.last.end()) + 1;
 }
 
 }  // namespace
@@ -233,11 +276,12 @@ void Attention(const AttentionTile& w) {
   thread_local State st;
   Prepare(w, st);
   const int64_t nq = w.rows * w.group, D = w.head_dim;
-  const int64_t T = *std::max_element(st.last.begin(), st.last.end()) + 1;
+  const int64_t T = st.keys;
+  PrefetchRows(w.k, 0, kPrefetchKeys, T, D);
+  PrefetchRows(w.v, 0, kPrefetchKeys, T, D);
   for (int64_t t0 = 0; t0 < T; t0 += kKeyBlock) {
     const int64_t tb = std::min(kKeyBlock, T - t0);
-    ForQueryTiles<ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
-                           {w, st, t0, tb});
+    ForQueryTiles<ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb});
     for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb);
     ForQueryTiles<AccumulateFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
                                 {w, st, t0, tb});

