@@ -60,7 +60,7 @@ void RefWeightedSum(const float* p, const float* v, int64_t stride, int64_t T, i
   for (int64_t t = 0; t < T; ++t) RefAxpy(p[t], v + t * stride, out, D);
 }
 
-const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16, RefDot,
+const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16,  RefDot,
                                   RefAxpy,     RefScores,    RefWeightedSum, nullptr};
 
 bool CpuHasAvx512() {

@@ -72,11 +72,9 @@ void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShap
       const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
       scores.resize(static_cast<size_t>(T));
       const int kvh = static_cast<int>(h / group);
-      ctx.Scores(q + (m * nh + h) * D, r.cache->k_head(layer, kvh), D, T, D, scale,
-                 scores.data());
+      ctx.Scores(q + (m * nh + h) * D, r.cache->k_head(layer, kvh), D, T, D, scale, scores.data());
       kernels::Softmax(scores.data(), T);
-      ctx.WeightedSum(scores.data(), r.cache->v_head(layer, kvh), D, T, D,
-                      out + (m * nh + h) * D);
+      ctx.WeightedSum(scores.data(), r.cache->v_head(layer, kvh), D, T, D, out + (m * nh + h) * D);
     }
   });
 }
