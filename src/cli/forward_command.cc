@@ -115,13 +115,11 @@ Status Forward(const Args& args) {
     model->FinalNorm(capture.states.back().data(), S, fin.data());
     add("final_hidden", HostTensor::FromF32({S, H}, fin));
     const int64_t T = S + N, row = session.cache().row_floats();
+    std::vector<float> k(static_cast<size_t>(T * row)), v(k.size());  // [T, nkv, D]
     for (int l = 0; l < cfg.layers; ++l) {
-      for (int kv = 0; kv < 2; ++kv) {
-        const float* base = kv == 0 ? session.cache().k(l, 0) : session.cache().v(l, 0);
-        add((kv == 0 ? "k_cache." : "v_cache.") + std::to_string(l),
-            HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim},
-                                {base, static_cast<size_t>(T * row)}));
-      }
+      session.cache().ReadRows(l, 0, static_cast<int>(T), k.data(), v.data());
+      add("k_cache." + std::to_string(l), HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim}, k));
+      add("v_cache." + std::to_string(l), HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim}, v));
     }
   }
   VLS_RETURN_IF_ERROR(WriteSafetensors(out_path, out));

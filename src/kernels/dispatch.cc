@@ -86,7 +86,7 @@ void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
 
 const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16,  RefDot,
                                   RefAxpy,     RefScores,    RefWeightedSum, QuantizeActivationsQ8,
-                                  RefMatMulQ8};
+                                  RefMatMulQ8, nullptr};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
@@ -55,6 +56,9 @@ struct KernelVariant {
   void (*quantize_q8)(const float* x, int64_t r0, int64_t r1, Q8Activations* a) = nullptr;
   void (*matmul_q8)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
                     float* y) = nullptr;
+  // Blocked online-softmax attention of one work item (kernels/attention.h). Null in the
+  // reference variant, whose attention is the plain per-(row, head) Scores/Softmax/WeightedSum.
+  void (*attention)(const AttentionTile& tile) = nullptr;
 };
 
 // The scalar reference (always available).

@@ -167,7 +167,16 @@ void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int6
 }
 
 // The f32 path of the BF16 variant is this one's; the bf16 entry widens like the reference.
-const KernelVariant kAvx512 = {"avx512", MatMulF32, nullptr, Dot, Axpy, Scores, WeightedSum};
+const KernelVariant kAvx512 = {"avx512",
+                               MatMulF32,
+                               nullptr,
+                               Dot,
+                               Axpy,
+                               Scores,
+                               WeightedSum,
+                               nullptr,
+                               nullptr,  // no Q8 kernels (see avx512vnni)
+                               avx512_internal::Attention};
 
 }  // namespace
 

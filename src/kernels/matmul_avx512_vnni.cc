@@ -1,8 +1,8 @@
 // The Q8 kernels of the "avx512vnni" and "avx512bf16" variants: AVX512-VNNI vpdpbusd (u8
-// activations × s8 weights, int32 sums of 4 products per lane). Compiled with -mavx512vnni; only called after
-// the CPU check in dispatch.cc. Every result equals the reference's bit for bit: block dot
-// products are exact integers, and per (m, n) the f32 combination is the reference's
-// fma(dot_b · sx, sw, acc) in block order.
+// activations × s8 weights, int32 sums of 4 products per lane). Compiled with -mavx512vnni; only
+// called after the CPU check in dispatch.cc. Every result equals the reference's bit for bit: block
+// dot products are exact integers, and per (m, n) the f32 combination is the reference's fma(dot_b
+// · sx, sw, acc) in block order.
 //
 // Two kernels over the same row-major weights:
 //  - rows (M < kPanelMinRows, decode): lanes along K; 16 weight rows per tile, their 16 int32
@@ -318,7 +318,8 @@ const KernelVariant kAvx512Vnni = {"avx512vnni",
                                    avx512_internal::Scores,
                                    avx512_internal::WeightedSum,
                                    QuantizeQ8Entry,
-                                   MatMulQ8Entry};
+                                   MatMulQ8Entry,
+                                   avx512_internal::Attention};
 
 void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
   QuantizeQ8Vnni(x, r0, r1, a);

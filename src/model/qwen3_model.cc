@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "model/attention.h"
 
 namespace vls {
 
@@ -63,7 +64,6 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   const PreparedLayer& P = prepared_->layer(layer);
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, nh = cfg_.heads, nkv = cfg_.kv_heads;
-  const int64_t group = nh / nkv;
   const int64_t qd = nh * D, kvd = nkv * D, qkvd = qd + 2 * kvd;
   float* qkv = Scratch(kQkv, M * qkvd);  // [M, nh·D + 2·nkv·D]
   float* q = Scratch(kQ, M * qd);        // [M, nh, D]
@@ -89,30 +89,10 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
       kernels::ApplyRope(k + (m * nkv + h) * D, cos.data(), sin.data(), D);
   }
   // Write every row's K/V first: prefill rows then see all earlier rows of their sequence.
-  for (int64_t m = 0; m < M; ++m) {
-    const ForwardRow& r = rows[static_cast<size_t>(m)];
-    std::copy_n(k + m * nkv * D, nkv * D, r.cache->k(layer, r.index));
-    std::copy_n(v + m * nkv * D, nkv * D, r.cache->v(layer, r.index));
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const AttentionShape shape{nh, nkv, D};
+  WriteKv(layer, shape, k, v, rows);
   float* ctx = Scratch(kCtx, M * nh * D);  // [M, nh, D]
-  // Every (row, head) pair is independent: split them over the pool.
-  ctx_->pool().ParallelFor(M * nh, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;  // [T]
-    for (int64_t mh = begin; mh < end; ++mh) {
-      const int64_t m = mh / nh, h = mh % nh;
-      const ForwardRow& r = rows[static_cast<size_t>(m)];
-      const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
-      scores.resize(static_cast<size_t>(T));
-      const int64_t kvh = h / group;
-      // K/V rows of one cache are contiguous: key t of head kvh is at k(layer, 0) + t·nkv·D.
-      ctx_->Scores(q + (m * nh + h) * D, r.cache->k(layer, 0) + kvh * D, nkv * D, T, D, scale,
-                   scores.data());
-      kernels::Softmax(scores.data(), T);
-      ctx_->WeightedSum(scores.data(), r.cache->v(layer, 0) + kvh * D, nkv * D, T, D,
-                        ctx + (m * nh + h) * D);
-    }
-  });
+  Attend(*ctx_, layer, shape, q, rows, ctx);
   ctx_->MatMul(ctx, M, nh * D, P.o, out);
 }
 

@@ -241,8 +241,8 @@ TEST(DeepStackFixtureTest, IdentityLayersGiveExactResiduals) {
       for (int l = 0; l < 3; ++l) {
         for (int r = 0; r < S; ++r) {
           for (int i = 0; i < 4; ++i) {
-            EXPECT_EQ(s.cache().k(l, r)[i], 0.0f);
-            EXPECT_EQ(s.cache().v(l, r)[i], 0.0f);
+            EXPECT_EQ(s.cache().k_head(l, 0)[r * s.cache().head_dim() + i], 0.0f);
+            EXPECT_EQ(s.cache().v_head(l, 0)[r * s.cache().head_dim() + i], 0.0f);
           }
         }
       }

@@ -1,0 +1,100 @@
+// Google Benchmark microbenchmarks of the attention core (built, never run by the tests).
+//
+//   build/…/src/model/attention_bench --benchmark_repetitions=5
+//
+// Qwen3-0.6B shape (16 heads, 8 KV heads, D 128) over all 28 layers per iteration, so the K/V
+// stream comes from memory as in a real decode step (28 · 8 · T · 1 KiB). "RowMajor" is the
+// previous design for comparison: a [T, nkv, D] cache row per position, one (row, head) pair
+// at a time with the variant's Scores/Softmax/WeightedSum.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "model/attention.h"
+
+namespace vls {
+namespace {
+
+constexpr int kLayers = 28, kHeads = 16, kKvHeads = 8, kD = 128;
+
+struct Setup {
+  explicit Setup(int capacity) : cache(kLayers, capacity, kKvHeads, kD) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> k(static_cast<size_t>(kKvHeads * kD)), v(k.size());
+    row_major_k.resize(static_cast<size_t>(kLayers) * capacity * kKvHeads * kD);
+    row_major_v.resize(row_major_k.size());
+    for (int l = 0; l < kLayers; ++l) {
+      for (int t = 0; t < capacity; ++t) {
+        for (float& x : k) x = d(rng);
+        for (float& x : v) x = d(rng);
+        cache.WriteRow(l, t, k.data(), v.data());
+        const int64_t at = (static_cast<int64_t>(l) * capacity + t) * kKvHeads * kD;
+        std::copy(k.begin(), k.end(), row_major_k.begin() + at);
+        std::copy(v.begin(), v.end(), row_major_v.begin() + at);
+      }
+    }
+  }
+  KvCache cache;
+  std::vector<float> row_major_k, row_major_v;  // [L, C, nkv, D]
+};
+
+const AttentionShape kShape{kHeads, kKvHeads, kD};
+
+// state: (M rows ending at key T-1, threads, blocked?)
+void BM_Attention(benchmark::State& state) {
+  const int M = static_cast<int>(state.range(0)), T = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const bool blocked = state.range(3) != 0;
+  Setup s(T);
+  std::vector<ForwardRow> rows;
+  for (int i = T - M; i < T; ++i) rows.push_back({&s.cache, i, {i, i, i}});
+  std::vector<float> q(static_cast<size_t>(M * kHeads * kD), 0.1f), out(q.size());
+  const kernels::Context ctx(threads, kernels::Precision::kF32);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      if (blocked) {
+        Attend(ctx, l, kShape, q.data(), rows, out.data());
+        continue;
+      }
+      const float* k = s.row_major_k.data() + static_cast<int64_t>(l) * T * kKvHeads * kD;
+      const float* v = s.row_major_v.data() + static_cast<int64_t>(l) * T * kKvHeads * kD;
+      ctx.pool().ParallelFor(M * kHeads, 1, [&](int64_t b, int64_t e) {
+        std::vector<float> p(static_cast<size_t>(T));
+        for (int64_t mh = b; mh < e; ++mh) {
+          const int64_t m = mh / kHeads, h = mh % kHeads, g = h / (kHeads / kKvHeads);
+          const int64_t len = T - M + m + 1;
+          ctx.Scores(q.data() + mh * kD, k + g * kD, kKvHeads * kD, len, kD, scale, p.data());
+          kernels::Softmax(p.data(), len);
+          ctx.WeightedSum(p.data(), v + g * kD, kKvHeads * kD, len, kD, out.data() + mh * kD);
+        }
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["kv_bytes/s"] = benchmark::Counter(
+      2.0 * kLayers * kKvHeads * T * kD * sizeof(float) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int blocked : {0, 1}) {
+    for (int threads : {1, 2}) {
+      b->Args({1, 32, threads, blocked});
+      b->Args({1, 576, threads, blocked});
+      b->Args({512, 512, threads, blocked});
+    }
+  }
+  b->ArgNames({"M", "T", "threads", "blocked"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_Attention)->Apply(Shapes);
+
+}  // namespace
+}  // namespace vls
+
+BENCHMARK_MAIN();

@@ -1,0 +1,37 @@
+// The attention kernel entry of the optimised variants (KernelVariant::attention).
+//
+// One call is one work item of the model's attention: a block of query rows of one sequence,
+// all `group` query heads that share one KV head, against that head's contiguous keys and
+// values. It uses online softmax over key blocks (running max, running sum, rescaled
+// accumulator), so nothing of size [rows, T] is materialised.
+#ifndef VLSTACK_KERNELS_ATTENTION_H_
+#define VLSTACK_KERNELS_ATTENTION_H_
+
+#include <cstdint>
+
+namespace vls::kernels {
+
+struct AttentionTile {
+  // Query head j of row r (j < group) is q[r·q_row_stride + j·D .. + D).
+  const float* q = nullptr;
+  int64_t q_row_stride = 0;
+  // [T, D] keys and values of one KV head, key t at k + t·D.
+  const float* k = nullptr;
+  const float* v = nullptr;
+  // [rows] row r attends keys [0, last[r]] (causal by physical index).
+  const int32_t* last = nullptr;
+  int64_t rows = 0, group = 0, head_dim = 0;
+  float scale = 1.0f;
+  // Same layout as q: out[r·out_row_stride + j·D .. + D) = softmax(scale·q·Kᵀ)·V.
+  float* out = nullptr;
+  int64_t out_row_stride = 0;
+};
+
+namespace avx512_internal {
+// The AVX-512 implementation, shared by the "avx512", "avx512vnni" and "avx512bf16" variants.
+void Attention(const AttentionTile& tile);
+}  // namespace avx512_internal
+
+}  // namespace vls::kernels
+
+#endif  // VLSTACK_KERNELS_ATTENTION_H_

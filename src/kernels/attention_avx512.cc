@@ -1,0 +1,302 @@
+// AVX-512 attention (kernels/attention.h): online softmax over blocks of kKeyBlock keys for
+// every query head of one GQA group and a block of query rows, so each K/V row is read once per
+// work item and stays in L1/L2 while all of the work item's queries use it. Compiled with
+// AVX-512 flags (see CMakeLists.txt); only called after the CPU check in dispatch.cc.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace vls::kernels {
+
+namespace {
+
+constexpr int64_t kKeyBlock = 64;
+// Keys and values are prefetched this far ahead of the key block being scored.
+constexpr int64_t kPrefetchKeys = kKeyBlock;
+// Score rows have room for a whole last key tile past kKeyBlock.
+constexpr int64_t kScoreStride = kKeyBlock + 16;
+
+__mmask16 TailMask(int64_t left) {
+  return static_cast<__mmask16>(left >= 16 ? 0xffffu : left <= 0 ? 0u : (1u << left) - 1u);
+}
+
+// exp(x) to about 1 ulp (Cephes expf: x = n·ln2 + r, exp(r) = 1 + r + r²·P(r)); lanes below
+// -87 (under FLT_MIN, including -inf for masked keys) give 0.
+inline __m512 Exp(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 e = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  return _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(e, n));
+}
+
+// Lane i of the result = horizontal sum of a[i], for 16 vectors (a transpose-and-add tree:
+// 45 shuffles/adds for 16 sums instead of 16 separate reductions).
+inline __m512 Reduce16(const __m512* a) {
+  __m512 u[4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512* b = a + 4 * g;
+    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
+    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
+    const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
+    // Per 128-bit lane: element e = that lane's partial sum of b[e].
+    u[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
+  }
+  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The per-thread state of one work item: nq = rows·group query vectors.
+struct State {
+  std::vector<const float*> q;  // [nq] query vectors
+  std::vector<float> s;         // [nq, kScoreStride] scores, then probabilities
+  std::vector<float> acc;       // [nq, D] unnormalised outputs
+  std::vector<float> m, l;      // [nq] running max and running sum
+  std::vector<float> alpha;     // [nq] rescale of acc for the current block
+  std::vector<int64_t> last;    // [nq] last key each query attends
+  int64_t keys = 0;             // keys any query attends: [0, keys)
+};
+
+// s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
+template <int QR, int KR>
+inline void ScoreStep(const float* const* q, const float* const* k, int64_t d, __mmask16 mask,
+                      __m512* acc) {
+  __m512 qv[QR];
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) qv[i] = _mm512_maskz_loadu_ps(mask, q[i] + d);
+#pragma GCC unroll 16
+  for (int j = 0; j < KR; ++j) {
+    const __m512 kv = _mm512_maskz_loadu_ps(mask, k[j] + d);
+#pragma GCC unroll 4
+    for (int i = 0; i < QR; ++i) acc[i * KR + j] = _mm512_fmadd_ps(qv[i], kv, acc[i * KR + j]);
+  }
+}
+
+// s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
+template <int QR, int KR>
+void ScoreTile(const float* const* q, const float* const* k, int64_t D, float scale, float* s) {
+  static_assert(QR * KR <= 16);
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16) ScoreStep<QR, KR>(q, k, d, 0xffff, acc);
+  if (d < D) ScoreStep<QR, KR>(q, k, d, TailMask(D - d), acc);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+  for (int i = 0; i < QR; ++i) std::memcpy(s + i * kScoreStride, out + i * KR, KR * sizeof(float));
+}
+
+// Prefetches keys [t, t + n) of a [T, D] head (clipped to T) into L1: the rows of one head are
+// contiguous, but a hardware prefetcher restarts at every 4 KiB page (8 keys at D = 128).
+void PrefetchRows(const float* base, int64_t t, int64_t n, int64_t T, int64_t D) {
+  const int64_t end = std::min(T, t + n) * D;
+  for (int64_t i = t * D; i < end; i += 16)
+    _mm_prefetch(reinterpret_cast<const char*>(base + i), _MM_HINT_T0);
+}
+
+// Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0).
+// The first query tile of a block also prefetches the keys and values kPrefetchKeys ahead,
+// a tile's worth at a time.
+template <int QR>
+void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
+  constexpr int KR = 16 / QR;
+  const int64_t D = w.head_dim;
+  for (int64_t j0 = 0; j0 < tb; j0 += KR) {
+    if (i0 == 0) {
+      PrefetchRows(w.k, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+      PrefetchRows(w.v, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+    }
+    const float* k[KR];
+    for (int j = 0; j < KR; ++j) k[j] = w.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
+    ScoreTile<QR, KR>(st.q.data() + i0, k, D, w.scale, st.s.data() + i0 * kScoreStride + j0);
+  }
+}
+
+// Online-softmax update of query i for keys [t0, t0 + tb): turns st.s row i into weights.
+void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
+  float* s = st.s.data() + i * kScoreStride;
+  const int64_t valid = std::clamp<int64_t>(st.last[static_cast<size_t>(i)] + 1 - t0, 0, tb);
+  if (valid == 0) {  // the whole block is after this query's last key
+    std::fill_n(s, tb, 0.0f);
+    st.alpha[static_cast<size_t>(i)] = 1.0f;
+    return;
+  }
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t t = 0; t < valid; t += 16) {
+    mx = _mm512_mask_max_ps(mx, TailMask(valid - t), mx, _mm512_loadu_ps(s + t));
+  }
+  float& m = st.m[static_cast<size_t>(i)];
+  const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
+  const float alpha = std::exp(m - m_new);  // 0 for the first block (m = -inf)
+  const __m512 mv = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < tb; t += 16) {
+    const __mmask16 mask = TailMask(valid - t);
+    const __m512 p = _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv)));
+    sum = _mm512_add_ps(sum, p);
+    _mm512_storeu_ps(s + t, p);
+  }
+  st.l[static_cast<size_t>(i)] = st.l[static_cast<size_t>(i)] * alpha + _mm512_reduce_add_ps(sum);
+  m = m_new;
+  st.alpha[static_cast<size_t>(i)] = alpha;
+}
+
+inline __m512 LoadPart(const float* p, int64_t left) {
+  return left >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(TailMask(left), p);
+}
+inline void StorePart(float* p, int64_t left, __m512 x) {
+  if (left >= 16) {
+    _mm512_storeu_ps(p, x);
+  } else if (left > 0) {
+    _mm512_mask_storeu_ps(p, TailMask(left), x);
+  }
+}
+
+// acc_i = alpha_i · acc_i + Σ_t p_i[t] · v_t for queries [i0, i0 + QR) and D columns
+// [d0, d0 + 16·NV) held in QR·NV registers. kFull: all 16·NV columns exist (no masks).
+template <int QR, int NV, bool kFull>
+void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb,
+                     int64_t d0) {
+  const int64_t D = w.head_dim;
+  __m512 a[QR][NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) {
+    const __m512 al = _mm512_set1_ps(st.alpha[static_cast<size_t>(i0 + i)]);
+    const float* acc = st.acc.data() + (i0 + i) * D + d0;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      a[i][c] = _mm512_mul_ps(
+          al, kFull ? _mm512_loadu_ps(acc + 16 * c) : LoadPart(acc + 16 * c, D - d0 - 16 * c));
+    }
+  }
+  const float* p = st.s.data() + i0 * kScoreStride;
+  const float* v = w.v + t0 * D + d0;
+  for (int64_t t = 0; t < tb; ++t, v += D) {
+    __m512 vv[NV];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      vv[c] = kFull ? _mm512_loadu_ps(v + 16 * c) : LoadPart(v + 16 * c, D - d0 - 16 * c);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < QR; ++i) {
+      const __m512 pi = _mm512_set1_ps(p[i * kScoreStride + t]);
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm512_fmadd_ps(pi, vv[c], a[i][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) {
+    float* acc = st.acc.data() + (i0 + i) * D + d0;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) StorePart(acc + 16 * c, kFull ? 16 : D - d0 - 16 * c, a[i][c]);
+  }
+}
+
+// AccumulateChunk over all of D: one pass over the V rows at D = 128 for up to 2 queries.
+template <int QR>
+void AccumulateRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
+  constexpr int NV = QR <= 2 ? 8 : 4;
+  const int64_t D = w.head_dim;
+  int64_t d0 = 0;
+  for (; d0 + 16 * NV <= D; d0 += 16 * NV) AccumulateChunk<QR, NV, true>(w, st, i0, t0, tb, d0);
+  if (d0 < D) AccumulateChunk<QR, NV, false>(w, st, i0, t0, tb, d0);
+}
+
+// Runs Fn<QR> over queries [0, nq) in tiles of 4, then a tile of the remainder.
+template <template <int> class Fn>
+void ForQueryTiles(int64_t nq, const Fn<1>& f1, const Fn<2>& f2, const Fn<3>& f3, const Fn<4>& f4) {
+  int64_t i = 0;
+  for (; i + 4 <= nq; i += 4) f4(i);
+  switch (nq - i) {
+    case 1: f1(i); break;
+    case 2: f2(i); break;
+    case 3: f3(i); break;
+    default: break;
+  }
+}
+
+template <int QR>
+struct ScoreFn {
+  const AttentionTile& w;
+  State& st;
+  int64_t t0, tb;
+  void operator()(int64_t i) const { ScoreRows<QR>(w, st, i, t0, tb); }
+};
+template <int QR>
+struct AccumulateFn {
+  const AttentionTile& w;
+  State& st;
+  int64_t t0, tb;
+  void operator()(int64_t i) const { AccumulateRows<QR>(w, st, i, t0, tb); }
+};
+
+void Prepare(const AttentionTile& w, State& st) {
+  const size_t nq = static_cast<size_t>(w.rows * w.group);
+  st.q.resize(nq);
+  st.s.resize(nq * kScoreStride);
+  st.acc.assign(nq * static_cast<size_t>(w.head_dim), 0.0f);
+  st.m.assign(nq, -std::numeric_limits<float>::infinity());
+  st.l.assign(nq, 0.0f);
+  st.alpha.resize(nq);
+  st.last.resize(nq);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t j = 0; j < w.group; ++j) {
+      const size_t i = static_cast<size_t>(r * w.group + j);
+      st.q[i] = w.q + r * w.q_row_stride + j * w.head_dim;
+      st.last[i] = w.last[r];
+    }
+  }
+  st.keys = *std::max_element(st.last.begin(), st.last.end()) + 1;
+}
+
+}  // namespace
+
+namespace avx512_internal {
+
+void Attention(const AttentionTile& w) {
+  thread_local State st;
+  Prepare(w, st);
+  const int64_t nq = w.rows * w.group, D = w.head_dim;
+  const int64_t T = st.keys;
+  PrefetchRows(w.k, 0, kPrefetchKeys, T, D);
+  PrefetchRows(w.v, 0, kPrefetchKeys, T, D);
+  for (int64_t t0 = 0; t0 < T; t0 += kKeyBlock) {
+    const int64_t tb = std::min(kKeyBlock, T - t0);
+    ForQueryTiles<ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb});
+    for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb);
+    ForQueryTiles<AccumulateFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
+                                {w, st, t0, tb});
+  }
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t j = 0; j < w.group; ++j) {
+      const int64_t i = r * w.group + j;
+      const float inv = 1.0f / st.l[static_cast<size_t>(i)];
+      const float* acc = st.acc.data() + i * D;
+      float* out = w.out + r * w.out_row_stride + j * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+    }
+  }
+}
+
+}  // namespace avx512_internal
+
+}  // namespace vls::kernels

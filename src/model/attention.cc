@@ -1,0 +1,113 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace vls {
+
+namespace {
+
+// Query rows per blocked work item: enough that a K/V block in L1/L2 serves
+// kRowBlock·group queries in prefill, few enough that prefill still has many work items.
+constexpr int64_t kRowBlock = 16;
+
+// A run of consecutive rows [m0, m0 + rows) of one cache.
+struct RowBlock {
+  int64_t m0 = 0, rows = 0;
+  int64_t cost = 0;  // Σ keys attended, to schedule the largest first
+};
+
+std::vector<RowBlock> SplitRows(std::span<const ForwardRow> rows) {
+  std::vector<RowBlock> blocks;
+  for (int64_t m = 0; m < static_cast<int64_t>(rows.size()); ++m) {
+    const ForwardRow& r = rows[static_cast<size_t>(m)];
+    if (blocks.empty() || blocks.back().rows == kRowBlock ||
+        rows[static_cast<size_t>(blocks.back().m0)].cache != r.cache) {
+      blocks.push_back({m, 0, 0});
+    }
+    ++blocks.back().rows;
+    blocks.back().cost += static_cast<int64_t>(r.index) + 1;
+  }
+  // ParallelFor hands out chunks in order: the costly ones first leave cheap ones to balance.
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const RowBlock& a, const RowBlock& b) { return a.cost > b.cost; });
+  return blocks;
+}
+
+}  // namespace
+
+void WriteKv(int layer, const AttentionShape& shape, const float* k, const float* v,
+             std::span<const ForwardRow> rows) {
+  const int64_t row = shape.kv_heads * shape.head_dim;
+  for (size_t m = 0; m < rows.size(); ++m) {
+    const ForwardRow& r = rows[m];
+    r.cache->WriteRow(layer, r.index, k + static_cast<int64_t>(m) * row,
+                      v + static_cast<int64_t>(m) * row);
+  }
+}
+
+void Attend(const kernels::Context& ctx, int layer, const AttentionShape& shape, const float* q,
+            std::span<const ForwardRow> rows, float* out) {
+  if (ctx.variant().attention != nullptr) {
+    BlockedAttend(ctx, layer, shape, q, rows, out);
+  } else {
+    ReferenceAttend(ctx, layer, shape, q, rows, out);
+  }
+}
+
+void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
+                     const float* q, std::span<const ForwardRow> rows, float* out) {
+  const int64_t M = static_cast<int64_t>(rows.size());
+  const int64_t nh = shape.heads, D = shape.head_dim, group = nh / shape.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Every (row, head) pair is independent: split them over the pool.
+  ctx.pool().ParallelFor(M * nh, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;  // [T]
+    for (int64_t mh = begin; mh < end; ++mh) {
+      const int64_t m = mh / nh, h = mh % nh;
+      const ForwardRow& r = rows[static_cast<size_t>(m)];
+      const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
+      scores.resize(static_cast<size_t>(T));
+      const int kvh = static_cast<int>(h / group);
+      ctx.Scores(q + (m * nh + h) * D, r.cache->k_head(layer, kvh), D, T, D, scale, scores.data());
+      kernels::Softmax(scores.data(), T);
+      ctx.WeightedSum(scores.data(), r.cache->v_head(layer, kvh), D, T, D, out + (m * nh + h) * D);
+    }
+  });
+}
+
+void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
+                   const float* q, std::span<const ForwardRow> rows, float* out) {
+  const int64_t nh = shape.heads, nkv = shape.kv_heads, D = shape.head_dim;
+  const int64_t group = nh / nkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::vector<RowBlock> blocks = SplitRows(rows);
+  std::vector<int32_t> last(rows.size());  // [M] last key of each row
+  for (size_t m = 0; m < rows.size(); ++m) last[m] = rows[m].index;
+  const auto items = static_cast<int64_t>(blocks.size()) * nkv;  // (row block, KV head)
+  ctx.pool().ParallelFor(items, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t it = begin; it < end; ++it) {
+      const RowBlock& b = blocks[static_cast<size_t>(it / nkv)];
+      const int g = static_cast<int>(it % nkv);
+      const KvCache& cache = *rows[static_cast<size_t>(b.m0)].cache;
+      kernels::AttentionTile tile;
+      tile.q = q + (b.m0 * nh + g * group) * D;
+      tile.q_row_stride = nh * D;
+      tile.k = cache.k_head(layer, g);
+      tile.v = cache.v_head(layer, g);
+      tile.last = last.data() + b.m0;
+      tile.rows = b.rows;
+      tile.group = group;
+      tile.head_dim = D;
+      tile.scale = scale;
+      tile.out = out + (b.m0 * nh + g * group) * D;
+      tile.out_row_stride = nh * D;
+      ctx.variant().attention(tile);
+    }
+  });
+}
+
+}  // namespace vls

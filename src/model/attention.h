@@ -1,0 +1,48 @@
+// The attention core of a decoder layer, after the Q/K/V projections, q/k RMSNorm and RoPE:
+// write each row's K/V into its cache, then causal grouped-query attention of every row over
+// its cache (keys [0, index]).
+//
+// Two paths compute the same function:
+//   reference: per (row, query head) a [T] score row, softmax, weighted sum of V (the plain
+//              algorithm; the test oracle).
+//   blocked:   per (block of rows of one cache, KV head) work item, all query heads of the GQA
+//              group together with online softmax over key blocks (kernels/attention.h), so
+//              each K/V row is read once per work item and no [T] row is materialised.
+// Attend takes the blocked path when the context's kernel variant has an attention entry.
+#ifndef VLSTACK_MODEL_ATTENTION_H_
+#define VLSTACK_MODEL_ATTENTION_H_
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/dispatch.h"
+#include "model/qwen3_model.h"
+
+namespace vls {
+
+struct AttentionShape {
+  int64_t heads = 0;     // nh query heads
+  int64_t kv_heads = 0;  // nkv; REQUIRES: heads % kv_heads == 0
+  int64_t head_dim = 0;  // D
+};
+
+// Stores k[M, nkv, D] and v[M, nkv, D] of row m at rows[m].index of its cache, layer `layer`.
+void WriteKv(int layer, const AttentionShape& shape, const float* k, const float* v,
+             std::span<const ForwardRow> rows);
+
+// out[M, nh, D] = softmax(q·Kᵀ/√D)·V per row and query head, query head h reading KV head
+// h / (nh / nkv) of rows[m].cache for keys [0, rows[m].index]. q: [M, nh, D].
+// REQUIRES: every row's cache holds keys [0, index] of `layer` (WriteKv first).
+void Attend(const kernels::Context& ctx, int layer, const AttentionShape& shape, const float* q,
+            std::span<const ForwardRow> rows, float* out);
+
+// The two paths of Attend, for tests.
+void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
+                     const float* q, std::span<const ForwardRow> rows, float* out);
+// REQUIRES: ctx.variant().attention != nullptr.
+void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
+                   const float* q, std::span<const ForwardRow> rows, float* out);
+
+}  // namespace vls
+
+#endif  // VLSTACK_MODEL_ATTENTION_H_
