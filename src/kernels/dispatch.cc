@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+
+#include "kernels/onednn_matmul.h"
 
 namespace vls::kernels {
 
@@ -111,12 +114,25 @@ const KernelVariant& DefaultVariant() {
   return chosen;
 }
 
+namespace {
+// oneDNN unless VLS_ONEDNN=0 (for A/B measurements) or the build/CPU lacks it.
+bool OneDnnEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VLS_ONEDNN");
+    return !(env != nullptr && std::strcmp(env, "0") == 0) && OneDnnBf16Available();
+  }();
+  return enabled;
+}
+}  // namespace
+
 Context::Context(int threads, Precision precision, const KernelVariant* variant)
     : pool_(std::make_unique<ThreadPool>(threads)),
       precision_(precision),
-      variant_(variant != nullptr ? variant : &DefaultVariant()) {}
+      variant_(variant != nullptr ? variant : &DefaultVariant()),
+      use_onednn_(variant_ != &ReferenceVariant() && OneDnnEnabled()) {}
 
-void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const {
+void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                     const OneDnnPackedBf16* packed) const {
   const int64_t N = w.rows;
   if (M <= 0 || N <= 0) return;
   // Work is split over output columns in blocks of 16 weight rows, so each weight row is
@@ -129,6 +145,21 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
       variant_->matmul_bf16 != nullptr) {
     std::vector<uint16_t> xb(static_cast<size_t>(M * K));  // [M, K] activations as BF16
     for (int64_t i = 0; i < M * K; ++i) xb[static_cast<size_t>(i)] = F32ToBf16(x[i]);
+    if (use_onednn_ && M >= kOneDnnMinRows) {
+      // oneDNN runs its own OpenMP team of pool().threads(), so the pool stays idle meanwhile.
+      if (packed != nullptr && (packed->rows() != N || packed->cols() != K)) packed = nullptr;
+      Status s;
+      pool_->RunExclusive([&] {
+        s = packed != nullptr ? packed->MatMul(xb.data(), M, pool_->threads(), y)
+                              : OneDnnMatMulBf16(xb.data(), M, K, w, pool_->threads(), y);
+      });
+      if (s.ok()) return;
+      static std::once_flag warned;  // then the own kernel below computes it
+      std::call_once(warned, [&] {
+        std::fprintf(stderr, "vlstack: oneDNN matmul failed, using own kernels: %s\n",
+                     s.ToString().c_str());
+      });
+    }
     pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
       variant_->matmul_bf16(xb.data(), M, K, w, b * kBlock, std::min(N, e * kBlock), y);
     });

@@ -23,6 +23,7 @@ namespace vls::kernels {
 //          f32 accumulation (AVX512_BF16 dot products). Weights stored as F32/F16 fall back to
 //          the kF32 computation, as does a variant without a BF16 kernel.
 enum class Precision { kF32, kBF16 };
+class OneDnnPackedBf16;  // kernels/onednn_matmul.h
 const char* PrecisionName(Precision p);
 
 // One implementation of the hot ops. Matmul entries compute y[m, n] for every m < M and
@@ -65,7 +66,12 @@ class Context {
   const KernelVariant& variant() const { return *variant_; }
 
   // y[M, N] = x[M, K] · w[N, K]ᵀ over the pool, in this context's precision. REQUIRES: w.cols == K.
-  void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const;
+  // In kBF16 with BF16 weights, a non-reference variant and M >= kOneDnnMinRows, the product
+  // runs through oneDNN when the build has it (VLS_ONEDNN=0 turns that off); `packed`, when
+  // given, is w packed by OneDnnPackedBf16::Create and is used there instead of w.
+  void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+              const OneDnnPackedBf16* packed = nullptr) const;
+  bool uses_onednn() const { return use_onednn_; }
   float Dot(const float* a, const float* b, int64_t n) const { return variant_->dot(a, b, n); }
   void Axpy(float a, const float* x, float* y, int64_t n) const { variant_->axpy(a, x, y, n); }
   void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
@@ -81,7 +87,12 @@ class Context {
   std::unique_ptr<ThreadPool> pool_;
   Precision precision_;
   const KernelVariant* variant_;
+  bool use_onednn_;
 };
+
+// Activation rows from which Context::MatMul hands BF16 products to oneDNN (measured: below
+// it the own kernel, which streams each weight byte once, is as fast or faster).
+inline constexpr int64_t kOneDnnMinRows = 32;
 
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).
