@@ -72,6 +72,8 @@ class Context {
   void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
               const OneDnnPackedBf16* packed = nullptr) const;
   bool uses_onednn() const { return use_onednn_; }
+  // Keeps every matmul on this context's own kernels (benchmarks, A/B comparisons).
+  void DisableOneDnn() { use_onednn_ = false; }
   float Dot(const float* a, const float* b, int64_t n) const { return variant_->dot(a, b, n); }
   void Axpy(float a, const float* x, float* y, int64_t n) const { variant_->axpy(a, x, y, n); }
   void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
