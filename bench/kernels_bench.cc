@@ -94,9 +94,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
-// The crossover sweep, at the thread count prefill uses here.
+// The crossover sweep (M 8…128) for kOneDnnMinRows.
 void Crossover(benchmark::internal::Benchmark* b) {
-  for (int64_t M : {8, 16, 32, 64, 128}) b->Args({M, 2048, 6144, 2});
+  for (int threads : {1, 2}) {
+    for (int64_t M : {8, 16, 32, 64, 128}) b->Args({M, 2048, 6144, threads});
+  }
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
