@@ -9,8 +9,8 @@
 //
 // "bf16/<variant>" is the own kernel (oneDNN routing off); "bf16/onednn" and
 // "bf16/onednn_packed" run oneDNN's matmul on [N, K] weights in place and on weights packed
-// once (OneDnnPackedBf16), each including the f32 → BF16 rounding of x that Context::MatMul
-// does, at every M (the crossover sweep M 8…128 sets kOneDnnMinRows).
+// once (OneDnnPackedBf16), each including the f32 → BF16 rounding of x, as Context::MatMul
+// calls them (OneDnnMatMulRoundingX), at every M (the crossover sweep M 8…128 sets kOneDnnMinRows).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -70,13 +70,10 @@ void BM_OneDnn(benchmark::State& state, bool packed) {
     pw = std::move(*r);
   }
   ThreadPool pool(threads);  // idle, as in Context::MatMul
-  std::vector<uint16_t> xb(in.x.size());
   for (auto _ : state) {
-    for (size_t i = 0; i < xb.size(); ++i) xb[i] = F32ToBf16(in.x[i]);
     Status s;
     pool.RunExclusive([&] {
-      s = packed ? pw->MatMul(xb.data(), M, threads, in.y.data())
-                 : OneDnnMatMulBf16(xb.data(), M, K, in.wm, threads, in.y.data());
+      s = OneDnnMatMulRoundingX(in.x.data(), M, K, in.wm, pw.get(), threads, in.y.data());
     });
     if (!s.ok()) return state.SkipWithError(s.ToString().c_str());
     benchmark::DoNotOptimize(in.y.data());

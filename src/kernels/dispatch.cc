@@ -143,6 +143,20 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
   if (precision_ == Precision::kBF16 && w.dtype == DType::kBF16 &&
       variant_->matmul_bf16 != nullptr) {
+    if (use_onednn_ && M >= kOneDnnMinRows) {
+      // oneDNN runs its own OpenMP team of pool().threads() (which also rounds x), so the
+      // pool stays idle meanwhile.
+      if (packed != nullptr && (packed->rows() != N || packed->cols() != K)) packed = nullptr;
+      Status s;
+      pool_->RunExclusive(
+          [&] { s = OneDnnMatMulRoundingX(x, M, K, w, packed, pool_->threads(), y); });
+      if (s.ok()) return;
+      static std::once_flag warned;  // then the own kernel below computes it
+      std::call_once(warned, [&] {
+        std::fprintf(stderr, "vlstack: oneDNN matmul failed, using own kernels: %s\n",
+                     s.ToString().c_str());
+      });
+    }
     // [M, K] activations as BF16 (not zero-filled first: every value is written below).
     const std::unique_ptr<uint16_t[]> xbuf =
         std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(M * K));
@@ -151,21 +165,6 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
     pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K), [&](int64_t b, int64_t e) {
       for (int64_t i = b * K; i < e * K; ++i) xb[i] = F32ToBf16(x[i]);
     });
-    if (use_onednn_ && M >= kOneDnnMinRows) {
-      // oneDNN runs its own OpenMP team of pool().threads(), so the pool stays idle meanwhile.
-      if (packed != nullptr && (packed->rows() != N || packed->cols() != K)) packed = nullptr;
-      Status s;
-      pool_->RunExclusive([&] {
-        s = packed != nullptr ? packed->MatMul(xb, M, pool_->threads(), y)
-                              : OneDnnMatMulBf16(xb, M, K, w, pool_->threads(), y);
-      });
-      if (s.ok()) return;
-      static std::once_flag warned;  // then the own kernel below computes it
-      std::call_once(warned, [&] {
-        std::fprintf(stderr, "vlstack: oneDNN matmul failed, using own kernels: %s\n",
-                     s.ToString().c_str());
-      });
-    }
     pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
       variant_->matmul_bf16(xb, M, K, w, b * kBlock, std::min(N, e * kBlock), y);
     });

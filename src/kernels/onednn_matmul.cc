@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tensor/dtype.h"
+
 #if defined(VLS_HAVE_DNNL)
 #include <omp.h>
 
@@ -174,6 +176,22 @@ Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& 
   }
 }
 
+Status OneDnnMatMulRoundingX(const float* x, int64_t M, int64_t K, const Matrix& w,
+                             const OneDnnPackedBf16* packed, int threads, float* y) {
+  if (M <= 0 || K <= 0 || threads < 1) return InvalidArgument("OneDnnMatMulRoundingX: M, K > 0");
+  if (packed != nullptr && (packed->rows() != w.rows || packed->cols() != K)) {
+    return InvalidArgument("OneDnnMatMulRoundingX: packed weights do not match w");
+  }
+  thread_local Scratch xbuf;  // [M, K] BF16 activations
+  auto* xb = static_cast<uint16_t*>(xbuf.Get(static_cast<size_t>(M * K) * sizeof(uint16_t)));
+  if (xb == nullptr) return ResourceExhausted("oneDNN activation buffer allocation failed");
+  const int64_t n = M * K;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) xb[i] = F32ToBf16(x[i]);
+  return packed != nullptr ? packed->MatMul(xb, M, threads, y)
+                           : OneDnnMatMulBf16(xb, M, K, w, threads, y);
+}
+
 OneDnnPackedBf16::OneDnnPackedBf16(int64_t rows, int64_t cols, std::unique_ptr<Impl> impl)
     : rows_(rows), cols_(cols), impl_(std::move(impl)) {}
 OneDnnPackedBf16::~OneDnnPackedBf16() = default;
@@ -250,6 +268,11 @@ StatusOr<std::unique_ptr<OneDnnPackedBf16>> OneDnnPackedBf16::Create(const Matri
 }
 
 Status OneDnnPackedBf16::MatMul(const uint16_t*, int64_t, int, float*) const { return NoDnnl(); }
+
+Status OneDnnMatMulRoundingX(const float*, int64_t, int64_t, const Matrix&, const OneDnnPackedBf16*,
+                             int, float*) {
+  return NoDnnl();
+}
 
 #endif  // VLS_HAVE_DNNL
 

@@ -37,6 +37,15 @@ bool OneDnnBf16Available();
 Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int threads,
                         float* y);
 
+class OneDnnPackedBf16;
+
+// Context::MatMul's oneDNN path: rounds x[M, K] (f32) to BF16 (nearest even, as F32ToBf16)
+// on the same OpenMP team that then runs the product (no second pool wakes up while the team's
+// workers still spin), then y[M, N] = xb · w[N, K]ᵀ, from `packed` when given, else from w in
+// place. REQUIRES: as OneDnnMatMulBf16; packed, when given, holds w (rows N, cols K).
+Status OneDnnMatMulRoundingX(const float* x, int64_t M, int64_t K, const Matrix& w,
+                             const OneDnnPackedBf16* packed, int threads, float* y);
+
 // Weights [N, K] BF16 packed once into the blocked layout oneDNN's BF16 matmul prefers on this
 // CPU (one reorder, at model load), so a prefill call skips the per-call panel copy.
 //
