@@ -117,6 +117,18 @@ TEST(OneDnnMatMulTest, RejectsNonBf16Weights) {
   EXPECT_FALSE(OneDnnPackedBf16::Create(w, 1).ok());
 }
 
+TEST(OneDnnMatMulTest, RoundingEntryRejectsPackedWeightsOfAnotherShape) {
+  SKIP_WITHOUT_ONEDNN();
+  const Problem p(Case{40, 64, 48}), q(Case{40, 64, 16});
+  StatusOr<std::unique_ptr<OneDnnPackedBf16>> other = OneDnnPackedBf16::Create(q.w, 1);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  std::vector<float> y(p.ref.size());
+  EXPECT_EQ(OneDnnMatMulRoundingX(p.x.data(), 40, 64, p.w, other->get(), 1, y.data()).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(OneDnnMatMulRoundingX(p.x.data(), 40, 64, p.w, nullptr, 1, y.data()).ok());
+  p.Check(y, "rounding entry");
+}
+
 TEST(OneDnnMatMulTest, ContextRoutesLargeBf16MatMulsAndMatchesReference) {
   // Context::MatMul rounds x to BF16 itself, so the reference sees the same rounded values.
   for (const KernelVariant* v : SupportedVariants()) {
