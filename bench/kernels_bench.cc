@@ -6,6 +6,8 @@
 // (M 1), batched decode (M 8) and prefill (M 512), and its down projection (K 6144 → N 2048)
 // at prefill. Counters: FLOP/s, and weight bytes/s (each weight byte is read once per call,
 // so decode should approach memory bandwidth).
+// MatMul/q8 also runs the 2B down projection (K 6144 → N 2048); its weight bytes include the
+// block scales and sums (1 + 8/128 bytes per weight), and FLOP/s counts 2 ops per int8 MAC.
 //
 // "bf16/<variant>" is the own kernel (oneDNN routing off); "bf16/onednn" and
 // "bf16/onednn_packed" run oneDNN's matmul on [N, K] weights in place and on weights packed
@@ -13,12 +15,14 @@
 // calls them (OneDnnMatMulRoundingX), at every M (the crossover sweep M 8…128 sets kOneDnnMinRows).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/onednn_matmul.h"
+#include "kernels/quant.h"
 #include "tensor/dtype.h"
 
 namespace vls::kernels {
@@ -81,6 +85,42 @@ void BM_OneDnn(benchmark::State& state, bool packed) {
   SetCounters(state, M, K, N);
 }
 
+void BM_MatMulQ8(benchmark::State& state, const KernelVariant* v) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
+  std::vector<float> wf(static_cast<size_t>(N * K));
+  for (float& f : x) f = d(rng);
+  for (float& f : wf) f = d(rng) * 0.02f;
+  const Q8Layout layout = Q8LayoutFor(N, K);
+  void* buf = std::aligned_alloc(64, static_cast<size_t>(layout.bytes));
+  QuantizeQ8(Matrix{DType::kF32, wf.data(), N, K}, 0, N, buf);
+  const Matrix wm = Q8MatrixAt(buf, N, K);
+  Context ctx(threads, Precision::kInt8, v);
+  for (auto _ : state) {
+    ctx.MatMul(x.data(), M, K, wm, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  std::free(buf);
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * iters, benchmark::Counter::kIsRate);
+  state.counters["wbytes/s"] =
+      benchmark::Counter((1.0 + 8.0 / kQ8Block) * N * K * iters, benchmark::Counter::kIsRate);
+}
+
+void Q8Shapes(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int64_t m : {1, 8, 512}) {
+      b->Args({m, 2048, 6144, threads});
+      b->Args({m, 6144, 2048, threads});
+    }
+  }
+  b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void Shapes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     b->Args({1, 2048, 6144, threads});
@@ -111,6 +151,10 @@ int Register() {
                                      Precision::kBF16)
             ->Apply(apply);
       }
+    }
+    if (v->matmul_q8 != nullptr) {
+      benchmark::RegisterBenchmark((std::string("MatMul/q8/") + v->name).c_str(), BM_MatMulQ8, v)
+          ->Apply(Q8Shapes);
     }
   }
   if (OneDnnBf16Available()) {

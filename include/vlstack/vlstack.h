@@ -107,15 +107,31 @@ typedef struct vls_model_options {
   int32_t slots;        /* B: batch slots, > 0 (the slots of every vls_batch of the model) */
   int32_t nmax;         /* DeepStack Nmax: 0 = the config's, else the capacity */
   int32_t threads;      /* 0 = all cores */
+  /* Since ABI 1.1 (struct_size >= 32); a smaller struct_size means the defaults. */
+  int32_t precision;    /* VLS_PRECISION_F32 (exact reference path), _BF16 or _INT8 */
+  const char* artifact; /* NULL, or a prepared-weights artifact (vls_model_write_artifact,
+                         * `vlstack compile`) to map instead of preparing; refused with
+                         * VLS_ERR_FAILED_PRECONDITION unless its identity equals this load's */
 } vls_model_options;
 
-/* Defaults: struct_size set, capacity 4096, slots 1, nmax 0, threads 0. */
+#define VLS_PRECISION_F32 0
+#define VLS_PRECISION_BF16 1
+#define VLS_PRECISION_INT8 2 /* Q8 blocked weights, per-call quantized activations */
+
+/* Defaults: struct_size set, capacity 4096, slots 1, nmax 0, threads 0, precision F32,
+ * artifact NULL. */
 vls_model_options vls_model_default_options(void);
 
 /* Loads the Hugging Face checkpoint directory `dir` (config.json, safetensors).
  * `options` may be NULL for the defaults. On success *out owns a new model.
  * REQUIRES: dir and out non-NULL. */
 vls_status vls_model_load(const char* dir, const vls_model_options* options, vls_model** out);
+
+/* Writes the model's prepared weights as an artifact at `path` (through `path`.tmp and a
+ * rename) whose header carries the model's identity, so a later vls_model_load with the same
+ * checkpoint, precision and bounds can map it via options.artifact.
+ * REQUIRES: model and path non-NULL. */
+vls_status vls_model_write_artifact(const vls_model* model, const char* path);
 
 /* Frees a model. NULL is a no-op. REQUIRES: every session of the model is freed first. */
 void vls_model_free(vls_model* model);

@@ -142,6 +142,8 @@ vls_model_options vls_model_default_options(void) {
   o.slots = d.slots;
   o.nmax = d.nmax;
   o.threads = d.threads;
+  o.precision = VLS_PRECISION_F32;
+  o.artifact = nullptr;
   return o;
 }
 
@@ -158,17 +160,43 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
       }
       // Only the prefix this library knows; a newer caller's extra fields are ignored.
       std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(o)));
+      // Fields past the caller's struct_size keep their defaults, never half-copied.
+      if (options->struct_size < offsetof(vls_model_options, precision) + sizeof(int32_t)) {
+        o.precision = VLS_PRECISION_F32;
+      }
+      if (options->struct_size < offsetof(vls_model_options, artifact) + sizeof(const char*)) {
+        o.artifact = nullptr;
+      }
     }
     vls::LoadOptions lo;
     lo.capacity = o.capacity;
     lo.slots = o.slots;
     lo.nmax = o.nmax;
     lo.threads = o.threads;
+    if (o.precision == VLS_PRECISION_F32) {
+      lo.precision = vls::kernels::Precision::kF32;
+    } else if (o.precision == VLS_PRECISION_BF16) {
+      lo.precision = vls::kernels::Precision::kBF16;
+    } else if (o.precision == VLS_PRECISION_INT8) {
+      lo.precision = vls::kernels::Precision::kInt8;
+    } else {
+      return InvalidArgument("options.precision " + std::to_string(o.precision) +
+                             " is not VLS_PRECISION_F32 (0), _BF16 (1) or _INT8 (2)");
+    }
+    if (o.artifact != nullptr) lo.artifact = o.artifact;
     VLS_ASSIGN_OR_RETURN(std::unique_ptr<vls::LoadedModel> lm, vls::LoadedModel::Load(dir, lo));
     auto m = std::make_unique<vls_model>();
     m->lm = std::move(lm);
     *out = m.release();
     return Status::Ok();
+  });
+}
+
+vls_status vls_model_write_artifact(const vls_model* model, const char* path) {
+  return Guard("vls_model_write_artifact", [&]() -> Status {
+    if (model == nullptr) return InvalidArgument("model is NULL");
+    if (path == nullptr) return InvalidArgument("path is NULL");
+    return model->lm->WriteArtifact(path, nullptr);
   });
 }
 

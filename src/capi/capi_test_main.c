@@ -111,6 +111,45 @@ int main(int argc, char** argv) {
     CHECK(m != NULL && vls_model_info(m, &d) == VLS_OK && d.capacity == kCapacity, "prefix read");
     vls_model_free(m);
     vls_model_options bad = opts;
+    bad.precision = 7;
+    RejectedPlain("precision 7", vls_model_load(dir_plain, &bad, &none), VLS_ERR_INVALID_ARGUMENT,
+                  "precision");
+    /* An old caller (ABI 1.0 struct, 20 bytes) gets the defaults for the newer fields. */
+    bad = opts;
+    bad.struct_size = 20;
+    bad.precision = 7;
+    bad.artifact = "/nonexistent";
+    CHECK(vls_model_load(dir_plain, &bad, &m) == VLS_OK && m != NULL, "ABI 1.0 struct_size");
+    vls_model_free(m);
+    {
+      /* A prepared-weights artifact maps back only into a load with the same identity. */
+      char art[4300];
+      snprintf(art, sizeof(art), "%s/plain.vlsp", root);
+      vls_model_options bf = opts;
+      bf.precision = VLS_PRECISION_BF16;
+      vls_model* src = NULL;
+      REQUIRE_OK(vls_model_load(dir_plain, &bf, &src));
+      RejectedPlain("write_artifact NULL path", vls_model_write_artifact(src, NULL),
+                    VLS_ERR_INVALID_ARGUMENT, "path");
+      REQUIRE_OK(vls_model_write_artifact(src, art));
+      char id1[VLS_IDENTITY_SIZE], id2[VLS_IDENTITY_SIZE];
+      REQUIRE_OK(vls_model_identity(src, id1, sizeof(id1)));
+      bf.artifact = art;
+      vls_model* mapped = NULL;
+      REQUIRE_OK(vls_model_load(dir_plain, &bf, &mapped));
+      REQUIRE_OK(vls_model_identity(mapped, id2, sizeof(id2)));
+      CHECK(strcmp(id1, id2) == 0, "artifact load keeps the identity");
+      vls_model_free(mapped);
+      bf.capacity = kCapacity + 1;
+      RejectedPlain("artifact with other bounds", vls_model_load(dir_plain, &bf, &none),
+                    VLS_ERR_FAILED_PRECONDITION, "compile");
+      bf.capacity = kCapacity;
+      bf.precision = VLS_PRECISION_F32;
+      RejectedPlain("artifact with other precision", vls_model_load(dir_plain, &bf, &none),
+                    VLS_ERR_INVALID_ARGUMENT, "precision");
+      vls_model_free(src);
+    }
+    bad = opts;
     bad.capacity = 0;
     RejectedPlain("capacity 0", vls_model_load(dir_ds, &bad, &none), VLS_ERR_INVALID_ARGUMENT,
                   "capacity");

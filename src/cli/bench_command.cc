@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "runtime/loaded_model.h"
 
 namespace vls::cli {
@@ -48,7 +49,7 @@ std::string StatsJson(const Stats& s) {
 double PeakRssMb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+  return static_cast<double>(ru.ru_maxrss) * 1024.0 / 1e6;  // Linux reports KiB; MB = 1e6 bytes
 }
 
 int32_t Argmax(const float* v, int64_t n) {
@@ -112,40 +113,42 @@ RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  auto args = Args::Parse(
-      argc, argv, {"model", "precision", "prompt-tokens", "gen-tokens", "reps", "slots", "threads"},
-      {"json"});
+  std::set<std::string> flags = {"model", "prompt-tokens", "gen-tokens",
+                                 "reps",  "slots",         "capacity"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args = Args::Parse(argc, argv, flags, {"json"});
   if (!args.ok()) return Fail("bench", args.status());
   auto dir = args->Require("model");
   if (!dir.ok()) return Fail("bench", dir.status());
-  const std::string precision = args->Get("precision").value_or("bf16");
   LoadOptions o;
-  if (precision == "bf16") {
-    o.precision = kernels::Precision::kBF16;
-  } else if (precision == "f32") {
-    o.precision = kernels::Precision::kF32;
-  } else if (precision == "int8") {
-    return Fail("bench", Unimplemented("precision int8 is not implemented yet (issue 6)"));
-  } else {
-    return Fail("bench",
-                InvalidArgument("--precision must be bf16, int8 or f32, not '" + precision + "'"));
-  }
+  if (Status s = ApplyLoadFlags(*args, "bf16", &o); !s.ok()) return Fail("bench", s);
+  const std::string precision = kernels::PrecisionName(o.precision);
   auto prompt = args->Int("prompt-tokens", 512, 1, 1 << 20);
   auto gen = args->Int("gen-tokens", 128, 0, 1 << 20);
   auto reps = args->Int("reps", 3, 1, 1000);
   auto slots = args->Int("slots", 1, 1, 256);
-  auto threads = args->Int("threads", 0, 0, 4096);
-  for (const Status& s :
-       {prompt.status(), gen.status(), reps.status(), slots.status(), threads.status()}) {
+  for (const Status& s : {prompt.status(), gen.status(), reps.status(), slots.status()}) {
     if (!s.ok()) return Fail("bench", s);
   }
-  o.capacity = static_cast<int>(*prompt + *gen);
+  // An artifact's identity includes the capacity: --capacity matches the one it was compiled
+  // with.
+  auto capacity = args->Int("capacity", *prompt + *gen, *prompt + *gen, 1 << 24);
+  if (!capacity.ok()) return Fail("bench", capacity.status());
+  o.capacity = static_cast<int>(*capacity);
   o.slots = static_cast<int>(*slots);
-  o.threads = static_cast<int>(*threads);
-  std::fprintf(stderr, "[bench] loading %s (%s)\n", dir->c_str(), precision.c_str());
+  o.progress = StderrProgress("bench");
+  std::fprintf(stderr, "[bench] loading %s (%s%s%s)\n", dir->c_str(), precision.c_str(),
+               o.artifact.empty() ? "" : ", artifact ", o.artifact.c_str());
+  const Clock::time_point load0 = Clock::now();
   auto lm = LoadedModel::Load(*dir, o);
   if (!lm.ok()) return Fail("bench", lm.status());
+  const double load_s = Seconds(load0, Clock::now());
   const Qwen3Model& model = (*lm)->model();
+  // Memory the model needs: the prepared weights plus one KV cache per slot (f32 K and V).
+  const Qwen3Config& mc = model.config();
+  const double weights_mb = static_cast<double>(model.prepared().size()) / 1e6;
+  const double kv_mb = 2.0 * 4.0 * mc.layers * mc.kv_heads * mc.head_dim *
+                       static_cast<double>(o.capacity) * static_cast<double>(o.slots) / 1e6;
   std::vector<double> ptps, gtps, ttft;
   for (int r = 0; r < *reps; ++r) {
     const RepResult res = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
@@ -164,10 +167,11 @@ int RunBench(int argc, char** argv) {
         "{\"model\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\","
         "\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,\"slots\":%lld,"
         "\"prompt_tokens_per_s\":%s,\"generation_tokens_per_s\":%s,"
-        "\"time_to_first_token_ms\":%s,\"peak_rss_mb\":%.1f}\n",
+        "\"time_to_first_token_ms\":%s,\"peak_rss_mb\":%.1f,\"weights_mb\":%.1f,"
+        "\"kv_cache_mb\":%.1f,\"load_s\":%.2f}\n",
         dir->c_str(), precision.c_str(), nthreads, model.context().variant().name, *prompt, *gen,
         *reps, *slots, StatsJson(p).c_str(), StatsJson(g).c_str(), StatsJson(t).c_str(),
-        PeakRssMb());
+        PeakRssMb(), weights_mb, kv_mb, load_s);
   } else {
     std::printf("model %s precision %s threads %d kernels %s slots %lld\n", dir->c_str(),
                 precision.c_str(), nthreads, model.context().variant().name, *slots);
@@ -176,7 +180,8 @@ int RunBench(int argc, char** argv) {
     std::printf("generation tokens/s  min %.2f median %.2f max %.2f (%lld tokens x %lld slots)\n",
                 g.min, g.median, g.max, *gen, *slots);
     std::printf("time to first token  min %.1f median %.1f max %.1f ms\n", t.min, t.median, t.max);
-    std::printf("peak RSS %.1f MB\n", PeakRssMb());
+    std::printf("peak RSS %.1f MB (prepared weights %.1f MB + KV cache %.1f MB), load %.2f s\n",
+                PeakRssMb(), weights_mb, kv_mb, load_s);
   }
   return 0;
 }

@@ -12,6 +12,7 @@ int RunForward(int argc, char** argv);
 int RunInspect(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunBatch(int argc, char** argv);
+int RunCompile(int argc, char** argv);
 
 // Prints "vlstack <command>: <status>" to stderr and returns the exit code for it.
 int Fail(const char* command, const Status& status);

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "cli/request_input.h"
 #include "io/safetensors.h"
 #include "runtime/deepstack.h"
@@ -50,6 +51,7 @@ Status Forward(const Args& args) {
                       std::to_string(lengths.prompt + lengths.decode) + ")");
   }
   LoadOptions lo;
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   lo.capacity = static_cast<int>(capacity);
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadedModel::Load(model_dir, lo));
   const Qwen3Model* model = &loaded->model();
@@ -137,8 +139,9 @@ int Fail(const char* command, const Status& status) {
 }
 
 int RunForward(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv, {"model", "input", "output", "capacity"},
-                          {"diagnostics", "all-logits"});
+  std::set<std::string> flags = {"model", "input", "output", "capacity"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args = Args::Parse(argc, argv, flags, {"diagnostics", "all-logits"});
   if (!args.ok()) return Fail("forward", args.status());
   Status s = Forward(*args);
   if (!s.ok()) return Fail("forward", s);

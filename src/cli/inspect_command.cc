@@ -3,16 +3,21 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "runtime/loaded_model.h"
 
 namespace vls::cli {
 
 int RunInspect(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv, {"model", "capacity", "slots", "nmax"}, {"identity-text"});
+  std::set<std::string> flags = {"model", "capacity", "slots", "nmax"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args = Args::Parse(argc, argv, flags, {"identity-text"});
   if (!args.ok()) return Fail("inspect", args.status());
   auto dir = args->Require("model");
   if (!dir.ok()) return Fail("inspect", dir.status());
   LoadOptions o;
+  if (Status s = ApplyLoadFlags(*args, "f32", &o); !s.ok()) return Fail("inspect", s);
+  o.progress = StderrProgress("inspect");
   auto cap = args->Int("capacity", o.capacity, 1, 1 << 24);
   auto slots = args->Int("slots", o.slots, 1, 4096);
   auto nmax = args->Int("nmax", 0, 0, 1 << 24);

@@ -15,6 +15,7 @@ void Usage() {
                "  forward         run a prefill (+ decode) on tensors from a safetensors file\n"
                "  batch           run JSONL requests through the continuous-batch engine\n"
                "  bench           prompt and generation throughput of a model\n"
+               "  compile         prepare a model's weights once into an artifact file\n"
                "  inspect         print a model's entries, manifests and artifact identity\n"
                "  make-test-model write a random checkpoint in the Hugging Face layout\n"
                "  tokenize        JSON lines of text -> token ids\n"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   std::string_view cmd = argv[1];
   if (cmd == "forward") return vls::cli::RunForward(argc - 2, argv + 2);
   if (cmd == "bench") return vls::cli::RunBench(argc - 2, argv + 2);
+  if (cmd == "compile") return vls::cli::RunCompile(argc - 2, argv + 2);
   if (cmd == "inspect") return vls::cli::RunInspect(argc - 2, argv + 2);
   if (cmd == "batch") return vls::cli::RunBatch(argc - 2, argv + 2);
   if (cmd == "make-test-model") return vls::cli::RunMakeTestModel(argc - 2, argv + 2);

@@ -1,6 +1,7 @@
 #include "kernels/dispatch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,8 +64,32 @@ void RefWeightedSum(const float* p, const float* v, int64_t stride, int64_t T, i
   for (int64_t t = 0; t < T; ++t) RefAxpy(p[t], v + t * stride, out, D);
 }
 
-const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16, RefDot,
-                                  RefAxpy,     RefScores,    RefWeightedSum};
+// y[m, n] = Σ_b sx[m, b] · sw[n, b] · dot_b, with dot_b exact in int32 and the f32 sum taken in
+// block order as fma(dot_b · sx, sw, acc): the optimised kernels do the same operations per
+// (m, n), so they match this bit for bit.
+void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  const int64_t M = x.rows, K = x.cols, N = w.rows, nb = x.blocks;
+  const auto* wq = static_cast<const int8_t*>(w.data);
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t m = 0; m < M; ++m) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t dot = 0;
+        for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
+          dot += int32_t{x.q[size_t(m * K + k)]} * wq[n * K + k];
+        }
+        dot -= 128 * w.sums[n * nb + b];
+        const float t = static_cast<float>(dot) * x.scales[size_t(m * nb + b)];
+        acc = std::fma(t, w.scales[n * nb + b], acc);
+      }
+      y[m * N + n] = acc;
+    }
+  }
+}
+
+const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16,  RefDot,
+                                  RefAxpy,     RefScores,    RefWeightedSum, QuantizeActivationsQ8,
+                                  RefMatMulQ8};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)
@@ -76,9 +101,18 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasAvx512Vnni() {
+#if defined(__x86_64__)
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 bool CpuHasAvx512Bf16() {
 #if defined(__x86_64__)
-  return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+  // The variant also holds the Q8 kernels (AVX512-VNNI, present on every AVX512-BF16 CPU).
+  return CpuHasAvx512Vnni() && __builtin_cpu_supports("avx512bf16");
 #else
   return false;
 #endif
@@ -96,15 +130,48 @@ const KernelVariant& ChooseDefault() {
   return *all.back();
 }
 
+// Q8 weights: quantize the activations once per call (in 16-row groups over the pool when
+// large), then split N in blocks like the other paths. A variant without Q8 kernels uses the
+// reference ones.
+void MatMulQ8(ThreadPool& pool, const KernelVariant& v, const float* x, int64_t M, int64_t K,
+              const Matrix& w, float* y) {
+  // Reused across calls; one per calling thread, since a Context may be shared. The workers
+  // below must use the caller's instance (a thread_local named in a lambda is the worker's own).
+  thread_local Q8Activations per_thread;
+  Q8Activations& a = per_thread;
+  a.Resize(M, K);
+  const KernelVariant& q = v.matmul_q8 != nullptr ? v : ReferenceVariant();
+  const int64_t groups = (M + 15) / 16;
+  pool.ParallelFor(groups, std::max<int64_t>(1, 65536 / (16 * K)), [&](int64_t b, int64_t e) {
+    const int64_t r0 = b * 16, r1 = std::min(M, e * 16);
+    q.quantize_q8(x, r0, r1, &a);
+    InterleaveQ8Activations(r0, r1, &a);
+  });
+  constexpr int64_t kBlock = 16;
+  const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
+  pool.ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    q.matmul_q8(a, w, b * kBlock, std::min(N, e * kBlock), y);
+  });
+}
+
 }  // namespace
 
-const char* PrecisionName(Precision p) { return p == Precision::kBF16 ? "bf16" : "f32"; }
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kF32: return "f32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kInt8: return "int8";
+  }
+  return "f32";
+}
 
 const KernelVariant& ReferenceVariant() { return kReference; }
 
 std::vector<const KernelVariant*> SupportedVariants() {
   std::vector<const KernelVariant*> out = {&kReference};
   if (CpuHasAvx512() && Avx512Variant() != nullptr) out.push_back(Avx512Variant());
+  if (CpuHasAvx512Vnni() && Avx512VnniVariant() != nullptr) out.push_back(Avx512VnniVariant());
   if (CpuHasAvx512Bf16() && Avx512Bf16Variant() != nullptr) out.push_back(Avx512Bf16Variant());
   return out;
 }
@@ -135,6 +202,7 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
                      const OneDnnPackedBf16* packed) const {
   const int64_t N = w.rows;
   if (M <= 0 || N <= 0) return;
+  if (w.format == MatrixFormat::kQ8) return MatMulQ8(*pool_, *variant_, x, M, K, w, y);
   // Work is split over output columns in blocks of 16 weight rows, so each weight row is
   // read by one thread, once for all M rows.
   constexpr int64_t kBlock = 16;

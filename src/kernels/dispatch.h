@@ -13,6 +13,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 namespace vls::kernels {
 
@@ -22,7 +23,10 @@ namespace vls::kernels {
 //   kBF16: activations rounded to BF16 (round to nearest even), products against BF16 weights,
 //          f32 accumulation (AVX512_BF16 dot products). Weights stored as F32/F16 fall back to
 //          the kF32 computation, as does a variant without a BF16 kernel.
-enum class Precision { kF32, kBF16 };
+//   kInt8: weights prepared as Q8 (quant.h), activations quantized per row and block per call,
+//          int32 block sums. Q8 matrices take this path under every precision (they cannot be
+//          read otherwise); dense matrices are computed as in kF32.
+enum class Precision { kF32, kBF16, kInt8 };
 class OneDnnPackedBf16;  // kernels/onednn_matmul.h
 const char* PrecisionName(Precision p);
 
@@ -45,6 +49,13 @@ struct KernelVariant {
                  float* out);
   void (*weighted_sum)(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
                        float* out);
+  // Q8 (quant.h). quantize_q8 fills x->q and x->scales for rows [r0, r1) of x[x->rows,
+  // x->cols], with the same results as QuantizeActivationsQ8. matmul_q8 computes y[m, n0:n1]
+  // from x (both layouts filled) and a kQ8 matrix w, with the same results as the reference:
+  // block sums in int32, then f32 in block order. Null when the variant has no Q8 kernels.
+  void (*quantize_q8)(const float* x, int64_t r0, int64_t r1, Q8Activations* a) = nullptr;
+  void (*matmul_q8)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                    float* y) = nullptr;
 };
 
 // The scalar reference (always available).
@@ -52,7 +63,7 @@ const KernelVariant& ReferenceVariant();
 // Every variant this CPU can run, reference first.
 std::vector<const KernelVariant*> SupportedVariants();
 // The variant used by default: the environment variable VLS_KERNELS names one ("reference",
-// "avx512", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
+// "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
 const KernelVariant& DefaultVariant();
 
 // Thread safety: const methods may be called concurrently (the pool serialises loops).
@@ -99,6 +110,7 @@ inline constexpr int64_t kOneDnnMinRows = 32;
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).
 const KernelVariant* Avx512Variant();
+const KernelVariant* Avx512VnniVariant();  // "avx512" + Q8 kernels (AVX512-VNNI)
 const KernelVariant* Avx512Bf16Variant();
 
 }  // namespace vls::kernels

@@ -5,10 +5,18 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/quant.h"
+
 namespace vls::kernels {
 
 void LoadRow(const Matrix& m, int64_t r, float* out) {
   const int64_t n = m.cols;
+  if (m.format == MatrixFormat::kQ8) {
+    const auto* q = static_cast<const int8_t*>(m.data) + r * n;
+    const float* scales = m.scales + r * Q8Blocks(n);
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scales[i / kQ8Block];
+    return;
+  }
   switch (m.dtype) {
     case DType::kF32:
       std::memcpy(out, static_cast<const float*>(m.data) + r * n, n * sizeof(float));

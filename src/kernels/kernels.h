@@ -12,15 +12,26 @@
 
 namespace vls::kernels {
 
-// A read-only [rows, cols] matrix in a float dtype.
+// How a Matrix's values are stored.
+enum class MatrixFormat : uint8_t {
+  kDense,  // `data` holds rows·cols values of `dtype`, row-major
+  // Q8 blocked (kernels/quant.h): `data` holds int8 q[rows, cols]; `scales` f32 and `sums` i32
+  // hold [rows, Q8Blocks(cols)]; value = q · scale of its (row, block). `dtype` is ignored.
+  kQ8,
+};
+
+// A read-only [rows, cols] matrix in a float dtype, or quantized (format kQ8).
 struct Matrix {
   DType dtype = DType::kF32;
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  MatrixFormat format = MatrixFormat::kDense;
+  const float* scales = nullptr;  // kQ8 only
+  const int32_t* sums = nullptr;  // kQ8 only: Σ q per (row, block)
 };
 
-// Copies row `r` of `m` into `out[cols]` as f32.
+// Copies row `r` of `m` into `out[cols]` as f32 (dequantized for kQ8).
 void LoadRow(const Matrix& m, int64_t r, float* out);
 
 // y[M, N] = x[M, K] · w[N, K]ᵀ. REQUIRES: w.cols == K.

@@ -1,6 +1,7 @@
 // The "avx512bf16" variant: for Precision::kBF16, BF16 activations against BF16 weights with
 // AVX512_BF16 pair dot products (vdpbf16ps) accumulating in f32; its f32 entries are the
-// "avx512" variant's. Compiled with -mavx512bf16; only called after the CPU check.
+// "avx512" variant's, its Q8 entries the AVX512-VNNI kernels of matmul_avx512_vnni.cc. Compiled
+// with -mavx512bf16; only called after the CPU check.
 #include <immintrin.h>
 
 #include "kernels/dispatch.h"
@@ -89,7 +90,9 @@ const KernelVariant kAvx512Bf16 = {"avx512bf16",
                                    avx512_internal::Dot,
                                    avx512_internal::Axpy,
                                    avx512_internal::Scores,
-                                   avx512_internal::WeightedSum};
+                                   avx512_internal::WeightedSum,
+                                   avx512_internal::QuantizeQ8,
+                                   avx512_internal::MatMulQ8};
 
 }  // namespace
 

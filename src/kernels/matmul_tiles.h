@@ -12,10 +12,11 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 namespace vls::kernels {
 namespace avx512_internal {
-// The f32 kernels of the "avx512" variant, shared with "avx512bf16".
+// The f32 kernels of the "avx512" variant, shared with "avx512vnni" and "avx512bf16".
 void MatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
                float* y);
 float Dot(const float* a, const float* b, int64_t n);
@@ -23,6 +24,9 @@ void Axpy(float a, const float* x, float* y, int64_t n);
 void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
             float* out);
 void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D, float* out);
+// The Q8 kernels (matmul_avx512_vnni.cc), shared by "avx512vnni" and "avx512bf16".
+void QuantizeQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
+void MatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y);
 }  // namespace avx512_internal
 }  // namespace vls::kernels
 

@@ -3,5 +3,6 @@
 
 namespace vls::kernels {
 const KernelVariant* Avx512Variant() { return nullptr; }
+const KernelVariant* Avx512VnniVariant() { return nullptr; }
 const KernelVariant* Avx512Bf16Variant() { return nullptr; }
 }  // namespace vls::kernels

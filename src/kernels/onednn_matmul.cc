@@ -161,7 +161,8 @@ bool OneDnnBf16Available() {
 
 Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int threads,
                         float* y) {
-  if (w.dtype != DType::kBF16 || w.cols != K || M <= 0 || K <= 0 || w.rows <= 0 || threads < 1) {
+  if (w.format != MatrixFormat::kDense || w.dtype != DType::kBF16 || w.cols != K || M <= 0 ||
+      K <= 0 || w.rows <= 0 || threads < 1) {
     return InvalidArgument("OneDnnMatMulBf16: needs BF16 weights [N, K], M, K, N > 0");
   }
   try {
@@ -200,7 +201,8 @@ size_t OneDnnPackedBf16::bytes() const { return impl_->md.get_size(); }
 
 StatusOr<std::unique_ptr<OneDnnPackedBf16>> OneDnnPackedBf16::Create(const Matrix& w, int threads) {
   const int64_t N = w.rows, K = w.cols;
-  if (w.dtype != DType::kBF16 || N <= 0 || K <= 0 || threads < 1) {
+  if (w.format != MatrixFormat::kDense || w.dtype != DType::kBF16 || N <= 0 || K <= 0 ||
+      threads < 1) {
     return InvalidArgument("OneDnnPackedBf16: needs BF16 weights [N, K] with N, K > 0");
   }
   // The layout is the one oneDNN picks for a prefill-sized M; MatMul then asks for primitives

@@ -13,7 +13,7 @@ namespace {
 // Per-thread scratch buffers reused across layers and calls. Fresh multi-megabyte vectors per
 // layer came back from the allocator as new pages each time, and the page faults plus zero
 // fills cost about a quarter of prefill time.
-enum ScratchSlot { kQ, kK, kV, kCtx, kA, kO, kGate, kUp, kSlots };
+enum ScratchSlot { kQkv, kQ, kK, kV, kCtx, kA, kO, kGateUp, kGate, kSlots };
 float* Scratch(ScratchSlot slot, int64_t n) {
   thread_local std::vector<float> bufs[kSlots];
   std::vector<float>& b = bufs[slot];
@@ -35,8 +35,16 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
                        SafetensorsCheckpoint::Open(dir));
   auto w = BindQwen3Weights(cfg, *ckpt);
   if (!w.ok()) return w.status().WithContext(dir);
-  return std::unique_ptr<Qwen3Model>(
-      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), options));
+  auto ctx =
+      std::make_unique<kernels::Context>(options.threads, options.precision, options.variant);
+  auto prepared = options.artifact.empty()
+                      ? PreparedWeights::Prepare(cfg, *w, *ctx, options.progress)
+                      : PreparedWeights::FromArtifact(options.artifact, cfg, *w, options.precision);
+  if (!prepared.ok()) return prepared.status().WithContext(dir);
+  std::unique_ptr<Qwen3Model> model(
+      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), std::move(ctx)));
+  model->prepared_ = std::move(*prepared);
+  return model;
 }
 
 std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
@@ -52,15 +60,22 @@ void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
 void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow> rows,
                            float* out) const {
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
+  const PreparedLayer& P = prepared_->layer(layer);
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, nh = cfg_.heads, nkv = cfg_.kv_heads;
   const int64_t group = nh / nkv;
-  float* q = Scratch(kQ, M * nh * D);   // [M, nh, D]
-  float* k = Scratch(kK, M * nkv * D);  // [M, nkv, D]
-  float* v = Scratch(kV, M * nkv * D);  // [M, nkv, D]
-  ctx_->MatMul(a, M, H, L.q, q);
-  ctx_->MatMul(a, M, H, L.k, k);
-  ctx_->MatMul(a, M, H, L.v, v);
+  const int64_t qd = nh * D, kvd = nkv * D, qkvd = qd + 2 * kvd;
+  float* qkv = Scratch(kQkv, M * qkvd);  // [M, nh·D + 2·nkv·D]
+  float* q = Scratch(kQ, M * qd);        // [M, nh, D]
+  float* k = Scratch(kK, M * kvd);       // [M, nkv, D]
+  float* v = Scratch(kV, M * kvd);       // [M, nkv, D]
+  ctx_->MatMul(a, M, H, P.qkv, qkv);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = qkv + m * qkvd;
+    std::copy_n(row, qd, q + m * qd);
+    std::copy_n(row + qd, kvd, k + m * kvd);
+    std::copy_n(row + qd + kvd, kvd, v + m * kvd);
+  }
   // Per-head RMSNorm (weight [D]) before RoPE.
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   kernels::RmsNorm(q, M * nh, D, L.q_norm.data(), eps, q);
@@ -98,7 +113,7 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
                         ctx + (m * nh + h) * D);
     }
   });
-  ctx_->MatMul(ctx, M, nh * D, L.o, out);
+  ctx_->MatMul(ctx, M, nh * D, P.o, out);
 }
 
 void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) const {
@@ -106,21 +121,26 @@ void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) con
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-  float* a = Scratch(kA, M * H);        // [M, H] normed input
-  float* o = Scratch(kO, M * H);        // [M, H] sublayer output
-  float* gate = Scratch(kGate, M * I);  // [M, I]
-  float* up = Scratch(kUp, M * I);      // [M, I]
+  const PreparedLayer& P = prepared_->layer(l);
+  float* a = Scratch(kA, M * H);                 // [M, H] normed input
+  float* o = Scratch(kO, M * H);                 // [M, H] sublayer output
+  float* gate_up = Scratch(kGateUp, M * 2 * I);  // [M, 2·I]: gate | up per row
+  float* act = Scratch(kGate, M * I);            // [M, I]
   // x = x + Attention(RmsNorm(x))
   kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a);
   Attention(l, a, rows, o);
   for (int64_t i = 0; i < M * H; ++i) x[i] += o[i];
   // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
   kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a);
-  ctx_->MatMul(a, M, H, L.gate, gate);
-  ctx_->MatMul(a, M, H, L.up, up);
-  ctx_->pool().ParallelFor(
-      M, 1, [&](int64_t b, int64_t e) { kernels::SiluMul(gate + b * I, up + b * I, (e - b) * I); });
-  ctx_->MatMul(gate, M, I, L.down, o);
+  ctx_->MatMul(a, M, H, P.gate_up, gate_up);
+  ctx_->pool().ParallelFor(M, 1, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      float* g = act + m * I;
+      std::copy_n(gate_up + m * 2 * I, I, g);
+      kernels::SiluMul(g, gate_up + m * 2 * I + I, I);
+    }
+  });
+  ctx_->MatMul(act, M, I, P.down, o);
   for (int64_t i = 0; i < M * H; ++i) x[i] += o[i];
 }
 
@@ -137,7 +157,7 @@ void Qwen3Model::FinalNorm(const float* x, int64_t M, float* out) const {
 }
 
 void Qwen3Model::Logits(const float* h, int64_t M, float* logits) const {
-  ctx_->MatMul(h, M, cfg_.hidden, weights_.lm_head, logits);
+  ctx_->MatMul(h, M, cfg_.hidden, prepared_->lm_head(), logits);
 }
 
 }  // namespace vls

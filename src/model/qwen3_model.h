@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "kernels/dispatch.h"
 #include "model/kv_cache.h"
+#include "model/prepared_weights.h"
 #include "model/qwen3_config.h"
 #include "model/qwen3_weights.h"
 #include "model/rope.h"
@@ -47,6 +48,10 @@ struct ModelOptions {
   int threads = 0;  // 0: all hardware threads
   kernels::Precision precision = kernels::Precision::kF32;
   const kernels::KernelVariant* variant = nullptr;  // null: kernels::DefaultVariant()
+  PrepareProgress progress;                         // weight preparation progress, may be empty
+  // A prepared-weights artifact to map instead of preparing (model/prepared_artifact.h);
+  // empty: prepare from the checkpoint. Its identity is checked by runtime::LoadedModel.
+  std::string artifact;
 };
 
 // A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches (the
@@ -59,7 +64,9 @@ class Qwen3Model {
                                                     const ModelOptions& options);
 
   const Qwen3Config& config() const { return cfg_; }
+  // Checkpoint views: embeddings and norms are used from here, the matrices from prepared().
   const Qwen3Weights& weights() const { return weights_; }
+  const PreparedWeights& prepared() const { return *prepared_; }
   const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
   const Rope& rope() const { return rope_; }
   // The thread pool, kernel variant and precision every op of this model runs with.
@@ -84,18 +91,19 @@ class Qwen3Model {
 
  private:
   Qwen3Model(Qwen3Config cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, Qwen3Weights w,
-             const ModelOptions& o)
+             std::unique_ptr<kernels::Context> ctx)
       : cfg_(std::move(cfg)),
         ckpt_(std::move(ckpt)),
         weights_(std::move(w)),
         rope_(cfg_),
-        ctx_(std::make_unique<kernels::Context>(o.threads, o.precision, o.variant)) {}
+        ctx_(std::move(ctx)) {}
 
   void Attention(int layer, const float* a, std::span<const ForwardRow> rows, float* out) const;
 
   Qwen3Config cfg_;
   std::unique_ptr<SafetensorsCheckpoint> ckpt_;
   Qwen3Weights weights_;
+  std::unique_ptr<PreparedWeights> prepared_;
   Rope rope_;
   std::unique_ptr<kernels::Context> ctx_;
 };

@@ -14,6 +14,14 @@
 namespace vls {
 namespace {
 
+ModelOptions Options(int threads, kernels::Precision precision, const kernels::KernelVariant* v) {
+  ModelOptions o;
+  o.threads = threads;
+  o.precision = precision;
+  o.variant = v;
+  return o;
+}
+
 std::string TinyModelDir() {
   static const std::string dir = [] {
     std::string d = (std::filesystem::temp_directory_path() / "vls_qwen3_model_test_tiny").string();
@@ -74,7 +82,7 @@ TEST(Qwen3ModelTest, EveryVariantAndThreadCountMatchesTheReferenceInF32) {
   const std::vector<int32_t> ref_tokens = Greedy(**ref, 6, &ref_logits);
   for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
     for (int threads : {1, 2, 3}) {
-      auto m = Qwen3Model::Load(TinyModelDir(), ModelOptions{threads, kernels::Precision::kF32, v});
+      auto m = Qwen3Model::Load(TinyModelDir(), Options(threads, kernels::Precision::kF32, v));
       ASSERT_TRUE(m.ok());
       std::vector<float> logits;
       EXPECT_EQ(Greedy(**m, 6, &logits), ref_tokens) << v->name << " threads " << threads;
@@ -94,7 +102,7 @@ TEST(Qwen3ModelTest, Bf16PrecisionKeepsTheGreedyTokens) {
   std::vector<float> f32_logits;
   const std::vector<int32_t> tokens = Greedy(**f32, 8, &f32_logits);
   for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
-    auto bf = Qwen3Model::Load(TinyModelDir(), ModelOptions{2, kernels::Precision::kBF16, v});
+    auto bf = Qwen3Model::Load(TinyModelDir(), Options(2, kernels::Precision::kBF16, v));
     ASSERT_TRUE(bf.ok());
     EXPECT_EQ((*bf)->context().precision(), kernels::Precision::kBF16);
     std::vector<float> logits;
@@ -110,8 +118,33 @@ TEST(Qwen3ModelTest, Bf16PrecisionKeepsTheGreedyTokens) {
   }
 }
 
+TEST(Qwen3ModelTest, Int8PrecisionKeepsTheGreedyTokens) {
+  auto f32 = Qwen3Model::Load(TinyModelDir());
+  ASSERT_TRUE(f32.ok());
+  std::vector<float> f32_logits;
+  const std::vector<int32_t> tokens = Greedy(**f32, 8, &f32_logits);
+  for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
+    auto q = Qwen3Model::Load(TinyModelDir(), Options(2, kernels::Precision::kInt8, v));
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ((*q)->prepared().layer(0).qkv.format, kernels::MatrixFormat::kQ8);
+    EXPECT_EQ((*q)->prepared().lm_head().format, kernels::MatrixFormat::kQ8);
+    std::vector<float> logits;
+    EXPECT_EQ(Greedy(**q, 8, &logits), tokens) << v->name;
+    // Per-block int8 weights and activations: each dot product is off by about 1% of its
+    // scale; through 2 layers the logits stay within 10% of the f32 scale (the oracle's
+    // int8 tolerance, tests/oracle/run_cases.py).
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(double(f32_logits[i])));
+      max_diff = std::max(max_diff, std::fabs(double(logits[i]) - f32_logits[i]));
+    }
+    EXPECT_LT(max_diff, 0.1 * max_abs) << v->name;
+  }
+}
+
 TEST(Qwen3ModelTest, NegativeThreadsAreRefused) {
-  EXPECT_FALSE(Qwen3Model::Load(TinyModelDir(), ModelOptions{-1}).ok());
+  EXPECT_FALSE(
+      Qwen3Model::Load(TinyModelDir(), Options(-1, kernels::Precision::kF32, nullptr)).ok());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "base/file.h"
+#include "model/prepared_artifact.h"
 #include "model/test_checkpoint.h"
 #include "runtime/loaded_model.h"
 
@@ -88,6 +89,41 @@ TEST(EntriesTest, IdentityTracksDeepStackNmaxAndWeights) {
   auto cap = Load("id_cap", a, 128);
   ASSERT_TRUE(cap);
   EXPECT_NE(m1->Identity(), cap->Identity());  // static bounds are part of it
+}
+
+// A compiled artifact is used only by a load whose identity it carries: same checkpoint,
+// precision and bounds. Anything else is refused, never silently used.
+TEST(EntriesTest, ArtifactIsRefusedUnlessTheIdentityMatches) {
+  auto m = Load("art", Base());
+  ASSERT_TRUE(m);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_entries_test_art");
+  const std::string file = JoinPath(tmp ? tmp : "/tmp", "vls_entries_test_art.vlsp");
+  ArtifactHeader h;
+  h.identity = m->Identity();
+  h.precision = "f32";
+  h.capacity = 64;
+  h.slots = 1;
+  ASSERT_TRUE(WritePreparedArtifact(file, h, m->model().prepared(), nullptr).ok());
+  LoadOptions o;
+  o.capacity = 64;
+  o.artifact = file;
+  auto same = LoadedModel::Load(dir, o);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ((*same)->Identity(), m->Identity());
+  o.capacity = 65;  // another bound: another identity
+  const Status s = LoadedModel::Load(dir, o).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.ToString().find("run vlstack compile again"), std::string::npos) << s.ToString();
+  // Same layout, other weight bytes: only the identity can tell.
+  TestModelSpec other = Base();
+  other.seed = 5;
+  auto m2 = Load("art2", other);
+  ASSERT_TRUE(m2);
+  o.capacity = 64;
+  const Status s2 =
+      LoadedModel::Load(JoinPath(tmp ? tmp : "/tmp", "vls_entries_test_art2"), o).status();
+  EXPECT_EQ(s2.code(), StatusCode::kFailedPrecondition) << s2.ToString();
 }
 
 TEST(EntriesTest, NmaxIsCheckedAgainstTheChosenCapacityOnly) {

@@ -4,7 +4,24 @@
 
 #include <sstream>
 
+#include "base/memory.h"
+#include "model/prepared_artifact.h"
+
 namespace vls {
+
+namespace {
+const char* ComputeText(kernels::Precision p) {
+  switch (p) {
+    case kernels::Precision::kBF16:
+      return "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n";
+    case kernels::Precision::kInt8:
+      return "compute=q8 blocked weights (128-column blocks, f32 scales) against per-call "
+             "q8 activations, int32 block sums, f32 accumulation\n";
+    case kernels::Precision::kF32: break;
+  }
+  return "compute=f32 reference kernels, f32 accumulation\n";
+}
+}  // namespace
 
 std::string Sha256Hex(const void* data, size_t size) {
   unsigned char md[EVP_MAX_MD_SIZE];
@@ -25,8 +42,12 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
   if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
   if (o.threads < 0) return InvalidArgument("load options: threads must not be negative");
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
-                       Qwen3Model::Load(dir, ModelOptions{o.threads, o.precision, nullptr}));
+  ModelOptions mo;
+  mo.threads = o.threads;
+  mo.precision = o.precision;
+  mo.progress = o.progress;
+  mo.artifact = o.artifact;
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;
@@ -47,6 +68,14 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   }
   lm->model_ = std::move(model);
   lm->entries_ = EntrySet::Build(*lm->model_, lm->bounds_);
+  const PreparedWeights& pw = lm->model_->prepared();
+  if (!o.artifact.empty() && pw.artifact_identity() != lm->Identity()) {
+    return FailedPrecondition(
+        "artifact " + o.artifact + " has identity " + pw.artifact_identity() +
+        " but this load computes " + lm->Identity() +
+        ": it was compiled from a different checkpoint, config, precision or bounds (it says " +
+        pw.artifact_bounds() + "); run vlstack compile again");
+  }
   return lm;
 }
 
@@ -54,17 +83,16 @@ std::string LoadedModel::IdentityText() const {
   std::ostringstream o;
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
-    << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax
-    << "\n[precision]\nweights=as stored (no repacking)\n"
-    << (model_->context().precision() == kernels::Precision::kBF16
-            ? "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n"
-            : "compute=f32 reference kernels, f32 accumulation\n")
-    << "[weights]\n";
+    << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax << "\n[precision]\n"
+    << ComputeText(model_->context().precision()) << "[prepared weights v1]\n"
+    << model_->prepared().LayoutText() << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {
     const SafetensorsCheckpoint::Tensor* t = ck.Find(name);
     o << name << " " << DTypeName(t->view.dtype) << " " << ShapeToString(t->view.shape)
       << " sha256:" << Sha256Hex(t->view.data, t->view.nbytes) << "\n";
+    // Hashing faulted the tensor's file pages in; the model computes from its prepared copy.
+    ReleaseFilePages(t->view.data, t->view.nbytes);
   }
   o << "[entries]\n";
   for (const Entry& e : entries_.entries()) o << e.Manifest();
@@ -77,6 +105,20 @@ const std::string& LoadedModel::Identity() const {
     identity_ = Sha256Hex(text.data(), text.size());
   });
   return identity_;
+}
+
+}  // namespace vls
+
+namespace vls {
+
+Status LoadedModel::WriteArtifact(const std::string& path, const PrepareProgress& progress) const {
+  ArtifactHeader h;
+  h.identity = Identity();
+  h.precision = kernels::PrecisionName(model_->context().precision());
+  h.capacity = bounds_.capacity;
+  h.slots = bounds_.slots;
+  h.nmax = bounds_.nmax;
+  return WritePreparedArtifact(path, std::move(h), model_->prepared(), progress);
 }
 
 }  // namespace vls

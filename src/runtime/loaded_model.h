@@ -23,6 +23,11 @@ struct LoadOptions {
   int threads = 0;  // kernel thread pool size; 0: all cores
   // Matmul precision: kF32 (exact path; forward and the oracle tests) or kBF16 (fast path).
   kernels::Precision precision = kernels::Precision::kF32;
+  PrepareProgress progress;  // called while weights are prepared (may be empty)
+  // A prepared-weights artifact from `vlstack compile` to map instead of preparing. Refused
+  // unless its identity equals this load's identity (same checkpoint, config, precision and
+  // bounds).
+  std::string artifact;
 };
 
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
@@ -41,6 +46,11 @@ class LoadedModel {
   // The first call hashes every weight's bytes (a few seconds for a 2B model).
   std::string IdentityText() const;
   const std::string& Identity() const;
+
+  // Writes the prepared weights as an artifact (model/prepared_artifact.h) that a load with
+  // the same checkpoint, precision and bounds can map back via LoadOptions::artifact.
+  // `progress` counts written chunks (may be empty).
+  Status WriteArtifact(const std::string& path, const PrepareProgress& progress) const;
 
  private:
   LoadedModel() = default;

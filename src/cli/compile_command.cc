@@ -1,0 +1,59 @@
+// `vlstack compile`: prepares a model's weights once and writes them as an artifact that
+// `--artifact FILE` maps back (model/prepared_artifact.h). The artifact carries the load's
+// identity (CONTRACTS §1), so the bounds given here must match the bounds it is loaded with.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/load_flags.h"
+#include "runtime/loaded_model.h"
+
+namespace vls::cli {
+
+namespace {
+
+Status Compile(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
+  VLS_ASSIGN_OR_RETURN(std::string out, args.Require("out"));
+  if (args.Has("artifact")) return InvalidArgument("--artifact is an input of other commands");
+  LoadOptions o;
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &o));
+  VLS_ASSIGN_OR_RETURN(long long cap, args.Int("capacity", o.capacity, 1, 1 << 24));
+  VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", o.slots, 1, 4096));
+  VLS_ASSIGN_OR_RETURN(long long nmax, args.Int("nmax", 0, 0, 1 << 24));
+  o.capacity = static_cast<int>(cap);
+  o.slots = static_cast<int>(slots);
+  o.nmax = static_cast<int>(nmax);
+  o.progress = StderrProgress("compile");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "[compile] loading %s (%s)\n", dir.c_str(),
+               kernels::PrecisionName(o.precision));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> lm, LoadedModel::Load(dir, o));
+  std::fprintf(stderr, "[compile] hashing the checkpoint for the identity\n");
+  VLS_RETURN_IF_ERROR(lm->WriteArtifact(out, [](int done, int total) {
+    if (done == total || done % 16 == 0) {
+      std::fprintf(stderr, "[compile] writing: %d/%d chunks\n", done, total);
+    }
+  }));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s: %.1f MB of %s weights, capacity %d slots %d nmax %d, %.1f s\n",
+              out.c_str(), static_cast<double>(lm->model().prepared().size()) / 1e6,
+              kernels::PrecisionName(o.precision), lm->bounds().capacity, lm->bounds().slots,
+              lm->bounds().nmax, s);
+  std::printf("identity sha256:%s\n", lm->Identity().c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+int RunCompile(int argc, char** argv) {
+  std::set<std::string> flags = {"model", "out", "capacity", "slots", "nmax"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args = Args::Parse(argc, argv, flags, {});
+  if (!args.ok()) return Fail("compile", args.status());
+  const Status s = Compile(*args);
+  return s.ok() ? 0 : Fail("compile", s);
+}
+
+}  // namespace vls::cli

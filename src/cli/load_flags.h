@@ -1,0 +1,27 @@
+// Flags shared by the commands that load a model: --precision, --threads, --artifact; and
+// the load-progress printer.
+#ifndef VLSTACK_CLI_LOAD_FLAGS_H_
+#define VLSTACK_CLI_LOAD_FLAGS_H_
+
+#include <set>
+#include <string>
+
+#include "cli/args.h"
+#include "runtime/loaded_model.h"
+
+namespace vls::cli {
+
+// The value flags ApplyLoadFlags reads (add them to a command's Args::Parse set).
+const std::set<std::string>& LoadFlagNames();
+
+// --precision f32|bf16|int8 (default `default_precision`), --threads N (0 = all cores),
+// --artifact FILE (a `vlstack compile` output). Errors name the flag.
+Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o);
+
+// Prints "[<command>] preparing weights: done/total" to stderr: updated in place on a
+// terminal; otherwise one line at each quarter, so logs stay short.
+PrepareProgress StderrProgress(const std::string& command);
+
+}  // namespace vls::cli
+
+#endif  // VLSTACK_CLI_LOAD_FLAGS_H_

@@ -1,0 +1,143 @@
+// The Q8 kernels of every supported variant against the scalar reference, and the Q8 path of
+// Context::MatMul against an f32 matmul of the dequantized weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/quant.h"
+
+namespace vls::kernels {
+namespace {
+
+struct Case {
+  int64_t M, K, N;
+};
+// K: one column, tails of 1-3 columns past a multiple of 4, a short last block, several blocks;
+// N odd (partial tiles); M: single decode rows (row kernel), a partial 16-row group, several.
+constexpr Case kCases[] = {{1, 1, 1},    {1, 77, 5},    {3, 130, 33},  {17, 77, 31},
+                           {3, 512, 41}, {17, 1000, 7}, {8, 2049, 65}, {1, 2049, 17},
+                           {5, 131, 19}, {50, 258, 37}, {33, 128, 9}};
+
+std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+// Q8 weights prepared from random f32 values, with one zero block when the shape has room.
+struct Q8Weights {
+  Q8Weights(int64_t N, int64_t K, uint32_t seed) : layout(Q8LayoutFor(N, K)) {
+    std::vector<float> v = Random(size_t(N * K), seed, 0.05f);
+    if (N > 2) std::fill_n(v.begin() + 2 * K, std::min<int64_t>(K, 128), 0.0f);
+    buf = static_cast<uint8_t*>(std::aligned_alloc(64, size_t(layout.bytes)));
+    QuantizeQ8(Matrix{DType::kF32, v.data(), N, K}, 0, N, buf);
+    m = Q8MatrixAt(buf, N, K);
+  }
+  ~Q8Weights() { std::free(buf); }
+  Q8Layout layout;
+  uint8_t* buf;
+  Matrix m;
+};
+
+Q8Activations Quantized(const KernelVariant& v, const std::vector<float>& x, int64_t M, int64_t K) {
+  Q8Activations a;
+  a.Resize(M, K);
+  v.quantize_q8(x.data(), 0, M, &a);
+  InterleaveQ8Activations(0, M, &a);
+  return a;
+}
+
+TEST(KernelsQ8Test, EveryVariantQuantizesActivationsLikeTheReference) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->quantize_q8 == nullptr) continue;
+    for (const Case& c : kCases) {
+      std::vector<float> x = Random(size_t(c.M * c.K), 1);
+      if (c.K >= 128) std::fill_n(x.begin(), 128, 0.0f);  // a zero block
+      const Q8Activations ref = Quantized(ReferenceVariant(), x, c.M, c.K);
+      const Q8Activations got = Quantized(*v, x, c.M, c.K);
+      EXPECT_EQ(got.q, ref.q) << v->name << " M=" << c.M << " K=" << c.K;
+      EXPECT_EQ(got.scales, ref.scales) << v->name << " M=" << c.M << " K=" << c.K;
+    }
+  }
+}
+
+TEST(KernelsQ8Test, EveryVariantMatMulQ8EqualsTheReferenceExactly) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->matmul_q8 == nullptr) continue;
+    for (const Case& c : kCases) {
+      const Q8Weights w(c.N, c.K, 2);
+      const Q8Activations a = Quantized(ReferenceVariant(), Random(size_t(c.M * c.K), 3), c.M, c.K);
+      std::vector<float> ref(size_t(c.M * c.N), -1.0f), got(size_t(c.M * c.N), -2.0f);
+      ReferenceVariant().matmul_q8(a, w.m, 0, c.N, ref.data());
+      // Two calls over a split of N, as the thread pool does.
+      const int64_t mid = c.N / 2;
+      v->matmul_q8(a, w.m, 0, mid, got.data());
+      v->matmul_q8(a, w.m, mid, c.N, got.data());
+      // Integer block sums are exact and the f32 steps are the same operations in the same order.
+      ASSERT_EQ(got, ref) << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N;
+    }
+  }
+}
+
+// y_q8 = Σ_k x'_k · w'_k with w' the dequantized weights and x' = (qx − 128) · sx the
+// dequantized activations, up to f32 rounding. |x' − x| ≤ sx/2 per element (plus the rounding of
+// 127/amax, ≤ 2⁻²² |x|), so |y_q8 − Σ x · w'| ≤ Σ_b (sx_b / 2) · Σ_{k∈b} |w'_k| + 2⁻²² Σ|x·w'|;
+// the f32 sums on both sides add at most K·2⁻²⁴ of Σ|x·w'| each (sequential worst case).
+TEST(KernelsQ8Test, ContextMatMulQ8StaysWithinActivationRoundingOfDequantizedF32) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (const Case& c : kCases) {
+      const Q8Weights w(c.N, c.K, 4);
+      const std::vector<float> x = Random(size_t(c.M * c.K), 5);
+      std::vector<float> wf(size_t(c.N * c.K));
+      for (int64_t n = 0; n < c.N; ++n) LoadRow(w.m, n, &wf[size_t(n * c.K)]);
+      std::vector<float> ref(size_t(c.M * c.N)), got(size_t(c.M * c.N));
+      MatMulTransposed(x.data(), c.M, c.K, Matrix{DType::kF32, wf.data(), c.N, c.K}, ref.data());
+      const Context ctx(3, Precision::kInt8, v);
+      ctx.MatMul(x.data(), c.M, c.K, w.m, got.data());
+      const Q8Activations a = Quantized(ReferenceVariant(), x, c.M, c.K);
+      const int64_t nb = Q8Blocks(c.K);
+      for (int64_t m = 0; m < c.M; ++m) {
+        for (int64_t n = 0; n < c.N; ++n) {
+          double quant = 0, abs_sum = 0;
+          for (int64_t k = 0; k < c.K; ++k) {
+            const double aw = std::fabs(wf[size_t(n * c.K + k)]);
+            quant += a.scales[size_t(m * nb + k / kQ8Block)] / 2 * aw;
+            abs_sum += std::fabs(x[size_t(m * c.K + k)]) * aw;
+          }
+          const double tol = quant + abs_sum * (2.5e-7 + 2.0 * double(c.K) * 6e-8) + 1e-30;
+          ASSERT_NEAR(got[size_t(m * c.N + n)], ref[size_t(m * c.N + n)], tol)
+              << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N << " at " << m << "," << n;
+          // The bound is a few percent of Σ|x·w| (8-bit activations), not a vacuous one.
+          ASSERT_LE(tol, 0.03 * abs_sum + 1e-30);
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsQ8Test, ContextMatMulQ8IsTheSameUnderEveryPrecisionAndThreadCount) {
+  const Case c{37, 300, 67};
+  const Q8Weights w(c.N, c.K, 6);
+  const std::vector<float> x = Random(size_t(c.M * c.K), 7);
+  const Q8Activations a = Quantized(ReferenceVariant(), x, c.M, c.K);
+  std::vector<float> ref(size_t(c.M * c.N));
+  ReferenceVariant().matmul_q8(a, w.m, 0, c.N, ref.data());
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (Precision p : {Precision::kF32, Precision::kBF16, Precision::kInt8}) {
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> got(size_t(c.M * c.N));
+        Context(threads, p, v).MatMul(x.data(), c.M, c.K, w.m, got.data());
+        EXPECT_EQ(got, ref) << v->name << " " << PrecisionName(p) << " threads=" << threads;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vls::kernels

@@ -1,0 +1,119 @@
+#include "kernels/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace vls::kernels {
+
+namespace {
+
+constexpr int64_t AlignUp64(int64_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+Q8Layout Q8LayoutFor(int64_t rows, int64_t cols) {
+  Q8Layout l;
+  l.rows = rows;
+  l.cols = cols;
+  l.blocks = Q8Blocks(cols);
+  l.q_offset = 0;
+  l.scales_offset = AlignUp64(rows * cols);
+  l.sums_offset = l.scales_offset + AlignUp64(rows * l.blocks * int64_t{sizeof(float)});
+  l.bytes = l.sums_offset + AlignUp64(rows * l.blocks * int64_t{sizeof(int32_t)});
+  return l;
+}
+
+Matrix Q8MatrixAt(const void* base, int64_t rows, int64_t cols) {
+  const Q8Layout l = Q8LayoutFor(rows, cols);
+  const auto* b = static_cast<const uint8_t*>(base);
+  Matrix m;
+  m.data = b + l.q_offset;
+  m.rows = rows;
+  m.cols = cols;
+  m.format = MatrixFormat::kQ8;
+  m.scales = reinterpret_cast<const float*>(b + l.scales_offset);
+  m.sums = reinterpret_cast<const int32_t*>(b + l.sums_offset);
+  return m;
+}
+
+void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst) {
+  QuantizeQ8(src, r0, r1, dst, src.rows, 0);
+}
+
+void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
+                int64_t dst_row) {
+  const Q8Layout l = Q8LayoutFor(dst_rows, src.cols);
+  auto* b = static_cast<uint8_t*>(dst);
+  auto* q = reinterpret_cast<int8_t*>(b + l.q_offset);
+  auto* scales = reinterpret_cast<float*>(b + l.scales_offset);
+  auto* sums = reinterpret_cast<int32_t*>(b + l.sums_offset);
+  const int64_t K = src.cols;
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t r = r0; r < r1; ++r) {
+    LoadRow(src, r, row.data());
+    const int64_t d = dst_row + r;  // the row in dst
+    for (int64_t blk = 0; blk < l.blocks; ++blk) {
+      const int64_t k0 = blk * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(row[size_t(k)]));
+      const float scale = amax / 127.0f;
+      int32_t sum = 0;
+      for (int64_t k = k0; k < k1; ++k) {
+        // A scale that underflows to 0 (amax below 127 · FLT_TRUE_MIN) stores the block as 0.
+        const float v = scale > 0.0f ? std::nearbyint(row[size_t(k)] / scale) : 0.0f;
+        const auto qi = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        q[d * K + k] = qi;
+        sum += qi;
+      }
+      scales[d * l.blocks + blk] = scale;
+      sums[d * l.blocks + blk] = sum;
+    }
+  }
+}
+
+void Q8Activations::Resize(int64_t r, int64_t c) {
+  rows = r;
+  cols = c;
+  blocks = Q8Blocks(c);
+  const auto groups = static_cast<size_t>((r + 15) / 16);
+  q.resize(static_cast<size_t>(r * c));
+  scales.resize(static_cast<size_t>(r * blocks));
+  q16.assign(groups * static_cast<size_t>((c + 3) / 4) * 64, 0);
+  scales16.assign(groups * static_cast<size_t>(blocks) * 16, 0.0f);
+}
+
+void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
+  const int64_t K = a->cols, nb = a->blocks;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * K;
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const int64_t k0 = blk * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(xr[k]));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = std::clamp(std::nearbyint(xr[k] * inv), -127.0f, 127.0f);
+        a->q[size_t(r * K + k)] = static_cast<uint8_t>(static_cast<int32_t>(v) + 128);
+      }
+      a->scales[size_t(r * nb + blk)] = amax / 127.0f;
+    }
+  }
+}
+
+void InterleaveQ8Activations(int64_t r0, int64_t r1, Q8Activations* a) {
+  const int64_t K = a->cols, nb = a->blocks, steps = (K + 3) / 4;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t g = r / 16, lane = r % 16;
+    const uint8_t* src = a->q.data() + r * K;
+    uint8_t* dst = a->q16.data() + (g * steps * 16 + lane) * 4;
+    for (int64_t s = 0; s < steps; ++s) {
+      std::memcpy(dst + s * 64, src + s * 4, size_t(std::min<int64_t>(4, K - s * 4)));
+    }
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      a->scales16[size_t((g * nb + blk) * 16 + lane)] = a->scales[size_t(r * nb + blk)];
+    }
+  }
+}
+
+}  // namespace vls::kernels

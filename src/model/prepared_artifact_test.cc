@@ -1,0 +1,177 @@
+// The prepared-weights artifact: a round trip maps back byte-identical weights, and corrupt or
+// mismatched files are refused with an error that names what is wrong.
+#include "model/prepared_artifact.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "model/qwen3_model.h"
+#include "model/test_checkpoint.h"
+
+namespace vls {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ModelDir(const char* name, int hidden) {
+  const std::string d = (fs::temp_directory_path() / name).string();
+  TestModelSpec spec;
+  spec.arch = "qwen3";
+  spec.vision = false;
+  spec.deepstack = 0;
+  spec.hidden = hidden;
+  spec.intermediate = 80;
+  spec.layers = 2;
+  spec.vocab = 97;
+  spec.dtype = DType::kF32;  // bf16 preparation rounds: the artifact must carry the result
+  EXPECT_TRUE(WriteTestCheckpoint(d, spec, false).ok());
+  return d;
+}
+
+ModelOptions Bf16() {
+  ModelOptions o;
+  o.threads = 2;
+  o.precision = kernels::Precision::kBF16;
+  return o;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void Spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+class PreparedArtifactTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One file per test: ctest runs the tests of this file in parallel processes, and a file
+    // rewritten while another process maps it would fault (SIGBUS) there.
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    path_ = (fs::temp_directory_path() / ("vls_artifact_test_" + test + ".vlsp")).string();
+    dir_ = ModelDir(("vls_artifact_test_a_" + test).c_str(), 48);
+    auto m = Qwen3Model::Load(dir_, Bf16());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(*m);
+    ArtifactHeader h;
+    h.identity = std::string(64, 'a');
+    h.precision = "bf16";
+    h.capacity = 16;
+    h.slots = 1;
+    ASSERT_TRUE(WritePreparedArtifact(path_, h, model_->prepared(), nullptr).ok());
+    bytes_ = Slurp(path_);
+  }
+  // Loads the model from `bytes` written as an artifact; returns the status.
+  Status LoadWith(const std::string& bytes, kernels::Precision p = kernels::Precision::kBF16) {
+    const std::string bad = path_ + ".bad";
+    Spit(bad, bytes);
+    ModelOptions o = Bf16();
+    o.precision = p;
+    o.artifact = bad;
+    return Qwen3Model::Load(dir_, o).status();
+  }
+  std::string dir_, path_, bytes_;
+  std::unique_ptr<Qwen3Model> model_;
+};
+
+TEST_F(PreparedArtifactTest, RoundTripMapsTheSameBytes) {
+  ModelOptions o = Bf16();
+  o.artifact = path_;
+  auto m = Qwen3Model::Load(dir_, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const PreparedWeights& a = model_->prepared();
+  const PreparedWeights& b = (*m)->prepared();
+  EXPECT_EQ(b.artifact_identity(), std::string(64, 'a'));
+  EXPECT_EQ(b.artifact_bounds(), "capacity 16, slots 1, nmax 0");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
+  EXPECT_EQ(a.LayoutText(), b.LayoutText());
+  EXPECT_EQ(b.layer(1).gate_up.rows, 160);
+  EXPECT_EQ(b.layer(1).gate_up.dtype, DType::kBF16);
+}
+
+TEST_F(PreparedArtifactTest, CorruptFilesAreRefusedByName) {
+  auto expect = [&](const std::string& bytes, const std::string& needle) {
+    const Status s = LoadWith(bytes);
+    EXPECT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.ToString().find(needle), std::string::npos) << s.ToString();
+  };
+  std::string b = bytes_;
+  b[0] = 'X';
+  expect(b, "bad magic");
+  expect(bytes_.substr(0, 10), "bad magic");
+  expect(bytes_.substr(0, bytes_.size() - 1), "truncated or padded");
+  expect(bytes_ + "x", "truncated or padded");
+  b = bytes_;
+  b[8] = '\xff';
+  b[15] = '\x7f';
+  expect(b, "runs past the end");
+  b = bytes_;
+  b[16] = '[';
+  expect(b, "bad header");
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string e = bytes_;
+    const size_t at = e.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) e.replace(at, from.size(), to);
+    return e;
+  };
+  expect(edit("\"version\":1", "\"version\":7"), "version 7 is not supported");
+  expect(edit("\"precision\":\"bf16\"", "\"precision\":\"f32\" "), "compiled for precision f32");
+  expect(edit("\"identity\":\"aaaa", "\"identity\":\"zzzz"), "identity is not 64 hex digits");
+  expect(edit("\"dtype\":\"BF16\"", "\"dtype\":\"F16\" "), "does not match this model's layout");
+  expect(edit("\"dtype\":\"BF16\"", "\"dtype\":\"Q99\" "), "unknown dtype 'Q99'");
+  expect(edit("\"rows\":", "\"rowz\":"), "bad header");
+  expect(edit("\"data_offset\":4096", "\"data_offset\":4095"), "misaligned");
+}
+
+TEST_F(PreparedArtifactTest, ArtifactOfAnotherShapeOrPrecisionIsRefused) {
+  const std::string other = ModelDir("vls_artifact_test_b", 32);
+  ModelOptions o = Bf16();
+  o.artifact = path_;
+  const Status s = Qwen3Model::Load(other, o).status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("does not match this model's layout"), std::string::npos)
+      << s.ToString();
+  const Status f = LoadWith(bytes_, kernels::Precision::kF32);
+  EXPECT_NE(f.ToString().find("compiled for precision bf16 but the model is loaded with f32"),
+            std::string::npos)
+      << f.ToString();
+}
+
+// Deterministic mutation fuzzing of the header parser: every input gives a Status or a header
+// whose data lies inside the file.
+TEST_F(PreparedArtifactTest, MutatedHeadersNeverEscapeTheFile) {
+  const std::string head = bytes_.substr(0, 4096 + 256);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    std::string m = head;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % m.size();
+      switch (rng() % 3) {
+        case 0: m[at] = static_cast<char>(rng()); break;
+        case 1: m.erase(at, 1 + rng() % 8); break;
+        default: m.insert(at, 1, "0123456789{}[]\",:-"[rng() % 18]); break;
+      }
+      if (m.empty()) m = "x";
+    }
+    const uint64_t file_size = m.size() + rng() % 8192;
+    auto h = ParseArtifactHeader("fuzz", reinterpret_cast<const std::byte*>(m.data()), m.size(),
+                                 file_size);
+    if (h.ok()) {
+      EXPECT_LE(h->data_offset, file_size);
+      EXPECT_EQ(h->data_offset + h->data_bytes, file_size);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vls

@@ -1,0 +1,202 @@
+#include "model/prepared_weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/quant.h"
+#include "tensor/dtype.h"
+
+namespace vls {
+
+namespace {
+
+// One prepared matrix and the checkpoint matrices stacked into it, in row order.
+struct Group {
+  PreparedEntry entry;
+  std::vector<kernels::Matrix> sources;
+};
+
+DType StorageDType(kernels::Precision p, const std::vector<kernels::Matrix>& sources) {
+  if (p == kernels::Precision::kBF16) return DType::kBF16;
+  for (const kernels::Matrix& m : sources) {
+    if (m.dtype != sources.front().dtype) return DType::kF32;
+  }
+  return sources.front().dtype;
+}
+
+std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::Precision p) {
+  std::vector<Group> groups;
+  auto add = [&](std::string name, std::vector<kernels::Matrix> sources) {
+    Group g;
+    g.entry.name = std::move(name);
+    g.entry.dtype = StorageDType(p, sources);
+    if (p == kernels::Precision::kInt8) g.entry.format = kernels::MatrixFormat::kQ8;
+    g.entry.cols = sources.front().cols;
+    for (const kernels::Matrix& m : sources) g.entry.rows += m.rows;
+    g.sources = std::move(sources);
+    groups.push_back(std::move(g));
+  };
+  for (int l = 0; l < cfg.layers; ++l) {
+    const Qwen3LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    const std::string lp = "layers." + std::to_string(l) + ".";
+    add(lp + "qkv", {L.q, L.k, L.v});
+    add(lp + "o", {L.o});
+    add(lp + "gate_up", {L.gate, L.up});
+    add(lp + "down", {L.down});
+  }
+  add("lm_head", {w.lm_head});
+  uint64_t offset = 0;
+  for (Group& g : groups) {
+    g.entry.offset = offset;
+    g.entry.bytes = PreparedEntryBytes(g.entry);
+    offset += (g.entry.bytes + kPreparedAlign - 1) / kPreparedAlign * kPreparedAlign;
+  }
+  return groups;
+}
+
+// dst rows [r0, r1) of `src`, converted to `dt` (bytes copied when the dtype already matches).
+void ConvertRows(const kernels::Matrix& src, int64_t r0, int64_t r1, DType dt, std::byte* dst) {
+  const size_t in_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
+  const size_t out_row = static_cast<size_t>(src.cols) * DTypeSize(dt);
+  if (src.dtype == dt) {
+    std::memcpy(dst + static_cast<size_t>(r0) * out_row,
+                static_cast<const std::byte*>(src.data) + static_cast<size_t>(r0) * in_row,
+                static_cast<size_t>(r1 - r0) * in_row);
+    return;
+  }
+  std::vector<float> row(static_cast<size_t>(src.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    kernels::LoadRow(src, r, row.data());
+    std::byte* out = dst + static_cast<size_t>(r) * out_row;
+    for (int64_t c = 0; c < src.cols; ++c) {
+      const float f = row[static_cast<size_t>(c)];
+      if (dt == DType::kF32) {
+        std::memcpy(out + c * 4, &f, 4);
+      } else {
+        const uint16_t h = dt == DType::kBF16 ? F32ToBf16(f) : F32ToF16(f);
+        std::memcpy(out + c * 2, &h, 2);
+      }
+    }
+  }
+}
+
+// Converts or quantizes every source of `g` into `dst` (the entry's place in the region).
+void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
+  const bool q8 = g.entry.format == kernels::MatrixFormat::kQ8;
+  const size_t row_bytes = static_cast<size_t>(g.entry.cols) * DTypeSize(g.entry.dtype);
+  int64_t row = 0;  // the first stacked row of the current source
+  for (const kernels::Matrix& src : g.sources) {
+    const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
+    // Rows are converted in chunks of about 4 MiB of source and each chunk's file pages are
+    // dropped right after, so only a few chunks of the source are resident beside the
+    // prepared copy. (Each release is a TLB shootdown across cores, so not per row.) The
+    // embedding rows of a tied head are faulted back in on lookup.
+    const int64_t rows_per_chunk = std::max<int64_t>(
+        1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, src_row)));
+    const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
+    ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * rows_per_chunk, r1 = std::min(src.rows, r0 + rows_per_chunk);
+        if (q8) {
+          kernels::QuantizeQ8(src, r0, r1, dst, g.entry.rows, row);
+        } else {
+          ConvertRows(src, r0, r1, g.entry.dtype, dst + static_cast<size_t>(row) * row_bytes);
+        }
+        ReleaseFilePages(static_cast<const std::byte*>(src.data) + r0 * src_row,
+                         static_cast<size_t>(r1 - r0) * src_row);
+      }
+    });
+    ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * src_row);
+    row += src.rows;
+  }
+}
+
+}  // namespace
+
+std::string PreparedStorageName(const PreparedEntry& e) {
+  if (e.format == kernels::MatrixFormat::kQ8) return "Q8";
+  return std::string(DTypeName(e.dtype));
+}
+
+bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
+  if (name == "Q8") {
+    e->format = kernels::MatrixFormat::kQ8;
+    e->dtype = DType::kF32;
+    return true;
+  }
+  e->format = kernels::MatrixFormat::kDense;
+  return ParseDTypeName(name, &e->dtype) && e->dtype != DType::kI32;
+}
+
+uint64_t PreparedEntryBytes(const PreparedEntry& e) {
+  if (e.format == kernels::MatrixFormat::kQ8) {
+    return static_cast<uint64_t>(kernels::Q8LayoutFor(e.rows, e.cols).bytes);
+  }
+  return static_cast<uint64_t>(e.rows * e.cols) * DTypeSize(e.dtype);
+}
+
+std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
+                                               kernels::Precision precision) {
+  std::vector<PreparedEntry> out;
+  for (const Group& g : Plan(cfg, w, precision)) out.push_back(g.entry);
+  return out;
+}
+
+StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
+    const Qwen3Config& cfg, const Qwen3Weights& w, const kernels::Context& ctx,
+    const PrepareProgress& progress) {
+  std::vector<Group> groups = Plan(cfg, w, ctx.precision());
+  const PreparedEntry& last = groups.back().entry;
+  std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
+  VLS_ASSIGN_OR_RETURN(pw->region_, HugeRegion::Allocate(last.offset + last.bytes));
+  pw->data_ = pw->region_->data();
+  pw->size_ = last.offset + last.bytes;
+  const int total = static_cast<int>(groups.size());
+  for (int i = 0; i < total; ++i) {
+    const Group& g = groups[static_cast<size_t>(i)];
+    FillEntry(g, pw->region_->data() + g.entry.offset, ctx);
+    pw->entries_.push_back(g.entry);
+    if (progress) progress(i + 1, total);
+  }
+  VLS_RETURN_IF_ERROR(pw->BindEntries(cfg));
+  return pw;
+}
+
+Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
+  auto find = [this](const std::string& name, kernels::Matrix* out) -> Status {
+    for (const PreparedEntry& e : entries_) {
+      if (e.name != name) continue;
+      if (e.offset % kPreparedAlign != 0 || e.offset > size_ || e.bytes > size_ - e.offset ||
+          e.rows <= 0 || e.cols <= 0 || e.bytes != PreparedEntryBytes(e)) {
+        return InvalidArgument("prepared weight '" + name + "' lies outside its region");
+      }
+      *out = e.format == kernels::MatrixFormat::kQ8
+                 ? kernels::Q8MatrixAt(data_ + e.offset, e.rows, e.cols)
+                 : kernels::Matrix{e.dtype, data_ + e.offset, e.rows, e.cols};
+      return Status::Ok();
+    }
+    return InvalidArgument("prepared weights lack '" + name + "'");
+  };
+  layers_.resize(static_cast<size_t>(cfg.layers));
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string lp = "layers." + std::to_string(l) + ".";
+    PreparedLayer& L = layers_[static_cast<size_t>(l)];
+    VLS_RETURN_IF_ERROR(find(lp + "qkv", &L.qkv));
+    VLS_RETURN_IF_ERROR(find(lp + "o", &L.o));
+    VLS_RETURN_IF_ERROR(find(lp + "gate_up", &L.gate_up));
+    VLS_RETURN_IF_ERROR(find(lp + "down", &L.down));
+  }
+  return find("lm_head", &lm_head_);
+}
+
+std::string PreparedWeights::LayoutText() const {
+  std::ostringstream o;
+  for (const PreparedEntry& e : entries_) {
+    o << e.name << " " << PreparedStorageName(e) << " [" << e.rows << ", " << e.cols << "] @"
+      << e.offset << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace vls

@@ -1,0 +1,116 @@
+// Weights converted once at load into the layout the kernels want, in one owned region.
+//
+// Per layer the Q, K and V projections are stacked into one matrix (one matmul, one pass over
+// the activations, one thread-pool dispatch instead of three) and so are the MLP's gate and up
+// projections; O, down and the LM head are copied as they are. Every matrix starts on a
+// 4 KiB boundary of a 2 MiB-aligned huge-page region (base/memory.h).
+//
+// Storage dtype by precision:
+//   kF32:  the checkpoint's dtype, bytes unchanged (the f32 path stays exact); a stacked matrix
+//          whose parts differ in dtype is widened to F32 (exact).
+//   kBF16: BF16 (F32 and F16 sources are rounded to nearest even once, here).
+//   kInt8: Q8 blocked (kernels/quant.h: int8 per 128-column block with an f32 scale), about
+//          1.06 bytes per weight; activations are quantized per call.
+#ifndef VLSTACK_MODEL_PREPARED_WEIGHTS_H_
+#define VLSTACK_MODEL_PREPARED_WEIGHTS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
+#include "base/memory.h"
+#include "base/status.h"
+#include "kernels/dispatch.h"
+#include "model/qwen3_config.h"
+#include "model/qwen3_weights.h"
+
+namespace vls {
+
+// One prepared matrix: its name, storage and place in the region.
+struct PreparedEntry {
+  std::string name;           // "layers.<l>.qkv", "layers.<l>.o", "layers.<l>.gate_up",
+                              // "layers.<l>.down", "lm_head"
+  DType dtype = DType::kF32;  // the dense storage dtype (unused for kQ8)
+  kernels::MatrixFormat format = kernels::MatrixFormat::kDense;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  uint64_t offset = 0;  // from the region start, a multiple of kPreparedAlign
+  uint64_t bytes = 0;
+};
+
+// "F32"/"BF16"/"F16" for dense entries, "Q8" for Q8 ones; and the inverse (false if unknown).
+std::string PreparedStorageName(const PreparedEntry& e);
+bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e);
+// The bytes an entry of this storage and shape occupies.
+uint64_t PreparedEntryBytes(const PreparedEntry& e);
+
+struct PreparedLayer {
+  kernels::Matrix qkv;      // [nh·D + 2·nkv·D, H]: rows of q_proj, then k_proj, then v_proj
+  kernels::Matrix o;        // [H, nh·D]
+  kernels::Matrix gate_up;  // [2·I, H]: rows of gate_proj, then up_proj
+  kernels::Matrix down;     // [H, I]
+};
+
+// Called after each prepared matrix group with (done, total); may print progress.
+using PrepareProgress = std::function<void(int done, int total)>;
+
+inline constexpr uint64_t kPreparedAlign = 4096;
+
+// The entries Prepare makes for this config, checkpoint and precision, in region order.
+std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
+                                               kernels::Precision precision);
+
+// Thread safety: immutable after construction.
+class PreparedWeights {
+ public:
+  // Converts `w` (views into the checkpoint) over ctx's pool. Each source tensor's file pages
+  // are released once copied, so peak memory stays near one copy of the weights.
+  static StatusOr<std::unique_ptr<PreparedWeights>> Prepare(const Qwen3Config& cfg,
+                                                            const Qwen3Weights& w,
+                                                            const kernels::Context& ctx,
+                                                            const PrepareProgress& progress);
+
+  // Maps a prepared-weights artifact (model/prepared_artifact.h) written for this config,
+  // checkpoint and precision. Refused (naming the file and the first difference) when its
+  // layout is not exactly PlanPreparedEntries(cfg, w, precision). The caller checks the
+  // artifact identity against the checkpoint's (artifact_identity()).
+  static StatusOr<std::unique_ptr<PreparedWeights>> FromArtifact(const std::string& path,
+                                                                 const Qwen3Config& cfg,
+                                                                 const Qwen3Weights& w,
+                                                                 kernels::Precision precision);
+
+  // The identity recorded in the artifact this was mapped from; empty when prepared here.
+  const std::string& artifact_identity() const { return artifact_identity_; }
+  // "capacity C, slots B, nmax N" from the artifact header; empty when prepared here.
+  const std::string& artifact_bounds() const { return artifact_bounds_; }
+  const PreparedLayer& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  const kernels::Matrix& lm_head() const { return lm_head_; }
+  const std::vector<PreparedEntry>& entries() const { return entries_; }
+  // The region holding every entry: [0, size()).
+  const std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  // One line per entry ("name dtype [rows, cols] @offset"), for the artifact identity.
+  std::string LayoutText() const;
+
+ private:
+  PreparedWeights() = default;
+  // Points the layer and head matrices at the entries in [data_, data_ + size_).
+  Status BindEntries(const Qwen3Config& cfg);
+
+  std::unique_ptr<HugeRegion> region_;  // prepared in this process, or
+  std::unique_ptr<MappedFile> file_;    // mapped from an artifact
+  std::string artifact_identity_;
+  std::string artifact_bounds_;
+  const std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+  std::vector<PreparedEntry> entries_;
+  std::vector<PreparedLayer> layers_;
+  kernels::Matrix lm_head_;
+};
+
+}  // namespace vls
+
+#endif  // VLSTACK_MODEL_PREPARED_WEIGHTS_H_
