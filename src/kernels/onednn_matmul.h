@@ -49,9 +49,10 @@ Status OneDnnMatMulRoundingX(const float* x, int64_t M, int64_t K, const Matrix&
 // Weights [N, K] BF16 packed once into the blocked layout oneDNN's BF16 matmul prefers on this
 // CPU (one reorder, at model load), so a prefill call skips the per-call panel copy.
 //
-// Plugging into a "prepared weights" step: for each BF16 weight matrix w [N, K] row-major
-// (e.g. the 64-byte-aligned copy it owns), call OneDnnPackedBf16::Create(w, ctx.pool().threads())
-// once and keep the result beside w; then pass it as the last argument of Context::MatMul.
+// Plugging into the prepared-weights step (model/prepared_weights.h): for each BF16 matrix
+// w [N, K] row-major it owns (stacked qkv, o, gate_up, down), call
+// OneDnnPackedBf16::Create(w, ctx.pool().threads()) once and keep the result beside w; then
+// pass it as the last argument of Context::MatMul.
 // The packed copy is the same size as w (N·K·2 bytes plus padding to the block size). The
 // caller still keeps w: decode rows (M below the crossover) run the own kernel on [N, K].
 //
