@@ -85,6 +85,28 @@ void BM_OneDnn(benchmark::State& state, bool packed) {
   SetCounters(state, M, K, N);
 }
 
+// oneDNN one thread per block of `cols` output columns, the blocks spread over vlstack's pool.
+void BM_OneDnnColumns(benchmark::State& state, int64_t cols) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  Inputs in(M, K, N);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  std::vector<uint16_t> xb(in.x.size());
+  for (auto _ : state) {
+    pool.ParallelFor(M, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * K; i < e * K; ++i) xb[size_t(i)] = F32ToBf16(in.x[size_t(i)]);
+    });
+    bool ok = true;
+    pool.ParallelFor((N + cols - 1) / cols, 1, [&](int64_t b, int64_t e) {
+      const Status s = OneDnnMatMulBf16Columns(xb.data(), M, K, in.wm, b * cols,
+                                               std::min(N, e * cols), in.y.data());
+      if (!s.ok()) ok = false;
+    });
+    if (!ok) return state.SkipWithError("oneDNN columns failed");
+    benchmark::DoNotOptimize(in.y.data());
+  }
+  SetCounters(state, M, K, N);
+}
+
 void BM_MatMulQ8(benchmark::State& state, const KernelVariant* v) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   const int threads = static_cast<int>(state.range(3));
@@ -161,6 +183,11 @@ int Register() {
     for (auto* apply : {Shapes, Crossover}) {
       benchmark::RegisterBenchmark("MatMul/bf16/onednn", BM_OneDnn, false)->Apply(apply);
       benchmark::RegisterBenchmark("MatMul/bf16/onednn_packed", BM_OneDnn, true)->Apply(apply);
+      for (int64_t cols : {256, 512}) {
+        benchmark::RegisterBenchmark(("MatMul/bf16/onednn_cols" + std::to_string(cols)).c_str(),
+                                     BM_OneDnnColumns, cols)
+            ->Apply(apply);
+      }
     }
   }
   return 0;

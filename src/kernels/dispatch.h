@@ -78,8 +78,9 @@ class Context {
 
   // y[M, N] = x[M, K] · w[N, K]ᵀ over the pool, in this context's precision. REQUIRES: w.cols == K.
   // In kBF16 with BF16 weights, a non-reference variant and M >= kOneDnnMinRows, the product
-  // runs through oneDNN when the build has it (VLS_ONEDNN=0 turns that off); `packed`, when
-  // given, is w packed by OneDnnPackedBf16::Create and is used there instead of w.
+  // runs through oneDNN when the build has it (VLS_ONEDNN=0 turns that off): blocks of
+  // kOneDnnCols columns over the pool, one oneDNN thread each. `packed`, when given, is w
+  // packed by OneDnnPackedBf16::Create and runs as one call on oneDNN's OpenMP team instead.
   void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
               const OneDnnPackedBf16* packed = nullptr) const;
   bool uses_onednn() const { return use_onednn_; }
@@ -106,6 +107,9 @@ class Context {
 // Activation rows from which Context::MatMul hands BF16 products to oneDNN (measured: below
 // it the own kernel, which streams each weight byte once, is as fast or faster).
 inline constexpr int64_t kOneDnnMinRows = 32;
+// Output columns per single-threaded oneDNN call (the pool spreads the blocks); 256 and 512
+// measured the same, 256 balances the o/down projections (N 2048) over more chunks.
+inline constexpr int64_t kOneDnnCols = 256;
 
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).

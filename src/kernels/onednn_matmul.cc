@@ -46,6 +46,7 @@ struct Key {
   int64_t M, K, N;
   int threads;
   bool packed;
+  int64_t ldc = 0;  // y's row stride when it is not N (column blocks of a wider y)
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
@@ -54,6 +55,7 @@ struct KeyHash {
     h ^= static_cast<uint64_t>(k.K) + 0x7F4A7C15ull + (h << 6) + (h >> 2);
     h ^= static_cast<uint64_t>(k.N) + 0x9E3779B9ull + (h << 6) + (h >> 2);
     h ^= static_cast<uint64_t>(k.threads * 2 + (k.packed ? 1 : 0)) + (h << 6) + (h >> 2);
+    h ^= static_cast<uint64_t>(k.ldc) + (h << 6) + (h >> 2);
     return static_cast<size_t>(h);
   }
 };
@@ -83,7 +85,8 @@ StatusOr<std::shared_ptr<const Entry>> GetPrimitive(const Key& key, const memory
   // Created outside the lock: two threads racing on a new shape both create it, one wins.
   auto e = std::make_shared<Entry>();
   e->src = memory::desc({key.M, key.K}, DT::bf16, Tag::ab);
-  e->dst = memory::desc({key.M, key.N}, DT::f32, Tag::ab);
+  e->dst = key.ldc == 0 ? memory::desc({key.M, key.N}, DT::f32, Tag::ab)
+                        : memory::desc({key.M, key.N}, DT::f32, memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread buffer, see Scratch
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->src, wmd, e->dst), attr, Engine());
@@ -174,6 +177,25 @@ Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& 
     return Run(**e, xb, w.data, y);
   } catch (const dnnl::error& e) {
     return FromDnnl(e, "matmul");
+  }
+}
+
+Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
+                               int64_t n0, int64_t n1, float* y) {
+  const int64_t N = w.rows;
+  if (w.format != MatrixFormat::kDense || w.dtype != DType::kBF16 || w.cols != K || M <= 0 ||
+      K <= 0 || n0 < 0 || n1 <= n0 || n1 > N) {
+    return InvalidArgument("OneDnnMatMulBf16Columns: needs BF16 weights [N, K], 0 <= n0 < n1 <= N");
+  }
+  try {
+    omp_set_num_threads(1);
+    const int64_t nc = n1 - n0;
+    StatusOr<std::shared_ptr<const Entry>> e = GetPrimitive(
+        Key{M, K, nc, 1, false, nc == N ? 0 : N}, memory::desc({K, nc}, DT::bf16, Tag::ba));
+    if (!e.ok()) return e.status();
+    return Run(**e, xb, static_cast<const uint16_t*>(w.data) + n0 * K, y + n0);
+  } catch (const dnnl::error& e) {
+    return FromDnnl(e, "matmul columns");
   }
 }
 
@@ -270,6 +292,11 @@ StatusOr<std::unique_ptr<OneDnnPackedBf16>> OneDnnPackedBf16::Create(const Matri
 }
 
 Status OneDnnPackedBf16::MatMul(const uint16_t*, int64_t, int, float*) const { return NoDnnl(); }
+
+Status OneDnnMatMulBf16Columns(const uint16_t*, int64_t, int64_t, const Matrix&, int64_t, int64_t,
+                               float*) {
+  return NoDnnl();
+}
 
 Status OneDnnMatMulRoundingX(const float*, int64_t, int64_t, const Matrix&, const OneDnnPackedBf16*,
                              int, float*) {

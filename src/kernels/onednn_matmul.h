@@ -37,6 +37,13 @@ bool OneDnnBf16Available();
 Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int threads,
                         float* y);
 
+// y[M, n0:n1] (row stride N = w.rows) = xb[M, K] · w[n0:n1, K]ᵀ on the calling thread only
+// (oneDNN with a team of one): the caller splits N over its own pool, so no OpenMP team runs
+// and a late pool thread does not stall the others (oneDNN's split is static). Primitives are
+// cached per (M, K, n1 - n0, N). REQUIRES: as OneDnnMatMulBf16, 0 <= n0 < n1 <= N.
+Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
+                               int64_t n0, int64_t n1, float* y);
+
 class OneDnnPackedBf16;
 
 // Context::MatMul's oneDNN path: rounds x[M, K] (f32) to BF16 (nearest even, as F32ToBf16)

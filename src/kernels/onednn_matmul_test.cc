@@ -92,6 +92,27 @@ TEST(OneDnnMatMulTest, PlainWeightsMatchReference) {
   }
 }
 
+TEST(OneDnnMatMulTest, ColumnBlocksMatchReference) {
+  // Uneven blocks, as the pool hands them out: y's row stride stays N in every call.
+  SKIP_WITHOUT_ONEDNN();
+  for (const Case& c : kCases) {
+    const Problem p(c);
+    std::vector<float> got(p.ref.size(), -1.0f);
+    const int64_t cuts[] = {0, c.N / 3, c.N / 3 + (c.N + 1) / 2, c.N};
+    for (int i = 0; i < 3; ++i) {
+      if (cuts[i] == cuts[i + 1]) continue;
+      const Status s =
+          OneDnnMatMulBf16Columns(p.xb.data(), c.M, c.K, p.w, cuts[i], cuts[i + 1], got.data());
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    p.Check(got, "columns");
+  }
+  const Problem p(kCases[1]);
+  std::vector<float> y(p.ref.size());
+  EXPECT_FALSE(OneDnnMatMulBf16Columns(p.xb.data(), 3, 130, p.w, 5, 5, y.data()).ok());
+  EXPECT_FALSE(OneDnnMatMulBf16Columns(p.xb.data(), 3, 130, p.w, 0, 34, y.data()).ok());
+}
+
 TEST(OneDnnMatMulTest, PackedWeightsMatchReferenceAtEveryM) {
   SKIP_WITHOUT_ONEDNN();
   for (const Case& c : kCases) {
