@@ -12,7 +12,9 @@
 // "bf16/<variant>" is the own kernel (oneDNN routing off); "bf16/onednn" and
 // "bf16/onednn_packed" run oneDNN's matmul on [N, K] weights in place and on weights packed
 // once (OneDnnPackedBf16), each including the f32 → BF16 rounding of x, as Context::MatMul
-// calls them (OneDnnMatMulRoundingX), at every M (the crossover sweep M 8…128 sets kOneDnnMinRows).
+// calls them (OneDnnMatMulRoundingX), at every M; "bf16/onednn_cols<C>" runs one-thread oneDNN
+// calls per block of C output columns over vlstack's pool (what Context::MatMul routes) (the
+// crossover sweep M 8…128 sets kOneDnnMinRows).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

@@ -6,10 +6,12 @@
 // decode (M of 1..8) the own kernel streams weights at memory bandwidth and stays faster.
 // Context::MatMul picks between the two (see dispatch.cc); this file is the oneDNN side only.
 //
-// Threads: every call runs on the calling thread plus an OpenMP team, `threads` in total
-// (omp_set_num_threads on the calling thread before the primitive is created and run). The
-// caller must keep its own pool idle meanwhile, or the two teams oversubscribe the cores;
-// Context::MatMul calls in through ThreadPool::RunExclusive.
+// Threads: OneDnnMatMulBf16Columns runs on the calling thread only (Context::MatMul spreads
+// column blocks over its pool: what it routes by default). OneDnnMatMulBf16, the packed
+// MatMul and OneDnnMatMulRoundingX run on the calling thread plus an OpenMP team, `threads` in
+// total (omp_set_num_threads on the calling thread before the primitive is created and run);
+// the caller must keep its own pool idle meanwhile (Context::MatMul calls them through
+// ThreadPool::RunExclusive).
 //
 // Without oneDNN in the build every function here reports kUnimplemented and
 // OneDnnBf16Available() is false.
