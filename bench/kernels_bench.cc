@@ -3,42 +3,110 @@
 //   build/…/src/kernels/kernels_bench --benchmark_filter=MatMul
 //
 // Shapes are the Qwen3-VL-2B text decoder's gate/up projection (K 2048 → N 6144) at decode
-// (M 1), batched decode (M 8) and prefill (M 512). Counters: FLOP/s, and weight bytes/s
-// (each weight byte is read once per call, so decode should approach memory bandwidth).
+// (M 1), batched decode (M 8) and prefill (M 512), and its down projection (K 6144 → N 2048)
+// at prefill. Counters: FLOP/s, and weight bytes/s (each weight byte is read once per call,
+// so decode should approach memory bandwidth).
 // MatMul/q8 also runs the 2B down projection (K 6144 → N 2048); its weight bytes include the
 // block scales and sums (1 + 8/128 bytes per weight), and FLOP/s counts 2 ops per int8 MAC.
+//
+// "bf16/<variant>" is the own kernel (oneDNN routing off); "bf16/onednn" and
+// "bf16/onednn_packed" run oneDNN's matmul on [N, K] weights in place and on weights packed
+// once (OneDnnPackedBf16), each including the f32 → BF16 rounding of x, as Context::MatMul
+// calls them (OneDnnMatMulRoundingX), at every M; "bf16/onednn_cols<C>" runs one-thread oneDNN
+// calls per block of C output columns over vlstack's pool (what Context::MatMul routes) (the
+// crossover sweep M 8…128 sets kOneDnnMinRows).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/onednn_matmul.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
 namespace vls::kernels {
 namespace {
 
-void BM_MatMul(benchmark::State& state, const KernelVariant* v, Precision p) {
-  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
-  const int threads = static_cast<int>(state.range(3));
-  std::mt19937 rng(1);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
-  std::vector<uint16_t> w(static_cast<size_t>(N * K));
-  for (float& f : x) f = d(rng);
-  for (uint16_t& h : w) h = F32ToBf16(d(rng) * 0.02f);
-  const Matrix wm{DType::kBF16, w.data(), N, K};
-  Context ctx(threads, p, v);
-  for (auto _ : state) {
-    ctx.MatMul(x.data(), M, K, wm, y.data());
-    benchmark::DoNotOptimize(y.data());
+struct Inputs {
+  std::vector<float> x, y;
+  std::vector<uint16_t> w;
+  Matrix wm;
+  Inputs(int64_t M, int64_t K, int64_t N) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    x.resize(static_cast<size_t>(M * K));
+    y.resize(static_cast<size_t>(M * N));
+    w.resize(static_cast<size_t>(N * K));
+    for (float& f : x) f = d(rng);
+    for (uint16_t& h : w) h = F32ToBf16(d(rng) * 0.02f);
+    wm = Matrix{DType::kBF16, w.data(), N, K};
   }
+};
+
+void SetCounters(benchmark::State& state, int64_t M, int64_t K, int64_t N) {
   const double iters = static_cast<double>(state.iterations());
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * M * N * K * iters, benchmark::Counter::kIsRate);
   state.counters["wbytes/s"] = benchmark::Counter(2.0 * N * K * iters, benchmark::Counter::kIsRate);
+}
+
+void BM_MatMul(benchmark::State& state, const KernelVariant* v, Precision p) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  Inputs in(M, K, N);
+  Context ctx(static_cast<int>(state.range(3)), p, v);
+  ctx.DisableOneDnn();
+  for (auto _ : state) {
+    ctx.MatMul(in.x.data(), M, K, in.wm, in.y.data());
+    benchmark::DoNotOptimize(in.y.data());
+  }
+  SetCounters(state, M, K, N);
+}
+
+void BM_OneDnn(benchmark::State& state, bool packed) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  Inputs in(M, K, N);
+  std::unique_ptr<OneDnnPackedBf16> pw;
+  if (packed) {
+    StatusOr<std::unique_ptr<OneDnnPackedBf16>> r = OneDnnPackedBf16::Create(in.wm, threads);
+    if (!r.ok()) return state.SkipWithError(r.status().ToString().c_str());
+    pw = std::move(*r);
+  }
+  ThreadPool pool(threads);  // idle, as in Context::MatMul
+  for (auto _ : state) {
+    Status s;
+    pool.RunExclusive([&] {
+      s = OneDnnMatMulRoundingX(in.x.data(), M, K, in.wm, pw.get(), threads, in.y.data());
+    });
+    if (!s.ok()) return state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(in.y.data());
+  }
+  SetCounters(state, M, K, N);
+}
+
+// oneDNN one thread per block of `cols` output columns, the blocks spread over vlstack's pool.
+void BM_OneDnnColumns(benchmark::State& state, int64_t cols) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  Inputs in(M, K, N);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  std::vector<uint16_t> xb(in.x.size());
+  for (auto _ : state) {
+    pool.ParallelFor(M, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * K; i < e * K; ++i) xb[size_t(i)] = F32ToBf16(in.x[size_t(i)]);
+    });
+    bool ok = true;
+    pool.ParallelFor((N + cols - 1) / cols, 1, [&](int64_t b, int64_t e) {
+      const Status s = OneDnnMatMulBf16Columns(xb.data(), M, K, in.wm, b * cols,
+                                               std::min(N, e * cols), in.y.data());
+      if (!s.ok()) ok = false;
+    });
+    if (!ok) return state.SkipWithError("oneDNN columns failed");
+    benchmark::DoNotOptimize(in.y.data());
+  }
+  SetCounters(state, M, K, N);
 }
 
 void BM_MatMulQ8(benchmark::State& state, const KernelVariant* v) {
@@ -82,6 +150,15 @@ void Shapes(benchmark::internal::Benchmark* b) {
     b->Args({1, 2048, 6144, threads});
     b->Args({8, 2048, 6144, threads});
     b->Args({512, 2048, 6144, threads});
+    b->Args({512, 6144, 2048, threads});
+  }
+  b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+// The crossover sweep (M 8…128) for kOneDnnMinRows.
+void Crossover(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int64_t M : {8, 16, 32, 64, 128}) b->Args({M, 2048, 6144, threads});
   }
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
@@ -93,13 +170,26 @@ int Register() {
                                  Precision::kF32)
         ->Apply(Shapes);
     if (v->matmul_bf16 != nullptr) {
-      benchmark::RegisterBenchmark((std::string("MatMul/bf16/") + v->name).c_str(), BM_MatMul, v,
-                                   Precision::kBF16)
-          ->Apply(Shapes);
+      for (auto* apply : {Shapes, Crossover}) {
+        benchmark::RegisterBenchmark((std::string("MatMul/bf16/") + v->name).c_str(), BM_MatMul, v,
+                                     Precision::kBF16)
+            ->Apply(apply);
+      }
     }
     if (v->matmul_q8 != nullptr) {
       benchmark::RegisterBenchmark((std::string("MatMul/q8/") + v->name).c_str(), BM_MatMulQ8, v)
           ->Apply(Q8Shapes);
+    }
+  }
+  if (OneDnnBf16Available()) {
+    for (auto* apply : {Shapes, Crossover}) {
+      benchmark::RegisterBenchmark("MatMul/bf16/onednn", BM_OneDnn, false)->Apply(apply);
+      benchmark::RegisterBenchmark("MatMul/bf16/onednn_packed", BM_OneDnn, true)->Apply(apply);
+      for (int64_t cols : {256, 512}) {
+        benchmark::RegisterBenchmark(("MatMul/bf16/onednn_cols" + std::to_string(cols)).c_str(),
+                                     BM_OneDnnColumns, cols)
+            ->Apply(apply);
+      }
     }
   }
   return 0;

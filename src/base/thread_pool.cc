@@ -95,4 +95,13 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   fn_ = nullptr;
 }
 
+void ThreadPool::RunExclusive(const std::function<void()>& fn) {
+  if (t_in_pool) {
+    fn();
+    return;
+  }
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  fn();
+}
+
 }  // namespace vls

@@ -34,6 +34,12 @@ class ThreadPool {
   // from inside a loop body of this pool.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // Calls fn() on the calling thread while no loop of this pool runs (ParallelFor callers
+  // wait), so fn may run its own team of threads (oneDNN's OpenMP) on the cores this pool
+  // stands for without oversubscribing them. The workers stay asleep. Runs fn() directly when
+  // called from inside a loop body of this pool.
+  void RunExclusive(const std::function<void()>& fn);
+
   // The number of hardware threads (at least 1).
   static int HardwareThreads();
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 namespace vls {
@@ -46,6 +47,36 @@ TEST(ThreadPoolTest, ManyShortLoops) {
     total += s.load();
   }
   EXPECT_EQ(total, 2000 * 64);
+}
+
+TEST(ThreadPoolTest, RunExclusiveRunsOnCallerAndExcludesLoops) {
+  ThreadPool pool(2);
+  std::atomic<bool> inside{false};
+  std::atomic<bool> overlapped{false};
+  std::thread other([&] {
+    for (int r = 0; r < 200; ++r) {
+      pool.ParallelFor(8, 1, [&](int64_t, int64_t) {
+        if (inside.load()) overlapped = true;
+      });
+    }
+  });
+  for (int r = 0; r < 200; ++r) {
+    const std::thread::id caller = std::this_thread::get_id();
+    pool.RunExclusive([&] {
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      inside = true;
+      std::this_thread::yield();
+      inside = false;
+    });
+  }
+  other.join();
+  EXPECT_FALSE(overlapped.load()) << "a loop body ran while RunExclusive held the pool";
+  // From inside a loop body it runs directly instead of deadlocking.
+  std::atomic<int> ran{0};
+  pool.ParallelFor(4, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) pool.RunExclusive([&] { ran.fetch_add(1); });
+  });
+  EXPECT_EQ(ran.load(), 4);
 }
 
 }  // namespace

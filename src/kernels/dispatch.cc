@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+
+#include "kernels/onednn_matmul.h"
 
 namespace vls::kernels {
 
@@ -178,12 +181,33 @@ const KernelVariant& DefaultVariant() {
   return chosen;
 }
 
+namespace {
+// oneDNN unless VLS_ONEDNN=0 (for A/B measurements) or the build/CPU lacks it.
+bool OneDnnEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VLS_ONEDNN");
+    return !(env != nullptr && std::strcmp(env, "0") == 0) && OneDnnBf16Available();
+  }();
+  return enabled;
+}
+// A failing oneDNN call is reported once; the own kernel then computes the product.
+void WarnOneDnnFailedOnce(const Status& s) {
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr, "vlstack: oneDNN matmul failed, using own kernels: %s\n",
+                 s.ToString().c_str());
+  });
+}
+}  // namespace
+
 Context::Context(int threads, Precision precision, const KernelVariant* variant)
     : pool_(std::make_unique<ThreadPool>(threads)),
       precision_(precision),
-      variant_(variant != nullptr ? variant : &DefaultVariant()) {}
+      variant_(variant != nullptr ? variant : &DefaultVariant()),
+      use_onednn_(variant_ != &ReferenceVariant() && OneDnnEnabled()) {}
 
-void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const {
+void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                     const OneDnnPackedBf16* packed) const {
   const int64_t N = w.rows;
   if (M <= 0 || N <= 0) return;
   if (w.format == MatrixFormat::kQ8) return MatMulQ8(*pool_, *variant_, x, M, K, w, y);
@@ -195,10 +219,43 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
   if (precision_ == Precision::kBF16 && w.dtype == DType::kBF16 &&
       variant_->matmul_bf16 != nullptr) {
-    std::vector<uint16_t> xb(static_cast<size_t>(M * K));  // [M, K] activations as BF16
-    for (int64_t i = 0; i < M * K; ++i) xb[static_cast<size_t>(i)] = F32ToBf16(x[i]);
+    const bool onednn = use_onednn_ && M >= kOneDnnMinRows;
+    if (onednn && packed != nullptr && packed->rows() == N && packed->cols() == K) {
+      // Packed weights run as one oneDNN call on its own OpenMP team of pool().threads()
+      // (which also rounds x), so the pool stays idle meanwhile.
+      Status s;
+      pool_->RunExclusive(
+          [&] { s = OneDnnMatMulRoundingX(x, M, K, w, packed, pool_->threads(), y); });
+      if (s.ok()) return;
+      WarnOneDnnFailedOnce(s);
+    }
+    // [M, K] activations as BF16 (not zero-filled first: every value is written below).
+    const std::unique_ptr<uint16_t[]> xbuf =
+        std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(M * K));
+    uint16_t* xb = xbuf.get();
+    // Split over rows too: for prefill this is millions of values per matmul.
+    pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K), [&](int64_t b, int64_t e) {
+      for (int64_t i = b * K; i < e * K; ++i) xb[i] = F32ToBf16(x[i]);
+    });
+    if (onednn) {
+      // One single-threaded oneDNN call per block of output columns, the blocks spread over
+      // the pool: exactly the pool's threads, and a descheduled thread does not stall the
+      // others as oneDNN's static OpenMP split would on a shared machine.
+      std::mutex mu;
+      Status failed;
+      pool_->ParallelFor((N + kOneDnnCols - 1) / kOneDnnCols, 1, [&](int64_t b, int64_t e) {
+        Status s =
+            OneDnnMatMulBf16Columns(xb, M, K, w, b * kOneDnnCols, std::min(N, e * kOneDnnCols), y);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          failed = std::move(s);
+        }
+      });
+      if (failed.ok()) return;
+      WarnOneDnnFailedOnce(failed);
+    }
     pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
-      variant_->matmul_bf16(xb.data(), M, K, w, b * kBlock, std::min(N, e * kBlock), y);
+      variant_->matmul_bf16(xb, M, K, w, b * kBlock, std::min(N, e * kBlock), y);
     });
     return;
   }

@@ -28,6 +28,7 @@ namespace vls::kernels {
 //          int32 block sums. Q8 matrices take this path under every precision (they cannot be
 //          read otherwise); dense matrices are computed as in kF32.
 enum class Precision { kF32, kBF16, kInt8 };
+class OneDnnPackedBf16;  // kernels/onednn_matmul.h
 const char* PrecisionName(Precision p);
 
 // One implementation of the hot ops. Matmul entries compute y[m, n] for every m < M and
@@ -80,7 +81,15 @@ class Context {
   const KernelVariant& variant() const { return *variant_; }
 
   // y[M, N] = x[M, K] · w[N, K]ᵀ over the pool, in this context's precision. REQUIRES: w.cols == K.
-  void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const;
+  // In kBF16 with BF16 weights, a non-reference variant and M >= kOneDnnMinRows, the product
+  // runs through oneDNN when the build has it (VLS_ONEDNN=0 turns that off): blocks of
+  // kOneDnnCols columns over the pool, one oneDNN thread each. `packed`, when given, is w
+  // packed by OneDnnPackedBf16::Create and runs as one call on oneDNN's OpenMP team instead.
+  void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+              const OneDnnPackedBf16* packed = nullptr) const;
+  bool uses_onednn() const { return use_onednn_; }
+  // Keeps every matmul on this context's own kernels (benchmarks, A/B comparisons).
+  void DisableOneDnn() { use_onednn_ = false; }
   float Dot(const float* a, const float* b, int64_t n) const { return variant_->dot(a, b, n); }
   void Axpy(float a, const float* x, float* y, int64_t n) const { variant_->axpy(a, x, y, n); }
   void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
@@ -96,7 +105,15 @@ class Context {
   std::unique_ptr<ThreadPool> pool_;
   Precision precision_;
   const KernelVariant* variant_;
+  bool use_onednn_;
 };
+
+// Activation rows from which Context::MatMul hands BF16 products to oneDNN (measured: below
+// it the own kernel, which streams each weight byte once, is as fast or faster).
+inline constexpr int64_t kOneDnnMinRows = 32;
+// Output columns per single-threaded oneDNN call (the pool spreads the blocks); 256 and 512
+// measured the same, 256 balances the o/down projections (N 2048) over more chunks.
+inline constexpr int64_t kOneDnnCols = 256;
 
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).
