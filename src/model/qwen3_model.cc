@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/memory.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
 
@@ -56,6 +57,11 @@ void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
   for (size_t s = 0; s < tokens.size(); ++s) {
     kernels::LoadRow(weights_.embed, tokens[s], out + s * static_cast<size_t>(cfg_.hidden));
   }
+  // Each lookup faults in (with the kernel's fault-around) up to 64 KiB of the mapped
+  // checkpoint; over a long run of random tokens that grows the resident set towards the
+  // whole table. Drop the pages again: the bytes stay readable from the page cache.
+  const kernels::Matrix& e = weights_.embed;
+  ReleaseFilePages(e.data, static_cast<size_t>(e.rows * e.cols) * DTypeSize(e.dtype));
 }
 
 void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow> rows,
