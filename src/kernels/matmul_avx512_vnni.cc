@@ -7,8 +7,9 @@
 // Two kernels over the same row-major weights:
 //  - rows (M < kPanelMinRows, decode): lanes along K; 16 weight rows per tile, their 16 int32
 //    accumulators reduced to one vector per block (lane = weight row), so the scales apply as
-//    vectors. Memory-bound; weights are prefetched ahead (4 KiB pages stop the hardware
-//    prefetcher).
+//    vectors. Memory-bound; each load prefetches the same block one tile (16 rows) ahead,
+//    which streams the contiguous rows ahead of the loads (0.6B int8 decode 50 -> 57 tok/s
+//    against prefetching 512 B ahead within the row; neutral on the 2B shape).
 //  - panel (prefill): lanes along M. Activations are interleaved 16 rows × 4 columns (q16), so
 //    one vpdpbusd multiplies 4 weight bytes (broadcast) with 4 columns of 16 rows; no horizontal
 //    reduction, and block scales apply per vector. Tiles of up to 3 × 16 rows × 4 weight rows.
@@ -25,9 +26,6 @@ namespace vls::kernels {
 
 namespace {
 
-// Measured on the 2B shape, int8 decode with prepared (huge-page) weights: 512 B ahead 23.3
-// tok/s, 256 B 22.9, 1 KiB 20.4.
-constexpr int kPrefetchBytes = 512;
 constexpr int64_t kPanelMinRows = 8;
 constexpr int kMv = 3;  // panel tile: up to 3 groups of 16 activation rows
 
@@ -100,8 +98,10 @@ inline void BlockDots(const uint8_t* xk, const int8_t* wk, int64_t K, int64_t le
 #pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) {
     if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64, _MM_HINT_T0);
+      // The same block of the row one tile (16 rows) ahead: rows are contiguous, so this
+      // streams the matrix one tile ahead of the loads.
+      _mm_prefetch(reinterpret_cast<const char*>(p + 16 * K), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 16 * K) + 64, _MM_HINT_T0);
     }
     const __m512i w0 = kFull ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(m0, p);
     const __m512i w1 = kFull ? _mm512_loadu_si512(p + 64) : _mm512_maskz_loadu_epi8(m1, p + 64);
