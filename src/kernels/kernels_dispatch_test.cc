@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/kernels_test_util.h"
 #include "tensor/tensor.h"
 
 namespace vls::kernels {
@@ -19,22 +20,8 @@ struct Case {
 constexpr Case kCases[] = {{1, 1, 1},    {1, 77, 5},    {3, 130, 33}, {17, 67, 31},
                            {3, 512, 41}, {17, 1000, 7}, {8, 2049, 65}};
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
-
-// The error bound for a sum of K products computed in f32 in any order: a few ulps of the
-// sum of |products| per log2(K) level of the reduction tree (K·eps·Σ|xw| is the worst case;
-// every variant here sums in 16- or 32-lane trees, far below it).
-double F32Bound(const float* x, const float* w, int64_t K) {
-  double abs_sum = 0;
-  for (int64_t k = 0; k < K; ++k) abs_sum += std::fabs(double(x[k]) * w[k]);
-  return 4.0 * (std::log2(double(K)) + 2.0) * 1.2e-7 * abs_sum + 1e-30;
-}
+using testing::F32Bound;
+using testing::Random;
 
 TEST(KernelsDispatchTest, ReferenceIsAlwaysSupportedAndFirst) {
   const auto all = SupportedVariants();

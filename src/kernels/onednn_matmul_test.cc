@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/kernels_test_util.h"
 #include "tensor/tensor.h"
 
 namespace vls::kernels {
@@ -22,23 +23,12 @@ struct Case {
 constexpr Case kCases[] = {{1, 77, 5},     {3, 130, 33},  {17, 1000, 31}, {64, 67, 64},
                            {64, 2049, 65}, {513, 96, 17}, {513, 333, 129}};
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
+using testing::Random;
 
 // Both sides multiply the same BF16 values (each product is exact in f32) and accumulate in
-// f32, so only the summation order differs: a few ulps of Σ|x·w| per level of a log2(K)-deep
-// reduction tree bounds it (the same bound as kernels_dispatch_test.cc's F32Bound; oneDNN's
-// brgemm sums K in vdpbf16ps pairs and register blocks, and may split K across threads).
-double F32Bound(const float* x, const float* w, int64_t K) {
-  double abs_sum = 0;
-  for (int64_t k = 0; k < K; ++k) abs_sum += std::fabs(double(x[k]) * w[k]);
-  return 4.0 * (std::log2(double(K)) + 2.0) * 1.2e-7 * abs_sum + 1e-30;
-}
+// f32, so only the summation order differs: testing::F32Bound (oneDNN's brgemm sums K in
+// vdpbf16ps pairs and register blocks, and may split K across threads).
+using testing::F32Bound;
 
 // Inputs for one case: BF16 activations (and their f32 widening), BF16 weights, reference.
 struct Problem {
