@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/bf16_blocked.h"
 #include "kernels/dispatch.h"
 #include "kernels/onednn_matmul.h"
 #include "kernels/quant.h"
@@ -60,6 +61,23 @@ void BM_MatMul(benchmark::State& state, const KernelVariant* v, Precision p) {
   ctx.DisableOneDnn();
   for (auto _ : state) {
     ctx.MatMul(in.x.data(), M, K, in.wm, in.y.data());
+    benchmark::DoNotOptimize(in.y.data());
+  }
+  SetCounters(state, M, K, N);
+}
+
+// The same product on BF16 blocked weights (bf16_blocked.h): the variant's blocked kernel,
+// or with `onednn` oneDNN reading the blocked weights in place from kOneDnnMinRows rows.
+void BM_MatMulBlocked(benchmark::State& state, const KernelVariant* v, bool onednn) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  Inputs in(M, K, N);
+  std::vector<uint16_t> packed(static_cast<size_t>(Bf16BlockedBytes(N, K) / 2));
+  PackBf16Blocked(in.wm, 0, N, packed.data(), N, 0);
+  const Matrix wb = Bf16BlockedMatrixAt(packed.data(), N, K);
+  Context ctx(static_cast<int>(state.range(3)), Precision::kBF16, v);
+  if (!onednn) ctx.DisableOneDnn();
+  for (auto _ : state) {
+    ctx.MatMul(in.x.data(), M, K, wb, in.y.data());
     benchmark::DoNotOptimize(in.y.data());
   }
   SetCounters(state, M, K, N);
@@ -149,6 +167,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     b->Args({1, 2048, 6144, threads});
     b->Args({8, 2048, 6144, threads});
+    b->Args({8, 1024, 6144, threads});  // the 0.6B shape's gate/up at batched decode
     b->Args({512, 2048, 6144, threads});
     b->Args({512, 6144, 2048, threads});
   }
@@ -174,6 +193,17 @@ int Register() {
         benchmark::RegisterBenchmark((std::string("MatMul/bf16/") + v->name).c_str(), BM_MatMul, v,
                                      Precision::kBF16)
             ->Apply(apply);
+      }
+    }
+    if (v->matmul_bf16_blocked != nullptr) {
+      for (auto* apply : {Shapes, Crossover}) {
+        benchmark::RegisterBenchmark((std::string("MatMul/bf16blocked/") + v->name).c_str(),
+                                     BM_MatMulBlocked, v, false)
+            ->Apply(apply);
+      }
+      if (OneDnnBf16Available()) {
+        benchmark::RegisterBenchmark("MatMul/bf16blocked/onednn", BM_MatMulBlocked, v, true)
+            ->Apply(Shapes);
       }
     }
     if (v->matmul_q8 != nullptr) {

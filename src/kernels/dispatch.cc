@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "kernels/bf16_blocked.h"
 #include "kernels/onednn_matmul.h"
 
 namespace vls::kernels {
@@ -87,9 +88,10 @@ void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
   }
 }
 
+// RefMatMulBf16 reads w through LoadRow, so it also serves BF16 blocked matrices.
 const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16,  RefDot,
                                   RefAxpy,     RefScores,    RefWeightedSum, QuantizeActivationsQ8,
-                                  RefMatMulQ8, nullptr};
+                                  RefMatMulQ8, nullptr,      RefMatMulBf16};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)
@@ -200,6 +202,52 @@ void WarnOneDnnFailedOnce(const Status& s) {
 }
 }  // namespace
 
+// [M, K] activations rounded to BF16 over the pool (for prefill, millions of values).
+std::unique_ptr<uint16_t[]> Context::RoundToBf16(const float* x, int64_t M, int64_t K) const {
+  // Not zero-filled first: every value is written below.
+  std::unique_ptr<uint16_t[]> xbuf =
+      std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(M * K));
+  uint16_t* xb = xbuf.get();
+  pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K), [&](int64_t b, int64_t e) {
+    for (int64_t i = b * K; i < e * K; ++i) xb[i] = F32ToBf16(x[i]);
+  });
+  return xbuf;
+}
+
+// BF16 blocked weights: oneDNN reads them in place from kOneDnnMinRows rows (row blocks over
+// the pool, each a single-threaded call); below that, or when oneDNN fails, the variant's blocked
+// kernel (the reference's when it has none) over 64-row blocks.
+void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w,
+                                float* y) const {
+  const int64_t N = w.rows;
+  const std::unique_ptr<uint16_t[]> xbuf = RoundToBf16(x, M, K);
+  const uint16_t* xb = xbuf.get();
+  if (use_onednn_ && M >= kOneDnnMinRows) {
+    std::mutex mu;
+    Status failed;
+    // Row blocks of at least kOneDnnMinRows, at most kOneDnnRows, about two per thread.
+    const int64_t threads = pool_->threads();
+    const int64_t rows =
+        std::clamp<int64_t>((M + 2 * threads - 1) / (2 * threads), kOneDnnMinRows, kOneDnnRows);
+    pool_->ParallelFor((M + rows - 1) / rows, 1, [&](int64_t b, int64_t e) {
+      Status s = OneDnnMatMulBf16BlockedRows(xb, M, K, w, b * rows, std::min(M, e * rows), y);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        failed = std::move(s);
+      }
+    });
+    if (failed.ok()) return;
+    WarnOneDnnFailedOnce(failed);
+  }
+  const KernelVariant& v =
+      variant_->matmul_bf16_blocked != nullptr ? *variant_ : ReferenceVariant();
+  const int64_t blocks = (N + kBf16BlockN - 1) / kBf16BlockN;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBf16BlockN));
+  pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    v.matmul_bf16_blocked(xb, M, K, w, b * kBf16BlockN, std::min(N, e * kBf16BlockN), y);
+  });
+}
+
 Context::Context(int threads, Precision precision, const KernelVariant* variant)
     : pool_(std::make_unique<ThreadPool>(threads)),
       precision_(precision),
@@ -211,6 +259,7 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
   const int64_t N = w.rows;
   if (M <= 0 || N <= 0) return;
   if (w.format == MatrixFormat::kQ8) return MatMulQ8(*pool_, *variant_, x, M, K, w, y);
+  if (w.format == MatrixFormat::kBf16Blocked) return MatMulBf16Blocked(x, M, K, w, y);
   // Work is split over output columns in blocks of 16 weight rows, so each weight row is
   // read by one thread, once for all M rows.
   constexpr int64_t kBlock = 16;
@@ -229,14 +278,8 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
       if (s.ok()) return;
       WarnOneDnnFailedOnce(s);
     }
-    // [M, K] activations as BF16 (not zero-filled first: every value is written below).
-    const std::unique_ptr<uint16_t[]> xbuf =
-        std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(M * K));
+    const std::unique_ptr<uint16_t[]> xbuf = RoundToBf16(x, M, K);
     uint16_t* xb = xbuf.get();
-    // Split over rows too: for prefill this is millions of values per matmul.
-    pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K), [&](int64_t b, int64_t e) {
-      for (int64_t i = b * K; i < e * K; ++i) xb[i] = F32ToBf16(x[i]);
-    });
     if (onednn) {
       // One single-threaded oneDNN call per block of output columns, the blocks spread over
       // the pool: exactly the pool's threads, and a descheduled thread does not stall the

@@ -23,7 +23,8 @@ namespace vls::kernels {
 //          to the reference up to f32 summation order. The default and the oracle-tested path.
 //   kBF16: activations rounded to BF16 (round to nearest even), products against BF16 weights,
 //          f32 accumulation (AVX512_BF16 dot products). Weights stored as F32/F16 fall back to
-//          the kF32 computation, as does a variant without a BF16 kernel.
+//          the kF32 computation, as does a variant without a BF16 kernel. BF16 blocked
+//          matrices (kernels/bf16_blocked.h) take this path under every precision.
 //   kInt8: weights prepared as Q8 (quant.h), activations quantized per row and block per call,
 //          int32 block sums. Q8 matrices take this path under every precision (they cannot be
 //          read otherwise); dense matrices are computed as in kF32.
@@ -60,6 +61,10 @@ struct KernelVariant {
   // Blocked online-softmax attention of one work item (kernels/attention.h). Null in the
   // reference variant, whose attention is the plain per-(row, head) Scores/Softmax/WeightedSum.
   void (*attention)(const AttentionTile& tile) = nullptr;
+  // As matmul_bf16 for a kBf16Blocked w (kernels/bf16_blocked.h). REQUIRES: n0 a multiple of
+  // kBf16BlockN. Null when the variant has none (Context::MatMul then runs the reference).
+  void (*matmul_bf16_blocked)(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
+                              int64_t n1, float* y) = nullptr;
 };
 
 // The scalar reference (always available).
@@ -102,6 +107,9 @@ class Context {
   }
 
  private:
+  std::unique_ptr<uint16_t[]> RoundToBf16(const float* x, int64_t M, int64_t K) const;
+  void MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const;
+
   std::unique_ptr<ThreadPool> pool_;
   Precision precision_;
   const KernelVariant* variant_;
@@ -114,6 +122,9 @@ inline constexpr int64_t kOneDnnMinRows = 32;
 // Output columns per single-threaded oneDNN call (the pool spreads the blocks); 256 and 512
 // measured the same, 256 balances the o/down projections (N 2048) over more chunks.
 inline constexpr int64_t kOneDnnCols = 256;
+// Most activation rows per single-threaded oneDNN call on BF16 blocked weights (row blocks;
+// each call reads all the weights, which at 128 rows is still far from memory-bound).
+inline constexpr int64_t kOneDnnRows = 128;
 
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).

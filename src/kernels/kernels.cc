@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/bf16_blocked.h"
 #include "kernels/quant.h"
 
 namespace vls::kernels {
@@ -15,6 +16,12 @@ void LoadRow(const Matrix& m, int64_t r, float* out) {
     const auto* q = static_cast<const int8_t*>(m.data) + r * n;
     const float* scales = m.scales + r * Q8Blocks(n);
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scales[i / kQ8Block];
+    return;
+  }
+  if (m.format == MatrixFormat::kBf16Blocked) {
+    const auto* p = static_cast<const uint16_t*>(m.data);
+    const int64_t kp = Bf16PaddedCols(n);
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(p[Bf16BlockedIndex(r, i, kp)]);
     return;
   }
   switch (m.dtype) {

@@ -18,6 +18,9 @@ enum class MatrixFormat : uint8_t {
   // Q8 blocked (kernels/quant.h): `data` holds int8 q[rows, cols]; `scales` f32 and `sums` i32
   // hold [rows, Q8Blocks(cols)]; value = q · scale of its (row, block). `dtype` is ignored.
   kQ8,
+  // BF16 blocked (kernels/bf16_blocked.h): `data` holds BF16 values in 64-row × 32-column
+  // tiles, column pairs interleaved per row, zero-padded to whole tiles. `dtype` is kBF16.
+  kBf16Blocked,
 };
 
 // A read-only [rows, cols] matrix in a float dtype, or quantized (format kQ8).

@@ -94,7 +94,8 @@ const KernelVariant kAvx512Bf16 = {"avx512bf16",
                                    avx512_internal::WeightedSum,
                                    avx512_internal::QuantizeQ8,
                                    avx512_internal::MatMulQ8,
-                                   avx512_internal::Attention};
+                                   avx512_internal::Attention,
+                                   avx512_internal::MatMulBf16Blocked};
 
 }  // namespace
 

@@ -176,7 +176,8 @@ const KernelVariant kAvx512 = {"avx512",
                                WeightedSum,
                                nullptr,
                                nullptr,  // no Q8 kernels (see avx512vnni)
-                               avx512_internal::Attention};
+                               avx512_internal::Attention,
+                               avx512_internal::MatMulBf16BlockedNoBf16};
 
 }  // namespace
 

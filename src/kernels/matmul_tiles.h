@@ -27,6 +27,14 @@ void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int6
 // The Q8 kernels (matmul_avx512_vnni.cc), shared by "avx512vnni" and "avx512bf16".
 void QuantizeQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
 void MatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y);
+// BF16 blocked weights (matmul_avx512_bf16_blocked.cc, AVX512-BF16). REQUIRES: n0 a multiple
+// of kBf16BlockN.
+void MatMulBf16Blocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
+                       int64_t n1, float* y);
+// The same with AVX-512F only (two f32 FMAs per BF16 pair), for "avx512" and "avx512vnni";
+// its instructions need no AVX512-BF16 although the file is compiled with it.
+void MatMulBf16BlockedNoBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
+                             int64_t n1, float* y);
 }  // namespace avx512_internal
 }  // namespace vls::kernels
 

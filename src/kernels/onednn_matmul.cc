@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/bf16_blocked.h"
 #include "tensor/dtype.h"
 
 #if defined(VLS_HAVE_DNNL)
@@ -45,7 +46,7 @@ struct Entry {
 struct Key {
   int64_t M, K, N;
   int threads;
-  bool packed;
+  bool packed;      // weights in a blocked layout (packed, or BF16 blocked), not [N, K] in place
   int64_t ldc = 0;  // y's row stride when it is not N (column blocks of a wider y)
   bool operator==(const Key&) const = default;
 };
@@ -199,6 +200,27 @@ Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const M
   }
 }
 
+Status OneDnnMatMulBf16BlockedRows(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
+                                   int64_t m0, int64_t m1, float* y) {
+  const int64_t N = w.rows;
+  if (w.format != MatrixFormat::kBf16Blocked || w.cols != K || M <= 0 || K <= 0 || N <= 0 ||
+      m0 < 0 || m1 <= m0 || m1 > M) {
+    return InvalidArgument(
+        "OneDnnMatMulBf16BlockedRows: needs BF16 blocked weights [N, K], 0 <= m0 < m1 <= M");
+  }
+  try {
+    omp_set_num_threads(1);
+    // The blocked buffer is oneDNN's BA16a64b2a, zero padding included. (brgemm takes it only
+    // with a dense destination, hence row blocks rather than column blocks.)
+    StatusOr<std::shared_ptr<const Entry>> e =
+        GetPrimitive(Key{m1 - m0, K, N, 1, true}, memory::desc({K, N}, DT::bf16, Tag::BA16a64b2a));
+    if (!e.ok()) return e.status();
+    return Run(**e, xb + m0 * K, w.data, y + m0 * N);
+  } catch (const dnnl::error& e) {
+    return FromDnnl(e, "blocked matmul rows");
+  }
+}
+
 Status OneDnnMatMulRoundingX(const float* x, int64_t M, int64_t K, const Matrix& w,
                              const OneDnnPackedBf16* packed, int threads, float* y) {
   if (M <= 0 || K <= 0 || threads < 1) return InvalidArgument("OneDnnMatMulRoundingX: M, K > 0");
@@ -295,6 +317,11 @@ Status OneDnnPackedBf16::MatMul(const uint16_t*, int64_t, int, float*) const { r
 
 Status OneDnnMatMulBf16Columns(const uint16_t*, int64_t, int64_t, const Matrix&, int64_t, int64_t,
                                float*) {
+  return NoDnnl();
+}
+
+Status OneDnnMatMulBf16BlockedRows(const uint16_t*, int64_t, int64_t, const Matrix&, int64_t,
+                                   int64_t, float*) {
   return NoDnnl();
 }
 

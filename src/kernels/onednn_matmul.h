@@ -40,11 +40,21 @@ Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& 
                         float* y);
 
 // y[M, n0:n1] (row stride N = w.rows) = xb[M, K] · w[n0:n1, K]ᵀ on the calling thread only
+
 // (oneDNN with a team of one): the caller splits N over its own pool, so no OpenMP team runs
 // and a late pool thread does not stall the others (oneDNN's split is static). Primitives are
 // cached per (M, K, n1 - n0, N). REQUIRES: as OneDnnMatMulBf16, 0 <= n0 < n1 <= N.
 Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
                                int64_t n0, int64_t n1, float* y);
+
+// y[m0:m1, N] (f32, row-major) = xb[m0:m1, K] · wᵀ for BF16 blocked weights (bf16_blocked.h),
+// which are oneDNN's own BA16a64b2a layout and are read in place, on the calling thread only
+// (Context::MatMul spreads row blocks over its pool: oneDNN's brgemm accepts a blocked weight
+// layout only with a dense destination, so column blocks of a wider y are not possible).
+// Primitives are cached per (m1 - m0, K, N). REQUIRES: w.format == kBf16Blocked, w.cols == K,
+// 0 <= m0 < m1 <= M. Errors as OneDnnMatMulBf16.
+Status OneDnnMatMulBf16BlockedRows(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
+                                   int64_t m0, int64_t m1, float* y);
 
 class OneDnnPackedBf16;
 

@@ -126,8 +126,10 @@ TEST_F(PreparedArtifactTest, CorruptFilesAreRefusedByName) {
   expect(edit("\"version\":1", "\"version\":7"), "version 7 is not supported");
   expect(edit("\"precision\":\"bf16\"", "\"precision\":\"f32\" "), "compiled for precision f32");
   expect(edit("\"identity\":\"aaaa", "\"identity\":\"zzzz"), "identity is not 64 hex digits");
-  expect(edit("\"dtype\":\"BF16\"", "\"dtype\":\"F16\" "), "does not match this model's layout");
-  expect(edit("\"dtype\":\"BF16\"", "\"dtype\":\"Q99\" "), "unknown dtype 'Q99'");
+  // The same length, so only the entry changes: dense BF16 where the model wants BF16 blocked.
+  expect(edit("\"dtype\":\"BF16_BLOCKED\"", "\"dtype\":\"BF16\"        "),
+         "does not match this model's layout");
+  expect(edit("\"dtype\":\"BF16_BLOCKED\"", "\"dtype\":\"Q99\"         "), "unknown dtype 'Q99'");
   expect(edit("\"rows\":", "\"rowz\":"), "bad header");
   expect(edit("\"data_offset\":4096", "\"data_offset\":4095"), "misaligned");
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kernels/bf16_blocked.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -32,6 +33,7 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
     g.entry.name = std::move(name);
     g.entry.dtype = StorageDType(p, sources);
     if (p == kernels::Precision::kInt8) g.entry.format = kernels::MatrixFormat::kQ8;
+    if (p == kernels::Precision::kBF16) g.entry.format = kernels::MatrixFormat::kBf16Blocked;
     g.entry.cols = sources.front().cols;
     for (const kernels::Matrix& m : sources) g.entry.rows += m.rows;
     g.sources = std::move(sources);
@@ -84,6 +86,7 @@ void ConvertRows(const kernels::Matrix& src, int64_t r0, int64_t r1, DType dt, s
 // Converts or quantizes every source of `g` into `dst` (the entry's place in the region).
 void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
   const bool q8 = g.entry.format == kernels::MatrixFormat::kQ8;
+  const bool blocked = g.entry.format == kernels::MatrixFormat::kBf16Blocked;
   const size_t row_bytes = static_cast<size_t>(g.entry.cols) * DTypeSize(g.entry.dtype);
   int64_t row = 0;  // the first stacked row of the current source
   for (const kernels::Matrix& src : g.sources) {
@@ -100,6 +103,8 @@ void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
         const int64_t r0 = c * rows_per_chunk, r1 = std::min(src.rows, r0 + rows_per_chunk);
         if (q8) {
           kernels::QuantizeQ8(src, r0, r1, dst, g.entry.rows, row);
+        } else if (blocked) {
+          kernels::PackBf16Blocked(src, r0, r1, dst, g.entry.rows, row);
         } else {
           ConvertRows(src, r0, r1, g.entry.dtype, dst + static_cast<size_t>(row) * row_bytes);
         }
@@ -116,6 +121,7 @@ void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
 
 std::string PreparedStorageName(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ8) return "Q8";
+  if (e.format == kernels::MatrixFormat::kBf16Blocked) return "BF16_BLOCKED";
   return std::string(DTypeName(e.dtype));
 }
 
@@ -125,6 +131,11 @@ bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
     e->dtype = DType::kF32;
     return true;
   }
+  if (name == "BF16_BLOCKED") {
+    e->format = kernels::MatrixFormat::kBf16Blocked;
+    e->dtype = DType::kBF16;
+    return true;
+  }
   e->format = kernels::MatrixFormat::kDense;
   return ParseDTypeName(name, &e->dtype) && e->dtype != DType::kI32;
 }
@@ -132,6 +143,9 @@ bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
 uint64_t PreparedEntryBytes(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ8) {
     return static_cast<uint64_t>(kernels::Q8LayoutFor(e.rows, e.cols).bytes);
+  }
+  if (e.format == kernels::MatrixFormat::kBf16Blocked) {
+    return static_cast<uint64_t>(kernels::Bf16BlockedBytes(e.rows, e.cols));
   }
   return static_cast<uint64_t>(e.rows * e.cols) * DTypeSize(e.dtype);
 }
@@ -171,9 +185,17 @@ Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
           e.rows <= 0 || e.cols <= 0 || e.bytes != PreparedEntryBytes(e)) {
         return InvalidArgument("prepared weight '" + name + "' lies outside its region");
       }
-      *out = e.format == kernels::MatrixFormat::kQ8
-                 ? kernels::Q8MatrixAt(data_ + e.offset, e.rows, e.cols)
-                 : kernels::Matrix{e.dtype, data_ + e.offset, e.rows, e.cols};
+      switch (e.format) {
+        case kernels::MatrixFormat::kQ8:
+          *out = kernels::Q8MatrixAt(data_ + e.offset, e.rows, e.cols);
+          break;
+        case kernels::MatrixFormat::kBf16Blocked:
+          *out = kernels::Bf16BlockedMatrixAt(data_ + e.offset, e.rows, e.cols);
+          break;
+        case kernels::MatrixFormat::kDense:
+          *out = kernels::Matrix{e.dtype, data_ + e.offset, e.rows, e.cols};
+          break;
+      }
       return Status::Ok();
     }
     return InvalidArgument("prepared weights lack '" + name + "'");

@@ -8,7 +8,9 @@
 // Storage dtype by precision:
 //   kF32:  the checkpoint's dtype, bytes unchanged (the f32 path stays exact); a stacked matrix
 //          whose parts differ in dtype is widened to F32 (exact).
-//   kBF16: BF16 (F32 and F16 sources are rounded to nearest even once, here).
+//   kBF16: BF16 blocked (kernels/bf16_blocked.h: 64-row × 32-column tiles with column pairs
+//          interleaved, oneDNN's own layout), so the decode kernels and oneDNN's prefill GEMM
+//          read one copy; F32 and F16 sources are rounded to nearest even once, here.
 //   kInt8: Q8 blocked (kernels/quant.h: int8 per 128-column block with an f32 scale), about
 //          1.06 bytes per weight; activations are quantized per call.
 #ifndef VLSTACK_MODEL_PREPARED_WEIGHTS_H_
@@ -33,7 +35,7 @@ namespace vls {
 struct PreparedEntry {
   std::string name;           // "layers.<l>.qkv", "layers.<l>.o", "layers.<l>.gate_up",
                               // "layers.<l>.down", "lm_head"
-  DType dtype = DType::kF32;  // the dense storage dtype (unused for kQ8)
+  DType dtype = DType::kF32;  // the storage dtype (kBF16 for BF16 blocked; unused for kQ8)
   kernels::MatrixFormat format = kernels::MatrixFormat::kDense;
   int64_t rows = 0;
   int64_t cols = 0;
@@ -41,7 +43,8 @@ struct PreparedEntry {
   uint64_t bytes = 0;
 };
 
-// "F32"/"BF16"/"F16" for dense entries, "Q8" for Q8 ones; and the inverse (false if unknown).
+// "F32"/"BF16"/"F16" for dense entries, "Q8" and "BF16_BLOCKED" for the others; and the
+// inverse (false if unknown).
 std::string PreparedStorageName(const PreparedEntry& e);
 bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e);
 // The bytes an entry of this storage and shape occupies.

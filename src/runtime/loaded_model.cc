@@ -84,7 +84,7 @@ std::string LoadedModel::IdentityText() const {
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
     << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax << "\n[precision]\n"
-    << ComputeText(model_->context().precision()) << "[prepared weights v1]\n"
+    << ComputeText(model_->context().precision()) << "[prepared weights v2]\n"
     << model_->prepared().LayoutText() << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {

@@ -1,0 +1,206 @@
+// The BF16 blocked format: packing, LoadRow, and every blocked matmul (each variant's kernel,
+// oneDNN reading the blocked buffer in place, Context::MatMul) against the reference.
+#include "kernels/bf16_blocked.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels_test_util.h"
+#include "kernels/onednn_matmul.h"
+#include "tensor/tensor.h"
+
+namespace vls::kernels {
+namespace {
+
+using testing::F32Bound;
+using testing::Random;
+
+struct Case {
+  int64_t M, K, N;
+};
+// K odd or not a multiple of 32 (padded column blocks, the one-column last pair), N not a
+// multiple of 64 or 16 (padded row blocks, masked stores), M across the 4-row tiles.
+constexpr Case kCases[] = {{1, 1, 1},     {1, 77, 5},    {3, 130, 33}, {17, 67, 31}, {3, 512, 141},
+                           {17, 1000, 7}, {8, 2049, 65}, {8, 64, 128}, {5, 33, 200}, {40, 96, 300}};
+
+// A zeroed blocked buffer holding the dense matrix w.
+std::vector<uint16_t> Pack(const Matrix& w) {
+  std::vector<uint16_t> out(static_cast<size_t>(Bf16BlockedBytes(w.rows, w.cols) / 2));
+  PackBf16Blocked(w, 0, w.rows, out.data(), w.rows, 0);
+  return out;
+}
+
+TEST(Bf16BlockedTest, SizesPadToWholeBlocks) {
+  EXPECT_EQ(Bf16BlockedBytes(1, 1), 64 * 32 * 2);
+  EXPECT_EQ(Bf16BlockedBytes(64, 32), 64 * 32 * 2);
+  EXPECT_EQ(Bf16BlockedBytes(65, 33), 128 * 64 * 2);
+  EXPECT_EQ(Bf16BlockedBytes(4096, 1024), 4096 * 1024 * 2);
+  // One column pair of 64 rows is contiguous; the next pair follows it.
+  EXPECT_EQ(Bf16BlockedIndex(0, 1, 32), 1);
+  EXPECT_EQ(Bf16BlockedIndex(1, 0, 32), 2);
+  EXPECT_EQ(Bf16BlockedIndex(0, 2, 32), 128);
+  EXPECT_EQ(Bf16BlockedIndex(0, 32, 64), 2048);
+  EXPECT_EQ(Bf16BlockedIndex(64, 0, 64), 64 * 64);
+}
+
+TEST(Bf16BlockedTest, PackThenLoadRowGivesTheRoundedValuesAndZeroPadding) {
+  const int64_t N = 70, K = 45;
+  const std::vector<float> w = Random(size_t(N * K), 11);
+  const Matrix src{DType::kF32, w.data(), N, K};
+  const std::vector<uint16_t> packed = Pack(src);
+  const Matrix b = Bf16BlockedMatrixAt(packed.data(), N, K);
+  EXPECT_EQ(b.format, MatrixFormat::kBf16Blocked);
+  EXPECT_EQ(b.dtype, DType::kBF16);
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    LoadRow(b, n, row.data());
+    for (int64_t k = 0; k < K; ++k) {
+      ASSERT_EQ(row[size_t(k)], Bf16ToF32(F32ToBf16(w[size_t(n * K + k)]))) << n << "," << k;
+    }
+  }
+  // Everything past row N or column K is still zero.
+  const int64_t kp = Bf16PaddedCols(K);
+  for (int64_t n = 0; n < Bf16PaddedRows(N); ++n) {
+    for (int64_t k = 0; k < kp; ++k) {
+      if (n < N && k < K) continue;
+      ASSERT_EQ(packed[size_t(Bf16BlockedIndex(n, k, kp))], 0) << n << "," << k;
+    }
+  }
+}
+
+TEST(Bf16BlockedTest, StackedPartsPackLikeTheStackedMatrix) {
+  const int64_t K = 40;
+  const std::vector<float> a = Random(size_t(30 * K), 12), b = Random(size_t(50 * K), 13);
+  std::vector<float> ab(a);
+  ab.insert(ab.end(), b.begin(), b.end());
+  const std::vector<uint16_t> whole = Pack(Matrix{DType::kF32, ab.data(), 80, K});
+  std::vector<uint16_t> parts(whole.size());
+  // Each part in two row ranges, as the loader's chunks.
+  PackBf16Blocked(Matrix{DType::kF32, a.data(), 30, K}, 0, 7, parts.data(), 80, 0);
+  PackBf16Blocked(Matrix{DType::kF32, a.data(), 30, K}, 7, 30, parts.data(), 80, 0);
+  PackBf16Blocked(Matrix{DType::kF32, b.data(), 50, K}, 0, 50, parts.data(), 80, 30);
+  EXPECT_EQ(parts, whole);
+}
+
+// y = xr · wᵀ by the reference on the BF16-rounded activations, and the bound for one output.
+struct Expected {
+  std::vector<float> xr, wf, y;
+  Expected(const std::vector<float>& x, const Matrix& w, int64_t M) {
+    xr.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xr[i] = Bf16ToF32(F32ToBf16(x[i]));
+    wf.resize(size_t(w.rows * w.cols));
+    for (int64_t n = 0; n < w.rows; ++n) LoadRow(w, n, &wf[size_t(n * w.cols)]);
+    y.resize(size_t(M * w.rows));
+    MatMulTransposed(xr.data(), M, w.cols, w, y.data());
+  }
+  // Products of two BF16 values are exact in f32, so only the f32 sums differ.
+  double Tol(int64_t m, int64_t n, int64_t K) const {
+    return 2 * F32Bound(&xr[size_t(m * K)], &wf[size_t(n * K)], K);
+  }
+};
+
+TEST(Bf16BlockedTest, EveryBlockedKernelMatchesReference) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->matmul_bf16_blocked == nullptr) continue;
+    for (const Case& c : kCases) {
+      const std::vector<float> x = Random(size_t(c.M * c.K), 14);
+      const std::vector<float> wd = Random(size_t(c.N * c.K), 15);
+      const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
+      const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
+      const Expected e(x, w, c.M);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
+      std::vector<float> got(size_t(c.M * c.N), -1.0f);
+      // Two calls split at a 64-row block, as the pool does.
+      const int64_t mid = std::min<int64_t>(c.N, kBf16BlockN);
+      v->matmul_bf16_blocked(xb.data(), c.M, c.K, w, 0, mid, got.data());
+      if (mid < c.N) v->matmul_bf16_blocked(xb.data(), c.M, c.K, w, mid, c.N, got.data());
+      for (int64_t m = 0; m < c.M; ++m) {
+        for (int64_t n = 0; n < c.N; ++n) {
+          ASSERT_NEAR(got[size_t(m * c.N + n)], e.y[size_t(m * c.N + n)], e.Tol(m, n, c.K))
+              << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N << " at " << m << "," << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16BlockedTest, ARowsResultDoesNotDependOnM) {
+  // Batched decode must give each sequence what it would get alone, bit for bit.
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->matmul_bf16_blocked == nullptr) continue;
+    const Case c{11, 300, 130};
+    const std::vector<float> x = Random(size_t(c.M * c.K), 16);
+    const std::vector<float> wd = Random(size_t(c.N * c.K), 17);
+    const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
+    const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
+    Context ctx(2, Precision::kBF16, v);
+    std::vector<float> all(size_t(c.M * c.N)), one(size_t(c.N));
+    ctx.MatMul(x.data(), c.M, c.K, w, all.data());
+    for (int64_t m = 0; m < c.M; ++m) {
+      ctx.MatMul(&x[size_t(m * c.K)], 1, c.K, w, one.data());
+      for (int64_t n = 0; n < c.N; ++n) {
+        ASSERT_EQ(one[size_t(n)], all[size_t(m * c.N + n)]) << v->name << " " << m << "," << n;
+      }
+    }
+  }
+}
+
+TEST(Bf16BlockedTest, ContextMatMulMatchesReferenceOnEveryPath) {
+  // M >= kOneDnnMinRows goes through oneDNN (reading the blocked buffer in place) when the
+  // build has it; disabled, through the variant's kernel; the reference variant through
+  // LoadRow. All must agree with the reference within the f32 summation bound.
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (bool onednn : {true, false}) {
+      for (const Case& c : kCases) {
+        const int64_t M = c.M < 8 ? c.M : c.M + kOneDnnMinRows;
+        const std::vector<float> x = Random(size_t(M * c.K), 18);
+        const std::vector<float> wd = Random(size_t(c.N * c.K), 19);
+        const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
+        const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
+        const Expected e(x, w, M);
+        Context ctx(2, Precision::kBF16, v);
+        if (!onednn) ctx.DisableOneDnn();
+        std::vector<float> got(size_t(M * c.N), -1.0f);
+        ctx.MatMul(x.data(), M, c.K, w, got.data());
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < c.N; ++n) {
+            ASSERT_NEAR(got[size_t(m * c.N + n)], e.y[size_t(m * c.N + n)], e.Tol(m, n, c.K))
+                << v->name << (onednn ? " onednn" : "") << " M=" << M << " K=" << c.K
+                << " N=" << c.N << " at " << m << "," << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16BlockedTest, OneDnnRowsRunTheBlockedLayoutAndRejectBadRanges) {
+  if (!OneDnnBf16Available()) GTEST_SKIP() << "no oneDNN in this build";
+  const Case c{40, 100, 130};
+  const std::vector<float> x = Random(size_t(c.M * c.K), 20);
+  const std::vector<float> wd = Random(size_t(c.N * c.K), 21);
+  const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
+  const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
+  const Expected e(x, w, c.M);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
+  std::vector<float> y(size_t(c.M * c.N), -1.0f);
+  for (auto [m0, m1] : {std::pair<int64_t, int64_t>{0, 33}, {33, 40}}) {
+    const Status s = OneDnnMatMulBf16BlockedRows(xb.data(), c.M, c.K, w, m0, m1, y.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < c.N; ++n) {
+      ASSERT_NEAR(y[size_t(m * c.N + n)], e.y[size_t(m * c.N + n)], e.Tol(m, n, c.K));
+    }
+  }
+  EXPECT_FALSE(OneDnnMatMulBf16BlockedRows(xb.data(), c.M, c.K, w, 30, 41, y.data()).ok());
+  const Matrix dense{DType::kBF16, packed.data(), c.N, c.K};
+  EXPECT_FALSE(OneDnnMatMulBf16BlockedRows(xb.data(), c.M, c.K, dense, 0, 40, y.data()).ok());
+}
+
+}  // namespace
+}  // namespace vls::kernels
