@@ -47,25 +47,29 @@ TEST(Bf16BlockedTest, SizesPadToWholeBlocks) {
 
 TEST(Bf16BlockedTest, PackThenLoadRowGivesTheRoundedValuesAndZeroPadding) {
   const int64_t N = 70, K = 45;
-  const std::vector<float> w = Random(size_t(N * K), 11);
-  const Matrix src{DType::kF32, w.data(), N, K};
-  const std::vector<uint16_t> packed = Pack(src);
-  const Matrix b = Bf16BlockedMatrixAt(packed.data(), N, K);
-  EXPECT_EQ(b.format, MatrixFormat::kBf16Blocked);
-  EXPECT_EQ(b.dtype, DType::kBF16);
-  std::vector<float> row(static_cast<size_t>(K));
-  for (int64_t n = 0; n < N; ++n) {
-    LoadRow(b, n, row.data());
-    for (int64_t k = 0; k < K; ++k) {
-      ASSERT_EQ(row[size_t(k)], Bf16ToF32(F32ToBf16(w[size_t(n * K + k)]))) << n << "," << k;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    HostTensor wt = FromF32As(dt, {N, K}, Random(size_t(N * K), 11));
+    const Matrix src{dt, wt.data(), N, K};
+    const std::vector<uint16_t> packed = Pack(src);
+    const Matrix b = Bf16BlockedMatrixAt(packed.data(), N, K);
+    EXPECT_EQ(b.format, MatrixFormat::kBf16Blocked);
+    EXPECT_EQ(b.dtype, DType::kBF16);
+    std::vector<float> row(static_cast<size_t>(K)), want(static_cast<size_t>(K));
+    for (int64_t n = 0; n < N; ++n) {
+      LoadRow(b, n, row.data());
+      LoadRow(src, n, want.data());
+      for (int64_t k = 0; k < K; ++k) {
+        ASSERT_EQ(row[size_t(k)], Bf16ToF32(F32ToBf16(want[size_t(k)])))
+            << DTypeName(dt) << " " << n << "," << k;
+      }
     }
-  }
-  // Everything past row N or column K is still zero.
-  const int64_t kp = Bf16PaddedCols(K);
-  for (int64_t n = 0; n < Bf16PaddedRows(N); ++n) {
-    for (int64_t k = 0; k < kp; ++k) {
-      if (n < N && k < K) continue;
-      ASSERT_EQ(packed[size_t(Bf16BlockedIndex(n, k, kp))], 0) << n << "," << k;
+    // Everything past row N or column K is still zero.
+    const int64_t kp = Bf16PaddedCols(K);
+    for (int64_t n = 0; n < Bf16PaddedRows(N); ++n) {
+      for (int64_t k = 0; k < kp; ++k) {
+        if (n < N && k < K) continue;
+        ASSERT_EQ(packed[size_t(Bf16BlockedIndex(n, k, kp))], 0) << n << "," << k;
+      }
     }
   }
 }
