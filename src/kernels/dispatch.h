@@ -90,6 +90,8 @@ class Context {
   // runs through oneDNN when the build has it (VLS_ONEDNN=0 turns that off): blocks of
   // kOneDnnCols columns over the pool, one oneDNN thread each. `packed`, when given, is w
   // packed by OneDnnPackedBf16::Create and runs as one call on oneDNN's OpenMP team instead.
+  // BF16 blocked w (the prepared form for kBF16, ADR 0010): oneDNN reads it in place in row
+  // blocks over the pool from kOneDnnMinRows rows; below, the variant's blocked kernel.
   void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
               const OneDnnPackedBf16* packed = nullptr) const;
   bool uses_onednn() const { return use_onednn_; }
