@@ -7,9 +7,9 @@
 // One kernel for every M. The weights are interleaved (quant.h): one 64-byte vector holds 4
 // columns of 16 weight rows, so a vpdpbusd of it with 4 activation bytes of one row (broadcast)
 // adds to 16 outputs of that row: no horizontal sums, and block scales and sums load as vectors.
-// A register tile is MR activation rows × NG groups of 16 weight rows, its accumulators started
-// at -128·Σq (the zero point of the u8 activations) so the block epilogue is one convert, one
-// multiply by sx and one fma with sw per vector. Small M (decode) prefetches the weight stream
+// A register tile is MR activation rows × NG groups of 16 weight rows; per block and vector the
+// epilogue subtracts 128·Σq (the zero point of the u8 activations), converts, multiplies by sx
+// and adds with one fma with sw. Small M (decode) prefetches the weight stream
 // ahead; with one or two rows, KU accumulator sets over consecutive column steps hide the
 // vpdpbusd latency (integer sums: the split does not change the result).
 #include <immintrin.h>
@@ -77,6 +77,14 @@ inline __m512i Broadcast4(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc + x · w (vpdpbusd). The empty asm pins the result to a register: without it GCC 12 moves
+// every accumulator between two registers each step and spills some, halving the speed.
+inline __m512i Dpbusd(__m512i acc, __m512i x, __m512i w) {
+  __m512i r = _mm512_dpbusd_epi32(acc, x, w);
+  asm("" : "+v"(r));
+  return r;
+}
+
 // Outputs y[m0 .. m0+MR, 16 g0 .. 16 (g0+NG)] restricted to columns [n0, n1).
 template <int MR, int NG, int KU, bool kPrefetch>
 void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
@@ -84,68 +92,85 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   const int8_t* wg = p.wq + g0 * steps * 64;
   const int64_t wstride = steps * 64;  // bytes between groups
   const uint8_t* xm = p.xq + m0 * K;
-  __m512 facc[MR][NG];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NG; ++j) facc[i][j] = _mm512_setzero_ps();
-  }
+  // The f32 sums live in memory: they change once per block, and the registers hold the
+  // int32 accumulators.
+  alignas(64) float facc[MR][NG][16] = {};
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t s0 = b * (kQ8Block / 4), s1 = std::min(steps, s0 + kQ8Block / 4);
     __m512i acc[KU][MR][NG];
 #pragma GCC unroll 4
-    for (int j = 0; j < NG; ++j) {
-      const __m512i sums = _mm512_loadu_si512(p.wsum + ((g0 + j) * nb + b) * 16);
-      const __m512i zp = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sums, 7));
+    for (int u = 0; u < KU; ++u) {
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        acc[0][i][j] = zp;
 #pragma GCC unroll 4
-        for (int u = 1; u < KU; ++u) acc[u][i][j] = _mm512_setzero_si512();
+        for (int j = 0; j < NG; ++j) acc[u][i][j] = _mm512_setzero_si512();
       }
     }
+    // Steps of KU column quads (acc[u] takes quad u of each), then single quads into acc[0].
     int64_t s = s0;
     for (; s + KU <= s1; s += KU) {
+      constexpr int U = KU;
 #pragma GCC unroll 4
-      for (int u = 0; u < KU; ++u) {
+      for (int u = 0; u < U; ++u) {
         __m512i wv[NG];
 #pragma GCC unroll 4
         for (int j = 0; j < NG; ++j) {
           const int8_t* wp = wg + j * wstride + (s + u) * 64;
-          if constexpr (kPrefetch)
+          if constexpr (kPrefetch) {
             _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchAhead, _MM_HINT_T0);
+          }
           wv[j] = _mm512_loadu_si512(wp);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
           const __m512i xv = Broadcast4(xm + i * K + 4 * (s + u));
 #pragma GCC unroll 4
-          for (int j = 0; j < NG; ++j) acc[u][i][j] = _mm512_dpbusd_epi32(acc[u][i][j], xv, wv[j]);
+          for (int j = 0; j < NG; ++j) {
+            acc[u][i][j] = Dpbusd(acc[u][i][j], xv, wv[j]);
+          }
         }
       }
     }
-    for (; s < s1; ++s) {
-      __m512i wv[NG];
+    if constexpr (KU > 1) {
+      for (; s < s1; ++s) {
+        constexpr int U = 1;
 #pragma GCC unroll 4
-      for (int j = 0; j < NG; ++j) wv[j] = _mm512_loadu_si512(wg + j * wstride + s * 64);
+        for (int u = 0; u < U; ++u) {
+          __m512i wv[NG];
+#pragma GCC unroll 4
+          for (int j = 0; j < NG; ++j) {
+            const int8_t* wp = wg + j * wstride + (s + u) * 64;
+            if constexpr (kPrefetch) {
+              _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchAhead, _MM_HINT_T0);
+            }
+            wv[j] = _mm512_loadu_si512(wp);
+          }
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m512i xv = Broadcast4(xm + i * K + 4 * s);
+          for (int i = 0; i < MR; ++i) {
+            const __m512i xv = Broadcast4(xm + i * K + 4 * (s + u));
 #pragma GCC unroll 4
-        for (int j = 0; j < NG; ++j) acc[0][i][j] = _mm512_dpbusd_epi32(acc[0][i][j], xv, wv[j]);
+            for (int j = 0; j < NG; ++j) {
+              acc[u][i][j] = Dpbusd(acc[u][i][j], xv, wv[j]);
+            }
+          }
+        }
       }
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NG; ++j) {
       const __m512 sw = _mm512_loadu_ps(p.ws + ((g0 + j) * nb + b) * 16);
+      // The zero point of the u8 activations: 128 · Σq of each weight row's block.
+      const __m512i zp =
+          _mm512_slli_epi32(_mm512_loadu_si512(p.wsum + ((g0 + j) * nb + b) * 16), 7);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         __m512i dot = acc[0][i][j];
 #pragma GCC unroll 4
         for (int u = 1; u < KU; ++u) dot = _mm512_add_epi32(dot, acc[u][i][j]);
+        dot = _mm512_sub_epi32(dot, zp);
         const __m512 t =
             _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(p.xs[(m0 + i) * nb + b]));
-        facc[i][j] = _mm512_fmadd_ps(t, sw, facc[i][j]);
+        _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(t, sw, _mm512_load_ps(facc[i][j])));
       }
     }
   }
@@ -156,7 +181,7 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
     const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, facc[i][j]);
+      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, _mm512_load_ps(facc[i][j]));
   }
 }
 
