@@ -9,9 +9,10 @@
 // adds to 16 outputs of that row: no horizontal sums, and block scales and sums load as vectors.
 // A register tile is MR activation rows × NG groups of 16 weight rows; per block and vector the
 // epilogue subtracts 128·Σq (the zero point of the u8 activations), converts, multiplies by sx
-// and adds with one fma with sw. Small M (decode) prefetches the weight stream
-// ahead; with one or two rows, KU accumulator sets over consecutive column steps hide the
-// vpdpbusd latency (integer sums: the split does not change the result).
+// and adds with one fma with sw. Decode (M ≤ 3) takes 4 groups per tile (4 weight streams and
+// enough independent accumulators to hide the vpdpbusd latency) and prefetches one tile ahead;
+// batched decode and prefill take 8 rows × 2 groups (16 int32 accumulators), prefill with the
+// weights in chunks that stay in L2 while every row tile passes over them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -68,9 +69,6 @@ struct Q8Problem {
   float* y;
 };
 
-// Bytes of the weight stream prefetched ahead of the loads (decode tiles).
-constexpr int64_t kPrefetchAhead = 1024;
-
 inline __m512i Broadcast4(const uint8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -86,72 +84,43 @@ inline __m512i Dpbusd(__m512i acc, __m512i x, __m512i w) {
 }
 
 // Outputs y[m0 .. m0+MR, 16 g0 .. 16 (g0+NG)] restricted to columns [n0, n1).
-template <int MR, int NG, int KU, bool kPrefetch>
+template <int MR, int NG, bool kPrefetch>
 void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   const int64_t K = p.K, nb = p.nb, steps = p.steps;
   const int8_t* wg = p.wq + g0 * steps * 64;
   const int64_t wstride = steps * 64;  // bytes between groups
   const uint8_t* xm = p.xq + m0 * K;
+  // Decode prefetches the same column quad one tile (NG groups) ahead: the groups are
+  // contiguous, so this streams the matrix one tile ahead of the loads.
+  const int64_t ahead = NG * wstride;
   // The f32 sums live in memory: they change once per block, and the registers hold the
   // int32 accumulators.
   alignas(64) float facc[MR][NG][16] = {};
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t s0 = b * (kQ8Block / 4), s1 = std::min(steps, s0 + kQ8Block / 4);
-    __m512i acc[KU][MR][NG];
-#pragma GCC unroll 4
-    for (int u = 0; u < KU; ++u) {
+    __m512i acc[MR][NG];
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-        for (int j = 0; j < NG; ++j) acc[u][i][j] = _mm512_setzero_si512();
-      }
+      for (int j = 0; j < NG; ++j) acc[i][j] = _mm512_setzero_si512();
     }
-    // Steps of KU column quads (acc[u] takes quad u of each), then single quads into acc[0].
-    int64_t s = s0;
-    for (; s + KU <= s1; s += KU) {
-      constexpr int U = KU;
-#pragma GCC unroll 4
-      for (int u = 0; u < U; ++u) {
+    for (int64_t s = s0; s < s1; ++s) {
+      {  // one 4-column step
         __m512i wv[NG];
 #pragma GCC unroll 4
         for (int j = 0; j < NG; ++j) {
-          const int8_t* wp = wg + j * wstride + (s + u) * 64;
+          const int8_t* wp = wg + j * wstride + s * 64;
           if constexpr (kPrefetch) {
-            _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchAhead, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(wp) + ahead, _MM_HINT_T0);
           }
           wv[j] = _mm512_loadu_si512(wp);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
-          const __m512i xv = Broadcast4(xm + i * K + 4 * (s + u));
+          const __m512i xv = Broadcast4(xm + i * K + 4 * s);
 #pragma GCC unroll 4
           for (int j = 0; j < NG; ++j) {
-            acc[u][i][j] = Dpbusd(acc[u][i][j], xv, wv[j]);
-          }
-        }
-      }
-    }
-    if constexpr (KU > 1) {
-      for (; s < s1; ++s) {
-        constexpr int U = 1;
-#pragma GCC unroll 4
-        for (int u = 0; u < U; ++u) {
-          __m512i wv[NG];
-#pragma GCC unroll 4
-          for (int j = 0; j < NG; ++j) {
-            const int8_t* wp = wg + j * wstride + (s + u) * 64;
-            if constexpr (kPrefetch) {
-              _mm_prefetch(reinterpret_cast<const char*>(wp) + kPrefetchAhead, _MM_HINT_T0);
-            }
-            wv[j] = _mm512_loadu_si512(wp);
-          }
-#pragma GCC unroll 8
-          for (int i = 0; i < MR; ++i) {
-            const __m512i xv = Broadcast4(xm + i * K + 4 * (s + u));
-#pragma GCC unroll 4
-            for (int j = 0; j < NG; ++j) {
-              acc[u][i][j] = Dpbusd(acc[u][i][j], xv, wv[j]);
-            }
+            acc[i][j] = Dpbusd(acc[i][j], xv, wv[j]);
           }
         }
       }
@@ -164,10 +133,7 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
           _mm512_slli_epi32(_mm512_loadu_si512(p.wsum + ((g0 + j) * nb + b) * 16), 7);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        __m512i dot = acc[0][i][j];
-#pragma GCC unroll 4
-        for (int u = 1; u < KU; ++u) dot = _mm512_add_epi32(dot, acc[u][i][j]);
-        dot = _mm512_sub_epi32(dot, zp);
+        const __m512i dot = _mm512_sub_epi32(acc[i][j], zp);
         const __m512 t =
             _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(p.xs[(m0 + i) * nb + b]));
         _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(t, sw, _mm512_load_ps(facc[i][j])));
@@ -187,16 +153,16 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
 
 // Tiles of MR rows (the last one smaller) × NG groups (the last one smaller) over groups
 // [g0, g1), walked in chunks of kChunk groups that stay in L2 while every row tile passes.
-template <int MR, int NG, int KU, bool kPrefetch>
+template <int MR, int NG, bool kPrefetch>
 struct Tiling {
   static constexpr int64_t kChunk = 8;
 
   template <int R>
   static void Rows(const Q8Problem& p, int64_t m0, int64_t g, int64_t ng, int64_t n0, int64_t n1) {
     if (ng == NG) {
-      Tile<R, NG, KU, kPrefetch>(p, m0, g, n0, n1);
+      Tile<R, NG, kPrefetch>(p, m0, g, n0, n1);
     } else {
-      for (int64_t k = 0; k < ng; ++k) Tile<R, 1, KU, kPrefetch>(p, m0, g + k, n0, n1);
+      for (int64_t k = 0; k < ng; ++k) Tile<R, 1, kPrefetch>(p, m0, g + k, n0, n1);
     }
   }
 
@@ -223,12 +189,12 @@ struct Tiling {
     if constexpr (MR > 1) {
       // mr < MR: split in halves so few tile shapes are instantiated.
       if (mr >= MR / 2 && MR / 2 >= 1) {
-        Tiling<MR / 2, NG, KU, kPrefetch>::template Rows<MR / 2>(p, m0, g, ng, n0, n1);
+        Tiling<MR / 2, NG, kPrefetch>::template Rows<MR / 2>(p, m0, g, ng, n0, n1);
         m0 += MR / 2;
         mr -= MR / 2;
       }
       if (mr > 0)
-        Tiling<(MR / 2 > 1 ? MR / 2 : 1), NG, KU, kPrefetch>::Remainder(p, mr, m0, g, ng, n0, n1);
+        Tiling<(MR / 2 > 1 ? MR / 2 : 1), NG, kPrefetch>::Remainder(p, mr, m0, g, ng, n0, n1);
     } else {
       (void)mr;
       Rows<1>(p, m0, g, ng, n0, n1);
@@ -248,14 +214,17 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
                     w.sums,
                     w.rows,
                     y};
-  switch (p.M) {
-    case 1: return Tiling<1, 1, 4, true>::Run(p, n0, n1);
-    case 2: return Tiling<2, 1, 2, true>::Run(p, n0, n1);
-    case 3: return Tiling<3, 1, 2, true>::Run(p, n0, n1);
-    default: break;
+  // Decode: one tile row over 4 groups (4 weight streams, 4+ accumulators), or tiles of 8 rows
+  // × 2 groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
+  if (p.M <= 3) {
+    switch (p.M) {
+      case 1: return Tiling<1, 4, true>::Run(p, n0, n1);
+      case 2: return Tiling<2, 4, true>::Run(p, n0, n1);
+      default: return Tiling<3, 4, true>::Run(p, n0, n1);
+    }
   }
-  if (p.M <= 16) return Tiling<8, 2, 1, true>::Run(p, n0, n1);
-  Tiling<8, 2, 1, false>::Run(p, n0, n1);
+  if (p.M <= 16) return Tiling<8, 2, true>::Run(p, n0, n1);
+  Tiling<8, 2, false>::Run(p, n0, n1);
 }
 
 void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
