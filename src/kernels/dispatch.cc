@@ -77,11 +77,11 @@ void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
       for (int64_t b = 0; b < nb; ++b) {
         int32_t dot = 0;
         for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
-          dot += int32_t{x.q[size_t(m * K + k)]} * wq[n * K + k];
+          dot += int32_t{x.q[size_t(m * K + k)]} * wq[Q8WeightIndex(K, n, k)];
         }
-        dot -= 128 * w.sums[n * nb + b];
+        dot -= 128 * w.sums[Q8BlockIndex(K, n, b)];
         const float t = static_cast<float>(dot) * x.scales[size_t(m * nb + b)];
-        acc = std::fma(t, w.scales[n * nb + b], acc);
+        acc = std::fma(t, w.scales[Q8BlockIndex(K, n, b)], acc);
       }
       y[m * N + n] = acc;
     }
@@ -133,8 +133,8 @@ const KernelVariant& ChooseDefault() {
 }
 
 // Q8 weights: quantize the activations once per call (in 16-row groups over the pool when
-// large), then split N in blocks like the other paths. A variant without Q8 kernels uses the
-// reference ones.
+// large), then split N in blocks of 16 (one interleaved weight group) like the other paths. A
+// variant without Q8 kernels uses the reference ones.
 void MatMulQ8(ThreadPool& pool, const KernelVariant& v, const float* x, int64_t M, int64_t K,
               const Matrix& w, float* y) {
   // Reused across calls; one per calling thread, since a Context may be shared. The workers
@@ -145,9 +145,7 @@ void MatMulQ8(ThreadPool& pool, const KernelVariant& v, const float* x, int64_t 
   const KernelVariant& q = v.matmul_q8 != nullptr ? v : ReferenceVariant();
   const int64_t groups = (M + 15) / 16;
   pool.ParallelFor(groups, std::max<int64_t>(1, 65536 / (16 * K)), [&](int64_t b, int64_t e) {
-    const int64_t r0 = b * 16, r1 = std::min(M, e * 16);
-    q.quantize_q8(x, r0, r1, &a);
-    InterleaveQ8Activations(r0, r1, &a);
+    q.quantize_q8(x, b * 16, std::min(M, e * 16), &a);
   });
   constexpr int64_t kBlock = 16;
   const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;

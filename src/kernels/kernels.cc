@@ -13,9 +13,11 @@ namespace vls::kernels {
 void LoadRow(const Matrix& m, int64_t r, float* out) {
   const int64_t n = m.cols;
   if (m.format == MatrixFormat::kQ8) {
-    const auto* q = static_cast<const int8_t*>(m.data) + r * n;
-    const float* scales = m.scales + r * Q8Blocks(n);
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scales[i / kQ8Block];
+    const auto* q = static_cast<const int8_t*>(m.data);
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<float>(q[Q8WeightIndex(n, r, i)]) *
+               m.scales[Q8BlockIndex(n, r, i / kQ8Block)];
+    }
     return;
   }
   if (m.format == MatrixFormat::kBf16Blocked) {

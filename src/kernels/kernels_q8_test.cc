@@ -17,10 +17,12 @@ struct Case {
   int64_t M, K, N;
 };
 // K: one column, tails of 1-3 columns past a multiple of 4, a short last block, several blocks;
-// N odd (partial tiles); M: single decode rows (row kernel), a partial 16-row group, several.
-constexpr Case kCases[] = {{1, 1, 1},    {1, 77, 5},    {3, 130, 33},  {17, 77, 31},
-                           {3, 512, 41}, {17, 1000, 7}, {8, 2049, 65}, {1, 2049, 17},
-                           {5, 131, 19}, {50, 258, 37}, {33, 128, 9}};
+// N odd (partial 16-row weight groups), several chunks of groups; M: every decode tile shape
+// (1, 2, 3 rows, 8 with remainders of 4, 2, 1) and prefill tiles with remainders.
+constexpr Case kCases[] = {{1, 1, 1},     {1, 77, 5},    {3, 130, 33},  {17, 77, 31},
+                           {3, 512, 41},  {17, 1000, 7}, {8, 2049, 65}, {1, 2049, 17},
+                           {5, 131, 19},  {50, 258, 37}, {33, 128, 9},  {2, 384, 50},
+                           {8, 256, 300}, {7, 130, 47},  {16, 96, 33},  {13, 1024, 70}};
 
 std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -49,7 +51,6 @@ Q8Activations Quantized(const KernelVariant& v, const std::vector<float>& x, int
   Q8Activations a;
   a.Resize(M, K);
   v.quantize_q8(x.data(), 0, M, &a);
-  InterleaveQ8Activations(0, M, &a);
   return a;
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 namespace vls::kernels {
 
@@ -17,10 +16,13 @@ Q8Layout Q8LayoutFor(int64_t rows, int64_t cols) {
   l.rows = rows;
   l.cols = cols;
   l.blocks = Q8Blocks(cols);
+  l.groups = Q8Groups(rows);
+  l.steps = Q8Steps(cols);
   l.q_offset = 0;
-  l.scales_offset = AlignUp64(rows * cols);
-  l.sums_offset = l.scales_offset + AlignUp64(rows * l.blocks * int64_t{sizeof(float)});
-  l.bytes = l.sums_offset + AlignUp64(rows * l.blocks * int64_t{sizeof(int32_t)});
+  l.scales_offset = AlignUp64(l.groups * l.steps * kQ8Group * 4);
+  const int64_t per_block = l.groups * l.blocks * kQ8Group * 4;  // f32 or i32
+  l.sums_offset = l.scales_offset + AlignUp64(per_block);
+  l.bytes = l.sums_offset + AlignUp64(per_block);
   return l;
 }
 
@@ -63,11 +65,22 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
         // A scale that underflows to 0 (amax below 127 · FLT_TRUE_MIN) stores the block as 0.
         const float v = scale > 0.0f ? std::nearbyint(row[size_t(k)] / scale) : 0.0f;
         const auto qi = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        q[d * K + k] = qi;
+        q[Q8WeightIndex(K, d, k)] = qi;
         sum += qi;
       }
-      scales[d * l.blocks + blk] = scale;
-      sums[d * l.blocks + blk] = sum;
+      scales[Q8BlockIndex(K, d, blk)] = scale;
+      sums[Q8BlockIndex(K, d, blk)] = sum;
+    }
+    for (int64_t k = K; k < 4 * l.steps; ++k) q[Q8WeightIndex(K, d, k)] = 0;
+    if (d == dst_rows - 1) {
+      // The padding rows of the last group, written with the last row.
+      for (int64_t p = d + 1; p < l.groups * kQ8Group; ++p) {
+        for (int64_t k = 0; k < 4 * l.steps; ++k) q[Q8WeightIndex(K, p, k)] = 0;
+        for (int64_t blk = 0; blk < l.blocks; ++blk) {
+          scales[Q8BlockIndex(K, p, blk)] = 0.0f;
+          sums[Q8BlockIndex(K, p, blk)] = 0;
+        }
+      }
     }
   }
 }
@@ -76,11 +89,8 @@ void Q8Activations::Resize(int64_t r, int64_t c) {
   rows = r;
   cols = c;
   blocks = Q8Blocks(c);
-  const auto groups = static_cast<size_t>((r + 15) / 16);
-  q.resize(static_cast<size_t>(r * c));
+  q.resize(static_cast<size_t>(r * c + kQ8ActivationSlack));
   scales.resize(static_cast<size_t>(r * blocks));
-  q16.assign(groups * static_cast<size_t>((c + 3) / 4) * 64, 0);
-  scales16.assign(groups * static_cast<size_t>(blocks) * 16, 0.0f);
 }
 
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
@@ -97,21 +107,6 @@ void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations
         a->q[size_t(r * K + k)] = static_cast<uint8_t>(static_cast<int32_t>(v) + 128);
       }
       a->scales[size_t(r * nb + blk)] = amax / 127.0f;
-    }
-  }
-}
-
-void InterleaveQ8Activations(int64_t r0, int64_t r1, Q8Activations* a) {
-  const int64_t K = a->cols, nb = a->blocks, steps = (K + 3) / 4;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t g = r / 16, lane = r % 16;
-    const uint8_t* src = a->q.data() + r * K;
-    uint8_t* dst = a->q16.data() + (g * steps * 16 + lane) * 4;
-    for (int64_t s = 0; s < steps; ++s) {
-      std::memcpy(dst + s * 64, src + s * 4, size_t(std::min<int64_t>(4, K - s * 4)));
-    }
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      a->scales16[size_t((g * nb + blk) * 16 + lane)] = a->scales[size_t(r * nb + blk)];
     }
   }
 }

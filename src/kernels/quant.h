@@ -1,9 +1,12 @@
 // The "Q8 blocked" 8-bit weight format and the matching dynamic activation quantization.
 //
-// Weights: int8 symmetric, row-major [rows, cols] (PyTorch Linear layout). Each row is split into
-// blocks of kQ8Block columns (the last block of a row is shorter when cols % kQ8Block != 0); each
+// Weights: int8 symmetric, [rows, cols] (PyTorch Linear layout). Each row is split into blocks
+// of kQ8Block columns (the last block of a row is shorter when cols % kQ8Block != 0); each
 // (row, block) has scale = max|w| / 127 and q = round_to_nearest_even(w / scale) in [-127, 127]
-// (an all-zero block has scale 0 and q 0), plus Σq of the block as int32.
+// (an all-zero block has scale 0 and q 0), plus Σq of the block as int32. Stored interleaved for
+// AVX512-VNNI: rows in groups of 16, q as [groups, ceil(cols/4), 16, 4] (one 64-byte vector holds
+// 4 consecutive columns of 16 rows), scales and sums as [groups, blocks, 16]. Padding (rows past
+// `rows` in the last group, columns past `cols` in the last 4) holds 0.
 //
 // Activations are quantized per call, per row and per the same column blocks, s8 symmetric with
 // their own scale, and stored offset by +128 as u8 (AVX512-VNNI multiplies u8 by s8). The matmul
@@ -20,7 +23,18 @@
 namespace vls::kernels {
 
 inline constexpr int64_t kQ8Block = 128;
+inline constexpr int64_t kQ8Group = 16;  // weight rows interleaved together
 constexpr int64_t Q8Blocks(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
+constexpr int64_t Q8Groups(int64_t rows) { return (rows + kQ8Group - 1) / kQ8Group; }
+constexpr int64_t Q8Steps(int64_t cols) { return (cols + 3) / 4; }  // 4-column steps
+
+// Where weight (r, k) lies in q, and (r, block b) in scales / sums, for a matrix of `cols`.
+constexpr int64_t Q8WeightIndex(int64_t cols, int64_t r, int64_t k) {
+  return ((r / kQ8Group * Q8Steps(cols) + k / 4) * kQ8Group + r % kQ8Group) * 4 + k % 4;
+}
+constexpr int64_t Q8BlockIndex(int64_t cols, int64_t r, int64_t b) {
+  return (r / kQ8Group * Q8Blocks(cols) + b) * kQ8Group + r % kQ8Group;
+}
 
 // Where the parts of one Q8 matrix lie in its buffer: byte offsets from the buffer start, each
 // a multiple of 64, so a buffer written to disk and mapped back at any 64-byte-aligned address
@@ -29,9 +43,11 @@ struct Q8Layout {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t blocks = 0;         // Q8Blocks(cols)
-  int64_t q_offset = 0;       // int8 [rows, cols]
-  int64_t scales_offset = 0;  // f32 [rows, blocks]
-  int64_t sums_offset = 0;    // i32 [rows, blocks]
+  int64_t groups = 0;         // Q8Groups(rows)
+  int64_t steps = 0;          // Q8Steps(cols)
+  int64_t q_offset = 0;       // int8 [groups, steps, 16, 4]
+  int64_t scales_offset = 0;  // f32 [groups, blocks, 16]
+  int64_t sums_offset = 0;    // i32 [groups, blocks, 16]
   int64_t bytes = 0;          // the whole buffer, a multiple of 64
 };
 Q8Layout Q8LayoutFor(int64_t rows, int64_t cols);
@@ -46,35 +62,32 @@ Matrix Q8MatrixAt(const void* base, int64_t rows, int64_t cols);
 void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst);
 // The same into rows [dst_row + r0, dst_row + r1) of a buffer laid out as
 // Q8LayoutFor(dst_rows, src.cols), for stacked matrices (QKV, gate/up) quantized part by part;
-// the result equals quantizing the stacked matrix (rows are quantized independently).
+// the result equals quantizing the stacked matrix (rows are quantized independently). Each call
+// writes only the bytes of its rows (and, with the last row, the padding rows), so disjoint row
+// ranges may run concurrently even within one 16-row group.
 // REQUIRES: dst_row + src.rows <= dst_rows.
 void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
                 int64_t dst_row);
 
-// Activations quantized for a Q8 matmul, in two layouts: row-major (small M kernels) and
-// interleaved by 16 rows × 4 columns (the VNNI panel kernel broadcasts 4 weight bytes against
-// 16 rows). Buffers are reused across calls.
+// Activations quantized for a Q8 matmul, row-major. Buffers are reused across calls.
 struct Q8Activations {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t blocks = 0;
-  std::vector<uint8_t> q;       // [rows, cols]: qx + 128
-  std::vector<float> scales;    // [rows, blocks]
-  std::vector<uint8_t> q16;     // [ceil(rows/16), ceil(cols/4), 16, 4]; 0 past rows and cols
-  std::vector<float> scales16;  // [ceil(rows/16), blocks, 16]; 0 past rows
+  // [rows, cols]: qx + 128, then kQ8ActivationSlack bytes, so a kernel may read the 4 bytes of a
+  // column step that ends past the last column (the weights there are 0).
+  std::vector<uint8_t> q;
+  std::vector<float> scales;  // [rows, blocks]
 
-  // Sizes the buffers for [rows, cols] and zeroes the interleaved ones.
+  // Sizes the buffers for [rows, cols].
   void Resize(int64_t rows, int64_t cols);
 };
+inline constexpr int64_t kQ8ActivationSlack = 64;
 
 // The reference activation quantizer: rows [r0, r1) of x[a->rows, a->cols] into a->q and
 // a->scales. Per block: amax = max|x|, scale = amax / 127, q = clamp(nearbyint(x · (127 /
 // amax)), ±127) (every variant computes exactly these f32 operations). REQUIRES: x finite.
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
-
-// Copies rows [r0, r1) of a->q / a->scales into a->q16 / a->scales16. Ranges that do not share a
-// 16-row group may run concurrently.
-void InterleaveQ8Activations(int64_t r0, int64_t r1, Q8Activations* a);
 
 }  // namespace vls::kernels
 

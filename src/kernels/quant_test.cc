@@ -34,11 +34,16 @@ TEST(QuantTest, LayoutOffsetsAre64ByteAlignedAndCoverEveryPart) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 77}, {5, 130}, {2048, 6144}}) {
     const Q8Layout l = Q8LayoutFor(rows, cols);
     EXPECT_EQ(l.blocks, (cols + 127) / 128);
+    EXPECT_EQ(l.groups, (rows + 15) / 16);
+    EXPECT_EQ(l.steps, (cols + 3) / 4);
     EXPECT_EQ(l.q_offset, 0);
     for (int64_t off : {l.scales_offset, l.sums_offset, l.bytes}) EXPECT_EQ(off % 64, 0);
-    EXPECT_GE(l.scales_offset, rows * cols);
-    EXPECT_GE(l.sums_offset - l.scales_offset, rows * l.blocks * 4);
-    EXPECT_GE(l.bytes - l.sums_offset, rows * l.blocks * 4);
+    EXPECT_GE(l.scales_offset, l.groups * 16 * l.steps * 4);
+    EXPECT_GE(l.sums_offset - l.scales_offset, l.groups * 16 * l.blocks * 4);
+    EXPECT_GE(l.bytes - l.sums_offset, l.groups * 16 * l.blocks * 4);
+    // The last weight and block of the last row lie inside their parts.
+    EXPECT_LT(Q8WeightIndex(cols, rows - 1, cols - 1), l.scales_offset);
+    EXPECT_LT(Q8BlockIndex(cols, rows - 1, l.blocks - 1) * 4, l.sums_offset - l.scales_offset);
     const Matrix m = Q8MatrixAt(reinterpret_cast<const void*>(uintptr_t{4096}), rows, cols);
     EXPECT_EQ(m.format, MatrixFormat::kQ8);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(m.scales), 4096 + uintptr_t(l.scales_offset));
@@ -66,20 +71,21 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
       for (int64_t n = 0; n < N; ++n) {
         LoadRow(src, n, w.data());
         LoadRow(q, n, d.data());
-        const auto* qr = static_cast<const int8_t*>(q.data) + n * K;
+        const auto* qw = static_cast<const int8_t*>(q.data);
         for (int64_t b = 0; b < l.blocks; ++b) {
-          const float scale = q.scales[n * l.blocks + b];
+          const float scale = q.scales[Q8BlockIndex(K, n, b)];
           int32_t sum = 0, qmax = 0;
           for (int64_t k = b * 128; k < std::min(K, (b + 1) * 128); ++k) {
-            ASSERT_LE(std::abs(qr[k]), 127);
+            const int32_t qk = qw[Q8WeightIndex(K, n, k)];
+            ASSERT_LE(std::abs(qk), 127);
             // Plus the f32 rounding of w / scale and of q · scale.
             ASSERT_LE(std::fabs(d[size_t(k)] - w[size_t(k)]),
                       scale * 0.5000002f + 1.2e-7f * std::fabs(w[size_t(k)]))
                 << DTypeName(dt) << " K=" << K << " at " << n << "," << k;
-            sum += qr[k];
-            qmax = std::max<int32_t>(qmax, std::abs(qr[k]));
+            sum += qk;
+            qmax = std::max<int32_t>(qmax, std::abs(qk));
           }
-          EXPECT_EQ(sum, q.sums[n * l.blocks + b]);
+          EXPECT_EQ(sum, q.sums[Q8BlockIndex(K, n, b)]);
           if (n == 2 && b == 0) {
             EXPECT_EQ(scale, 0.0f);
             EXPECT_EQ(qmax, 0);
@@ -92,31 +98,53 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
   }
 }
 
+// Parts that start and end inside 16-row groups, each quantized in two row ranges, into buffers
+// that start as garbage: every byte, padding included, equals the whole matrix quantized at once.
 TEST(QuantTest, StackedPartsEqualTheStackedMatrix) {
-  const int64_t K = 130, N1 = 3, N2 = 4;
+  const int64_t K = 130, N1 = 19, N2 = 22;
   const std::vector<float> v = Random(size_t((N1 + N2) * K), 3);
   const Q8Layout l = Q8LayoutFor(N1 + N2, K);
   Aligned whole(l.bytes), parts(l.bytes);
-  std::memset(whole.p, 0, size_t(l.bytes));
-  std::memset(parts.p, 0, size_t(l.bytes));
+  std::memset(whole.p, 0x5a, size_t(l.bytes));
+  std::memset(parts.p, 0xa5, size_t(l.bytes));
   QuantizeQ8(Matrix{DType::kF32, v.data(), N1 + N2, K}, 0, N1 + N2, whole.p);
   const Matrix top{DType::kF32, v.data(), N1, K}, bottom{DType::kF32, v.data() + N1 * K, N2, K};
-  QuantizeQ8(top, 0, N1, parts.p, N1 + N2, 0);
+  QuantizeQ8(top, 0, 7, parts.p, N1 + N2, 0);
+  QuantizeQ8(top, 7, N1, parts.p, N1 + N2, 0);
   QuantizeQ8(bottom, 0, 2, parts.p, N1 + N2, N1);
   QuantizeQ8(bottom, 2, N2, parts.p, N1 + N2, N1);
-  EXPECT_EQ(std::memcmp(whole.p, parts.p, size_t(l.bytes)), 0);
+  // Bytes past the parts (alignment padding between them) are not the format's.
+  const auto same = [&](int64_t off, int64_t n) {
+    return std::memcmp(whole.p + off, parts.p + off, size_t(n)) == 0;
+  };
+  EXPECT_TRUE(same(l.q_offset, l.groups * l.steps * 64));
+  EXPECT_TRUE(same(l.scales_offset, l.groups * l.blocks * 64));
+  EXPECT_TRUE(same(l.sums_offset, l.groups * l.blocks * 64));
+  // Padding rows (41..47) and columns (130, 131) are 0.
+  const auto* q = reinterpret_cast<const int8_t*>(parts.p);
+  const auto* sums = reinterpret_cast<const int32_t*>(parts.p + l.sums_offset);
+  const auto* scales = reinterpret_cast<const float*>(parts.p + l.scales_offset);
+  for (int64_t r = 0; r < l.groups * 16; ++r) {
+    for (int64_t k = r < N1 + N2 ? K : 0; k < l.steps * 4; ++k) {
+      ASSERT_EQ(q[Q8WeightIndex(K, r, k)], 0) << r << "," << k;
+    }
+    if (r >= N1 + N2) {
+      for (int64_t b = 0; b < l.blocks; ++b) {
+        EXPECT_EQ(sums[Q8BlockIndex(K, r, b)], 0);
+        EXPECT_EQ(scales[Q8BlockIndex(K, r, b)], 0.0f);
+      }
+    }
+  }
 }
 
-TEST(QuantTest, ActivationsWithinHalfAScaleAndInterleavedBy16Rows) {
+TEST(QuantTest, ActivationsWithinHalfAScale) {
   const int64_t M = 19, K = 130;
   std::vector<float> x = Random(size_t(M * K), 2);
   for (int64_t k = 0; k < 128; ++k) x[size_t(4 * K + k)] = 0.0f;
   Q8Activations a;
   a.Resize(M, K);
+  EXPECT_GE(a.q.size(), size_t(M * K + kQ8ActivationSlack));
   QuantizeActivationsQ8(x.data(), 0, M, &a);
-  InterleaveQ8Activations(0, 16, &a);
-  InterleaveQ8Activations(16, M, &a);
-  const int64_t steps = (K + 3) / 4;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t k = 0; k < K; ++k) {
       const float s = a.scales[size_t(m * 2 + k / 128)];
@@ -124,15 +152,10 @@ TEST(QuantTest, ActivationsWithinHalfAScaleAndInterleavedBy16Rows) {
       ASSERT_GE(u, 1);  // q in [-127, 127]
       ASSERT_LE(std::fabs((int(u) - 128) * s - x[size_t(m * K + k)]),
                 s / 2 + 1e-6 * std::fabs(x[size_t(m * K + k)]));
-      ASSERT_EQ(a.q16[size_t((((m / 16) * steps + k / 4) * 16 + m % 16) * 4 + k % 4)], u);
     }
-    EXPECT_EQ(a.scales16[size_t(((m / 16) * 2 + 1) * 16 + m % 16)], a.scales[size_t(m * 2 + 1)]);
   }
   EXPECT_EQ(a.scales[size_t(4 * 2)], 0.0f);
   EXPECT_EQ(a.q[size_t(4 * K)], 128);
-  // Padding past K and past M stays 0, so it adds nothing whatever the weights hold.
-  EXPECT_EQ(a.q16[size_t(((0 * steps + 32) * 16 + 3) * 4 + 2)], 0);  // k = 130
-  EXPECT_EQ(a.q16[size_t(((1 * steps + 0) * 16 + 5) * 4)], 0);       // m = 21
 }
 
 }  // namespace
