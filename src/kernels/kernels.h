@@ -15,8 +15,10 @@ namespace vls::kernels {
 // How a Matrix's values are stored.
 enum class MatrixFormat : uint8_t {
   kDense,  // `data` holds rows·cols values of `dtype`, row-major
-  // Q8 blocked (kernels/quant.h): `data` holds int8 q[rows, cols]; `scales` f32 and `sums` i32
-  // hold [rows, Q8Blocks(cols)]; value = q · scale of its (row, block). `dtype` is ignored.
+  // Q8 blocked (kernels/quant.h): `data` holds int8 q interleaved as [row groups of 16,
+  // column groups of 4, 16, 4]; `scales` f32 and `sums` i32 hold [row groups, Q8Blocks(cols),
+  // 16] (Q8WeightIndex / Q8BlockIndex); value = q · scale of its (row, block). `dtype` is
+  // ignored.
   kQ8,
   // BF16 blocked (kernels/bf16_blocked.h): `data` holds BF16 values in 64-row × 32-column
   // tiles, column pairs interleaved per row, zero-padded to whole tiles. `dtype` is kBF16.
