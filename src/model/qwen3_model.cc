@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "base/memory.h"
@@ -11,6 +12,12 @@
 namespace vls {
 
 namespace {
+
+// A layer's row-wise work runs over chunks of at most this many rows, so its scratch is sized
+// by the chunk, not the prompt (about 86 KB a row for the 0.6B model: 44 MB for 512 rows).
+// 128 rows keep every matmul far above oneDNN's minimum and the weights' re-reads per chunk
+// cheap next to the arithmetic.
+constexpr int64_t kChunkRows = 128;
 
 // Per-thread scratch buffers reused across layers and calls. Fresh multi-megabyte vectors per
 // layer came back from the allocator as new pages each time, and the page faults plus zero
@@ -54,14 +61,25 @@ std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
 }
 
 void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
-  for (size_t s = 0; s < tokens.size(); ++s) {
-    kernels::LoadRow(weights_.embed, tokens[s], out + s * static_cast<size_t>(cfg_.hidden));
-  }
   // Each lookup faults in (with the kernel's fault-around) up to 64 KiB of the mapped
   // checkpoint; over a long run of random tokens that grows the resident set towards the
-  // whole table. Drop the pages again: the bytes stay readable from the page cache.
+  // whole table, and a 512-token prompt alone mapped 32 MB at once (the peak of a whole
+  // bench run). Drop each row's fault-around window right after reading it: the bytes stay
+  // readable from the page cache.
   const kernels::Matrix& e = weights_.embed;
-  ReleaseFilePages(e.data, static_cast<size_t>(e.rows * e.cols) * DTypeSize(e.dtype));
+  const auto* table = static_cast<const std::byte*>(e.data);
+  const size_t row_bytes = static_cast<size_t>(e.cols) * DTypeSize(e.dtype);
+  const size_t table_bytes = static_cast<size_t>(e.rows) * row_bytes;
+  constexpr size_t kFaultAround = 64 * 1024;  // the kernel's default fault_around_bytes
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    kernels::LoadRow(e, tokens[s], out + s * static_cast<size_t>(cfg_.hidden));
+    const size_t row = static_cast<size_t>(tokens[s]) * row_bytes;
+    const size_t begin = row - std::min(row, kFaultAround);
+    const size_t end = std::min(table_bytes, row + row_bytes + kFaultAround);
+    ReleaseFilePages(table + begin, end - begin);
+  }
+  // Pages shared with a neighbouring window's rounding, or a larger fault-around setting.
+  ReleaseFilePages(e.data, table_bytes);
 }
 
 void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow> rows,
@@ -103,6 +121,21 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
 }
 
 void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) const {
+  // Every row's output is computed by the same per-row operations whatever the chunking
+  // (matmul rows, Q8 activation scales and attention queries are independent), and chunk c
+  // attends to the K/V that chunks before it wrote. Equal chunks rather than a short tail
+  // keep each matmul on the same side of oneDNN's row threshold as the whole pass.
+  const auto M = static_cast<int64_t>(rows.size());
+  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
+  const int64_t per_chunk = chunks > 0 ? (M + chunks - 1) / chunks : 0;
+  for (int64_t m0 = 0; m0 < M; m0 += per_chunk) {
+    const int64_t n = std::min(per_chunk, M - m0);
+    RunLayerChunk(l, x + m0 * cfg_.hidden,
+                  rows.subspan(static_cast<size_t>(m0), static_cast<size_t>(n)));
+  }
+}
+
+void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows) const {
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);

@@ -98,6 +98,8 @@ class Qwen3Model {
         rope_(cfg_),
         ctx_(std::move(ctx)) {}
 
+  // RunLayer over one chunk of rows (x: the chunk's [M, H]).
+  void RunLayerChunk(int layer, float* x, std::span<const ForwardRow> rows) const;
   void Attention(int layer, const float* a, std::span<const ForwardRow> rows, float* out) const;
 
   Qwen3Config cfg_;
