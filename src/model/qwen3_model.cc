@@ -13,20 +13,18 @@ namespace vls {
 namespace {
 
 // A layer's row-wise work runs over chunks of at most this many rows, so its scratch is sized
-// by the chunk, not the prompt (about 86 KB a row for the 0.6B model: 44 MB for 512 rows).
-// 128 rows keep every matmul far above oneDNN's minimum and the weights' re-reads per chunk
-// cheap next to the arithmetic.
-constexpr int64_t kChunkRows = 128;
+// by the chunk, not the prompt (40 KB a row for the 0.6B model, 80 KB for the 2B). Every
+// chunk re-reads the layer's weights; 256 rows keep that small next to the arithmetic and
+// every matmul far above oneDNN's minimum.
+constexpr int64_t kChunkRows = 256;
 
-// Per-thread scratch buffers reused across layers and calls. Fresh multi-megabyte vectors per
+// One per-thread arena reused across layers and calls. Fresh multi-megabyte vectors per
 // layer came back from the allocator as new pages each time, and the page faults plus zero
 // fills cost about a quarter of prefill time.
-enum ScratchSlot { kQkv, kQ, kK, kV, kCtx, kA, kO, kGateUp, kGate, kSlots };
-float* Scratch(ScratchSlot slot, int64_t n) {
-  thread_local std::vector<float> bufs[kSlots];
-  std::vector<float>& b = bufs[slot];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
+float* Arena(int64_t n) {
+  thread_local std::vector<float> arena;
+  if (arena.size() < static_cast<size_t>(n)) arena.resize(static_cast<size_t>(n));
+  return arena.data();
 }
 
 }  // namespace
@@ -77,16 +75,16 @@ void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
 }
 
 void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow> rows,
-                           float* out) const {
+                           const AttentionScratch& t, float* out) const {
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
   const PreparedLayer& P = prepared_->layer(layer);
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, nh = cfg_.heads, nkv = cfg_.kv_heads;
   const int64_t qd = nh * D, kvd = nkv * D, qkvd = qd + 2 * kvd;
-  float* qkv = Scratch(kQkv, M * qkvd);  // [M, nh·D + 2·nkv·D]
-  float* q = Scratch(kQ, M * qd);        // [M, nh, D]
-  float* k = Scratch(kK, M * kvd);       // [M, nkv, D]
-  float* v = Scratch(kV, M * kvd);       // [M, nkv, D]
+  float* qkv = t.qkv;  // [M, nh·D + 2·nkv·D]
+  float* q = t.q;      // [M, nh, D]
+  float* k = t.k;      // [M, nkv, D]
+  float* v = t.v;      // [M, nkv, D]
   ctx_->MatMul(a, M, H, P.qkv, qkv);
   for (int64_t m = 0; m < M; ++m) {
     const float* row = qkv + m * qkvd;
@@ -109,7 +107,7 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   // Write every row's K/V first: prefill rows then see all earlier rows of their sequence.
   const AttentionShape shape{nh, nkv, D};
   WriteKv(layer, shape, k, v, rows);
-  float* ctx = Scratch(kCtx, M * nh * D);  // [M, nh, D]
+  float* ctx = t.ctx;  // [M, nh, D]
   Attend(*ctx_, layer, shape, q, rows, ctx);
   ctx_->MatMul(ctx, M, nh * D, P.o, out);
 }
@@ -132,17 +130,31 @@ void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) con
 void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows) const {
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
+  const int64_t qd = cfg_.heads * cfg_.head_dim, kvd = cfg_.kv_heads * cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const PreparedLayer& P = prepared_->layer(l);
-  float* a = Scratch(kA, M * H);                 // [M, H] normed input
-  float* o = Scratch(kO, M * H);                 // [M, H] sublayer output
-  float* gate_up = Scratch(kGateUp, M * 2 * I);  // [M, 2·I]: gate | up per row
-  float* act = Scratch(kGate, M * I);            // [M, I]
+  // The attention and MLP halves run one after the other over one arena; within each, a
+  // buffer takes the place of one that is dead by then (ctx of a, the output of qkv, the MLP
+  // output of its input).
+  const int64_t slot0 = std::max(H, qd), slot1 = std::max(qd + 2 * kvd, H);
+  const int64_t attention_floats = slot0 + slot1 + qd + 2 * kvd, mlp_floats = H + 3 * I;
+  float* base = Arena(M * std::max(attention_floats, mlp_floats));
+  AttentionScratch t;
+  float* a = base;                   // [M, H] normed input
+  t.ctx = base;                      // [M, nh, D], after a is consumed
+  t.qkv = base + M * slot0;          // [M, nh·D + 2·nkv·D]
+  float* attn_out = t.qkv;           // [M, H], after qkv is split
+  t.q = t.qkv + M * slot1;           // [M, nh, D]
+  t.k = t.q + M * qd;                // [M, nkv, D]
+  t.v = t.k + M * kvd;               // [M, nkv, D]
+  float* gate_up = base + M * H;     // [M, 2·I]: gate | up per row
+  float* act = gate_up + M * 2 * I;  // [M, I]
+  float* mlp_out = base;             // [M, H], after a is consumed
   // x = x + Attention(RmsNorm(x))
   kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a);
-  Attention(l, a, rows, o);
-  for (int64_t i = 0; i < M * H; ++i) x[i] += o[i];
+  Attention(l, a, rows, t, attn_out);
+  for (int64_t i = 0; i < M * H; ++i) x[i] += attn_out[i];
   // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
   kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a);
   ctx_->MatMul(a, M, H, P.gate_up, gate_up);
@@ -153,8 +165,8 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
       kernels::SiluMul(g, gate_up + m * 2 * I + I, I);
     }
   });
-  ctx_->MatMul(act, M, I, P.down, o);
-  for (int64_t i = 0; i < M * H; ++i) x[i] += o[i];
+  ctx_->MatMul(act, M, I, P.down, mlp_out);
+  for (int64_t i = 0; i < M * H; ++i) x[i] += mlp_out[i];
 }
 
 void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {
