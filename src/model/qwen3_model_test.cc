@@ -151,6 +151,7 @@ std::vector<float> PrefillHidden(const Qwen3Model& model, const std::vector<int3
   const int S = static_cast<int>(tokens.size());
   auto cache = model.NewCache(S);
   std::vector<ForwardRow> rows;
+  rows.reserve(static_cast<size_t>(S));
   for (int p = 0; p < S; ++p) rows.push_back({cache.get(), p, {p, p, p}});
   std::vector<float> x(static_cast<size_t>(S * H));  // [S, H]
   model.Embed(tokens, x.data());
