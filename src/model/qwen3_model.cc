@@ -12,15 +12,19 @@ namespace vls {
 
 namespace {
 
-// Per-thread scratch buffers reused across layers and calls. Fresh multi-megabyte vectors per
+// A layer's row-wise work runs over chunks of at most this many rows, so its scratch is sized
+// by the chunk, not the prompt (40 KB a row for the 0.6B model, 80 KB for the 2B). Every
+// chunk re-reads the layer's weights; 256 rows keep that small next to the arithmetic and
+// every matmul far above oneDNN's minimum.
+constexpr int64_t kChunkRows = 256;
+
+// One per-thread arena reused across layers and calls. Fresh multi-megabyte vectors per
 // layer came back from the allocator as new pages each time, and the page faults plus zero
 // fills cost about a quarter of prefill time.
-enum ScratchSlot { kQkv, kQ, kK, kV, kCtx, kA, kO, kGateUp, kGate, kSlots };
-float* Scratch(ScratchSlot slot, int64_t n) {
-  thread_local std::vector<float> bufs[kSlots];
-  std::vector<float>& b = bufs[slot];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
+float* Arena(int64_t n) {
+  thread_local std::vector<float> arena;
+  if (arena.size() < static_cast<size_t>(n)) arena.resize(static_cast<size_t>(n));
+  return arena.data();
 }
 
 }  // namespace
@@ -54,27 +58,34 @@ std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
 }
 
 void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
-  for (size_t s = 0; s < tokens.size(); ++s) {
-    kernels::LoadRow(weights_.embed, tokens[s], out + s * static_cast<size_t>(cfg_.hidden));
-  }
   // Each lookup faults in (with the kernel's fault-around) up to 64 KiB of the mapped
-  // checkpoint; over a long run of random tokens that grows the resident set towards the
-  // whole table. Drop the pages again: the bytes stay readable from the page cache.
+  // checkpoint, or a whole large page-cache folio (about 1 MB a row measured on the 2B
+  // checkpoint); over a long run of random tokens that grows the resident set towards the
+  // whole table, and a 512-token prompt mapped 32 MB at once (the peak of a whole bench run).
+  // Drop the pages again every kReleaseRows rows: the bytes stay readable from the page
+  // cache. A madvise per row cost about 4% of 0.6B prefill time.
+  constexpr size_t kReleaseRows = 8;
   const kernels::Matrix& e = weights_.embed;
-  ReleaseFilePages(e.data, static_cast<size_t>(e.rows * e.cols) * DTypeSize(e.dtype));
+  const size_t table_bytes = static_cast<size_t>(e.rows * e.cols) * DTypeSize(e.dtype);
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    kernels::LoadRow(e, tokens[s], out + s * static_cast<size_t>(cfg_.hidden));
+    if ((s + 1) % kReleaseRows == 0 || s + 1 == tokens.size()) {
+      ReleaseFilePages(e.data, table_bytes);
+    }
+  }
 }
 
 void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow> rows,
-                           float* out) const {
+                           const AttentionScratch& t, float* out) const {
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
   const PreparedLayer& P = prepared_->layer(layer);
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, nh = cfg_.heads, nkv = cfg_.kv_heads;
   const int64_t qd = nh * D, kvd = nkv * D, qkvd = qd + 2 * kvd;
-  float* qkv = Scratch(kQkv, M * qkvd);  // [M, nh·D + 2·nkv·D]
-  float* q = Scratch(kQ, M * qd);        // [M, nh, D]
-  float* k = Scratch(kK, M * kvd);       // [M, nkv, D]
-  float* v = Scratch(kV, M * kvd);       // [M, nkv, D]
+  float* qkv = t.qkv;  // [M, nh·D + 2·nkv·D]
+  float* q = t.q;      // [M, nh, D]
+  float* k = t.k;      // [M, nkv, D]
+  float* v = t.v;      // [M, nkv, D]
   ctx_->MatMul(a, M, H, P.qkv, qkv);
   for (int64_t m = 0; m < M; ++m) {
     const float* row = qkv + m * qkvd;
@@ -97,25 +108,54 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   // Write every row's K/V first: prefill rows then see all earlier rows of their sequence.
   const AttentionShape shape{nh, nkv, D};
   WriteKv(layer, shape, k, v, rows);
-  float* ctx = Scratch(kCtx, M * nh * D);  // [M, nh, D]
+  float* ctx = t.ctx;  // [M, nh, D]
   Attend(*ctx_, layer, shape, q, rows, ctx);
   ctx_->MatMul(ctx, M, nh * D, P.o, out);
 }
 
 void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) const {
+  // Every row's output is computed by the same per-row operations whatever the chunking
+  // (matmul rows, Q8 activation scales and attention queries are independent), and chunk c
+  // attends to the K/V that chunks before it wrote. Equal chunks rather than a short tail
+  // keep each matmul on the same side of oneDNN's row threshold as the whole pass.
+  const auto M = static_cast<int64_t>(rows.size());
+  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
+  const int64_t per_chunk = chunks > 0 ? (M + chunks - 1) / chunks : 0;
+  for (int64_t m0 = 0; m0 < M; m0 += per_chunk) {
+    const int64_t n = std::min(per_chunk, M - m0);
+    RunLayerChunk(l, x + m0 * cfg_.hidden,
+                  rows.subspan(static_cast<size_t>(m0), static_cast<size_t>(n)));
+  }
+}
+
+void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows) const {
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
+  const int64_t qd = cfg_.heads * cfg_.head_dim, kvd = cfg_.kv_heads * cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const PreparedLayer& P = prepared_->layer(l);
-  float* a = Scratch(kA, M * H);                 // [M, H] normed input
-  float* o = Scratch(kO, M * H);                 // [M, H] sublayer output
-  float* gate_up = Scratch(kGateUp, M * 2 * I);  // [M, 2·I]: gate | up per row
-  float* act = Scratch(kGate, M * I);            // [M, I]
+  // The attention and MLP halves run one after the other over one arena; within each, a
+  // buffer takes the place of one that is dead by then (ctx of a, the output of qkv, the MLP
+  // output of its input).
+  const int64_t slot0 = std::max(H, qd), slot1 = std::max(qd + 2 * kvd, H);
+  const int64_t attention_floats = slot0 + slot1 + qd + 2 * kvd, mlp_floats = H + 3 * I;
+  float* base = Arena(M * std::max(attention_floats, mlp_floats));
+  AttentionScratch t;
+  float* a = base;                   // [M, H] normed input
+  t.ctx = base;                      // [M, nh, D], after a is consumed
+  t.qkv = base + M * slot0;          // [M, nh·D + 2·nkv·D]
+  float* attn_out = t.qkv;           // [M, H], after qkv is split
+  t.q = t.qkv + M * slot1;           // [M, nh, D]
+  t.k = t.q + M * qd;                // [M, nkv, D]
+  t.v = t.k + M * kvd;               // [M, nkv, D]
+  float* gate_up = base + M * H;     // [M, 2·I]: gate | up per row
+  float* act = gate_up + M * 2 * I;  // [M, I]
+  float* mlp_out = base;             // [M, H], after a is consumed
   // x = x + Attention(RmsNorm(x))
   kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a);
-  Attention(l, a, rows, o);
-  for (int64_t i = 0; i < M * H; ++i) x[i] += o[i];
+  Attention(l, a, rows, t, attn_out);
+  for (int64_t i = 0; i < M * H; ++i) x[i] += attn_out[i];
   // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
   kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a);
   ctx_->MatMul(a, M, H, P.gate_up, gate_up);
@@ -126,8 +166,8 @@ void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) con
       kernels::SiluMul(g, gate_up + m * 2 * I + I, I);
     }
   });
-  ctx_->MatMul(act, M, I, P.down, o);
-  for (int64_t i = 0; i < M * H; ++i) x[i] += o[i];
+  ctx_->MatMul(act, M, I, P.down, mlp_out);
+  for (int64_t i = 0; i < M * H; ++i) x[i] += mlp_out[i];
 }
 
 void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {

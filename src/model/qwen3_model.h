@@ -98,7 +98,18 @@ class Qwen3Model {
         rope_(cfg_),
         ctx_(std::move(ctx)) {}
 
-  void Attention(int layer, const float* a, std::span<const ForwardRow> rows, float* out) const;
+  // RunLayer over one chunk of rows (x: the chunk's [M, H]).
+  void RunLayerChunk(int layer, float* x, std::span<const ForwardRow> rows) const;
+  // Scratch of Attention for M rows; ctx may alias its input a, and out its qkv.
+  struct AttentionScratch {
+    float* qkv = nullptr;  // [M, nh·D + 2·nkv·D]
+    float* q = nullptr;    // [M, nh, D]
+    float* k = nullptr;    // [M, nkv, D]
+    float* v = nullptr;    // [M, nkv, D]
+    float* ctx = nullptr;  // [M, nh, D]
+  };
+  void Attention(int layer, const float* a, std::span<const ForwardRow> rows,
+                 const AttentionScratch& t, float* out) const;
 
   Qwen3Config cfg_;
   std::unique_ptr<SafetensorsCheckpoint> ckpt_;

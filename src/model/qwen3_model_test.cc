@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <span>
 #include <vector>
 
 #include "model/test_checkpoint.h"
@@ -139,6 +140,51 @@ TEST(Qwen3ModelTest, Int8PrecisionKeepsTheGreedyTokens) {
       max_diff = std::max(max_diff, std::fabs(double(logits[i]) - f32_logits[i]));
     }
     EXPECT_LT(max_diff, 0.1 * max_abs) << v->name;
+  }
+}
+
+// Final hidden states [S, H] of a prefill of `tokens`, run as consecutive RunLayers calls of
+// `pieces` rows each (one call: {S}).
+std::vector<float> PrefillHidden(const Qwen3Model& model, const std::vector<int32_t>& tokens,
+                                 const std::vector<int>& pieces) {
+  const int64_t H = model.config().hidden;
+  const int S = static_cast<int>(tokens.size());
+  auto cache = model.NewCache(S);
+  std::vector<ForwardRow> rows;
+  rows.reserve(static_cast<size_t>(S));
+  for (int p = 0; p < S; ++p) rows.push_back({cache.get(), p, {p, p, p}});
+  std::vector<float> x(static_cast<size_t>(S * H));  // [S, H]
+  model.Embed(tokens, x.data());
+  int begin = 0;
+  for (int n : pieces) {
+    model.RunLayers(x.data() + begin * H,
+                    std::span<const ForwardRow>(rows).subspan(static_cast<size_t>(begin),
+                                                              static_cast<size_t>(n)),
+                    nullptr);
+    begin += n;
+  }
+  EXPECT_EQ(begin, S);
+  return x;
+}
+
+// A long prefill runs each layer over row chunks (300 rows: two of 150) to bound its
+// scratch memory. Every row must come out exactly as when the same rows arrive as separate
+// passes (same matmul shapes, attention over the rows written before), at every precision,
+// and, in f32, as a row-by-row prefill up to summation order.
+TEST(Qwen3ModelTest, ALongPrefillInRowChunksMatchesSeparatePasses) {
+  std::vector<int32_t> tokens(300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 5) % 301);
+  for (kernels::Precision p :
+       {kernels::Precision::kF32, kernels::Precision::kBF16, kernels::Precision::kInt8}) {
+    auto m = Qwen3Model::Load(TinyModelDir(), Options(2, p, nullptr));
+    ASSERT_TRUE(m.ok());
+    const std::vector<float> whole = PrefillHidden(**m, tokens, {300});
+    EXPECT_EQ(whole, PrefillHidden(**m, tokens, {150, 150})) << kernels::PrecisionName(p);
+    if (p != kernels::Precision::kF32) continue;
+    const std::vector<float> by_row = PrefillHidden(**m, tokens, std::vector<int>(300, 1));
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_NEAR(whole[i], by_row[i], 1e-4 * (1 + std::fabs(by_row[i]))) << "at " << i;
+    }
   }
 }
 
