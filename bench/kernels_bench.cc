@@ -174,6 +174,9 @@ void Shapes(benchmark::internal::Benchmark* b) {
     b->Args({1, 2048, 6144, threads});
     b->Args({8, 2048, 6144, threads});
     b->Args({8, 1024, 6144, threads});  // the 0.6B shape's gate/up at batched decode
+    // The 0.6B LM head (311 MB in BF16, far past the caches): decode and batched decode.
+    b->Args({1, 1024, 151936, threads});
+    b->Args({8, 1024, 151936, threads});
     b->Args({512, 2048, 6144, threads});
     b->Args({512, 6144, 2048, threads});
   }

@@ -101,9 +101,13 @@ RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32
     model.RunLayers(x.data(), rows, nullptr);
     model.FinalNorm(x.data(), slots, h.data());
     model.Logits(h.data(), slots, logits.data());
-    for (int s = 0; s < slots; ++s) {
-      next[static_cast<size_t>(s)] = Argmax(logits.data() + s * V, V);
-    }
+    // Greedy sampling of every slot (151936 logits each), spread over the model's pool as a
+    // batch engine would, rather than on this thread while the pool waits.
+    model.context().pool().ParallelFor(slots, 1, [&](int64_t b, int64_t e) {
+      for (int64_t s = b; s < e; ++s) {
+        next[static_cast<size_t>(s)] = Argmax(logits.data() + s * V, V);
+      }
+    });
   }
   const double gen_s = Seconds(t0, Clock::now());
   return {static_cast<double>(prompt) * slots / prefill_s,
