@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -88,20 +90,44 @@ TEST(Bf16BlockedTest, StackedPartsPackLikeTheStackedMatrix) {
   EXPECT_EQ(parts, whole);
 }
 
-// y = xr · wᵀ by the reference on the BF16-rounded activations, and the bound for one output.
-struct Expected {
-  std::vector<float> xr, wf, y;
-  Expected(const std::vector<float>& x, const Matrix& w, int64_t M) {
+// One product: random x[M, K] and w[N, K] (packed blocked), x rounded to BF16, and the
+// reference y = xr · wᵀ on the rounded activations.
+struct Problem {
+  int64_t M, K, N;
+  std::vector<float> x, xr, wf, y;
+  std::vector<uint16_t> xb, packed;
+  Matrix w;
+  Problem(int64_t m, int64_t k, int64_t n, uint32_t x_seed, uint32_t w_seed)
+      : M(m), K(k), N(n), x(Random(size_t(m * k), x_seed)) {
+    const std::vector<float> wd = Random(size_t(N * K), w_seed);
+    packed = Pack(Matrix{DType::kF32, wd.data(), N, K});
+    w = Bf16BlockedMatrixAt(packed.data(), N, K);
+    xb.resize(x.size());
     xr.resize(x.size());
-    for (size_t i = 0; i < x.size(); ++i) xr[i] = Bf16ToF32(F32ToBf16(x[i]));
-    wf.resize(size_t(w.rows * w.cols));
-    for (int64_t n = 0; n < w.rows; ++n) LoadRow(w, n, &wf[size_t(n * w.cols)]);
-    y.resize(size_t(M * w.rows));
-    MatMulTransposed(xr.data(), M, w.cols, w, y.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xb[i] = F32ToBf16(x[i]);
+      xr[i] = Bf16ToF32(xb[i]);
+    }
+    wf.resize(size_t(N * K));
+    for (int64_t r = 0; r < N; ++r) LoadRow(w, r, &wf[size_t(r * K)]);
+    y.resize(size_t(M * N));
+    MatMulTransposed(xr.data(), M, K, w, y.data());
   }
-  // Products of two BF16 values are exact in f32, so only the f32 sums differ.
-  double Tol(int64_t m, int64_t n, int64_t K) const {
-    return 2 * F32Bound(&xr[size_t(m * K)], &wf[size_t(n * K)], K);
+  // got[M, N] within the f32 summation bound of y: products of two BF16 values are exact in
+  // f32, so only the order of the f32 sums differs.
+  ::testing::AssertionResult Matches(const std::vector<float>& got) const {
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        const double want = y[size_t(m * N + n)],
+                     tol = 2 * F32Bound(&xr[size_t(m * K)], &wf[size_t(n * K)], K);
+        if (std::fabs(got[size_t(m * N + n)] - want) > tol) {
+          return ::testing::AssertionFailure()
+                 << "M=" << M << " K=" << K << " N=" << N << " at " << m << "," << n << ": "
+                 << got[size_t(m * N + n)] << " vs " << want << " (tolerance " << tol << ")";
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
   }
 };
 
@@ -109,24 +135,13 @@ TEST(Bf16BlockedTest, EveryBlockedKernelMatchesReference) {
   for (const KernelVariant* v : SupportedVariants()) {
     if (v->matmul_bf16_blocked == nullptr) continue;
     for (const Case& c : kCases) {
-      const std::vector<float> x = Random(size_t(c.M * c.K), 14);
-      const std::vector<float> wd = Random(size_t(c.N * c.K), 15);
-      const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
-      const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
-      const Expected e(x, w, c.M);
-      std::vector<uint16_t> xb(x.size());
-      for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
+      const Problem p(c.M, c.K, c.N, 14, 15);
       std::vector<float> got(size_t(c.M * c.N), -1.0f);
       // Two calls split at a 64-row block, as the pool does.
       const int64_t mid = std::min<int64_t>(c.N, kBf16BlockN);
-      v->matmul_bf16_blocked(xb.data(), c.M, c.K, w, 0, mid, got.data());
-      if (mid < c.N) v->matmul_bf16_blocked(xb.data(), c.M, c.K, w, mid, c.N, got.data());
-      for (int64_t m = 0; m < c.M; ++m) {
-        for (int64_t n = 0; n < c.N; ++n) {
-          ASSERT_NEAR(got[size_t(m * c.N + n)], e.y[size_t(m * c.N + n)], e.Tol(m, n, c.K))
-              << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N << " at " << m << "," << n;
-        }
-      }
+      v->matmul_bf16_blocked(p.xb.data(), c.M, c.K, p.w, 0, mid, got.data());
+      if (mid < c.N) v->matmul_bf16_blocked(p.xb.data(), c.M, c.K, p.w, mid, c.N, got.data());
+      ASSERT_TRUE(p.Matches(got)) << v->name;
     }
   }
 }
@@ -135,18 +150,14 @@ TEST(Bf16BlockedTest, ARowsResultDoesNotDependOnM) {
   // Batched decode must give each sequence what it would get alone, bit for bit.
   for (const KernelVariant* v : SupportedVariants()) {
     if (v->matmul_bf16_blocked == nullptr) continue;
-    const Case c{11, 300, 130};
-    const std::vector<float> x = Random(size_t(c.M * c.K), 16);
-    const std::vector<float> wd = Random(size_t(c.N * c.K), 17);
-    const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
-    const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
+    const Problem p(11, 300, 130, 16, 17);
     Context ctx(2, Precision::kBF16, v);
-    std::vector<float> all(size_t(c.M * c.N)), one(size_t(c.N));
-    ctx.MatMul(x.data(), c.M, c.K, w, all.data());
-    for (int64_t m = 0; m < c.M; ++m) {
-      ctx.MatMul(&x[size_t(m * c.K)], 1, c.K, w, one.data());
-      for (int64_t n = 0; n < c.N; ++n) {
-        ASSERT_EQ(one[size_t(n)], all[size_t(m * c.N + n)]) << v->name << " " << m << "," << n;
+    std::vector<float> all(size_t(p.M * p.N)), one(size_t(p.N));
+    ctx.MatMul(p.x.data(), p.M, p.K, p.w, all.data());
+    for (int64_t m = 0; m < p.M; ++m) {
+      ctx.MatMul(&p.x[size_t(m * p.K)], 1, p.K, p.w, one.data());
+      for (int64_t n = 0; n < p.N; ++n) {
+        ASSERT_EQ(one[size_t(n)], all[size_t(m * p.N + n)]) << v->name << " " << m << "," << n;
       }
     }
   }
@@ -159,23 +170,12 @@ TEST(Bf16BlockedTest, ContextMatMulMatchesReferenceOnEveryPath) {
   for (const KernelVariant* v : SupportedVariants()) {
     for (bool onednn : {true, false}) {
       for (const Case& c : kCases) {
-        const int64_t M = c.M < 8 ? c.M : c.M + kOneDnnMinRows;
-        const std::vector<float> x = Random(size_t(M * c.K), 18);
-        const std::vector<float> wd = Random(size_t(c.N * c.K), 19);
-        const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
-        const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
-        const Expected e(x, w, M);
+        const Problem p(c.M < 8 ? c.M : c.M + kOneDnnMinRows, c.K, c.N, 18, 19);
         Context ctx(2, Precision::kBF16, v);
         if (!onednn) ctx.DisableOneDnn();
-        std::vector<float> got(size_t(M * c.N), -1.0f);
-        ctx.MatMul(x.data(), M, c.K, w, got.data());
-        for (int64_t m = 0; m < M; ++m) {
-          for (int64_t n = 0; n < c.N; ++n) {
-            ASSERT_NEAR(got[size_t(m * c.N + n)], e.y[size_t(m * c.N + n)], e.Tol(m, n, c.K))
-                << v->name << (onednn ? " onednn" : "") << " M=" << M << " K=" << c.K
-                << " N=" << c.N << " at " << m << "," << n;
-          }
-        }
+        std::vector<float> got(size_t(p.M * p.N), -1.0f);
+        ctx.MatMul(p.x.data(), p.M, p.K, p.w, got.data());
+        ASSERT_TRUE(p.Matches(got)) << v->name << (onednn ? " onednn" : "");
       }
     }
   }
@@ -183,27 +183,16 @@ TEST(Bf16BlockedTest, ContextMatMulMatchesReferenceOnEveryPath) {
 
 TEST(Bf16BlockedTest, OneDnnRowsRunTheBlockedLayoutAndRejectBadRanges) {
   if (!OneDnnBf16Available()) GTEST_SKIP() << "no oneDNN in this build";
-  const Case c{40, 100, 130};
-  const std::vector<float> x = Random(size_t(c.M * c.K), 20);
-  const std::vector<float> wd = Random(size_t(c.N * c.K), 21);
-  const std::vector<uint16_t> packed = Pack(Matrix{DType::kF32, wd.data(), c.N, c.K});
-  const Matrix w = Bf16BlockedMatrixAt(packed.data(), c.N, c.K);
-  const Expected e(x, w, c.M);
-  std::vector<uint16_t> xb(x.size());
-  for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
-  std::vector<float> y(size_t(c.M * c.N), -1.0f);
+  const Problem p(40, 100, 130, 20, 21);
+  std::vector<float> y(size_t(p.M * p.N), -1.0f);
   for (auto [m0, m1] : {std::pair<int64_t, int64_t>{0, 33}, {33, 40}}) {
-    const Status s = OneDnnMatMulBf16BlockedRows(xb.data(), c.M, c.K, w, m0, m1, y.data());
+    const Status s = OneDnnMatMulBf16BlockedRows(p.xb.data(), p.M, p.K, p.w, m0, m1, y.data());
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  for (int64_t m = 0; m < c.M; ++m) {
-    for (int64_t n = 0; n < c.N; ++n) {
-      ASSERT_NEAR(y[size_t(m * c.N + n)], e.y[size_t(m * c.N + n)], e.Tol(m, n, c.K));
-    }
-  }
-  EXPECT_FALSE(OneDnnMatMulBf16BlockedRows(xb.data(), c.M, c.K, w, 30, 41, y.data()).ok());
-  const Matrix dense{DType::kBF16, packed.data(), c.N, c.K};
-  EXPECT_FALSE(OneDnnMatMulBf16BlockedRows(xb.data(), c.M, c.K, dense, 0, 40, y.data()).ok());
+  EXPECT_TRUE(p.Matches(y));
+  EXPECT_FALSE(OneDnnMatMulBf16BlockedRows(p.xb.data(), p.M, p.K, p.w, 30, 41, y.data()).ok());
+  const Matrix dense{DType::kBF16, p.packed.data(), p.N, p.K};
+  EXPECT_FALSE(OneDnnMatMulBf16BlockedRows(p.xb.data(), p.M, p.K, dense, 0, 40, y.data()).ok());
 }
 
 }  // namespace
