@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/load_flags.h"
 #include "runtime/loaded_model.h"
+#include "runtime/sampler.h"
 
 namespace vls::cli {
 
@@ -53,7 +55,7 @@ double PeakRssMb() {
 }
 
 int32_t Argmax(const float* v, int64_t n) {
-  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+  return ArgMax(std::span<const float>(v, static_cast<size_t>(n)));  // the engine's greedy pick
 }
 
 struct RepResult {

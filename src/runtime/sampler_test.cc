@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 namespace vls {
 namespace {
@@ -14,6 +18,29 @@ TEST(SamplerTest, GreedyIsArgMaxWithLowestIndexOnTies) {
   EXPECT_EQ(s.Sample(kLogits, {}, {}), 1);
   const std::vector<float> tie = {3, 5, 5};
   EXPECT_EQ(ArgMax(tie), 1);
+}
+
+TEST(SamplerTest, ArgMaxMatchesALinearScanAcrossLanesTailsTiesAndNaN) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (const size_t n : {1u, 15u, 16u, 17u, 100u, 151936u}) {
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    // A tie for the maximum: the later copy sits in another lane, or in the tail.
+    const size_t a = n / 3, b = n - 1;
+    v[a] = v[b] = 9.0f;
+    if (n > 2) v[0] = std::numeric_limits<float>::quiet_NaN();
+    size_t want = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(v[want]) || v[i] > v[want]) want = i;
+    }
+    EXPECT_EQ(ArgMax(v), static_cast<int32_t>(want)) << "n=" << n;
+    EXPECT_EQ(static_cast<size_t>(ArgMax(v)), n > 2 ? a : 0u) << "n=" << n;
+  }
+  const std::vector<float> all_nan(20, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(ArgMax(all_nan), 0);
+  const std::vector<float> low = {-std::numeric_limits<float>::infinity(), -1e30f};
+  EXPECT_EQ(ArgMax(low), 1);
 }
 
 TEST(SamplerTest, SeededSamplingIsReproducibleAndTopKOneIsGreedy) {
