@@ -19,9 +19,10 @@ cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DVLS_SANITIZE=ON -DVLS_WERROR
 cmake --build build/asan -j2 --target untrusted_tests vlstack
 (cd build/asan && ctest --output-on-failure -L untrusted --timeout 900)
 
-echo "== ThreadSanitizer build of the batch engine tests =="
+echo "== ThreadSanitizer build of the thread pool and batch engine tests =="
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLS_TSAN=ON -DVLS_WERROR=ON >/dev/null
-cmake --build build/tsan -j2 --target batch_test
+cmake --build build/tsan -j2 --target thread_pool_test batch_test
+TSAN_OPTIONS="halt_on_error=1" build/tsan/src/base/thread_pool_test
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/runtime/batch_test
 
 echo "== clang-format =="

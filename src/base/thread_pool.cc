@@ -19,11 +19,27 @@ ThreadPool::ThreadPool(int threads) : threads_(threads > 0 ? threads : HardwareT
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
+namespace {
+constexpr uint64_t kStop = ~uint64_t{0};
+constexpr uint64_t kClosed = uint64_t{1} << 31;
+constexpr uint64_t kCountMask = kClosed - 1;
+// Pause iterations before sleeping: tens of microseconds.
+constexpr int kWorkerSpin = 4000;
+constexpr int kCallerSpin = 4000;
+
+uint64_t StateGeneration(uint64_t generation) { return (generation & 0xffffffffu) << 32; }
+
+inline void Pause() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    published_.store(~uint64_t{0}, std::memory_order_release);
+    published_.store(kStop, std::memory_order_release);
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -39,29 +55,46 @@ void ThreadPool::RunChunks() {
   t_in_pool = false;
 }
 
+bool ThreadPool::TryJoin(uint64_t generation) {
+  uint64_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & ~(kClosed | kCountMask)) != StateGeneration(generation) || (s & kClosed) != 0) {
+      return false;
+    }
+    if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+void ThreadPool::Leave() {
+  const uint64_t s = state_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  if ((s & kClosed) != 0 && (s & kCountMask) == 0) {
+    // The caller may be asleep on done_cv_: taking mu_ orders this with its predicate check.
+    std::lock_guard<std::mutex> lock(mu_);
+    done_cv_.notify_one();
+  }
+}
+
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
-    // Spin briefly first: decode issues hundreds of short loops per token, and a condition
-    // variable wake-up costs tens of microseconds each.
-    for (int i = 0; i < 4000 && published_.load(std::memory_order_acquire) == seen; ++i) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+    uint64_t g = published_.load(std::memory_order_acquire);
+    for (int i = 0; i < kWorkerSpin && g == seen; ++i) {
+      Pause();
+      g = published_.load(std::memory_order_acquire);
     }
-    {
+    if (g == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (closed_) continue;  // the caller already finished this loop without us
-      ++active_;
+      wake_.wait(lock, [&] { return published_.load(std::memory_order_acquire) != seen; });
+      g = published_.load(std::memory_order_acquire);
     }
+    if (g == kStop) return;
+    seen = g;
+    if (!TryJoin(g)) continue;  // the caller already finished this loop without us
     RunChunks();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) done_cv_.notify_one();
-    }
+    Leave();
   }
 }
 
@@ -76,22 +109,27 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   std::lock_guard<std::mutex> run_lock(run_mu_);
   // About four chunks per thread balances uneven chunks without much scheduling overhead.
   const int64_t chunk = std::max(grain, (n + 4 * threads_ - 1) / (4 * threads_));
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = chunk;
+  next_.store(0, std::memory_order_relaxed);
+  const uint64_t g = ++generation_;
+  state_.store(StateGeneration(g), std::memory_order_release);  // open, nobody inside
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = chunk;
-    next_.store(0, std::memory_order_relaxed);
-    active_ = 0;
-    closed_ = false;
-    ++generation_;
-    published_.store(generation_, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(mu_);  // a worker checks published_ under mu_ before sleeping
+    published_.store(g, std::memory_order_release);
   }
   wake_.notify_all();
   RunChunks();
-  std::unique_lock<std::mutex> lock(mu_);
-  closed_ = true;
-  done_cv_.wait(lock, [&] { return active_ == 0; });
+  uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
+  for (int i = 0; i < kCallerSpin && (s & kCountMask) != 0; ++i) {
+    Pause();
+    s = state_.load(std::memory_order_acquire);
+  }
+  if ((s & kCountMask) != 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return (state_.load(std::memory_order_acquire) & kCountMask) == 0; });
+  }
   fn_ = nullptr;
 }
 

@@ -47,27 +47,33 @@ class ThreadPool {
   void WorkerLoop();
   void RunChunks();
 
+  // A worker joins the loop of generation g (a CAS on state_) unless it is closed or g has
+  // passed; the caller closes its loop once it runs out of chunks and then waits for the joined
+  // workers only. Both sides spin briefly before sleeping: decode issues hundreds of short
+  // loops per token, and a futex sleep and wake-up costs tens of microseconds each.
+  bool TryJoin(uint64_t generation);
+  void Leave();
+
   int threads_;
   std::vector<std::thread> workers_;
   std::mutex run_mu_;  // serialises ParallelFor callers
 
-  std::mutex mu_;
+  std::mutex mu_;  // orders the sleeps on wake_ / done_cv_ with the stores they wait for
   std::condition_variable wake_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;  // bumped per loop; guarded by mu_
-  bool stop_ = false;
-  // Workers running the current loop; guarded by mu_. Once the caller has run out of chunks
-  // the loop is closed: a worker that wakes later skips it instead of being waited for (on a
-  // busy machine a descheduled worker would otherwise stall every loop by a time slice).
-  int active_ = 0;
-  bool closed_ = true;
+  uint64_t generation_ = 0;  // bumped per loop; written by the caller holding run_mu_
 
-  // The current loop (written under mu_ before generation_ is bumped).
+  // The current loop (written before state_ opens it).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 1;
   std::atomic<int64_t> next_{0};
-  std::atomic<uint64_t> published_{0};  // generation_ mirror for the spin phase
+  // Generation of the latest loop, or kStop; workers watch it.
+  std::atomic<uint64_t> published_{0};
+  // [63:32] generation (low 32 bits), [31] closed, [30:0] workers inside the loop. A worker
+  // that wakes after its loop closed skips it instead of being waited for (on a busy machine a
+  // descheduled worker would otherwise stall every loop by a time slice).
+  std::atomic<uint64_t> state_{1ull << 31};
 };
 
 }  // namespace vls

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,23 @@ TEST(ThreadPoolTest, ManyShortLoops) {
     total += s.load();
   }
   EXPECT_EQ(total, 2000 * 64);
+}
+
+TEST(ThreadPoolTest, SleepingWorkersAndSlowChunksStillRunEveryIndexOnce) {
+  // Pauses between loops outlast the workers' spin (they sleep on the condition variable), and
+  // chunks that sleep outlast the caller's spin (it sleeps until the last worker leaves).
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int r = 0; r < 6; ++r) {
+      std::vector<std::atomic<int>> hits(32);
+      pool.ParallelFor(32, 1, [&](int64_t b, int64_t e) {
+        if (r % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+      if (r % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
 }
 
 TEST(ThreadPoolTest, RunExclusiveRunsOnCallerAndExcludesLoops) {
