@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -93,6 +94,44 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Attention)->Apply(Shapes);
+
+// One batched decode step: one row in each of `slots` caches of T keys, all 28 layers, with f32
+// or BF16 caches (the K/V bytes streamed per step halve with BF16).
+void BM_DecodeStep(benchmark::State& state) {
+  const int slots = static_cast<int>(state.range(0)), T = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const KvDType dt = state.range(3) != 0 ? KvDType::kBf16 : KvDType::kF32;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(kKvHeads * kD)), v(k.size());
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<ForwardRow> rows;
+  for (int s = 0; s < slots; ++s) {
+    caches.push_back(std::make_unique<KvCache>(kLayers, T, kKvHeads, kD, dt));
+    for (int l = 0; l < kLayers; ++l) {
+      for (int t = 0; t < T; ++t) {
+        for (float& x : k) x = d(rng);
+        for (float& x : v) x = d(rng);
+        caches.back()->WriteRow(l, t, k.data(), v.data());
+      }
+    }
+    rows.push_back({caches.back().get(), T - 1, {T - 1, T - 1, T - 1}});
+  }
+  std::vector<float> q(static_cast<size_t>(slots * kHeads * kD), 0.1f), out(q.size());
+  const kernels::Context ctx(threads, kernels::Precision::kF32);
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) Attend(ctx, l, kShape, q.data(), rows, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["kv_bytes/s"] = benchmark::Counter(
+      static_cast<double>(caches[0]->bytes()) * slots * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DecodeStep)
+    ->ArgsProduct({{1, 8}, {64, 512}, {2}, {0, 1}})
+    ->ArgNames({"slots", "T", "threads", "bf16"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace vls

@@ -150,11 +150,12 @@ int RunBench(int argc, char** argv) {
   if (!lm.ok()) return Fail("bench", lm.status());
   const double load_s = Seconds(load0, Clock::now());
   const Qwen3Model& model = (*lm)->model();
-  // Memory the model needs: the prepared weights plus one KV cache per slot (f32 K and V).
+  // Memory the model needs: the prepared weights plus one KV cache per slot (K and V).
   const Qwen3Config& mc = model.config();
   const double weights_mb = static_cast<double>(model.prepared().size()) / 1e6;
-  const double kv_mb = 2.0 * 4.0 * mc.layers * mc.kv_heads * mc.head_dim *
-                       static_cast<double>(o.capacity) * static_cast<double>(o.slots) / 1e6;
+  const double kv_mb = 2.0 * static_cast<double>(KvCache::ElementBytes(model.kv_dtype())) *
+                       mc.layers * mc.kv_heads * mc.head_dim * static_cast<double>(o.capacity) *
+                       static_cast<double>(o.slots) / 1e6;
   std::vector<double> ptps, gtps, ttft;
   for (int r = 0; r < *reps; ++r) {
     const RepResult res = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),

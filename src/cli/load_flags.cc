@@ -7,7 +7,7 @@
 namespace vls::cli {
 
 const std::set<std::string>& LoadFlagNames() {
-  static const std::set<std::string> names = {"precision", "threads", "artifact"};
+  static const std::set<std::string> names = {"precision", "threads", "artifact", "kv-cache"};
   return names;
 }
 
@@ -25,6 +25,15 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, 4096));
   o->threads = static_cast<int>(threads);
   o->artifact = args.Get("artifact").value_or("");
+  if (const auto kv = args.Get("kv-cache")) {
+    if (*kv == "f32") {
+      o->kv_dtype = KvDType::kF32;
+    } else if (*kv == "bf16") {
+      o->kv_dtype = KvDType::kBf16;
+    } else {
+      return InvalidArgument("--kv-cache must be f32 or bf16, not '" + *kv + "'");
+    }
+  }
   return Status::Ok();
 }
 

@@ -1,4 +1,5 @@
-// Flags shared by the commands that load a model: --precision, --threads, --artifact; and
+// Flags shared by the commands that load a model: --precision, --threads, --artifact,
+// --kv-cache; and
 // the load-progress printer.
 #ifndef VLSTACK_CLI_LOAD_FLAGS_H_
 #define VLSTACK_CLI_LOAD_FLAGS_H_
@@ -15,7 +16,8 @@ namespace vls::cli {
 const std::set<std::string>& LoadFlagNames();
 
 // --precision f32|bf16|int8 (default `default_precision`), --threads N (0 = all cores),
-// --artifact FILE (a `vlstack compile` output). Errors name the flag.
+// --artifact FILE (a `vlstack compile` output), --kv-cache f32|bf16 (default: f32 at f32
+// precision, else bf16). Errors name the flag.
 Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o);
 
 // Prints "[<command>] preparing weights: done/total" to stderr: updated in place on a

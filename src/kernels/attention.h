@@ -15,9 +15,12 @@ struct AttentionTile {
   // Query head j of row r (j < group) is q[r·q_row_stride + j·D .. + D).
   const float* q = nullptr;
   int64_t q_row_stride = 0;
-  // [T, D] keys and values of one KV head, key t at k + t·D.
+  // [T, D] keys and values of one KV head, key t at k + t·D: f32 in k and v, or BF16 in
+  // k_bf16 and v_bf16 (the other pair null).
   const float* k = nullptr;
   const float* v = nullptr;
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
   // [rows] row r attends keys [0, last[r]] (causal by physical index).
   const int32_t* last = nullptr;
   int64_t rows = 0, group = 0, head_dim = 0;

@@ -26,6 +26,18 @@ __mmask16 TailMask(int64_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xffffu : left <= 0 ? 0u : (1u << left) - 1u);
 }
 
+// 16 keys or values as f32: loaded from an f32 cache, or widened exactly from a BF16 one.
+inline __m512 Load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+inline __m512 Load16(const uint16_t* p, __mmask16 mask) {
+  const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const uint16_t* p) {
+  const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
 // exp(x) to about 1 ulp (Cephes expf: x = n·ln2 + r, exp(r) = 1 + r + r²·P(r)); lanes below
 // -87 (under FLT_MIN, including -inf for masked keys) give 0.
 inline __m512 Exp(__m512 x) {
@@ -77,23 +89,23 @@ struct State {
 };
 
 // s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
-template <int QR, int KR>
-inline void ScoreStep(const float* const* q, const float* const* k, int64_t d, __mmask16 mask,
+template <int QR, int KR, typename KV>
+inline void ScoreStep(const float* const* q, const KV* const* k, int64_t d, __mmask16 mask,
                       __m512* acc) {
   __m512 qv[QR];
 #pragma GCC unroll 4
   for (int i = 0; i < QR; ++i) qv[i] = _mm512_maskz_loadu_ps(mask, q[i] + d);
 #pragma GCC unroll 16
   for (int j = 0; j < KR; ++j) {
-    const __m512 kv = _mm512_maskz_loadu_ps(mask, k[j] + d);
+    const __m512 kv = Load16(k[j] + d, mask);
 #pragma GCC unroll 4
     for (int i = 0; i < QR; ++i) acc[i * KR + j] = _mm512_fmadd_ps(qv[i], kv, acc[i * KR + j]);
   }
 }
 
 // s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
-template <int QR, int KR>
-void ScoreTile(const float* const* q, const float* const* k, int64_t D, float scale, float* s) {
+template <int QR, int KR, typename KV>
+void ScoreTile(const float* const* q, const KV* const* k, int64_t D, float scale, float* s) {
   static_assert(QR * KR <= 16);
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
@@ -106,27 +118,41 @@ void ScoreTile(const float* const* q, const float* const* k, int64_t D, float sc
 }
 
 // Prefetches keys [t, t + n) of a [T, D] head (clipped to T) into L1: the rows of one head are
-// contiguous, but a hardware prefetcher restarts at every 4 KiB page (8 keys at D = 128).
-void PrefetchRows(const float* base, int64_t t, int64_t n, int64_t T, int64_t D) {
+// contiguous, but a hardware prefetcher restarts at every 4 KiB page (8 f32 keys at D = 128).
+template <typename KV>
+void PrefetchRows(const KV* base, int64_t t, int64_t n, int64_t T, int64_t D) {
+  constexpr int64_t kLine = 64 / sizeof(KV);  // elements per cache line
   const int64_t end = std::min(T, t + n) * D;
-  for (int64_t i = t * D; i < end; i += 16)
+  for (int64_t i = t * D; i < end; i += kLine)
     _mm_prefetch(reinterpret_cast<const char*>(base + i), _MM_HINT_T0);
+}
+
+// The keys and values of a tile as one element type.
+template <typename KV>
+struct KvPtrs {
+  const KV* k;
+  const KV* v;
+};
+inline KvPtrs<float> Kv(const AttentionTile& w, float /*tag*/) { return {w.k, w.v}; }
+inline KvPtrs<uint16_t> Kv(const AttentionTile& w, uint16_t /*tag*/) {
+  return {w.k_bf16, w.v_bf16};
 }
 
 // Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0).
 // The first query tile of a block also prefetches the keys and values kPrefetchKeys ahead,
 // a tile's worth at a time.
-template <int QR>
+template <typename KV, int QR>
 void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
   constexpr int KR = 16 / QR;
   const int64_t D = w.head_dim;
+  const KvPtrs<KV> kv = Kv(w, KV{});
   for (int64_t j0 = 0; j0 < tb; j0 += KR) {
     if (i0 == 0) {
-      PrefetchRows(w.k, t0 + kPrefetchKeys + j0, KR, st.keys, D);
-      PrefetchRows(w.v, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+      PrefetchRows(kv.k, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+      PrefetchRows(kv.v, t0 + kPrefetchKeys + j0, KR, st.keys, D);
     }
-    const float* k[KR];
-    for (int j = 0; j < KR; ++j) k[j] = w.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
+    const KV* k[KR];
+    for (int j = 0; j < KR; ++j) k[j] = kv.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
     ScoreTile<QR, KR>(st.q.data() + i0, k, D, w.scale, st.s.data() + i0 * kScoreStride + j0);
   }
 }
@@ -163,6 +189,10 @@ void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
 inline __m512 LoadPart(const float* p, int64_t left) {
   return left >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(TailMask(left), p);
 }
+template <typename KV>
+inline __m512 LoadPartKv(const KV* p, int64_t left) {
+  return left >= 16 ? Load16(p) : Load16(p, TailMask(left));
+}
 inline void StorePart(float* p, int64_t left, __m512 x) {
   if (left >= 16) {
     _mm512_storeu_ps(p, x);
@@ -173,7 +203,7 @@ inline void StorePart(float* p, int64_t left, __m512 x) {
 
 // acc_i = alpha_i · acc_i + Σ_t p_i[t] · v_t for queries [i0, i0 + QR) and D columns
 // [d0, d0 + 16·NV) held in QR·NV registers. kFull: all 16·NV columns exist (no masks).
-template <int QR, int NV, bool kFull>
+template <typename KV, int QR, int NV, bool kFull>
 void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb,
                      int64_t d0) {
   const int64_t D = w.head_dim;
@@ -189,12 +219,12 @@ void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, 
     }
   }
   const float* p = st.s.data() + i0 * kScoreStride;
-  const float* v = w.v + t0 * D + d0;
+  const KV* v = Kv(w, KV{}).v + t0 * D + d0;
   for (int64_t t = 0; t < tb; ++t, v += D) {
     __m512 vv[NV];
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) {
-      vv[c] = kFull ? _mm512_loadu_ps(v + 16 * c) : LoadPart(v + 16 * c, D - d0 - 16 * c);
+      vv[c] = kFull ? Load16(v + 16 * c) : LoadPartKv(v + 16 * c, D - d0 - 16 * c);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < QR; ++i) {
@@ -212,18 +242,21 @@ void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, 
 }
 
 // AccumulateChunk over all of D: one pass over the V rows at D = 128 for up to 2 queries.
-template <int QR>
+template <typename KV, int QR>
 void AccumulateRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
   constexpr int NV = QR <= 2 ? 8 : 4;
   const int64_t D = w.head_dim;
   int64_t d0 = 0;
-  for (; d0 + 16 * NV <= D; d0 += 16 * NV) AccumulateChunk<QR, NV, true>(w, st, i0, t0, tb, d0);
-  if (d0 < D) AccumulateChunk<QR, NV, false>(w, st, i0, t0, tb, d0);
+  for (; d0 + 16 * NV <= D; d0 += 16 * NV) {
+    AccumulateChunk<KV, QR, NV, true>(w, st, i0, t0, tb, d0);
+  }
+  if (d0 < D) AccumulateChunk<KV, QR, NV, false>(w, st, i0, t0, tb, d0);
 }
 
-// Runs Fn<QR> over queries [0, nq) in tiles of 4, then a tile of the remainder.
-template <template <int> class Fn>
-void ForQueryTiles(int64_t nq, const Fn<1>& f1, const Fn<2>& f2, const Fn<3>& f3, const Fn<4>& f4) {
+// Runs Fn<KV, QR> over queries [0, nq) in tiles of 4, then a tile of the remainder.
+template <typename KV, template <typename, int> class Fn>
+void ForQueryTiles(int64_t nq, const Fn<KV, 1>& f1, const Fn<KV, 2>& f2, const Fn<KV, 3>& f3,
+                   const Fn<KV, 4>& f4) {
   int64_t i = 0;
   for (; i + 4 <= nq; i += 4) f4(i);
   switch (nq - i) {
@@ -234,19 +267,19 @@ void ForQueryTiles(int64_t nq, const Fn<1>& f1, const Fn<2>& f2, const Fn<3>& f3
   }
 }
 
-template <int QR>
+template <typename KV, int QR>
 struct ScoreFn {
   const AttentionTile& w;
   State& st;
   int64_t t0, tb;
-  void operator()(int64_t i) const { ScoreRows<QR>(w, st, i, t0, tb); }
+  void operator()(int64_t i) const { ScoreRows<KV, QR>(w, st, i, t0, tb); }
 };
-template <int QR>
+template <typename KV, int QR>
 struct AccumulateFn {
   const AttentionTile& w;
   State& st;
   int64_t t0, tb;
-  void operator()(int64_t i) const { AccumulateRows<QR>(w, st, i, t0, tb); }
+  void operator()(int64_t i) const { AccumulateRows<KV, QR>(w, st, i, t0, tb); }
 };
 
 void Prepare(const AttentionTile& w, State& st) {
@@ -268,6 +301,23 @@ void Prepare(const AttentionTile& w, State& st) {
   st.keys = *std::max_element(st.last.begin(), st.last.end()) + 1;
 }
 
+template <typename KV>
+void AttendBlocks(const AttentionTile& w, State& st) {
+  const int64_t nq = w.rows * w.group, D = w.head_dim;
+  const int64_t T = st.keys;
+  const KvPtrs<KV> kv = Kv(w, KV{});
+  PrefetchRows(kv.k, 0, kPrefetchKeys, T, D);
+  PrefetchRows(kv.v, 0, kPrefetchKeys, T, D);
+  for (int64_t t0 = 0; t0 < T; t0 += kKeyBlock) {
+    const int64_t tb = std::min(kKeyBlock, T - t0);
+    ForQueryTiles<KV, ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
+                               {w, st, t0, tb});
+    for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb);
+    ForQueryTiles<KV, AccumulateFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
+                                    {w, st, t0, tb});
+  }
+}
+
 }  // namespace
 
 namespace avx512_internal {
@@ -275,16 +325,11 @@ namespace avx512_internal {
 void Attention(const AttentionTile& w) {
   thread_local State st;
   Prepare(w, st);
-  const int64_t nq = w.rows * w.group, D = w.head_dim;
-  const int64_t T = st.keys;
-  PrefetchRows(w.k, 0, kPrefetchKeys, T, D);
-  PrefetchRows(w.v, 0, kPrefetchKeys, T, D);
-  for (int64_t t0 = 0; t0 < T; t0 += kKeyBlock) {
-    const int64_t tb = std::min(kKeyBlock, T - t0);
-    ForQueryTiles<ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb});
-    for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb);
-    ForQueryTiles<AccumulateFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
-                                {w, st, t0, tb});
+  const int64_t D = w.head_dim;
+  if (w.k_bf16 != nullptr) {
+    AttendBlocks<uint16_t>(w, st);
+  } else {
+    AttendBlocks<float>(w, st);
   }
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {

@@ -66,15 +66,29 @@ void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShap
   // Every (row, head) pair is independent: split them over the pool.
   ctx.pool().ParallelFor(M * nh, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;  // [T]
+    std::vector<float> wk, wv;  // [T, D] widened keys and values of a BF16 cache
     for (int64_t mh = begin; mh < end; ++mh) {
       const int64_t m = mh / nh, h = mh % nh;
       const ForwardRow& r = rows[static_cast<size_t>(m)];
       const int64_t T = static_cast<int64_t>(r.index) + 1;  // causal: keys [0, index]
       scores.resize(static_cast<size_t>(T));
       const int kvh = static_cast<int>(h / group);
-      ctx.Scores(q + (m * nh + h) * D, r.cache->k_head(layer, kvh), D, T, D, scale, scores.data());
+      const float* k = nullptr;
+      const float* v = nullptr;
+      if (r.cache->dtype() == KvDType::kF32) {
+        k = r.cache->k_head(layer, kvh);
+        v = r.cache->v_head(layer, kvh);
+      } else {
+        wk.resize(static_cast<size_t>(T * D));
+        wv.resize(wk.size());
+        r.cache->ReadHead(false, layer, kvh, 0, T * D, wk.data());
+        r.cache->ReadHead(true, layer, kvh, 0, T * D, wv.data());
+        k = wk.data();
+        v = wv.data();
+      }
+      ctx.Scores(q + (m * nh + h) * D, k, D, T, D, scale, scores.data());
       kernels::Softmax(scores.data(), T);
-      ctx.WeightedSum(scores.data(), r.cache->v_head(layer, kvh), D, T, D, out + (m * nh + h) * D);
+      ctx.WeightedSum(scores.data(), v, D, T, D, out + (m * nh + h) * D);
     }
   });
 }
@@ -96,8 +110,13 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
       kernels::AttentionTile tile;
       tile.q = q + (b.m0 * nh + g * group) * D;
       tile.q_row_stride = nh * D;
-      tile.k = cache.k_head(layer, g);
-      tile.v = cache.v_head(layer, g);
+      if (cache.dtype() == KvDType::kF32) {
+        tile.k = cache.k_head(layer, g);
+        tile.v = cache.v_head(layer, g);
+      } else {
+        tile.k_bf16 = cache.k_head_bf16(layer, g);
+        tile.v_bf16 = cache.v_head_bf16(layer, g);
+      }
       tile.last = last.data() + b.m0;
       tile.rows = b.rows;
       tile.group = group;

@@ -1,6 +1,7 @@
 // The blocked attention path (every variant with an attention kernel, 1 and 2 threads) against
-// the reference path on random Q/K/V: prefill of one cache, prefill continuing a cache, and
-// ragged decode rows of three caches with different lengths in one call.
+// the reference path on random Q/K/V, over f32 and BF16 caches: prefill of one cache, prefill
+// continuing a cache, and ragged decode rows of three caches with different lengths in one
+// call. Then a BF16 cache against an f32 one holding the same values, and the cache layout.
 #include "model/attention.h"
 
 #include <gtest/gtest.h>
@@ -72,45 +73,93 @@ const Case kCases[] = {{128, 1, 1.0f}, {128, 2, 1.0f}, {128, 4, 4.0f},
                        {64, 1, 4.0f},  {64, 2, 1.0f},  {64, 4, 1.0f}};
 constexpr int64_t kKvHeads = 2;
 
+// Decode rows of three caches of different lengths in one call, then a prefill chunk of the
+// middle cache between decode rows of the others.
+void RaggedCase(const Case& c, KvDType dt) {
+  const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
+  const int lengths[] = {1, 77, 340};
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::mt19937 rng(3);
+  for (int len : lengths) {
+    caches.push_back(std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D), dt));
+    FillCache(*caches.back(), len, rng);
+  }
+  std::vector<ForwardRow> rows;
+  for (size_t s = 0; s < caches.size(); ++s) {
+    const int idx = lengths[s] - 1;
+    rows.push_back({caches[s].get(), idx, {idx, idx, idx}});
+  }
+  Compare(shape, c.q_scale, rows);
+  rows = {{caches[0].get(), 0, {0, 0, 0}}};
+  for (int i = 50; i < 77; ++i) rows.push_back({caches[1].get(), i, {i, i, i}});
+  rows.push_back({caches[2].get(), 339, {339, 339, 339}});
+  Compare(shape, c.q_scale, rows);
+}
+
+constexpr KvDType kDTypes[] = {KvDType::kF32, KvDType::kBf16};
+
 TEST(AttentionTest, PrefillMatchesReference) {
-  for (const Case& c : kCases) {
-    const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
-    for (int S : {1, 7, 65, 300}) {
-      for (int start : {0, 40}) {  // a fresh prompt, and a chunk continuing a cache
-        KvCache cache(kLayers, start + S, static_cast<int>(kKvHeads), static_cast<int>(c.D));
-        std::mt19937 rng(static_cast<unsigned>(S + start));
-        FillCache(cache, start + S, rng);
-        std::vector<ForwardRow> rows;
-        for (int i = start; i < start + S; ++i) rows.push_back({&cache, i, {i, i, i}});
-        SCOPED_TRACE("S=" + std::to_string(S) + " start=" + std::to_string(start));
-        Compare(shape, c.q_scale, rows);
+  for (const KvDType dt : kDTypes) {
+    for (const Case& c : kCases) {
+      const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
+      for (int S : {1, 7, 65, 300}) {
+        for (int start : {0, 40}) {  // a fresh prompt, and a chunk continuing a cache
+          KvCache cache(kLayers, start + S, static_cast<int>(kKvHeads), static_cast<int>(c.D), dt);
+          std::mt19937 rng(static_cast<unsigned>(S + start));
+          FillCache(cache, start + S, rng);
+          std::vector<ForwardRow> rows;
+          for (int i = start; i < start + S; ++i) rows.push_back({&cache, i, {i, i, i}});
+          SCOPED_TRACE("S=" + std::to_string(S) + " start=" + std::to_string(start) +
+                       (dt == KvDType::kBf16 ? " bf16" : " f32"));
+          Compare(shape, c.q_scale, rows);
+        }
       }
     }
   }
 }
 
 TEST(AttentionTest, RaggedDecodeAndMixedRowsMatchReference) {
+  for (const KvDType dt : kDTypes) {
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(dt == KvDType::kBf16 ? "bf16" : "f32");
+      RaggedCase(c, dt);
+    }
+  }
+}
+
+TEST(AttentionTest, Bf16CacheStaysWithinBf16RoundingOfTheF32Cache) {
+  // The same keys and values in an f32 and a BF16 cache; the reference path over each. BF16
+  // rounding moves every stored value by at most 2^-9 relative (|k|, |v| < 1). An output is a
+  // convex combination of values: their rounding moves it by at most 2^-9 ≈ 2e-3; the scores
+  // (scale·q·k over D terms of random sign) move by about 2^-9·|q|·|k|·√D·scale ≈ 1e-3 at
+  // q_scale 1, which moves the softmax weights by about that relatively. 8e-3 bounds both
+  // with room; the largest error seen was about 2e-3 (a bug reading wrong rows gives ~0.5).
   for (const Case& c : kCases) {
+    if (c.q_scale != 1.0f) continue;
     const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
-    const int lengths[] = {1, 77, 340};
-    std::vector<std::unique_ptr<KvCache>> caches;
-    std::mt19937 rng(3);
-    for (int len : lengths) {
-      caches.push_back(std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D)));
-      FillCache(*caches.back(), len, rng);
+    constexpr int kLen = 130;
+    KvCache f32(kLayers, kLen, kKvHeads, static_cast<int>(c.D), KvDType::kF32);
+    KvCache bf16(kLayers, kLen, kKvHeads, static_cast<int>(c.D), KvDType::kBf16);
+    std::mt19937 a(11), b(11);
+    FillCache(f32, kLen, a);
+    FillCache(bf16, kLen, b);
+    std::vector<ForwardRow> rf, rb;
+    for (int i = 0; i < kLen; i += 43) {
+      rf.push_back({&f32, i, {i, i, i}});
+      rb.push_back({&bf16, i, {i, i, i}});
     }
-    // One decode row per cache, each attending its own length.
-    std::vector<ForwardRow> rows;
-    for (size_t s = 0; s < caches.size(); ++s) {
-      const int idx = lengths[s] - 1;
-      rows.push_back({caches[s].get(), idx, {idx, idx, idx}});
-    }
-    Compare(shape, c.q_scale, rows);
-    // A prefill chunk of the middle cache between decode rows of the others.
-    rows = {{caches[0].get(), 0, {0, 0, 0}}};
-    for (int i = 50; i < 77; ++i) rows.push_back({caches[1].get(), i, {i, i, i}});
-    rows.push_back({caches[2].get(), 339, {339, 339, 339}});
-    Compare(shape, c.q_scale, rows);
+    const int64_t n = static_cast<int64_t>(rf.size()) * shape.heads * shape.head_dim;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> q(static_cast<size_t>(n)), want(q.size()), got(q.size());
+    for (float& x : q) x = u(rng);
+    const kernels::Context ctx(1, kernels::Precision::kF32, &kernels::ReferenceVariant());
+    ReferenceAttend(ctx, kLayer, shape, q.data(), rf, want.data());
+    ReferenceAttend(ctx, kLayer, shape, q.data(), rb, got.data());
+    float worst = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LE(worst, 8e-3f) << "D=" << c.D << " group=" << c.group;
+    EXPECT_GT(worst, 0.0f) << "the BF16 cache should round";
   }
 }
 
@@ -129,6 +178,30 @@ TEST(KvCacheTest, HeadMajorLayoutRoundTripsRows) {
   EXPECT_EQ(v2, v);
   cache.ReadRows(0, 3, 1, k2.data(), nullptr);
   EXPECT_EQ(k2, std::vector<float>(48, 0.0f));
+}
+
+TEST(KvCacheTest, Bf16CacheRoundsOnWriteWidensOnReadAndHalvesTheBytes) {
+  KvCache f32(2, 5, 3, 16);
+  KvCache cache(2, 5, 3, 16, KvDType::kBf16);
+  EXPECT_EQ(cache.dtype(), KvDType::kBf16);
+  EXPECT_EQ(2 * cache.bytes(), f32.bytes());
+  std::vector<float> k(48), v(48), k2(48), v2(48);
+  for (int i = 0; i < 48; ++i) k[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i) / 1000.0f;
+  for (int i = 0; i < 48; ++i) v[static_cast<size_t>(i)] = -3.14159f * static_cast<float>(i);
+  cache.WriteRow(1, 3, k.data(), v.data());
+  EXPECT_EQ(cache.k_head_bf16(1, 2)[3 * 16 + 5], F32ToBf16(k[37]));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(cache.v_head_bf16(0, 0)) % 64, 0u);
+  cache.ReadRows(1, 3, 1, k2.data(), v2.data());
+  int rounded = 0;
+  for (size_t i = 0; i < 48; ++i) {
+    EXPECT_EQ(k2[i], Bf16ToF32(F32ToBf16(k[i])));
+    EXPECT_EQ(v2[i], Bf16ToF32(F32ToBf16(v[i])));
+    rounded += k2[i] != k[i] ? 1 : 0;
+  }
+  EXPECT_GT(rounded, 0);
+  std::vector<float> head(16);
+  cache.ReadHead(true, 1, 2, 3 * 16, 16, head.data());
+  EXPECT_EQ(head[5], v2[37]);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Per-sequence key/value cache with static capacity C.
+// Per-sequence key/value cache with static capacity C, in f32 or BF16.
 #ifndef VLSTACK_MODEL_KV_CACHE_H_
 #define VLSTACK_MODEL_KV_CACHE_H_
 
@@ -10,69 +10,101 @@
 #include <memory>
 #include <new>
 
+#include "tensor/dtype.h"
+
 namespace vls {
 
-// K is stored after k_norm and RoPE; V raw, both f32. Layout [L, nkv, C, D] for each of K and
-// V: head-major, so the keys of one head are one contiguous [C, D] stream (attention reads
-// them in order; a row-major [C, nkv, D] layout put consecutive keys of a head nkv·D floats
-// apart, a new page per key). Storage is 64-byte aligned and zero-initialised.
+// Element type of a cache: f32, or BF16 (round to nearest even on write, exact widening on read)
+// to halve the bytes attention streams per step.
+enum class KvDType { kF32, kBf16 };
+
+// K is stored after k_norm and RoPE; V raw. Layout [L, nkv, C, D] for each of K and V:
+// head-major, so the keys of one head are one contiguous [C, D] stream (attention reads them in
+// order; a row-major [C, nkv, D] layout put consecutive keys of a head nkv·D elements apart, a
+// new page per key). Storage is 64-byte aligned and zero-initialised.
 // Thread safety: none; one owner (a session or a batch slot) at a time.
 class KvCache {
  public:
-  KvCache(int layers, int capacity, int kv_heads, int head_dim)
+  KvCache(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype = KvDType::kF32)
       : layers_(layers),
         capacity_(capacity),
         kv_heads_(kv_heads),
         head_dim_(head_dim),
-        floats_(static_cast<size_t>(layers) * static_cast<size_t>(capacity) *
-                static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim)),
-        k_(Allocate(floats_)),
-        v_(Allocate(floats_)) {}
+        dtype_(dtype),
+        elements_(static_cast<size_t>(layers) * static_cast<size_t>(capacity) *
+                  static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim)),
+        k_(Allocate(elements_ * element_bytes())),
+        v_(Allocate(elements_ * element_bytes())) {}
 
   int capacity() const { return capacity_; }
   int layers() const { return layers_; }
   int kv_heads() const { return kv_heads_; }
   int head_dim() const { return head_dim_; }
-  // Floats of one position across all heads (nkv·D).
+  KvDType dtype() const { return dtype_; }
+  size_t element_bytes() const { return ElementBytes(dtype_); }
+  static size_t ElementBytes(KvDType t) { return t == KvDType::kF32 ? 4 : 2; }
+  // Elements of one position across all heads (nkv·D).
   int64_t row_floats() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }
-  size_t bytes() const { return 2 * floats_ * sizeof(float); }
+  size_t bytes() const { return 2 * elements_ * element_bytes(); }
 
   // [C, D] keys / values of head `head` in layer `layer`; position t at + t·D.
-  float* k_head(int layer, int head) { return k_.get() + HeadOffset(layer, head); }
-  float* v_head(int layer, int head) { return v_.get() + HeadOffset(layer, head); }
-  const float* k_head(int layer, int head) const { return k_.get() + HeadOffset(layer, head); }
-  const float* v_head(int layer, int head) const { return v_.get() + HeadOffset(layer, head); }
+  // REQUIRES: dtype() == kF32.
+  float* k_head(int layer, int head) { return Head<float>(k_.get(), layer, head); }
+  float* v_head(int layer, int head) { return Head<float>(v_.get(), layer, head); }
+  const float* k_head(int layer, int head) const { return Head<float>(k_.get(), layer, head); }
+  const float* v_head(int layer, int head) const { return Head<float>(v_.get(), layer, head); }
+  // The same for a BF16 cache. REQUIRES: dtype() == kBf16.
+  const uint16_t* k_head_bf16(int layer, int head) const {
+    return Head<uint16_t>(k_.get(), layer, head);
+  }
+  const uint16_t* v_head_bf16(int layer, int head) const {
+    return Head<uint16_t>(v_.get(), layer, head);
+  }
 
   // Scatters one position: k[nkv, D], v[nkv, D] into row `index` of every head.
   void WriteRow(int layer, int index, const float* k, const float* v) {
     const int64_t D = head_dim_;
     for (int h = 0; h < kv_heads_; ++h) {
-      std::copy_n(k + h * D, D, k_head(layer, h) + index * D);
-      std::copy_n(v + h * D, D, v_head(layer, h) + index * D);
+      const int64_t at = static_cast<int64_t>(index) * D;
+      if (dtype_ == KvDType::kF32) {
+        std::copy_n(k + h * D, D, Head<float>(k_.get(), layer, h) + at);
+        std::copy_n(v + h * D, D, Head<float>(v_.get(), layer, h) + at);
+      } else {
+        uint16_t* kd = Head<uint16_t>(k_.get(), layer, h) + at;
+        uint16_t* vd = Head<uint16_t>(v_.get(), layer, h) + at;
+        for (int64_t d = 0; d < D; ++d) {
+          kd[d] = F32ToBf16(k[h * D + d]);
+          vd[d] = F32ToBf16(v[h * D + d]);
+        }
+      }
     }
   }
   // Gathers rows [begin, begin + count) of one layer into k[count, nkv, D] and v[count, nkv, D]
-  // (either may be null).
+  // (either may be null), widened to f32.
   void ReadRows(int layer, int begin, int count, float* k, float* v) const {
     const int64_t D = head_dim_;
     for (int t = 0; t < count; ++t) {
       for (int h = 0; h < kv_heads_; ++h) {
         const int64_t src = static_cast<int64_t>(begin + t) * D;
         const int64_t dst = (static_cast<int64_t>(t) * kv_heads_ + h) * D;
-        if (k != nullptr) std::copy_n(k_head(layer, h) + src, D, k + dst);
-        if (v != nullptr) std::copy_n(v_head(layer, h) + src, D, v + dst);
+        if (k != nullptr) Widen(k_.get(), layer, h, src, D, k + dst);
+        if (v != nullptr) Widen(v_.get(), layer, h, src, D, v + dst);
       }
     }
+  }
+  // Elements [from, from + n) of one head, widened to f32 into out[n].
+  void ReadHead(bool values, int layer, int head, int64_t from, int64_t n, float* out) const {
+    Widen(values ? v_.get() : k_.get(), layer, head, from, n, out);
   }
 
  private:
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(std::byte* p) const { std::free(p); }
   };
-  using Buffer = std::unique_ptr<float[], Free>;
+  using Buffer = std::unique_ptr<std::byte[], Free>;
   static Buffer Allocate(size_t n) {
-    const size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
-    auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    const size_t bytes = std::max<size_t>(64, (n + 63) / 64 * 64);
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, bytes));
     if (p == nullptr) throw std::bad_alloc();
     std::memset(p, 0, bytes);
     return Buffer(p);
@@ -83,8 +115,27 @@ class KvCache {
             static_cast<size_t>(head)) *
            static_cast<size_t>(capacity_) * static_cast<size_t>(head_dim_);
   }
+  template <typename T>
+  T* Head(std::byte* base, int layer, int head) const {
+    return reinterpret_cast<T*>(base) + HeadOffset(layer, head);
+  }
+  template <typename T>
+  const T* Head(const std::byte* base, int layer, int head) const {
+    return reinterpret_cast<const T*>(base) + HeadOffset(layer, head);
+  }
+  void Widen(const std::byte* base, int layer, int head, int64_t from, int64_t n,
+             float* out) const {
+    if (dtype_ == KvDType::kF32) {
+      std::copy_n(Head<float>(base, layer, head) + from, n, out);
+    } else {
+      const uint16_t* src = Head<uint16_t>(base, layer, head) + from;
+      for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(src[i]);
+    }
+  }
+
   int layers_, capacity_, kv_heads_, head_dim_;
-  size_t floats_;
+  KvDType dtype_;
+  size_t elements_;
   Buffer k_, v_;
 };
 

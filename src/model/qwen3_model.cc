@@ -50,11 +50,13 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
   std::unique_ptr<Qwen3Model> model(
       new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), std::move(ctx)));
   model->prepared_ = std::move(*prepared);
+  model->kv_dtype_ = options.kv_dtype.value_or(
+      options.precision == kernels::Precision::kF32 ? KvDType::kF32 : KvDType::kBf16);
   return model;
 }
 
 std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
-  return std::make_unique<KvCache>(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim);
+  return std::make_unique<KvCache>(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim, kv_dtype_);
 }
 
 void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {

@@ -10,6 +10,7 @@
 #define VLSTACK_MODEL_QWEN3_MODEL_H_
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ struct ModelOptions {
   // A prepared-weights artifact to map instead of preparing (model/prepared_artifact.h);
   // empty: prepare from the checkpoint. Its identity is checked by runtime::LoadedModel.
   std::string artifact;
+  // Element type of the KV caches this model makes. Unset: f32 at Precision::kF32 (the exact
+  // path), else BF16 (half the bytes attention streams per decode step).
+  std::optional<KvDType> kv_dtype;
 };
 
 // A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches (the
@@ -71,7 +75,9 @@ class Qwen3Model {
   const Rope& rope() const { return rope_; }
   // The thread pool, kernel variant and precision every op of this model runs with.
   const kernels::Context& context() const { return *ctx_; }
+  // A zeroed cache of `capacity` positions in kv_dtype().
   std::unique_ptr<KvCache> NewCache(int capacity) const;
+  KvDType kv_dtype() const { return kv_dtype_; }
 
   // out[S, H] = embedding rows of `tokens`. REQUIRES: every token in [0, V) (checked by callers).
   void Embed(std::span<const int32_t> tokens, float* out) const;
@@ -117,6 +123,7 @@ class Qwen3Model {
   std::unique_ptr<PreparedWeights> prepared_;
   Rope rope_;
   std::unique_ptr<kernels::Context> ctx_;
+  KvDType kv_dtype_ = KvDType::kF32;
 };
 
 }  // namespace vls

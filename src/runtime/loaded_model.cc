@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   mo.precision = o.precision;
   mo.progress = o.progress;
   mo.artifact = o.artifact;
+  mo.kv_dtype = o.kv_dtype;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
@@ -84,7 +85,9 @@ std::string LoadedModel::IdentityText() const {
   o << "vlstack-artifact-identity v1\nabi_version=" << kAbiVersion << "\n[config]\n"
     << CanonicalConfigText(config()) << "[bounds]\ncapacity=" << bounds_.capacity
     << "\nslots=" << bounds_.slots << "\nnmax=" << bounds_.nmax << "\n[precision]\n"
-    << ComputeText(model_->context().precision()) << "[prepared weights v2]\n"
+    << ComputeText(model_->context().precision())
+    << "kv_cache=" << (model_->kv_dtype() == KvDType::kF32 ? "f32" : "bf16 (round to nearest even)")
+    << "\n[prepared weights v2]\n"
     << model_->prepared().LayoutText() << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {

@@ -28,6 +28,8 @@ struct LoadOptions {
   // unless its identity equals this load's identity (same checkpoint, config, precision and
   // bounds).
   std::string artifact;
+  // KV cache element type; unset: f32 at kF32, BF16 otherwise (ModelOptions::kv_dtype).
+  std::optional<KvDType> kv_dtype;
 };
 
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
