@@ -39,16 +39,6 @@ std::vector<RowBlock> SplitRows(std::span<const ForwardRow> rows) {
 
 }  // namespace
 
-void WriteKv(int layer, const AttentionShape& shape, const float* k, const float* v,
-             std::span<const ForwardRow> rows) {
-  const int64_t row = shape.kv_heads * shape.head_dim;
-  for (size_t m = 0; m < rows.size(); ++m) {
-    const ForwardRow& r = rows[m];
-    r.cache->WriteRow(layer, r.index, k + static_cast<int64_t>(m) * row,
-                      v + static_cast<int64_t>(m) * row);
-  }
-}
-
 void Attend(const kernels::Context& ctx, int layer, const AttentionShape& shape, const float* q,
             std::span<const ForwardRow> rows, float* out) {
   if (ctx.variant().attention != nullptr) {

@@ -1,6 +1,6 @@
-// The attention core of a decoder layer, after the Q/K/V projections, q/k RMSNorm and RoPE:
-// write each row's K/V into its cache, then causal grouped-query attention of every row over
-// its cache (keys [0, index]).
+// The attention core of a decoder layer, after the Q/K/V projections, q/k RMSNorm, RoPE and
+// the K/V writes into each row's cache (Qwen3Model::Attention): causal grouped-query attention
+// of every row over its cache (keys [0, index]).
 //
 // Two paths compute the same function:
 //   reference: per (row, query head) a [T] score row, softmax, weighted sum of V (the plain
@@ -26,13 +26,9 @@ struct AttentionShape {
   int64_t head_dim = 0;  // D
 };
 
-// Stores k[M, nkv, D] and v[M, nkv, D] of row m at rows[m].index of its cache, layer `layer`.
-void WriteKv(int layer, const AttentionShape& shape, const float* k, const float* v,
-             std::span<const ForwardRow> rows);
-
 // out[M, nh, D] = softmax(q·Kᵀ/√D)·V per row and query head, query head h reading KV head
 // h / (nh / nkv) of rows[m].cache for keys [0, rows[m].index]. q: [M, nh, D].
-// REQUIRES: every row's cache holds keys [0, index] of `layer` (WriteKv first).
+// REQUIRES: every row's cache holds keys [0, index] of `layer` (written first).
 void Attend(const kernels::Context& ctx, int layer, const AttentionShape& shape, const float* q,
             std::span<const ForwardRow> rows, float* out);
 

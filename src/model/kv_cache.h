@@ -64,20 +64,14 @@ class KvCache {
   // Scatters one position: k[nkv, D], v[nkv, D] into row `index` of every head.
   void WriteRow(int layer, int index, const float* k, const float* v) {
     const int64_t D = head_dim_;
-    for (int h = 0; h < kv_heads_; ++h) {
-      const int64_t at = static_cast<int64_t>(index) * D;
-      if (dtype_ == KvDType::kF32) {
-        std::copy_n(k + h * D, D, Head<float>(k_.get(), layer, h) + at);
-        std::copy_n(v + h * D, D, Head<float>(v_.get(), layer, h) + at);
-      } else {
-        uint16_t* kd = Head<uint16_t>(k_.get(), layer, h) + at;
-        uint16_t* vd = Head<uint16_t>(v_.get(), layer, h) + at;
-        for (int64_t d = 0; d < D; ++d) {
-          kd[d] = F32ToBf16(k[h * D + d]);
-          vd[d] = F32ToBf16(v[h * D + d]);
-        }
-      }
-    }
+    for (int h = 0; h < kv_heads_; ++h) WriteHead(layer, h, index, k + h * D, v + h * D);
+  }
+  // Writes position `index` of one head: k[D] and v[D] (either may be null). Calls for
+  // different (head, index) pairs may run concurrently.
+  void WriteHead(int layer, int head, int index, const float* k, const float* v) {
+    const int64_t at = static_cast<int64_t>(index) * head_dim_;
+    if (k != nullptr) Store(k_.get(), layer, head, at, k);
+    if (v != nullptr) Store(v_.get(), layer, head, at, v);
   }
   // Gathers rows [begin, begin + count) of one layer into k[count, nkv, D] and v[count, nkv, D]
   // (either may be null), widened to f32.
@@ -122,6 +116,14 @@ class KvCache {
   template <typename T>
   const T* Head(const std::byte* base, int layer, int head) const {
     return reinterpret_cast<const T*>(base) + HeadOffset(layer, head);
+  }
+  void Store(std::byte* base, int layer, int head, int64_t at, const float* src) {
+    if (dtype_ == KvDType::kF32) {
+      std::copy_n(src, head_dim_, Head<float>(base, layer, head) + at);
+    } else {
+      uint16_t* dst = Head<uint16_t>(base, layer, head) + at;
+      for (int d = 0; d < head_dim_; ++d) dst[d] = F32ToBf16(src[d]);
+    }
   }
   void Widen(const std::byte* base, int layer, int head, int64_t from, int64_t n,
              float* out) const {

@@ -84,32 +84,43 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, nh = cfg_.heads, nkv = cfg_.kv_heads;
   const int64_t qd = nh * D, kvd = nkv * D, qkvd = qd + 2 * kvd;
-  float* qkv = t.qkv;  // [M, nh·D + 2·nkv·D]
+  float* qkv = t.qkv;  // [M, nh·D + 2·nkv·D]: q heads | k heads | v heads per row
   float* q = t.q;      // [M, nh, D]
-  float* k = t.k;      // [M, nkv, D]
-  float* v = t.v;      // [M, nkv, D]
   ctx_->MatMul(a, M, H, P.qkv, qkv);
-  for (int64_t m = 0; m < M; ++m) {
-    const float* row = qkv + m * qkvd;
-    std::copy_n(row, qd, q + m * qd);
-    std::copy_n(row + qd, kvd, k + m * kvd);
-    std::copy_n(row + qd + kvd, kvd, v + m * kvd);
-  }
-  // Per-head RMSNorm (weight [D]) before RoPE.
+  // Per row and head: q and k heads get RMSNorm (weight [D]) and RoPE, q into q, k and v
+  // into the row's cache. Every row's K/V is written before attention runs, so prefill rows
+  // see all earlier rows of their sequence. Work items are (row, group of heads); a row's
+  // cos/sin is computed once per item, so rows are split into groups only when there are
+  // fewer rows than threads (decode of one sequence).
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  kernels::RmsNorm(q, M * nh, D, L.q_norm.data(), eps, q);
-  kernels::RmsNorm(k, M * nkv, D, L.k_norm.data(), eps, k);
-  std::vector<float> cos(static_cast<size_t>(D / 2)), sin(static_cast<size_t>(D / 2));
-  for (int64_t m = 0; m < M; ++m) {
-    rope_.CosSin(rows[static_cast<size_t>(m)].coord, cos.data(), sin.data());
-    for (int64_t h = 0; h < nh; ++h)
-      kernels::ApplyRope(q + (m * nh + h) * D, cos.data(), sin.data(), D);
-    for (int64_t h = 0; h < nkv; ++h)
-      kernels::ApplyRope(k + (m * nkv + h) * D, cos.data(), sin.data(), D);
-  }
-  // Write every row's K/V first: prefill rows then see all earlier rows of their sequence.
+  const int64_t heads = nh + 2 * nkv;
+  const int64_t threads = ctx_->pool().threads();
+  const int64_t groups = M >= threads ? 1 : std::min<int64_t>(4, (2 * threads + M - 1) / M);
+  const int64_t per_group = (heads + groups - 1) / groups;
+  ctx_->pool().ParallelFor(M * groups, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> cs(static_cast<size_t>(D));  // cos [D/2] | sin [D/2]
+    std::vector<float> kh(static_cast<size_t>(D));
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t m = it / groups, h0 = (it % groups) * per_group;
+      const ForwardRow& r = rows[static_cast<size_t>(m)];
+      rope_.CosSin(r.coord, cs.data(), cs.data() + D / 2);
+      const float* row = qkv + m * qkvd;
+      for (int64_t h = h0; h < std::min(heads, h0 + per_group); ++h) {
+        if (h < nh) {
+          float* qh = q + (m * nh + h) * D;
+          kernels::RmsNorm(row + h * D, 1, D, L.q_norm.data(), eps, qh);
+          kernels::ApplyRope(qh, cs.data(), cs.data() + D / 2, D);
+        } else if (h < nh + nkv) {
+          kernels::RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh.data());
+          kernels::ApplyRope(kh.data(), cs.data(), cs.data() + D / 2, D);
+          r.cache->WriteHead(layer, static_cast<int>(h - nh), r.index, kh.data(), nullptr);
+        } else {
+          r.cache->WriteHead(layer, static_cast<int>(h - nh - nkv), r.index, nullptr, row + h * D);
+        }
+      }
+    }
+  });
   const AttentionShape shape{nh, nkv, D};
-  WriteKv(layer, shape, k, v, rows);
   float* ctx = t.ctx;  // [M, nh, D]
   Attend(*ctx_, layer, shape, q, rows, ctx);
   ctx_->MatMul(ctx, M, nh * D, P.o, out);
@@ -134,14 +145,13 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
   const int64_t qd = cfg_.heads * cfg_.head_dim, kvd = cfg_.kv_heads * cfg_.head_dim;
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const PreparedLayer& P = prepared_->layer(l);
   // The attention and MLP halves run one after the other over one arena; within each, a
   // buffer takes the place of one that is dead by then (ctx of a, the output of qkv, the MLP
   // output of its input).
   const int64_t slot0 = std::max(H, qd), slot1 = std::max(qd + 2 * kvd, H);
-  const int64_t attention_floats = slot0 + slot1 + qd + 2 * kvd, mlp_floats = H + 3 * I;
+  const int64_t attention_floats = slot0 + slot1 + qd, mlp_floats = H + 3 * I;
   float* base = Arena(M * std::max(attention_floats, mlp_floats));
   AttentionScratch t;
   float* a = base;                   // [M, H] normed input
@@ -149,27 +159,41 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
   t.qkv = base + M * slot0;          // [M, nh·D + 2·nkv·D]
   float* attn_out = t.qkv;           // [M, H], after qkv is split
   t.q = t.qkv + M * slot1;           // [M, nh, D]
-  t.k = t.q + M * qd;                // [M, nkv, D]
-  t.v = t.k + M * kvd;               // [M, nkv, D]
   float* gate_up = base + M * H;     // [M, 2·I]: gate | up per row
   float* act = gate_up + M * 2 * I;  // [M, I]
   float* mlp_out = base;             // [M, H], after a is consumed
   // x = x + Attention(RmsNorm(x))
-  kernels::RmsNorm(x, M, H, L.input_norm.data(), eps, a);
+  AddNorm(x, nullptr, M, L.input_norm.data(), a);
   Attention(l, a, rows, t, attn_out);
-  for (int64_t i = 0; i < M * H; ++i) x[i] += attn_out[i];
   // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
-  kernels::RmsNorm(x, M, H, L.post_norm.data(), eps, a);
+  AddNorm(x, attn_out, M, L.post_norm.data(), a);
   ctx_->MatMul(a, M, H, P.gate_up, gate_up);
-  ctx_->pool().ParallelFor(M, 1, [&](int64_t b, int64_t e) {
-    for (int64_t m = b; m < e; ++m) {
-      float* g = act + m * I;
-      std::copy_n(gate_up + m * 2 * I, I, g);
-      kernels::SiluMul(g, gate_up + m * 2 * I + I, I);
+  // Items of kSiluCols columns of one row, so one row (decode) splits over the threads too.
+  constexpr int64_t kSiluCols = 512;
+  const int64_t parts = (I + kSiluCols - 1) / kSiluCols;
+  ctx_->pool().ParallelFor(M * parts, 1, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t m = it / parts, c0 = (it % parts) * kSiluCols, n = std::min(kSiluCols, I - c0);
+      float* g = act + m * I + c0;
+      std::copy_n(gate_up + m * 2 * I + c0, n, g);
+      kernels::SiluMul(g, gate_up + m * 2 * I + I + c0, n);
     }
   });
   ctx_->MatMul(act, M, I, P.down, mlp_out);
   for (int64_t i = 0; i < M * H; ++i) x[i] += mlp_out[i];
+}
+
+void Qwen3Model::AddNorm(float* x, const float* add, int64_t M, const float* weight,
+                         float* out) const {
+  const int64_t H = cfg_.hidden;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  // One row is about a microsecond: below two rows a wake-up costs more than it saves.
+  ctx_->pool().ParallelFor(M, 2, [&](int64_t b, int64_t e) {
+    if (add != nullptr) {
+      for (int64_t i = b * H; i < e * H; ++i) x[i] += add[i];
+    }
+    kernels::RmsNorm(x + b * H, e - b, H, weight, eps, out + b * H);
+  });
 }
 
 void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {

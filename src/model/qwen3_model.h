@@ -110,12 +110,13 @@ class Qwen3Model {
   struct AttentionScratch {
     float* qkv = nullptr;  // [M, nh·D + 2·nkv·D]
     float* q = nullptr;    // [M, nh, D]
-    float* k = nullptr;    // [M, nkv, D]
-    float* v = nullptr;    // [M, nkv, D]
     float* ctx = nullptr;  // [M, nh, D]
   };
   void Attention(int layer, const float* a, std::span<const ForwardRow> rows,
                  const AttentionScratch& t, float* out) const;
+  // Per row over the pool: x[M, H] += add[M, H] (when add is not null), then
+  // out[M, H] = RmsNorm(x) with `weight`.
+  void AddNorm(float* x, const float* add, int64_t M, const float* weight, float* out) const;
 
   Qwen3Config cfg_;
   std::unique_ptr<SafetensorsCheckpoint> ckpt_;
