@@ -47,10 +47,17 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::RunChunks() {
   t_in_pool = true;
+  // Guided: a chunk is a share of what is left (at least chunk_), so chunks shrink towards the
+  // end and the threads finish close together instead of one waiting out another's last
+  // large chunk.
+  const int64_t share = 2 * static_cast<int64_t>(threads_);
+  int64_t b = next_.load(std::memory_order_relaxed);
   for (;;) {
-    const int64_t b = next_.fetch_add(chunk_, std::memory_order_relaxed);
     if (b >= n_) break;
-    (*fn_)(b, std::min(n_, b + chunk_));
+    const int64_t size = std::max(chunk_, (n_ - b) / share);
+    if (!next_.compare_exchange_weak(b, b + size, std::memory_order_relaxed)) continue;
+    (*fn_)(b, std::min(n_, b + size));
+    b = next_.load(std::memory_order_relaxed);
   }
   t_in_pool = false;
 }
@@ -107,8 +114,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mu_);
-  // About four chunks per thread balances uneven chunks without much scheduling overhead.
-  const int64_t chunk = std::max(grain, (n + 4 * threads_ - 1) / (4 * threads_));
+  // Chunks shrink from a half share per thread down to this least size (RunChunks).
+  const int64_t chunk = std::max(grain, n / (8 * threads_));
   fn_ = &fn;
   n_ = n;
   chunk_ = chunk;
