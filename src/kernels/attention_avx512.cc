@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/avx512_math.h"
 
 namespace vls::kernels {
 
@@ -36,24 +37,6 @@ inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) {
   const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-}
-
-// exp(x) to about 1 ulp (Cephes expf: x = n·ln2 + r, exp(r) = 1 + r + r²·P(r)); lanes below
-// -87 (under FLT_MIN, including -inf for masked keys) give 0.
-inline __m512 Exp(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 e = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
-  return _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(e, n));
 }
 
 // Lane i of the result = horizontal sum of a[i], for 16 vectors (a transpose-and-add tree:
@@ -177,7 +160,8 @@ void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
   __m512 sum = _mm512_setzero_ps();
   for (int64_t t = 0; t < tb; t += 16) {
     const __mmask16 mask = TailMask(valid - t);
-    const __m512 p = _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv)));
+    const __m512 p =
+        _mm512_maskz_mov_ps(mask, avx512_internal::Exp(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv)));
     sum = _mm512_add_ps(sum, p);
     _mm512_storeu_ps(s + t, p);
   }

@@ -91,7 +91,8 @@ void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
 // RefMatMulBf16 reads w through LoadRow, so it also serves BF16 blocked matrices.
 const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16,  RefDot,
                                   RefAxpy,     RefScores,    RefWeightedSum, QuantizeActivationsQ8,
-                                  RefMatMulQ8, nullptr,      RefMatMulBf16};
+                                  RefMatMulQ8, nullptr,      RefMatMulBf16,  RmsNorm,
+                                  SiluMul};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)

@@ -65,6 +65,11 @@ struct KernelVariant {
   // kBf16BlockN. Null when the variant has none (Context::MatMul then runs the reference).
   void (*matmul_bf16_blocked)(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
                               int64_t n1, float* y) = nullptr;
+  // As kernels::RmsNorm and kernels::SiluMul (kernels.h), within f32 rounding of them (another
+  // summation order, a polynomial exp). Null: Context runs those.
+  void (*rms_norm)(const float* x, int64_t M, int64_t n, const float* weight, float eps,
+                   float* out) = nullptr;
+  void (*silu_mul)(float* gate, const float* up, int64_t n) = nullptr;
 };
 
 // The scalar reference (always available).
@@ -106,6 +111,16 @@ class Context {
   void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
                    float* out) const {
     variant_->weighted_sum(p, v, stride, T, D, out);
+  }
+  // out[M, n] = RmsNorm of x[M, n] rows with weight[n]; gate[n] = SiLU(gate) · up (kernels.h),
+  // on the calling thread.
+  void RmsNorm(const float* x, int64_t M, int64_t n, const float* weight, float eps,
+               float* out) const {
+    (variant_->rms_norm != nullptr ? variant_->rms_norm : kernels::RmsNorm)(x, M, n, weight, eps,
+                                                                            out);
+  }
+  void SiluMul(float* gate, const float* up, int64_t n) const {
+    (variant_->silu_mul != nullptr ? variant_->silu_mul : kernels::SiluMul)(gate, up, n);
   }
 
  private:

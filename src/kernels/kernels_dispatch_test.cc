@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -170,6 +171,45 @@ TEST(KernelsDispatchTest, EveryVariantAttentionHelpersMatchReference) {
           abs_sum += std::fabs(double(s_ref[size_t(t)]) * kv[size_t(t * stride + d)]);
         }
         EXPECT_NEAR(o_got[size_t(d)], o_ref[size_t(d)], 2 * T * 1.2e-7 * abs_sum) << v->name;
+      }
+    }
+  }
+}
+
+TEST(KernelsDispatchTest, EveryVariantRmsNormAndSiluMulMatchReference) {
+  // RmsNorm: the sum of squares in another order (relative error of a positive sum of n terms
+  // is at most about n·2^-24; these n give < 1e-4, the inverse square root halves it) and two
+  // roundings per output. 2e-6 relative is 16 ulps, far above what the orders differ by and
+  // far below a wrong element or a missed tail (errors of order 1).
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->rms_norm == nullptr) continue;
+    for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 128, 1024, 1031}) {
+      const int64_t M = 3;
+      const std::vector<float> x = Random(size_t(M * n), 21), w = Random(size_t(n), 22);
+      std::vector<float> want(x.size()), got(x.size(), 99.0f);
+      RmsNorm(x.data(), M, n, w.data(), 1e-6f, want.data());
+      v->rms_norm(x.data(), M, n, w.data(), 1e-6f, got.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 2e-6 * std::fabs(want[i]) + 1e-30) << v->name << " n=" << n;
+      }
+    }
+  }
+  // SiLU·up: the polynomial exp is within about 2 ulps of std::exp; one division and one
+  // product add two roundings. Inputs span the range where exp(-g) under- and overflows
+  // (g = ±100), zeros and a masked tail.
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->silu_mul == nullptr) continue;
+    for (int64_t n : {1, 15, 16, 17, 3072, 3077}) {
+      std::vector<float> g = Random(size_t(n), 23), up = Random(size_t(n), 24);
+      for (size_t i = 0; i < g.size(); ++i) g[i] *= 6.0f;
+      const float specials[] = {0.0f, -0.0f, 100.0f, -100.0f, 88.0f, -88.0f, 1e-30f, -20.0f};
+      for (size_t i = 0; i < g.size() && i < std::size(specials); ++i) g[i] = specials[i];
+      std::vector<float> want = g, got = g;
+      SiluMul(want.data(), up.data(), n);
+      v->silu_mul(got.data(), up.data(), n);
+      for (size_t i = 0; i < g.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i]) + 1e-37)
+            << v->name << " n=" << n << " g=" << g[i];
       }
     }
   }

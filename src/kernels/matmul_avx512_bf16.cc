@@ -95,7 +95,9 @@ const KernelVariant kAvx512Bf16 = {"avx512bf16",
                                    avx512_internal::QuantizeQ8,
                                    avx512_internal::MatMulQ8,
                                    avx512_internal::Attention,
-                                   avx512_internal::MatMulBf16Blocked};
+                                   avx512_internal::MatMulBf16Blocked,
+                                   avx512_internal::RmsNorm,
+                                   avx512_internal::SiluMul};
 
 }  // namespace
 

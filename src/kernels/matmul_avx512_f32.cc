@@ -177,7 +177,9 @@ const KernelVariant kAvx512 = {"avx512",
                                nullptr,
                                nullptr,  // no Q8 kernels (see avx512vnni)
                                avx512_internal::Attention,
-                               avx512_internal::MatMulBf16BlockedNoBf16};
+                               avx512_internal::MatMulBf16BlockedNoBf16,
+                               avx512_internal::RmsNorm,
+                               avx512_internal::SiluMul};
 
 }  // namespace
 

@@ -241,7 +241,10 @@ const KernelVariant kAvx512Vnni = {"avx512vnni",
                                    avx512_internal::WeightedSum,
                                    QuantizeQ8Entry,
                                    MatMulQ8Entry,
-                                   avx512_internal::Attention};
+                                   avx512_internal::Attention,
+                                   avx512_internal::MatMulBf16BlockedNoBf16,
+                                   avx512_internal::RmsNorm,
+                                   avx512_internal::SiluMul};
 
 void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
   QuantizeQ8Vnni(x, r0, r1, a);

@@ -35,6 +35,9 @@ void MatMulBf16Blocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w
 // its instructions need no AVX512-BF16 although the file is compiled with it.
 void MatMulBf16BlockedNoBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
                              int64_t n1, float* y);
+// Row-wise RMSNorm and SiLU·up (elementwise_avx512.cc), shared by every AVX-512 variant.
+void RmsNorm(const float* x, int64_t M, int64_t n, const float* weight, float eps, float* out);
+void SiluMul(float* gate, const float* up, int64_t n);
 }  // namespace avx512_internal
 }  // namespace vls::kernels
 

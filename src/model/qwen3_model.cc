@@ -108,10 +108,10 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
       for (int64_t h = h0; h < std::min(heads, h0 + per_group); ++h) {
         if (h < nh) {
           float* qh = q + (m * nh + h) * D;
-          kernels::RmsNorm(row + h * D, 1, D, L.q_norm.data(), eps, qh);
+          ctx_->RmsNorm(row + h * D, 1, D, L.q_norm.data(), eps, qh);
           kernels::ApplyRope(qh, cs.data(), cs.data() + D / 2, D);
         } else if (h < nh + nkv) {
-          kernels::RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh.data());
+          ctx_->RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh.data());
           kernels::ApplyRope(kh.data(), cs.data(), cs.data() + D / 2, D);
           r.cache->WriteHead(layer, static_cast<int>(h - nh), r.index, kh.data(), nullptr);
         } else {
@@ -176,7 +176,7 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
       const int64_t m = it / parts, c0 = (it % parts) * kSiluCols, n = std::min(kSiluCols, I - c0);
       float* g = act + m * I + c0;
       std::copy_n(gate_up + m * 2 * I + c0, n, g);
-      kernels::SiluMul(g, gate_up + m * 2 * I + I + c0, n);
+      ctx_->SiluMul(g, gate_up + m * 2 * I + I + c0, n);
     }
   });
   ctx_->MatMul(act, M, I, P.down, mlp_out);
@@ -192,7 +192,7 @@ void Qwen3Model::AddNorm(float* x, const float* add, int64_t M, const float* wei
     if (add != nullptr) {
       for (int64_t i = b * H; i < e * H; ++i) x[i] += add[i];
     }
-    kernels::RmsNorm(x + b * H, e - b, H, weight, eps, out + b * H);
+    ctx_->RmsNorm(x + b * H, e - b, H, weight, eps, out + b * H);
   });
 }
 
@@ -204,8 +204,8 @@ void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook
 }
 
 void Qwen3Model::FinalNorm(const float* x, int64_t M, float* out) const {
-  kernels::RmsNorm(x, M, cfg_.hidden, weights_.final_norm.data(),
-                   static_cast<float>(cfg_.rms_norm_eps), out);
+  ctx_->RmsNorm(x, M, cfg_.hidden, weights_.final_norm.data(),
+                static_cast<float>(cfg_.rms_norm_eps), out);
 }
 
 void Qwen3Model::Logits(const float* h, int64_t M, float* logits) const {
