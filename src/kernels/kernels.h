@@ -52,6 +52,10 @@ void SiluMul(float* gate, const float* up, int64_t n);
 // (x[i], x[i+D/2]) rotates by the angle whose cos/sin are given per slot i.
 void ApplyRope(float* x, const float* cos, const float* sin, int64_t D);
 
+// out[n] = F32ToBf16(x[n]) (round to nearest even, NaN stays NaN) bit for bit, with the
+// default kernel variant's vector code when it has one (kernels/dispatch.h).
+void ToBf16(const float* x, int64_t n, uint16_t* out);
+
 // Numerically stable softmax of x[n] in place.
 void Softmax(float* x, int64_t n);
 

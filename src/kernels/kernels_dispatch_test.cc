@@ -1,6 +1,7 @@
 // Every kernel variant this CPU supports against the scalar reference, on awkward sizes.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <iterator>
 #include <random>
@@ -8,6 +9,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/kernels_test_util.h"
+#include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace vls::kernels {
@@ -210,6 +212,55 @@ TEST(KernelsDispatchTest, EveryVariantRmsNormAndSiluMulMatchReference) {
       for (size_t i = 0; i < g.size(); ++i) {
         EXPECT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i]) + 1e-37)
             << v->name << " n=" << n << " g=" << g[i];
+      }
+    }
+  }
+}
+
+TEST(KernelsDispatchTest, EveryVariantToBf16IsF32ToBf16BitForBit) {
+  // Ties to even both ways, carries into the exponent, the largest finite values rounding to
+  // infinity, infinities, quiet and signalling NaNs of both signs, denormals and zeros.
+  std::vector<float> x = Random(1000, 25);
+  for (const uint32_t bits :
+       {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+        0xff800000u, 0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0x00000001u, 0x807fffffu,
+        0x00008000u, 0x00000000u, 0x80000000u}) {
+    x.push_back(std::bit_cast<float>(bits));
+  }
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->to_bf16 == nullptr) continue;
+    for (const size_t n : {x.size(), size_t{1}, size_t{17}}) {
+      const size_t from = x.size() - n;
+      std::vector<uint16_t> got(n + 1, 0xabcd);
+      v->to_bf16(x.data() + from, static_cast<int64_t>(n), got.data());
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(got[i], F32ToBf16(x[from + i]))
+            << v->name << " x=" << std::bit_cast<uint32_t>(x[from + i]);
+      }
+      EXPECT_EQ(got[n], 0xabcd) << v->name << ": wrote past n=" << n;
+    }
+  }
+  std::vector<uint16_t> dispatched(x.size());
+  ToBf16(x.data(), static_cast<int64_t>(x.size()), dispatched.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(dispatched[i], F32ToBf16(x[i]));
+}
+
+TEST(KernelsDispatchTest, EveryVariantApplyRopeMatchesReference) {
+  // Each output is a·c ∓ b·s: the fused multiply-add rounds once where the reference rounds
+  // twice, a difference of at most one rounding of |a·c| + |b·s|.
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->apply_rope == nullptr) continue;
+    for (int64_t D : {2, 30, 32, 34, 64, 128, 130}) {
+      const std::vector<float> x = Random(size_t(D), 26), c = Random(size_t(D / 2), 27),
+                               sn = Random(size_t(D / 2), 28);
+      std::vector<float> want = x, got = x;
+      ApplyRope(want.data(), c.data(), sn.data(), D);
+      v->apply_rope(got.data(), c.data(), sn.data(), D);
+      for (int64_t i = 0; i < D; ++i) {
+        const size_t j = size_t(i % (D / 2));
+        const double scale = std::fabs(x[j] * c[j]) + std::fabs(x[j + size_t(D / 2)] * sn[j]) +
+                             std::fabs(x[j + size_t(D / 2)] * c[j]) + std::fabs(x[j] * sn[j]);
+        EXPECT_NEAR(got[size_t(i)], want[size_t(i)], 2.5e-7 * scale) << v->name << " D=" << D;
       }
     }
   }

@@ -97,7 +97,9 @@ const KernelVariant kAvx512Bf16 = {"avx512bf16",
                                    avx512_internal::Attention,
                                    avx512_internal::MatMulBf16Blocked,
                                    avx512_internal::RmsNorm,
-                                   avx512_internal::SiluMul};
+                                   avx512_internal::SiluMul,
+                                   avx512_internal::ToBf16,
+                                   avx512_internal::ApplyRope};
 
 }  // namespace
 

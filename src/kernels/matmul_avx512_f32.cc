@@ -179,7 +179,9 @@ const KernelVariant kAvx512 = {"avx512",
                                avx512_internal::Attention,
                                avx512_internal::MatMulBf16BlockedNoBf16,
                                avx512_internal::RmsNorm,
-                               avx512_internal::SiluMul};
+                               avx512_internal::SiluMul,
+                               avx512_internal::ToBf16,
+                               avx512_internal::ApplyRope};
 
 }  // namespace
 

@@ -244,7 +244,9 @@ const KernelVariant kAvx512Vnni = {"avx512vnni",
                                    avx512_internal::Attention,
                                    avx512_internal::MatMulBf16BlockedNoBf16,
                                    avx512_internal::RmsNorm,
-                                   avx512_internal::SiluMul};
+                                   avx512_internal::SiluMul,
+                                   avx512_internal::ToBf16,
+                                   avx512_internal::ApplyRope};
 
 void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
   QuantizeQ8Vnni(x, r0, r1, a);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 
+#include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
 namespace vls {
@@ -121,8 +122,7 @@ class KvCache {
     if (dtype_ == KvDType::kF32) {
       std::copy_n(src, head_dim_, Head<float>(base, layer, head) + at);
     } else {
-      uint16_t* dst = Head<uint16_t>(base, layer, head) + at;
-      for (int d = 0; d < head_dim_; ++d) dst[d] = F32ToBf16(src[d]);
+      kernels::ToBf16(src, head_dim_, Head<uint16_t>(base, layer, head) + at);
     }
   }
   void Widen(const std::byte* base, int layer, int head, int64_t from, int64_t n,

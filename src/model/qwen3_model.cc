@@ -109,10 +109,10 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
         if (h < nh) {
           float* qh = q + (m * nh + h) * D;
           ctx_->RmsNorm(row + h * D, 1, D, L.q_norm.data(), eps, qh);
-          kernels::ApplyRope(qh, cs.data(), cs.data() + D / 2, D);
+          ctx_->ApplyRope(qh, cs.data(), cs.data() + D / 2, D);
         } else if (h < nh + nkv) {
           ctx_->RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh.data());
-          kernels::ApplyRope(kh.data(), cs.data(), cs.data() + D / 2, D);
+          ctx_->ApplyRope(kh.data(), cs.data(), cs.data() + D / 2, D);
           r.cache->WriteHead(layer, static_cast<int>(h - nh), r.index, kh.data(), nullptr);
         } else {
           r.cache->WriteHead(layer, static_cast<int>(h - nh - nkv), r.index, nullptr, row + h * D);
