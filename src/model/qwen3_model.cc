@@ -89,30 +89,29 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   ctx_->MatMul(a, M, H, P.qkv, qkv);
   // Per row and head: q and k heads get RMSNorm (weight [D]) and RoPE, q into q, k and v
   // into the row's cache. Every row's K/V is written before attention runs, so prefill rows
-  // see all earlier rows of their sequence. Work items are (row, group of heads); a row's
-  // cos/sin is computed once per item, so rows are split into groups only when there are
-  // fewer rows than threads (decode of one sequence).
+  // see all earlier rows of their sequence. Work items are (row, group of heads): rows are split
+  // into groups of heads only when there are fewer rows than threads (decode of one sequence).
+  // A row's cos/sin come from the per-thread cache (computed once per thread and step in decode).
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const int64_t heads = nh + 2 * nkv;
   const int64_t threads = ctx_->pool().threads();
   const int64_t groups = M >= threads ? 1 : std::min<int64_t>(4, (2 * threads + M - 1) / M);
   const int64_t per_group = (heads + groups - 1) / groups;
   ctx_->pool().ParallelFor(M * groups, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> cs(static_cast<size_t>(D));  // cos [D/2] | sin [D/2]
     std::vector<float> kh(static_cast<size_t>(D));
     for (int64_t it = b; it < e; ++it) {
       const int64_t m = it / groups, h0 = (it % groups) * per_group;
       const ForwardRow& r = rows[static_cast<size_t>(m)];
-      rope_.CosSin(r.coord, cs.data(), cs.data() + D / 2);
+      const float* cs = rope_.CachedCosSin(r.coord);  // cos [D/2] | sin [D/2]
       const float* row = qkv + m * qkvd;
       for (int64_t h = h0; h < std::min(heads, h0 + per_group); ++h) {
         if (h < nh) {
           float* qh = q + (m * nh + h) * D;
           ctx_->RmsNorm(row + h * D, 1, D, L.q_norm.data(), eps, qh);
-          ctx_->ApplyRope(qh, cs.data(), cs.data() + D / 2, D);
+          ctx_->ApplyRope(qh, cs, cs + D / 2, D);
         } else if (h < nh + nkv) {
           ctx_->RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh.data());
-          ctx_->ApplyRope(kh.data(), cs.data(), cs.data() + D / 2, D);
+          ctx_->ApplyRope(kh.data(), cs, cs + D / 2, D);
           r.cache->WriteHead(layer, static_cast<int>(h - nh), r.index, kh.data(), nullptr);
         } else {
           r.cache->WriteHead(layer, static_cast<int>(h - nh - nkv), r.index, nullptr, row + h * D);

@@ -1,10 +1,16 @@
 #include "model/rope.h"
 
+#include <array>
+#include <atomic>
 #include <cmath>
 
 namespace vls {
 
-Rope::Rope(const Qwen3Config& cfg) {
+namespace {
+std::atomic<uint64_t> g_next_rope_id{1};
+}  // namespace
+
+Rope::Rope(const Qwen3Config& cfg) : id_(g_next_rope_id.fetch_add(1)) {
   const int half = cfg.head_dim / 2;
   inv_freq_.resize(static_cast<size_t>(half));
   slot_axis_.assign(static_cast<size_t>(half), 0);
@@ -41,6 +47,28 @@ void Rope::CosSin(const RopeCoord& coord, float* cos, float* sin) const {
     cos[j] = static_cast<float>(std::cos(angle));
     sin[j] = static_cast<float>(std::sin(angle));
   }
+}
+
+const float* Rope::CachedCosSin(const RopeCoord& coord) const {
+  struct Entry {
+    uint64_t id = 0;  // 0: empty
+    RopeCoord coord{};
+    std::vector<float> cos_sin;  // [D/2] cos | [D/2] sin
+  };
+  constexpr size_t kEntries = 64;  // direct-mapped: enough for a batch of decode rows
+  thread_local std::array<Entry, kEntries> cache;
+  const auto mix = static_cast<uint64_t>(static_cast<uint32_t>(coord[0])) * 0x9E3779B97F4A7C15ull ^
+                   static_cast<uint64_t>(static_cast<uint32_t>(coord[1])) * 0xC2B2AE3D27D4EB4Full ^
+                   static_cast<uint64_t>(static_cast<uint32_t>(coord[2])) * 0x165667B19E3779F9ull;
+  Entry& e = cache[(mix >> 32) % kEntries];
+  if (e.id != id_ || e.coord != coord) {
+    const size_t half = inv_freq_.size();
+    e.cos_sin.resize(2 * half);
+    CosSin(coord, e.cos_sin.data(), e.cos_sin.data() + half);
+    e.id = id_;
+    e.coord = coord;
+  }
+  return e.cos_sin.data();
 }
 
 }  // namespace vls

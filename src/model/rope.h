@@ -19,6 +19,11 @@ class Rope {
 
   // Fills cos[D/2] and sin[D/2] for one coordinate: slot j uses axis AxisOfSlot(j).
   void CosSin(const RopeCoord& coord, float* cos, float* sin) const;
+  // The same values as CosSin, as cos[D/2] followed by sin[D/2], from a small per-thread cache
+  // keyed by (this table, coord): a decode row's coordinate is the same in every layer, and the
+  // 2·(D/2) double-precision cos/sin cost more than a layer's RoPE itself. The pointer is valid
+  // until this thread's next call.
+  const float* CachedCosSin(const RopeCoord& coord) const;
 
   // Which axis (0=T, 1=H, 2=W) drives frequency slot j in [0, D/2).
   int AxisOfSlot(int j) const { return slot_axis_[static_cast<size_t>(j)]; }
@@ -27,6 +32,7 @@ class Rope {
  private:
   std::vector<double> inv_freq_;  // [D/2]: 1 / theta^(2j/D)
   std::vector<int> slot_axis_;    // [D/2]
+  uint64_t id_;                   // unique per table in this process: the cache key
 };
 
 }  // namespace vls
