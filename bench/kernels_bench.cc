@@ -163,8 +163,9 @@ void Q8Shapes(benchmark::internal::Benchmark* b) {
     b->Args({8, 1024, 4096, threads});
     b->Args({8, 1024, 6144, threads});
     b->Args({8, 3072, 1024, threads});
-    // Decode of the 0.6B LM head: 160 MB of weights, far past the caches.
+    // Decode and batched decode of the 0.6B LM head: 160 MB of weights, far past the caches.
     b->Args({1, 1024, 151936, threads});
+    b->Args({8, 1024, 151936, threads});
   }
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
