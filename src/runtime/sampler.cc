@@ -27,25 +27,36 @@ Status ValidateSamplingParams(const SamplingParams& p) {
 }
 
 int32_t ArgMax(std::span<const float> logits) {
-  // Two passes over a vocabulary row (about 600 KB, L2-resident): the maximum over kLanes
-  // independent running maxima (one compare-and-select chain would serialise on its latency),
-  // then the first index holding it. NaN never compares greater, so it is never the maximum.
-  constexpr size_t kLanes = 16;
+  // The maximum of each chunk over kLanes independent running maxima (one compare-and-select
+  // chain would serialise on its latency), then the first index holding the overall maximum
+  // within the first chunk that reached it. NaN never compares greater, so it is never the
+  // maximum.
+  constexpr size_t kLanes = 16, kChunk = 1024;
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
   const size_t n = logits.size();
-  std::array<float, kLanes> lane;
-  lane.fill(-std::numeric_limits<float>::infinity());
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) {
-      const float x = logits[i + j];
-      lane[j] = x > lane[j] ? x : lane[j];
+  float best = kLow;
+  size_t best_chunk = n;  // none yet
+  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const size_t c1 = std::min(n, c0 + kChunk);
+    std::array<float, kLanes> lane;
+    lane.fill(kLow);
+    size_t i = c0;
+    for (; i + kLanes <= c1; i += kLanes) {
+      for (size_t j = 0; j < kLanes; ++j) {
+        const float x = logits[i + j];
+        lane[j] = x > lane[j] ? x : lane[j];
+      }
+    }
+    float mx = kLow;
+    for (; i < c1; ++i) mx = logits[i] > mx ? logits[i] : mx;
+    for (const float x : lane) mx = x > mx ? x : mx;
+    if (mx > best || (best_chunk == n && mx == best)) {
+      best = mx;
+      best_chunk = c0;
     }
   }
-  float mx = -std::numeric_limits<float>::infinity();
-  for (; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
-  for (const float x : lane) mx = x > mx ? x : mx;
-  for (size_t t = 0; t < n; ++t) {
-    if (logits[t] == mx) return static_cast<int32_t>(t);
+  for (size_t t = best_chunk; t < std::min(n, best_chunk + kChunk); ++t) {
+    if (logits[t] == best) return static_cast<int32_t>(t);
   }
   return 0;  // empty, or nothing but NaN
 }
