@@ -112,14 +112,21 @@ typedef struct vls_model_options {
   const char* artifact; /* NULL, or a prepared-weights artifact (vls_model_write_artifact,
                          * `vlstack compile`) to map instead of preparing; refused with
                          * VLS_ERR_FAILED_PRECONDITION unless its identity equals this load's */
+  /* Since ABI 1.2 (struct_size >= 40); a smaller struct_size means the default. */
+  int32_t kv_cache; /* VLS_KV_CACHE_DEFAULT (f32 at F32, BF16 otherwise), _F32 or _BF16; part of
+                     * the identity, so an artifact serves only loads with its cache type */
 } vls_model_options;
 
 #define VLS_PRECISION_F32 0
 #define VLS_PRECISION_BF16 1
 #define VLS_PRECISION_INT8 2 /* Q8 blocked weights, per-call quantized activations */
 
+#define VLS_KV_CACHE_DEFAULT 0
+#define VLS_KV_CACHE_F32 1
+#define VLS_KV_CACHE_BF16 2 /* half the bytes attention streams per decode step */
+
 /* Defaults: struct_size set, capacity 4096, slots 1, nmax 0, threads 0, precision F32,
- * artifact NULL. */
+ * artifact NULL, kv_cache DEFAULT. */
 vls_model_options vls_model_default_options(void);
 
 /* Loads the Hugging Face checkpoint directory `dir` (config.json, safetensors).

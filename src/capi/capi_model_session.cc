@@ -144,6 +144,7 @@ vls_model_options vls_model_default_options(void) {
   o.threads = d.threads;
   o.precision = VLS_PRECISION_F32;
   o.artifact = nullptr;
+  o.kv_cache = VLS_KV_CACHE_DEFAULT;
   return o;
 }
 
@@ -167,6 +168,9 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
       if (options->struct_size < offsetof(vls_model_options, artifact) + sizeof(const char*)) {
         o.artifact = nullptr;
       }
+      if (options->struct_size < offsetof(vls_model_options, kv_cache) + sizeof(int32_t)) {
+        o.kv_cache = VLS_KV_CACHE_DEFAULT;
+      }
     }
     vls::LoadOptions lo;
     lo.capacity = o.capacity;
@@ -182,6 +186,14 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
     } else {
       return InvalidArgument("options.precision " + std::to_string(o.precision) +
                              " is not VLS_PRECISION_F32 (0), _BF16 (1) or _INT8 (2)");
+    }
+    if (o.kv_cache == VLS_KV_CACHE_F32) {
+      lo.kv_dtype = vls::KvDType::kF32;
+    } else if (o.kv_cache == VLS_KV_CACHE_BF16) {
+      lo.kv_dtype = vls::KvDType::kBf16;
+    } else if (o.kv_cache != VLS_KV_CACHE_DEFAULT) {
+      return InvalidArgument("options.kv_cache " + std::to_string(o.kv_cache) +
+                             " is not VLS_KV_CACHE_DEFAULT (0), _F32 (1) or _BF16 (2)");
     }
     if (o.artifact != nullptr) lo.artifact = o.artifact;
     VLS_ASSIGN_OR_RETURN(std::unique_ptr<vls::LoadedModel> lm, vls::LoadedModel::Load(dir, lo));

@@ -114,6 +114,20 @@ int main(int argc, char** argv) {
     bad.precision = 7;
     RejectedPlain("precision 7", vls_model_load(dir_plain, &bad, &none), VLS_ERR_INVALID_ARGUMENT,
                   "precision");
+    bad = opts;
+    bad.kv_cache = 9;
+    RejectedPlain("kv_cache 9", vls_model_load(dir_plain, &bad, &none), VLS_ERR_INVALID_ARGUMENT,
+                  "kv_cache");
+    bad = opts;
+    bad.kv_cache = VLS_KV_CACHE_BF16; /* a BF16 cache at F32 precision is allowed */
+    CHECK(vls_model_load(dir_plain, &bad, &m) == VLS_OK && m != NULL, "kv_cache BF16 at F32");
+    vls_model_free(m);
+    /* An ABI 1.1 caller (32 bytes) gets the default cache type. */
+    bad = opts;
+    bad.struct_size = 32;
+    bad.kv_cache = 9;
+    CHECK(vls_model_load(dir_plain, &bad, &m) == VLS_OK && m != NULL, "ABI 1.1 struct_size");
+    vls_model_free(m);
     /* An old caller (ABI 1.0 struct, 20 bytes) gets the defaults for the newer fields. */
     bad = opts;
     bad.struct_size = 20;
@@ -144,6 +158,10 @@ int main(int argc, char** argv) {
       RejectedPlain("artifact with other bounds", vls_model_load(dir_plain, &bf, &none),
                     VLS_ERR_FAILED_PRECONDITION, "compile");
       bf.capacity = kCapacity;
+      bf.kv_cache = VLS_KV_CACHE_F32; /* the artifact was compiled for the BF16 cache */
+      RejectedPlain("artifact with another KV cache type", vls_model_load(dir_plain, &bf, &none),
+                    VLS_ERR_FAILED_PRECONDITION, "compile");
+      bf.kv_cache = VLS_KV_CACHE_DEFAULT;
       bf.precision = VLS_PRECISION_F32;
       RejectedPlain("artifact with other precision", vls_model_load(dir_plain, &bf, &none),
                     VLS_ERR_INVALID_ARGUMENT, "precision");
