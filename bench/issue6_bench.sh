@@ -5,7 +5,7 @@
 #
 #   bash bench/issue6_bench.sh [VLSTACK] [WORK] [REPS]
 #
-# Run on a quiet machine; the CPU is shared with nothing else while it runs (about 15 minutes
+# Run on a quiet machine; the CPU is shared with nothing else while it runs (about 3 minutes
 # on 2 cores with REPS=3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
