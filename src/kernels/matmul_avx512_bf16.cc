@@ -85,24 +85,18 @@ void MatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64
   tiles::ForEachTile(M, n0, n1, tile);
 }
 
-const KernelVariant kAvx512Bf16 = {"avx512bf16",
-                                   avx512_internal::MatMulF32,
-                                   MatMulBf16,
-                                   avx512_internal::Dot,
-                                   avx512_internal::Axpy,
-                                   avx512_internal::Scores,
-                                   avx512_internal::WeightedSum,
-                                   avx512_internal::QuantizeQ8,
-                                   avx512_internal::MatMulQ8,
-                                   avx512_internal::Attention,
-                                   avx512_internal::MatMulBf16Blocked,
-                                   avx512_internal::RmsNorm,
-                                   avx512_internal::SiluMul,
-                                   avx512_internal::ToBf16,
-                                   avx512_internal::ApplyRope};
-
 }  // namespace
 
-const KernelVariant* Avx512Bf16Variant() { return &kAvx512Bf16; }
+// "avx512vnni" with the AVX512-BF16 kernels for BF16 weights.
+const KernelVariant* Avx512Bf16Variant() {
+  static const KernelVariant v = [] {
+    KernelVariant k = *Avx512VnniVariant();
+    k.name = "avx512bf16";
+    k.matmul_bf16 = MatMulBf16;
+    k.matmul_bf16_blocked = avx512_internal::MatMulBf16Blocked;
+    return k;
+  }();
+  return &v;
+}
 
 }  // namespace vls::kernels

@@ -227,45 +227,19 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
   Tiling<8, 2, false>::Run(p, n0, n1);
 }
 
-void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
-void MatMulQ8Entry(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y);
-
-// For AVX512-VNNI CPUs without AVX512_BF16 (Ice Lake, Cascade Lake): the "avx512" f32 kernels
-// with these Q8 kernels.
-const KernelVariant kAvx512Vnni = {"avx512vnni",
-                                   avx512_internal::MatMulF32,
-                                   nullptr,
-                                   avx512_internal::Dot,
-                                   avx512_internal::Axpy,
-                                   avx512_internal::Scores,
-                                   avx512_internal::WeightedSum,
-                                   QuantizeQ8Entry,
-                                   MatMulQ8Entry,
-                                   avx512_internal::Attention,
-                                   avx512_internal::MatMulBf16BlockedNoBf16,
-                                   avx512_internal::RmsNorm,
-                                   avx512_internal::SiluMul,
-                                   avx512_internal::ToBf16,
-                                   avx512_internal::ApplyRope};
-
-void QuantizeQ8Entry(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
-  QuantizeQ8Vnni(x, r0, r1, a);
-}
-void MatMulQ8Entry(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
-  MatMulQ8Vnni(x, w, n0, n1, y);
-}
-
 }  // namespace
 
-namespace avx512_internal {
-void QuantizeQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
-  QuantizeQ8Entry(x, r0, r1, a);
+// For AVX512-VNNI CPUs without AVX512_BF16 (Ice Lake, Cascade Lake): the "avx512" variant with
+// these Q8 kernels.
+const KernelVariant* Avx512VnniVariant() {
+  static const KernelVariant v = [] {
+    KernelVariant k = *Avx512Variant();
+    k.name = "avx512vnni";
+    k.quantize_q8 = QuantizeQ8Vnni;
+    k.matmul_q8 = MatMulQ8Vnni;
+    return k;
+  }();
+  return &v;
 }
-void MatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
-  MatMulQ8Entry(x, w, n0, n1, y);
-}
-}  // namespace avx512_internal
-
-const KernelVariant* Avx512VnniVariant() { return &kAvx512Vnni; }
 
 }  // namespace vls::kernels

@@ -24,9 +24,6 @@ void Axpy(float a, const float* x, float* y, int64_t n);
 void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
             float* out);
 void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D, float* out);
-// The Q8 kernels (matmul_avx512_vnni.cc), shared by "avx512vnni" and "avx512bf16".
-void QuantizeQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
-void MatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y);
 // BF16 blocked weights (matmul_avx512_bf16_blocked.cc, AVX512-BF16). REQUIRES: n0 a multiple
 // of kBf16BlockN.
 void MatMulBf16Blocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
