@@ -202,10 +202,16 @@ void WarnOneDnnFailedOnce(const Status& s) {
 }  // namespace
 
 // [M, K] activations rounded to BF16 over the pool (for prefill, millions of values).
-void ToBf16(const float* x, int64_t n, uint16_t* out) {
-  static const auto vector = DefaultVariant().to_bf16;
-  if (vector != nullptr) return vector(x, n, out);
+namespace {
+void ScalarToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
+}
+}  // namespace
+
+void ToBf16(const float* x, int64_t n, uint16_t* out) {
+  static const auto convert =
+      DefaultVariant().to_bf16 != nullptr ? DefaultVariant().to_bf16 : ScalarToBf16;
+  convert(x, n, out);
 }
 
 std::unique_ptr<uint16_t[]> Context::RoundToBf16(const float* x, int64_t M, int64_t K) const {
@@ -213,14 +219,9 @@ std::unique_ptr<uint16_t[]> Context::RoundToBf16(const float* x, int64_t M, int6
   std::unique_ptr<uint16_t[]> xbuf =
       std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(M * K));
   uint16_t* xb = xbuf.get();
-  const auto vector = variant_->to_bf16;
-  pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K), [&](int64_t b, int64_t e) {
-    if (vector != nullptr) {
-      vector(x + b * K, (e - b) * K, xb + b * K);
-    } else {
-      for (int64_t i = b * K; i < e * K; ++i) xb[i] = F32ToBf16(x[i]);
-    }
-  });
+  const auto convert = variant_->to_bf16 != nullptr ? variant_->to_bf16 : ScalarToBf16;
+  pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K),
+                     [&](int64_t b, int64_t e) { convert(x + b * K, (e - b) * K, xb + b * K); });
   return xbuf;
 }
 
