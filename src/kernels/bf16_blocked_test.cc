@@ -23,9 +23,11 @@ struct Case {
   int64_t M, K, N;
 };
 // K odd or not a multiple of 32 (padded column blocks, the one-column last pair), N not a
-// multiple of 64 or 16 (padded row blocks, masked stores), M across the 4-row tiles.
-constexpr Case kCases[] = {{1, 1, 1},     {1, 77, 5},    {3, 130, 33}, {17, 67, 31}, {3, 512, 141},
-                           {17, 1000, 7}, {8, 2049, 65}, {8, 64, 128}, {5, 33, 200}, {40, 96, 300}};
+// multiple of 64 or 16 (padded row blocks, masked stores), M across the 4-row tiles, and K
+// across the 64-pair chunks that M > 4 walks (M = 31: all eight tiles of a chunk).
+constexpr Case kCases[] = {{1, 1, 1},     {1, 77, 5},    {3, 130, 33},  {17, 67, 31},
+                           {3, 512, 141}, {17, 1000, 7}, {8, 2049, 65}, {8, 64, 128},
+                           {5, 33, 200},  {40, 96, 300}, {31, 259, 70}};
 
 // A zeroed blocked buffer holding the dense matrix w.
 std::vector<uint16_t> Pack(const Matrix& w) {
