@@ -138,11 +138,11 @@ void MatMulBlocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, in
   // Tiles of 4 activation rows × 4 vectors (the whole 64-row block). M ≤ 4 streams each block
   // once with 4+ independent chains. Larger M walks the block in chunks of kChunkPairs pairs
   // (16 KB of weights, then in L1) and runs every 4-row tile over a chunk before the next one,
-  // the sums parked in acc between chunks; the first tile prefetches the next chunk, so memory
-  // keeps streaming while the other tiles compute. Measured at M = 8 (one thread): 4×4 beat
-  // 8 rows × 2 vectors, 8 × 1 and 6 × 4. Walking the whole block per tile (128–384 KB, the
-  // second tile from L2) stalled the first tile on weight loads and left memory idle during the
-  // second: the 0.6B LM head at M = 8 (2 threads) took 8.8–10.0 ms, chunked 7.2–7.7.
+  // the sums parked in acc between chunks; the last tile, whose loads hit L1, prefetches the
+  // next chunk, so memory keeps streaming while the tiles compute. Measured at M = 8 (one
+  // thread): 4×4 beat 8 rows × 2 vectors, 8 × 1 and 6 × 4. The 0.6B LM head at M = 8 (2
+  // threads): whole block per tile (the second tile from L2) 8.8–10.0 ms; chunked with the
+  // first tile prefetching 7.2–10.6; the last tile prefetching 6.9–8.2 (alternating runs).
   constexpr int kMr = 4;
   constexpr int64_t kMaxTiles = 8;  // 32 rows at a time (oneDNN takes M >= 32 when present)
   alignas(64) float acc[kMaxTiles][kMr * 4 * kVec];
@@ -158,7 +158,7 @@ void MatMulBlocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, in
         const int64_t t1 = std::min(all, t0 + chunk);
         for (int64_t i = 0; i < tiles; ++i) {
           const int mr = static_cast<int>(std::min<int64_t>(kMr, rows - i * kMr));
-          if (i == 0 && tiles > 1) {
+          if (i == tiles - 1 && tiles > 1) {
             TileRows<kNative, kMr, 4, true>(a, mr, blk, m0 + i * kMr, n, t0, t1, acc[i]);
           } else {
             TileRows<kNative, kMr, 4, false>(a, mr, blk, m0 + i * kMr, n, t0, t1, acc[i]);
