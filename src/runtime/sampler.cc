@@ -105,47 +105,87 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     }
   }
   if (params_.temperature <= 0.0f) return ArgMax(scratch_);
+  return SampleTemperature();
+}
 
-  // Candidates sorted by logit (descending, index ascending on ties).
-  order_.resize(static_cast<size_t>(V));
-  std::iota(order_.begin(), order_.end(), 0);
-  std::stable_sort(order_.begin(), order_.end(), [l](int32_t a, int32_t b) { return l[a] > l[b]; });
-  size_t n = order_.size();
-  if (params_.top_k > 0) n = std::min(n, static_cast<size_t>(params_.top_k));
-  std::vector<double> p(n);
-  const double mx = l[order_[0]];
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    p[i] = std::exp((l[order_[i]] - mx) / params_.temperature);
-    sum += p[i];
+int32_t Sampler::SampleTemperature() {
+  // Candidates in logit order (descending, index ascending on ties); top-k keeps the first
+  // top_k, and top-p and min-p trim the tail of what is left. Only the prefix of the order that
+  // the cuts need is sorted: a prefix of kFirstPrefix, grown kPrefixGrowth-fold until the cuts
+  // fall inside it. A full stable_sort of a 151936-token vocabulary cost more than a whole 0.6B
+  // decode step.
+  constexpr size_t kFirstPrefix = 256, kPrefixGrowth = 8;
+  float* l = scratch_.data();
+  const size_t V = scratch_.size();
+  for (size_t i = 0; i < V; ++i) {
+    if (std::isnan(l[i])) l[i] = -std::numeric_limits<float>::infinity();  // never chosen
   }
-  for (double& x : p) x /= sum;
-  if (params_.top_p < 1.0f) {
-    double acc = 0;
-    size_t keep = n;
-    for (size_t i = 0; i < n; ++i) {
-      acc += p[i];
-      if (acc >= params_.top_p) {
-        keep = i + 1;
-        break;
+  const int32_t best = ArgMax(scratch_);
+  const double mx = l[best];
+  if (!std::isfinite(mx)) return best;  // nothing but -inf (or an infinite logit): greedy
+  const double temp = params_.temperature;
+  auto weight = [&](int32_t t) { return std::exp((l[t] - mx) / temp); };
+  const size_t m = params_.top_k > 0 ? std::min(V, static_cast<size_t>(params_.top_k)) : V;
+  const bool cuts = params_.top_p < 1.0f || params_.min_p > 0.0f;
+  // The normaliser of the candidates' probabilities: over the top-k in order (below), or over
+  // the whole vocabulary in index order, each token's weight computed once into weights_.
+  double z = 0;
+  if (m == V) {
+    weights_.resize(V);
+    for (size_t i = 0; i < V; ++i) z += weights_[i] = weight(static_cast<int32_t>(i));
+    if (!cuts) {  // every token is a candidate: draw in index order, no sorting needed
+      double u = NextUniform() * z;
+      for (size_t i = 0; i < V; ++i) {
+        u -= weights_[i];
+        if (u < 0) return static_cast<int32_t>(i);
+      }
+      return best;
+    }
+  }
+  order_.resize(V);
+  std::iota(order_.begin(), order_.end(), 0);
+  const auto before = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  std::vector<double> p;
+  // With top-k the first prefix is the top k (its normaliser needs all of them).
+  for (size_t k = m < V ? m : std::min(m, kFirstPrefix);; k = std::min(m, k * kPrefixGrowth)) {
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k), order_.end(),
+                      before);
+    p.resize(k);
+    for (size_t i = 0; i < k; ++i)
+      p[i] = m < V ? weight(order_[i]) : weights_[static_cast<size_t>(order_[i])];
+    if (m < V) z = std::accumulate(p.begin(), p.end(), 0.0);
+    for (double& x : p) x /= z;
+    // top-p: the shortest prefix holding top_p; found = the cut lies inside this prefix.
+    size_t n = k;
+    bool found = k == m;
+    if (params_.top_p < 1.0f) {
+      double acc = 0;
+      for (size_t i = 0; i < k; ++i) {
+        acc += p[i];
+        if (acc >= params_.top_p) {
+          n = i + 1;
+          found = true;
+          break;
+        }
       }
     }
-    n = keep;
+    if (params_.min_p > 0.0f) {
+      const double floor = params_.min_p * p[0];
+      size_t keep = 1;
+      while (keep < n && p[keep] >= floor) ++keep;
+      if (keep < n) found = true;  // the min-p cut lies inside the prefix
+      n = keep;
+    }
+    if (!found) continue;
+    double total = 0;
+    for (size_t i = 0; i < n; ++i) total += p[i];
+    double u = NextUniform() * total;
+    for (size_t i = 0; i < n; ++i) {
+      u -= p[i];
+      if (u < 0) return order_[i];
+    }
+    return order_[n - 1];
   }
-  if (params_.min_p > 0.0f) {
-    const double floor = params_.min_p * p[0];
-    size_t keep = 1;
-    while (keep < n && p[keep] >= floor) ++keep;
-    n = keep;
-  }
-  double total = 0;
-  for (size_t i = 0; i < n; ++i) total += p[i];
-  double u = NextUniform() * total;
-  for (size_t i = 0; i < n; ++i) {
-    u -= p[i];
-    if (u < 0) return order_[i];
-  }
-  return order_[n - 1];
 }
 
 }  // namespace vls

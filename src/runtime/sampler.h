@@ -35,12 +35,14 @@ class Sampler {
                  std::span<const int32_t> generated);
 
  private:
-  double NextUniform();  // [0, 1)
+  double NextUniform();         // [0, 1)
+  int32_t SampleTemperature();  // over scratch_ (the penalised logits), temperature > 0
 
   SamplingParams params_;
   uint64_t state_;
   std::vector<float> scratch_;
   std::vector<int32_t> order_;
+  std::vector<double> weights_;  // [V] exp((logit - max) / temperature) without top-k
 };
 
 // Index of the largest value; the lowest index wins ties.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -72,6 +73,104 @@ TEST(SamplerTest, TopPAndMinPTrimTheTail) {
   for (int i = 0; i < 100; ++i) {
     const int t = ms.Sample(kLogits, {}, {});
     EXPECT_TRUE(t == 1 || t == 2) << t;
+  }
+}
+
+// The candidates and their probabilities by the definition: every token sorted by logit
+// (descending, index ascending on ties), softmax at the temperature over the top-k, then the
+// top-p and min-p cuts, renormalised. [token] -> probability; tokens outside are never drawn.
+std::map<int32_t, double> ReferenceCandidates(const std::vector<float>& l,
+                                              const SamplingParams& sp) {
+  std::vector<int32_t> order(l.size());
+  for (size_t i = 0; i < l.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  size_t n = sp.top_k > 0 ? std::min(order.size(), static_cast<size_t>(sp.top_k)) : order.size();
+  std::vector<double> p(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i)
+    sum += p[i] = std::exp((l[order[i]] - l[order[0]]) / sp.temperature);
+  double acc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    p[i] /= sum;
+    acc += p[i];
+    if (sp.top_p < 1.0f && acc >= sp.top_p) n = i + 1;
+  }
+  size_t keep = 1;
+  while (sp.min_p > 0.0f && keep < n && p[keep] >= sp.min_p * p[0]) ++keep;
+  if (sp.min_p > 0.0f) n = keep;
+  std::map<int32_t, double> out;
+  double kept = 0;
+  for (size_t i = 0; i < n; ++i) kept += p[i];
+  for (size_t i = 0; i < n; ++i) out[order[i]] = p[i] / kept;
+  return out;
+}
+
+TEST(SamplerTest, TemperatureSamplingDrawsTheDefinedDistribution) {
+  // A 2000-token vocabulary with flat logits, so top-p 0.9 needs far more than the sampler's
+  // first sorted prefix, and logits on a coarse grid, so cuts fall inside runs of ties. Every
+  // draw must be a candidate, and the draws per rank bucket (eight buckets of equal count) must
+  // match the candidates' mass within 5 sigma: a cut in the wrong place empties or overfills the
+  // last bucket.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.6f);
+  std::vector<float> logits(2000);
+  for (float& x : logits) x = std::round(normal(rng) * 8.0f) / 8.0f;
+  struct Case {
+    float temperature, top_p, min_p;
+    int top_k;
+  };
+  for (const Case c :
+       {Case{0.8f, 1.0f, 0.0f, 0}, Case{0.8f, 0.9f, 0.0f, 0}, Case{1.2f, 1.0f, 0.3f, 0},
+        Case{0.7f, 0.8f, 0.0f, 20}, Case{1.0f, 0.95f, 0.1f, 500}, Case{1.0f, 1.0f, 0.0f, 7}}) {
+    SamplingParams sp;
+    sp.temperature = c.temperature;
+    sp.top_p = c.top_p;
+    sp.min_p = c.min_p;
+    sp.top_k = c.top_k;
+    sp.seed = 5;
+    const std::map<int32_t, double> want = ReferenceCandidates(logits, sp);
+    // Rank buckets of the candidates, in the reference order.
+    std::vector<std::pair<double, int32_t>> ranked;  // (-probability, token): rank order
+    for (const auto& [t, pr] : want) ranked.push_back({-pr, t});
+    std::sort(ranked.begin(), ranked.end());
+    constexpr int kBuckets = 8;
+    const size_t per = (ranked.size() + kBuckets - 1) / kBuckets;
+    std::map<int32_t, size_t> bucket_of;
+    std::vector<double> mass(kBuckets, 0.0);
+    for (size_t r = 0; r < ranked.size(); ++r) {
+      bucket_of[ranked[r].second] = r / per;
+      mass[r / per] += -ranked[r].first;
+    }
+    Sampler s(sp, 1);
+    constexpr int kDraws = 5000;
+    std::vector<int> seen(kBuckets, 0);
+    for (int i = 0; i < kDraws; ++i) {
+      const int32_t t = s.Sample(logits, {}, {});
+      ASSERT_TRUE(want.count(t)) << "token " << t << " is not a candidate; top_k " << c.top_k
+                                 << " top_p " << c.top_p << " min_p " << c.min_p;
+      ++seen[bucket_of[t]];
+    }
+    for (int b = 0; b < kBuckets; ++b) {
+      const double e = kDraws * mass[b], sd = std::sqrt(kDraws * mass[b] * (1 - mass[b]));
+      EXPECT_LE(std::abs(seen[b] - e), 5 * sd + 1)
+          << "bucket " << b << " of " << want.size() << " candidates; top_k " << c.top_k
+          << " top_p " << c.top_p << " min_p " << c.min_p;
+    }
+  }
+}
+
+TEST(SamplerTest, NanLogitsAreNeverDrawn) {
+  std::vector<float> logits = {std::nanf(""), 1.0f, std::nanf(""), 1.0f};
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.seed = 3;
+  for (float top_p : {1.0f, 0.5f}) {
+    sp.top_p = top_p;
+    Sampler s(sp, 1);
+    for (int i = 0; i < 50; ++i) {
+      const int32_t t = s.Sample(logits, {}, {});
+      EXPECT_TRUE(t == 1 || t == 3) << t;
+    }
   }
 }
 
