@@ -141,8 +141,9 @@ void MatMulBlocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, in
   // the sums parked in acc between chunks; the last tile, whose loads hit L1, prefetches the
   // next chunk, so memory keeps streaming while the tiles compute. Measured at M = 8 (one
   // thread): 4×4 beat 8 rows × 2 vectors, 8 × 1 and 6 × 4. The 0.6B LM head at M = 8 (2
-  // threads): whole block per tile (the second tile from L2) 8.8–10.0 ms; chunked with the
-  // first tile prefetching 7.2–10.6; the last tile prefetching 6.9–8.2 (alternating runs).
+  // threads, alternating runs): whole block per tile (the second tile from L2) 8.8–11.4 ms;
+  // chunked with the first tile prefetching 6.9–7.7; the last tile prefetching 6.4–8.2, lower
+  // than the first in most pairs.
   constexpr int kMr = 4;
   constexpr int64_t kMaxTiles = 8;  // 32 rows at a time (oneDNN takes M >= 32 when present)
   alignas(64) float acc[kMaxTiles][kMr * 4 * kVec];
