@@ -108,6 +108,15 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   return SampleTemperature();
 }
 
+size_t Sampler::Draw(std::span<const double> w, double total) {
+  double u = NextUniform() * total;
+  for (size_t i = 0; i < w.size(); ++i) {
+    u -= w[i];
+    if (u < 0) return i;
+  }
+  return w.size();  // rounding left u at or above 0: the caller's fallback
+}
+
 int32_t Sampler::SampleTemperature() {
   // Candidates in logit order (descending, index ascending on ties); top-k keeps the first
   // top_k, and top-p and min-p trim the tail of what is left. Only the prefix of the order that
@@ -134,18 +143,14 @@ int32_t Sampler::SampleTemperature() {
     weights_.resize(V);
     for (size_t i = 0; i < V; ++i) z += weights_[i] = weight(static_cast<int32_t>(i));
     if (!cuts) {  // every token is a candidate: draw in index order, no sorting needed
-      double u = NextUniform() * z;
-      for (size_t i = 0; i < V; ++i) {
-        u -= weights_[i];
-        if (u < 0) return static_cast<int32_t>(i);
-      }
-      return best;
+      const size_t i = Draw(weights_, z);
+      return i < V ? static_cast<int32_t>(i) : best;
     }
   }
   order_.resize(V);
   std::iota(order_.begin(), order_.end(), 0);
   const auto before = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  std::vector<double> p;
+  std::vector<double>& p = probs_;
   // With top-k the first prefix is the top k (its normaliser needs all of them).
   for (size_t k = m < V ? m : std::min(m, kFirstPrefix);; k = std::min(m, k * kPrefixGrowth)) {
     std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k), order_.end(),
@@ -177,14 +182,8 @@ int32_t Sampler::SampleTemperature() {
       n = keep;
     }
     if (!found) continue;
-    double total = 0;
-    for (size_t i = 0; i < n; ++i) total += p[i];
-    double u = NextUniform() * total;
-    for (size_t i = 0; i < n; ++i) {
-      u -= p[i];
-      if (u < 0) return order_[i];
-    }
-    return order_[n - 1];
+    const std::span<const double> kept(p.data(), n);
+    return order_[std::min(n - 1, Draw(kept, std::accumulate(kept.begin(), kept.end(), 0.0)))];
   }
 }
 

@@ -37,11 +37,14 @@ class Sampler {
  private:
   double NextUniform();         // [0, 1)
   int32_t SampleTemperature();  // over scratch_ (the penalised logits), temperature > 0
+  // The index i where a uniform draw over [0, total) falls among weights w, or w.size().
+  size_t Draw(std::span<const double> w, double total);
 
   SamplingParams params_;
   uint64_t state_;
   std::vector<float> scratch_;
   std::vector<int32_t> order_;
+  std::vector<double> probs_;    // the sorted prefix's probabilities
   std::vector<double> weights_;  // [V] exp((logit - max) / temperature) without top-k
 };
 
