@@ -68,6 +68,43 @@ TEST(KernelsQ8Test, EveryVariantQuantizesActivationsLikeTheReference) {
   }
 }
 
+// Blocks where rounding at the edges matters: amax over a wide range of exponents (down to
+// subnormals, where 127 / amax would overflow: kQ8MinActivationAmax), the extremes ±amax, their
+// neighbours one ulp inside, values that land on .5 after scaling. The vector kernels skip the
+// reference's ±127 clamp (|x · fl(127 / amax)| never rounds past 127); this pins that down.
+TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
+  constexpr int64_t M = 64, K = 3 * 128;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-140, 120);
+  std::vector<float> x(size_t(M * K));
+  for (int64_t b = 0; b < M * K / 128; ++b) {
+    float* blk = x.data() + b * 128;
+    const float amax = std::ldexp(1.0f + 0.5f * std::abs(u(rng)), e(rng));
+    for (int64_t i = 0; i < 128; ++i) blk[i] = amax * u(rng);
+    blk[0] = amax;
+    blk[1] = -amax;
+    blk[2] = std::nextafter(amax, 0.0f);
+    blk[3] = -std::nextafter(amax, 0.0f);
+    for (int64_t i = 4; i < 20; ++i) blk[i] = (static_cast<float>(i) - 3.5f) * amax / 127.0f;
+  }
+  const Q8Activations ref = Quantized(ReferenceVariant(), x, M, K);
+  int tiny = 0;
+  for (int64_t b = 0; b < M * K / 128; ++b) {
+    if (std::abs(x[size_t(b * 128)]) >= kQ8MinActivationAmax) continue;
+    ++tiny;
+    EXPECT_EQ(ref.scales[size_t(b)], 0.0f) << "block " << b;
+    for (int64_t i = 0; i < 128; ++i) ASSERT_EQ(ref.q[size_t(b * 128 + i)], 128) << "block " << b;
+  }
+  EXPECT_GT(tiny, 0);
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->quantize_q8 == nullptr) continue;
+    const Q8Activations got = Quantized(*v, x, M, K);
+    EXPECT_EQ(got.q, ref.q) << v->name;
+    EXPECT_EQ(got.scales, ref.scales) << v->name;
+  }
+}
+
 TEST(KernelsQ8Test, EveryVariantMatMulQ8EqualsTheReferenceExactly) {
   for (const KernelVariant* v : SupportedVariants()) {
     if (v->matmul_q8 == nullptr) continue;

@@ -101,12 +101,13 @@ void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations
       const int64_t k0 = blk * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
       float amax = 0.0f;
       for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(xr[k]));
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const bool nonzero = amax >= kQ8MinActivationAmax;
+      const float inv = nonzero ? 127.0f / amax : 0.0f;
       for (int64_t k = k0; k < k1; ++k) {
         const float v = std::clamp(std::nearbyint(xr[k] * inv), -127.0f, 127.0f);
         a->q[size_t(r * K + k)] = static_cast<uint8_t>(static_cast<int32_t>(v) + 128);
       }
-      a->scales[size_t(r * nb + blk)] = amax / 127.0f;
+      a->scales[size_t(r * nb + blk)] = nonzero ? amax / 127.0f : 0.0f;
     }
   }
 }

@@ -84,9 +84,15 @@ struct Q8Activations {
 };
 inline constexpr int64_t kQ8ActivationSlack = 64;
 
+// Activation blocks whose max|x| is below this quantize as zeros with scale 0, like an all-zero
+// block: below about 3.7e-37, 127 / amax overflows f32 (the values are far below anything a
+// layer's output can resolve next to O(1) activations).
+inline constexpr float kQ8MinActivationAmax = 0x1p-120f;
+
 // The reference activation quantizer: rows [r0, r1) of x[a->rows, a->cols] into a->q and
-// a->scales. Per block: amax = max|x|, scale = amax / 127, q = clamp(nearbyint(x · (127 /
-// amax)), ±127) (every variant computes exactly these f32 operations). REQUIRES: x finite.
+// a->scales. Per block: amax = max|x|; when amax >= kQ8MinActivationAmax, scale = amax / 127
+// and q = clamp(nearbyint(x · (127 / amax)), ±127), else scale = 0 and q = 0 (every variant
+// computes exactly these f32 operations). REQUIRES: x finite.
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
 
 }  // namespace vls::kernels
