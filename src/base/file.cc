@@ -47,8 +47,7 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
     }
     data = static_cast<const std::byte*>(p);
   }
-  ::close(fd);
-  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+  return std::unique_ptr<MappedFile>(new MappedFile(path, fd, data, size));
 }
 
 MappedFile::~MappedFile() {
@@ -56,6 +55,29 @@ MappedFile::~MappedFile() {
     ::munmap(const_cast<std::byte*>(data_),
              size_);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
   }
+  ::close(fd_);
+}
+
+Status MappedFile::ReadAt(const std::byte* p, size_t n, void* out) const {
+  if (p < data_ || static_cast<size_t>(p - data_) > size_ ||
+      n > size_ - static_cast<size_t>(p - data_)) {
+    return OutOfRange("read of " + std::to_string(n) + " bytes outside the mapping of '" + path_ +
+                      "'");
+  }
+  auto offset = static_cast<off_t>(p - data_);
+  auto* dst = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, dst, n, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return IoError(got < 0 ? ErrnoText("cannot read", path_)
+                             : "cannot read '" + path_ + "': the file is shorter than when mapped");
+    }
+    dst += got;
+    offset += got;
+    n -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path) {

@@ -24,10 +24,18 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Copies the n bytes at p, which lie inside this mapping, into out[n] with pread: the bytes
+  // come from the page cache without mapping their pages into the process (a page fault maps
+  // a whole folio, up to about a megabyte, that stays resident until released). OutOfRange when
+  // [p, p + n) is not inside the mapping; IoError (naming the file) when the read fails or comes
+  // up short (a file truncated since it was mapped).
+  Status ReadAt(const std::byte* p, size_t n, void* out) const;
+
  private:
-  MappedFile(std::string path, const std::byte* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, int fd, const std::byte* data, size_t size)
+      : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
   std::string path_;
+  int fd_;  // kept open for ReadAt
   const std::byte* data_;
   size_t size_;
 };

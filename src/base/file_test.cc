@@ -1,8 +1,10 @@
 #include "base/file.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 namespace vls {
 namespace {
@@ -37,6 +39,42 @@ TEST(FileTest, EmptyFileMapsToEmpty) {
   auto m = MappedFile::Open(p);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)->size(), 0u);
+}
+
+TEST(FileTest, ReadAtCopiesMappedBytesAndChecksTheRange) {
+  const std::string p = TempPath("readat.bin");
+  std::string contents(10000, '\0');
+  for (size_t i = 0; i < contents.size(); ++i) contents[i] = static_cast<char>(i * 7 + 3);
+  ASSERT_TRUE(WriteStringToFile(p, contents).ok());
+  auto m = MappedFile::Open(p);
+  ASSERT_TRUE(m.ok());
+  const MappedFile& f = **m;
+  std::string got(5000, 'x');
+  ASSERT_TRUE(f.ReadAt(f.data() + 4096, 5000, got.data()).ok());
+  EXPECT_EQ(got, contents.substr(4096, 5000));
+  ASSERT_TRUE(f.ReadAt(f.data() + 9999, 1, got.data()).ok());  // the last byte
+  EXPECT_EQ(got[0], contents[9999]);
+  EXPECT_TRUE(f.ReadAt(f.data() + 10000, 0, got.data()).ok());
+  // Outside the mapping: past the end, straddling the end, before the start.
+  for (const auto& [at, n] : {std::pair<ptrdiff_t, size_t>{10000, 1}, {9000, 1001}, {-1, 1}}) {
+    const Status s = f.ReadAt(f.data() + at, n, got.data());
+    EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << at << " " << n;
+    EXPECT_NE(s.message().find(p), std::string::npos) << s.message();
+  }
+}
+
+TEST(FileTest, ReadAtOfAFileTruncatedSinceMappingIsAnIoError) {
+  const std::string p = TempPath("truncated.bin");
+  ASSERT_TRUE(WriteStringToFile(p, std::string(8192, 'a')).ok());
+  auto m = MappedFile::Open(p);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(::truncate(p.c_str(), 100), 0);
+  std::string got(4096, 'x');
+  const Status s = (*m)->ReadAt((*m)->data() + 4096, 4096, got.data());
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("shorter"), std::string::npos) << s.message();
+  ASSERT_TRUE((*m)->ReadAt((*m)->data(), 100, got.data()).ok());  // what is still there
+  EXPECT_EQ(got.substr(0, 100), std::string(100, 'a'));
 }
 
 TEST(FileTest, PathHelpers) {

@@ -68,6 +68,8 @@ class SafetensorsFile {
   const SafetensorsEntry* Find(std::string_view name) const;
   // REQUIRES: `entry` is one of entries().
   TensorView View(const SafetensorsEntry& entry) const;
+  // The file mapping the views point into; null for FromBuffer.
+  const MappedFile* mapping() const { return file_.get(); }
 
  private:
   SafetensorsFile() = default;

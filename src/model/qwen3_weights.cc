@@ -91,6 +91,9 @@ StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const Safetensor
   const int64_t qdim = static_cast<int64_t>(cfg.heads) * D;
   const int64_t kvdim = static_cast<int64_t>(cfg.kv_heads) * D;
   w.embed = b.TakeMatrix(p + "embed_tokens.weight", V, H);
+  if (const SafetensorsCheckpoint::Tensor* e = ckpt.Find(p + "embed_tokens.weight")) {
+    w.embed_file = e->file->mapping();
+  }
   w.final_norm = b.TakeVector(p + "norm.weight", H);
   w.layers.resize(static_cast<size_t>(cfg.layers));
   for (int l = 0; l < cfg.layers; ++l) {

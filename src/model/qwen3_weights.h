@@ -22,7 +22,10 @@ struct Qwen3LayerWeights {
 };
 
 struct Qwen3Weights {
-  kernels::Matrix embed;          // [V, H]
+  kernels::Matrix embed;  // [V, H]
+  // The checkpoint file `embed` points into (null for an in-memory checkpoint): embedding rows
+  // are read from it with pread, so looked-up rows do not stay mapped (Qwen3Model::Embed).
+  const MappedFile* embed_file = nullptr;
   kernels::Matrix lm_head;        // [V, H]; the embedding matrix when tied
   std::vector<float> final_norm;  // [H]
   std::vector<Qwen3LayerWeights> layers;
