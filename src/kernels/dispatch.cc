@@ -128,6 +128,38 @@ inline void CpuRelax() {
 #endif
 }
 
+// A per-call transform of a product's input rows (quantizing, rounding to BF16) run inside the
+// product's own parallel loop rather than as a serial pass or a separate one before it: each
+// participant first claims groups of rows and transforms them, then waits for groups that others
+// are still working on, then takes its share of the product. At 8-row batched decode a serial
+// pass cost 3-6 µs per product (the rows were just written by both cores) while the other thread
+// waited. The wait ends: a group is only claimed by a running participant, which finishes it
+// before it takes anything else.
+class RowPrologue {
+ public:
+  // Up to 16 rows a group; below 16 rows × threads, one group per thread.
+  RowPrologue(int64_t rows, int64_t threads)
+      : rows_(rows),
+        per_group_(std::clamp<int64_t>((rows + threads - 1) / threads, 1, 16)),
+        groups_((rows + per_group_ - 1) / per_group_) {}
+
+  // Called at the start of every chunk of the loop: fn(r0, r1) transforms rows [r0, r1).
+  template <typename Fn>
+  void Run(const Fn& fn) {
+    if (done_.load(std::memory_order_acquire) >= groups_) return;
+    for (int64_t g = next_.fetch_add(1, std::memory_order_relaxed); g < groups_;
+         g = next_.fetch_add(1, std::memory_order_relaxed)) {
+      fn(g * per_group_, std::min(rows_, (g + 1) * per_group_));
+      done_.fetch_add(1, std::memory_order_release);
+    }
+    while (done_.load(std::memory_order_acquire) < groups_) CpuRelax();
+  }
+
+ private:
+  const int64_t rows_, per_group_, groups_;
+  std::atomic<int64_t> next_{0}, done_{0};
+};
+
 const KernelVariant& ChooseDefault() {
   const std::vector<const KernelVariant*> all = SupportedVariants();
   if (const char* env = std::getenv("VLS_KERNELS"); env != nullptr && *env != '\0') {
@@ -140,16 +172,9 @@ const KernelVariant& ChooseDefault() {
   return *all.back();
 }
 
-// Q8 weights: the activations are quantized once per call, then N is split in blocks of 16 (one
-// interleaved weight group) like the other paths. A variant without Q8 kernels uses the
-// reference ones.
-//
-// Quantization runs inside the product's parallel loop rather than before it: each participant
-// first claims groups of rows and quantizes them, then waits for groups that others are still
-// quantizing, then takes column blocks. At 8-row batched decode a serial pass over the rows cost
-// 3-6 µs per product (the rows were just written by both cores) while the other thread waited.
-// The wait ends: a group is only claimed by a running participant, which finishes it before it
-// takes anything else.
+// Q8 weights: the activations are quantized once per call (a RowPrologue), then N is split in
+// blocks of 16 (one interleaved weight group) like the other paths. A variant without Q8
+// kernels uses the reference ones.
 void MatMulQ8(ThreadPool& pool, const KernelVariant& v, const float* x, int64_t M, int64_t K,
               const Matrix& w, float* y) {
   // Reused across calls; one per calling thread, since a Context may be shared. The workers
@@ -158,23 +183,12 @@ void MatMulQ8(ThreadPool& pool, const KernelVariant& v, const float* x, int64_t 
   Q8Activations& a = per_thread;
   a.Resize(M, K);
   const KernelVariant& q = v.matmul_q8 != nullptr ? v : ReferenceVariant();
-  // Up to 16 rows a group; below 16 rows × threads, one group per thread.
-  const int64_t threads = pool.threads();
-  const int64_t per_group = std::clamp<int64_t>((M + threads - 1) / threads, 1, 16);
-  const int64_t groups = (M + per_group - 1) / per_group;
-  std::atomic<int64_t> next_group{0}, done_groups{0};
+  RowPrologue quantize(M, pool.threads());
   constexpr int64_t kBlock = 16;
   const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
   pool.ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
-    if (done_groups.load(std::memory_order_acquire) < groups) {
-      for (int64_t g = next_group.fetch_add(1, std::memory_order_relaxed); g < groups;
-           g = next_group.fetch_add(1, std::memory_order_relaxed)) {
-        q.quantize_q8(x, g * per_group, std::min(M, (g + 1) * per_group), &a);
-        done_groups.fetch_add(1, std::memory_order_release);
-      }
-      while (done_groups.load(std::memory_order_acquire) < groups) CpuRelax();
-    }
+    quantize.Run([&](int64_t r0, int64_t r1) { q.quantize_q8(x, r0, r1, &a); });
     q.matmul_q8(a, w, b * kBlock, std::min(N, e * kBlock), y);
   });
 }
@@ -254,9 +268,9 @@ std::unique_ptr<uint16_t[]> Context::RoundToBf16(const float* x, int64_t M, int6
 void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w,
                                 float* y) const {
   const int64_t N = w.rows;
-  const std::unique_ptr<uint16_t[]> xbuf = RoundToBf16(x, M, K);
-  const uint16_t* xb = xbuf.get();
   if (use_onednn_ && M >= kOneDnnMinRows) {
+    const std::unique_ptr<uint16_t[]> xbuf = RoundToBf16(x, M, K);
+    const uint16_t* xb = xbuf.get();
     std::mutex mu;
     Status failed;
     // Row blocks of at least kOneDnnMinRows, at most kOneDnnRows, one per thread when that
@@ -276,9 +290,16 @@ void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matr
   }
   const KernelVariant& v =
       variant_->matmul_bf16_blocked != nullptr ? *variant_ : ReferenceVariant();
+  // The rounded rows: reused across calls, one buffer per calling thread (see MatMulQ8).
+  thread_local std::vector<uint16_t> per_thread;
+  per_thread.resize(static_cast<size_t>(M * K));
+  uint16_t* xb = per_thread.data();
+  const auto convert = variant_->to_bf16 != nullptr ? variant_->to_bf16 : ScalarToBf16;
+  RowPrologue round(M, pool_->threads());
   const int64_t blocks = (N + kBf16BlockN - 1) / kBf16BlockN;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBf16BlockN));
   pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    round.Run([&](int64_t r0, int64_t r1) { convert(x + r0 * K, (r1 - r0) * K, xb + r0 * K); });
     v.matmul_bf16_blocked(xb, M, K, w, b * kBf16BlockN, std::min(N, e * kBf16BlockN), y);
   });
 }
