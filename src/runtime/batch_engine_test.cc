@@ -14,7 +14,8 @@
 namespace vls {
 namespace {
 
-std::unique_ptr<LoadedModel> LoadModel(const std::string& name, int slots, int capacity = 32) {
+std::unique_ptr<LoadedModel> LoadModel(const std::string& name, int slots, int capacity = 32,
+                                       kernels::Precision precision = kernels::Precision::kF32) {
   TestModelSpec spec;
   spec.deepstack = 2;
   spec.tied = false;  // tied tiny models tend to repeat their input token; untied ones vary
@@ -27,6 +28,8 @@ std::unique_ptr<LoadedModel> LoadModel(const std::string& name, int slots, int c
   LoadOptions o;
   o.capacity = capacity;
   o.slots = slots;
+  o.precision = precision;
+  o.threads = 2;  // the parallel paths, whatever the machine
   auto lm = LoadedModel::Load(dir, o);
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   return lm.ok() ? std::move(*lm) : nullptr;
@@ -202,6 +205,34 @@ TEST(BatchEngineTest, MixedBatchMatchesSingleSequenceGreedy) {
     EXPECT_EQ(finish[ids[i]], FinishReason::kLength);
   }
   EXPECT_TRUE(e.Idle());
+}
+
+// The fast paths keep each row's result independent of the batch: BF16 blocked and Q8 products
+// compute every row the same way at any row count, and their per-call input transforms (BF16
+// rounding, Q8 quantization) run inside the product's parallel loop (kernels/dispatch.cc
+// RowPrologue), which the ThreadSanitizer build checks through this test.
+TEST(BatchEngineTest, BatchedDecodeMatchesSingleSequenceAtBf16AndInt8) {
+  for (const auto precision : {kernels::Precision::kBF16, kernels::Precision::kInt8}) {
+    SCOPED_TRACE(kernels::PrecisionName(precision));
+    auto lm = LoadModel(std::string("fast_") + kernels::PrecisionName(precision), 3, 32, precision);
+    ASSERT_TRUE(lm);
+    std::vector<GenerationRequest> reqs;
+    reqs.push_back(Text({1, 2, 3, 4}, 0, 6));
+    reqs.push_back(Image(*lm, 1, true, 5));
+    reqs.push_back(Text({9, 8, 7}, -2, 7));
+    reqs.push_back(Image(*lm, 2, false, 4));
+    std::vector<std::vector<int32_t>> alone;
+    for (const auto& r : reqs) alone.push_back(GreedyAlone(*lm, r));
+    std::map<uint64_t, std::vector<int32_t>> got;
+    BatchEngine e(*lm, [&](const TokenEvent& ev) {
+      if (ev.token >= 0) got[ev.request_id].push_back(ev.token);
+      return true;
+    });
+    std::vector<uint64_t> ids;
+    for (auto& r : reqs) ids.push_back(e.Submit(r).value());
+    e.RunUntilIdle();
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[ids[i]], alone[i]) << "request " << i;
+  }
 }
 
 TEST(BatchEngineTest, EosStopsAndWinsOverLength) {
