@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The end-to-end figures of issue 6: prompt processing and generation on the two named shapes in
-# BF16 and int8, batched decode for 1/2/4/8 slots, then ROUNDS (default 3) alternating 1- and
-# 8-slot runs per precision for the 8/1 ratio. Prints one JSON line per run (the
+# BF16 and int8, batched decode for 1/2/4/8 slots, then the 8/1 ratio per precision from paired
+# runs (`--baseline-slots 1`, REPS_RATIO repetitions). Prints one JSON line per run (the
 # `vlstack bench --json` output) and a ratio summary per precision on stderr (needs python3).
 # Models are generated once under $WORK.
 #
-#   [ROUNDS=3] bash bench/issue6_bench.sh [VLSTACK] [WORK] [REPS]
+#   [REPS_RATIO=9] bash bench/issue6_bench.sh [VLSTACK] [WORK] [REPS]
 #
 # Run on a quiet machine; the CPU is shared with nothing else while it runs (about 5 minutes
 # on 2 cores with REPS=3).
@@ -30,27 +30,20 @@ for p in bf16 int8; do
       --gen-tokens 32 --slots "$slots" --reps "$reps" --json
   done
 done
-# The 8-slot / 1-slot ratio from alternating runs: on a shared machine whose bandwidth swings
-# within minutes, two runs minutes apart measure the machine as much as the engine. Prints one
-# summary line per precision (medians over ROUNDS alternating pairs) to stderr.
-rounds=${ROUNDS:-3}
+# The 8-slot / 1-slot ratio: on a shared machine whose bandwidth swings within minutes, two runs
+# minutes apart measure the machine as much as the engine. `--baseline-slots 1` pairs a 1-slot
+# and an 8-slot run within every repetition (a second apart, same process), REPS_RATIO (default
+# 9) repetitions; the JSON carries the per-rep ratio. A summary per precision goes to stderr.
+reps_ratio=${REPS_RATIO:-9}
 for p in bf16 int8; do
-  pairs=()
-  for r in $(seq "$rounds"); do
-    for slots in 1 8; do
-      line=$("$vlstack" bench --model "$work/qwen3-0.6b" --precision "$p" --prompt-tokens 32 \
-        --gen-tokens 32 --slots "$slots" --reps "$reps" --json)
-      echo "$line"
-      pairs+=("$line")
-    done
-  done
-  printf '%s\n' "${pairs[@]}" | python3 -c '
-import json, statistics, sys
-runs = [json.loads(l) for l in sys.stdin]
-one = [r["generation_tokens_per_s"]["median"] for r in runs if r["slots"] == 1]
-eight = [r["generation_tokens_per_s"]["median"] for r in runs if r["slots"] == 8]
-ratios = [e / o for o, e in zip(one, eight)]
-print("%s alternating: 1 slot %.1f, 8 slots %.1f tok/s (medians); 8/1 per round %s, median %.2f"
-      % (runs[0]["precision"], statistics.median(one), statistics.median(eight),
-         " ".join("%.2f" % x for x in ratios), statistics.median(ratios)), file=sys.stderr)'
+  line=$("$vlstack" bench --model "$work/qwen3-0.6b" --precision "$p" --prompt-tokens 32 \
+    --gen-tokens 32 --slots 8 --baseline-slots 1 --reps "$reps_ratio" --json)
+  echo "$line"
+  echo "$line" | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+b, g, q = r["baseline_generation_tokens_per_s"], r["generation_tokens_per_s"], r["generation_ratio"]
+print("%s paired: 1 slot %.1f, 8 slots %.1f tok/s (medians over %d reps); 8/1 per rep min %.2f "
+      "median %.2f max %.2f" % (r["precision"], b["median"], g["median"], r["reps"], q["min"],
+                                q["median"], q["max"]), file=sys.stderr)'
 done

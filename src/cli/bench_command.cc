@@ -4,6 +4,11 @@
 // slot (logits for the last row only, as a server would), then decodes `--gen-tokens` greedy
 // steps with one row per slot in a single forward pass, so every weight is read once per step
 // for all slots. Time to first token is the first slot's prefill including its logits.
+//
+// `--baseline-slots B` (an extension of the contract's interface) also runs B slots in every
+// repetition, right before the `--slots` run, and reports B's generation figures and the per-rep
+// ratio of the two: a paired comparison a second apart, which a shared machine whose bandwidth
+// swings within minutes cannot skew the way it skews two separate runs.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -119,8 +124,8 @@ RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32
 }  // namespace
 
 int RunBench(int argc, char** argv) {
-  std::set<std::string> flags = {"model", "prompt-tokens", "gen-tokens",
-                                 "reps",  "slots",         "capacity"};
+  std::set<std::string> flags = {"model", "prompt-tokens", "gen-tokens",    "reps",
+                                 "slots", "capacity",      "baseline-slots"};
   flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   auto args = Args::Parse(argc, argv, flags, {"json"});
   if (!args.ok()) return Fail("bench", args.status());
@@ -133,8 +138,15 @@ int RunBench(int argc, char** argv) {
   auto gen = args->Int("gen-tokens", 128, 0, 1 << 20);
   auto reps = args->Int("reps", 3, 1, 1000);
   auto slots = args->Int("slots", 1, 1, 256);
-  for (const Status& s : {prompt.status(), gen.status(), reps.status(), slots.status()}) {
+  auto baseline = args->Int("baseline-slots", 0, 1, 256);  // 0: not given
+  for (const Status& s :
+       {prompt.status(), gen.status(), reps.status(), slots.status(), baseline.status()}) {
     if (!s.ok()) return Fail("bench", s);
+  }
+  const bool paired = args->Get("baseline-slots").has_value();
+  if (paired && *gen == 0) {
+    return Fail("bench", InvalidArgument("--baseline-slots compares generation: --gen-tokens "
+                                         "must be at least 1"));
   }
   // An artifact's identity includes the capacity: --capacity matches the one it was compiled
   // with.
@@ -156,10 +168,18 @@ int RunBench(int argc, char** argv) {
   const double kv_mb = 2.0 * static_cast<double>(KvCache::ElementBytes(model.kv_dtype())) *
                        mc.layers * mc.kv_heads * mc.head_dim * static_cast<double>(o.capacity) *
                        static_cast<double>(o.slots) / 1e6;
-  std::vector<double> ptps, gtps, ttft;
+  std::vector<double> ptps, gtps, ttft, base_gtps, ratio;
   for (int r = 0; r < *reps; ++r) {
+    if (paired) {
+      const RepResult b = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
+                                 static_cast<int>(*baseline), static_cast<uint32_t>(r + 1));
+      std::fprintf(stderr, "[bench] rep %d/%lld: baseline %lld slots: generation %.2f tok/s\n",
+                   r + 1, *reps, *baseline, b.gen_tps);
+      base_gtps.push_back(b.gen_tps);
+    }
     const RepResult res = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
                                  static_cast<int>(*slots), static_cast<uint32_t>(r + 1));
+    if (paired) ratio.push_back(res.gen_tps / base_gtps.back());
     std::fprintf(stderr,
                  "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
                  r + 1, *reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
@@ -170,15 +190,21 @@ int RunBench(int argc, char** argv) {
   const Stats p = Summarise(ptps), g = Summarise(gtps), t = Summarise(ttft);
   const int nthreads = model.context().pool().threads();
   if (args->Has("json")) {
+    std::string extra;
+    if (paired) {
+      extra = ",\"baseline_slots\":" + std::to_string(*baseline) +
+              ",\"baseline_generation_tokens_per_s\":" + StatsJson(Summarise(base_gtps)) +
+              ",\"generation_ratio\":" + StatsJson(Summarise(ratio));
+    }
     std::printf(
         "{\"model\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\","
         "\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,\"slots\":%lld,"
         "\"prompt_tokens_per_s\":%s,\"generation_tokens_per_s\":%s,"
         "\"time_to_first_token_ms\":%s,\"peak_rss_mb\":%.1f,\"weights_mb\":%.1f,"
-        "\"kv_cache_mb\":%.1f,\"load_s\":%.2f}\n",
+        "\"kv_cache_mb\":%.1f,\"load_s\":%.2f%s}\n",
         dir->c_str(), precision.c_str(), nthreads, model.context().variant().name, *prompt, *gen,
         *reps, *slots, StatsJson(p).c_str(), StatsJson(g).c_str(), StatsJson(t).c_str(),
-        PeakRssMb(), weights_mb, kv_mb, load_s);
+        PeakRssMb(), weights_mb, kv_mb, load_s, extra.c_str());
   } else {
     std::printf("model %s precision %s threads %d kernels %s slots %lld\n", dir->c_str(),
                 precision.c_str(), nthreads, model.context().variant().name, *slots);
@@ -187,6 +213,14 @@ int RunBench(int argc, char** argv) {
     std::printf("generation tokens/s  min %.2f median %.2f max %.2f (%lld tokens x %lld slots)\n",
                 g.min, g.median, g.max, *gen, *slots);
     std::printf("time to first token  min %.1f median %.1f max %.1f ms\n", t.min, t.median, t.max);
+    if (paired) {
+      const Stats b = Summarise(base_gtps), q = Summarise(ratio);
+      std::printf("baseline generation  min %.2f median %.2f max %.2f (%lld slots)\n", b.min,
+                  b.median, b.max, *baseline);
+      std::printf(
+          "generation ratio     min %.2f median %.2f max %.2f (%lld / %lld slots, per rep)\n",
+          q.min, q.median, q.max, *slots, *baseline);
+    }
     std::printf("peak RSS %.1f MB (prepared weights %.1f MB + KV cache %.1f MB), load %.2f s\n",
                 PeakRssMb(), weights_mb, kv_mb, load_s);
   }
