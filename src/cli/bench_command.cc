@@ -6,9 +6,10 @@
 // for all slots. Time to first token is the first slot's prefill including its logits.
 //
 // `--baseline-slots B` (an extension of the contract's interface) also runs B slots in every
-// repetition, right before the `--slots` run, and reports B's generation figures and the per-rep
-// ratio of the two: a paired comparison a second apart, which a shared machine whose bandwidth
-// swings within minutes cannot skew the way it skews two separate runs.
+// repetition, next to the `--slots` run (before it in even repetitions, after it in odd ones),
+// and reports B's generation figures and the per-rep ratio of the two: a paired comparison a
+// second apart, which a shared machine whose bandwidth swings within minutes cannot skew the way
+// it skews two separate runs.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -170,19 +171,23 @@ int RunBench(int argc, char** argv) {
                        static_cast<double>(o.slots) / 1e6;
   std::vector<double> ptps, gtps, ttft, base_gtps, ratio;
   for (int r = 0; r < *reps; ++r) {
-    if (paired) {
+    // The baseline runs first in even repetitions and second in odd ones, so neither run
+    // always follows the other.
+    const auto run_baseline = [&] {
       const RepResult b = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
                                  static_cast<int>(*baseline), static_cast<uint32_t>(r + 1));
       std::fprintf(stderr, "[bench] rep %d/%lld: baseline %lld slots: generation %.2f tok/s\n",
                    r + 1, *reps, *baseline, b.gen_tps);
       base_gtps.push_back(b.gen_tps);
-    }
+    };
+    if (paired && r % 2 == 0) run_baseline();
     const RepResult res = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
                                  static_cast<int>(*slots), static_cast<uint32_t>(r + 1));
-    if (paired) ratio.push_back(res.gen_tps / base_gtps.back());
     std::fprintf(stderr,
                  "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
                  r + 1, *reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
+    if (paired && r % 2 == 1) run_baseline();
+    if (paired) ratio.push_back(res.gen_tps / base_gtps.back());
     ptps.push_back(res.prompt_tps);
     gtps.push_back(res.gen_tps);
     ttft.push_back(res.ttft_ms);

@@ -41,12 +41,21 @@ def main():
         for s in ("baseline_generation_tokens_per_s", "generation_ratio"):
             st = r[s]
             assert 0 < st["min"] <= st["median"] <= st["max"], (s, st)
-        # Every rep logs its baseline run before the main run, and the ratio is per rep.
+        # Every rep logs a baseline run and a main run, the baseline first in even reps (1st,
+        # 3rd: rep 1/3, 3/3) and second in odd ones; the ratio is per rep.
         lines = [l for l in paired.stderr.splitlines() if l.startswith("[bench] rep ")]
-        assert len(lines) == 6 and "baseline 1 slots" in lines[0] and "baseline" not in lines[1], \
-            paired.stderr
-        rates = [float(l.split("generation ")[1].split(" tok/s")[0]) for l in lines]
-        ratios = sorted(m / b for b, m in zip(rates[0::2], rates[1::2]))
+        assert len(lines) == 6, paired.stderr
+        order = ["baseline" in l for l in lines]
+        assert order == [True, False, False, True, True, False], paired.stderr
+        rate = lambda l: float(l.split("generation ")[1].split(" tok/s")[0])
+        ratios = []
+        for rep in range(3):
+            pair = [l for l in lines if l.startswith(f"[bench] rep {rep + 1}/3")]
+            base = [rate(l) for l in pair if "baseline" in l]
+            main = [rate(l) for l in pair if "baseline" not in l]
+            assert len(base) == 1 and len(main) == 1, pair
+            ratios.append(main[0] / base[0])
+        ratios.sort()
         assert abs(ratios[1] - r["generation_ratio"]["median"]) <= 0.01 * ratios[1] + 0.001, \
             (ratios, r["generation_ratio"])
 
