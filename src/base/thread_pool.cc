@@ -29,11 +29,6 @@ constexpr int kCallerSpin = 4000;
 
 uint64_t StateGeneration(uint64_t generation) { return (generation & 0xffffffffu) << 32; }
 
-inline void Pause() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
 }  // namespace
 
 ThreadPool::~ThreadPool() {
@@ -89,7 +84,7 @@ void ThreadPool::WorkerLoop() {
   for (;;) {
     uint64_t g = published_.load(std::memory_order_acquire);
     for (int i = 0; i < kWorkerSpin && g == seen; ++i) {
-      Pause();
+      CpuRelax();
       g = published_.load(std::memory_order_acquire);
     }
     if (g == seen) {
@@ -130,7 +125,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   RunChunks();
   uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
   for (int i = 0; i < kCallerSpin && (s & kCountMask) != 0; ++i) {
-    Pause();
+    CpuRelax();
     s = state_.load(std::memory_order_acquire);
   }
   if ((s & kCountMask) != 0) {

@@ -15,6 +15,14 @@
 
 namespace vls {
 
+// One iteration of a spin-wait (x86 `pause`): the pool's workers and callers spin with it, and
+// so does anything that waits on a peer inside a ParallelFor body.
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Thread safety: ParallelFor may be called from any thread, but calls are serialised (one
 // loop runs at a time; a second caller waits). A ParallelFor body must not call ParallelFor
 // on the same pool (it would deadlock); nested loops run inline instead (see below).

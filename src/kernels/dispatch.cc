@@ -122,12 +122,6 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
-inline void CpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // A per-call transform of a product's input rows (quantizing, rounding to BF16) run inside the
 // product's own parallel loop rather than as a serial pass or a separate one before it: each
 // participant first claims groups of rows and transforms them, then waits for groups that others
