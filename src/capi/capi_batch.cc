@@ -9,7 +9,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "base/status.h"
@@ -85,7 +84,6 @@ Status ReadRequestOptions(const vls_request_options* options, GenerationRequest*
 Status SubmitRequest(vls_batch* b, GenerationRequest r, uint64_t* out_id) {
   VLS_ASSIGN_OR_RETURN(uint64_t id, b->engine->Submit(std::move(r)));
   *out_id = id;
-  b->Wake();
   return Status::Ok();
 }
 
@@ -332,7 +330,7 @@ vls_status vls_batch_start(vls_batch* batch) {
     VLS_RETURN_IF_ERROR(vls::capi::CheckBatch(batch));
     std::lock_guard<std::mutex> lock(batch->run_mu);
     if (batch->threaded) return Status::Ok();
-    batch->thread = std::thread([batch] { batch->Loop(); });
+    batch->engine->Start();
     batch->threaded = true;
     return Status::Ok();
   });
@@ -342,7 +340,7 @@ vls_status vls_batch_stop(vls_batch* batch) {
   return Guard("vls_batch_stop", [&]() -> Status {
     VLS_RETURN_IF_ERROR(vls::capi::CheckBatch(batch));
     std::lock_guard<std::mutex> lock(batch->run_mu);
-    batch->StopThread();
+    batch->engine->Stop();
     batch->threaded = false;
     return Status::Ok();
   });

@@ -26,7 +26,6 @@
 #include <new>
 #include <span>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -47,18 +46,14 @@ struct vls_session {
   std::unique_ptr<vls::Session> session;
   std::vector<float> logits;
   bool has_logits = false;
-  // Set when a call failed after it began to write the KV cache (only an internal failure,
-  // such as running out of memory, can do that): the cache no longer matches length, so
-  // decode is refused until a prefill succeeds.
-  bool poisoned = false;
 };
 
-// The batch handle: the engine plus the event buffer its callback fills, and an optional
-// stepping thread of its own.
+// The batch handle: the engine plus the event buffer its callback fills. Stepping is the
+// engine's own: synchronously through BatchEngine::Step, or on the engine's thread
+// (BatchEngine::Start); the handle runs no loop of its own.
 //
-// Lock order: run_mu -> (the engine's mutex) -> events_mu; thread_mu is never held while the
-// engine is called. The engine calls `OnEvent` on the stepping thread with its mutex held, so
-// nothing here calls the engine while holding events_mu.
+// Lock order: run_mu -> (the engine's locks) -> events_mu. The engine calls `OnEvent` after a
+// step has released its step lock; nothing here calls the engine while holding events_mu.
 struct vls_batch {
   const vls_model* model = nullptr;
 
@@ -71,20 +66,13 @@ struct vls_batch {
   std::mutex run_mu;
   bool threaded = false;  // guarded by run_mu
 
-  // The stepping thread's wake-up: set by submissions and by stop.
-  std::mutex thread_mu;
-  std::condition_variable work_cv;
-  bool stopping = false;  // guarded by thread_mu
-  bool work = false;      // guarded by thread_mu
-  std::thread thread;
-
-  // Last, so that it is destroyed first (its callback refers to the members above).
+  // Last, so that it is destroyed first (its callback refers to the members above); its
+  // destructor stops its thread.
   std::unique_ptr<vls::BatchEngine> engine;
 
   vls_batch() = default;
   vls_batch(const vls_batch&) = delete;
   vls_batch& operator=(const vls_batch&) = delete;
-  ~vls_batch() { StopThread(); }
 
   bool OnEvent(const vls::TokenEvent& e) {
     std::lock_guard<std::mutex> lock(events_mu);
@@ -92,49 +80,6 @@ struct vls_batch {
     events.push_back({e.request_id, e.token, static_cast<int32_t>(e.finish)});
     events_cv.notify_all();
     return true;
-  }
-
-  void Wake() {
-    std::lock_guard<std::mutex> lock(thread_mu);
-    work = true;
-    work_cv.notify_all();
-  }
-
-  // The stepping thread: steps while the engine has work, sleeps until a submission otherwise.
-  void Loop() {
-    while (true) {
-      {
-        std::lock_guard<std::mutex> lock(thread_mu);
-        if (stopping) return;
-        work = false;  // a submission after this point wakes the wait below
-      }
-      bool idle = true;
-      try {
-        idle = engine->Idle();
-        if (!idle) engine->Step();
-      } catch (...) {
-        // The engine reports failures per request; anything else (out of memory) must not
-        // end the thread: back off and retry.
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      if (idle) {
-        std::unique_lock<std::mutex> lock(thread_mu);
-        work_cv.wait(lock, [this] { return stopping || work; });
-      }
-    }
-  }
-
-  // REQUIRES: run_mu held, or the handle being destroyed.
-  void StopThread() {
-    if (!thread.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(thread_mu);
-      stopping = true;
-      work_cv.notify_all();
-    }
-    thread.join();
-    std::lock_guard<std::mutex> lock(thread_mu);
-    stopping = false;
   }
 
   // Moves up to `capacity` buffered events into `out`.

@@ -32,17 +32,13 @@ Status CheckSession(const vls_session* s) {
   return Status::Ok();
 }
 
-// Runs a session call on a scratch logits vector and commits the logits only on success.
+// Runs a session call on a scratch logits vector and commits the logits only on success. (A
+// session whose model run threw resets itself and reports the failure as a status: decode is
+// then refused until a prefill succeeds.)
 template <typename F>
 Status RunAndCommit(vls_session* s, F&& call) {
   std::vector<float> logits;
-  Status st;
-  try {
-    st = call(&logits);
-  } catch (...) {
-    s->poisoned = true;
-    throw;
-  }
+  const Status st = call(&logits);
   if (st.ok()) {
     s->logits = std::move(logits);
     s->has_logits = true;
@@ -63,7 +59,6 @@ Status PrefillTokens(vls_session* s, const vls_tensor* tokens, int32_t mode,
   Status st = RunAndCommit(s, [&](std::vector<float>* logits) {
     return s->session->PrefillTokens(ids, pos, delta, PrefillOptions{}, logits);
   });
-  if (st.ok()) s->poisoned = false;
   return st;
 }
 
@@ -78,12 +73,10 @@ Status PrefillEmbeddings(vls_session* s, const vls_tensor* embeddings, int32_t m
   VLS_RETURN_IF_ERROR(CheckLength("embeddings", S, s->session->capacity()));
   VLS_ASSIGN_OR_RETURN(PositionIds pos, ReadPositions(positions, cfg.position_mode, S));
   const auto emb = Values<float>(*embeddings);
-  VLS_RETURN_IF_ERROR(s->session->ValidatePrefill(S, emb, pos));
-  Status st = RunAndCommit(s, [&](std::vector<float>* logits) {
+  // The session validates every value rule (ValidatePrompt) before it runs anything.
+  return RunAndCommit(s, [&](std::vector<float>* logits) {
     return s->session->PrefillEmbeddings(emb, pos, delta, PrefillOptions{}, logits);
   });
-  if (st.ok()) s->poisoned = false;
-  return st;
 }
 
 Status PrefillDeepStack(vls_session* s, const vls_tensor* embeddings, int32_t mode,
@@ -106,22 +99,18 @@ Status PrefillDeepStack(vls_session* s, const vls_tensor* embeddings, int32_t mo
   std::optional<std::span<const int32_t>> ids;
   if (token_ids != nullptr) ids = Values<int32_t>(*token_ids);
 
-  // Layers 2-3 through the C++ validators, before the session runs anything.
+  // Layers 2-3 through the C++ validator (ValidatePrompt), which the session runs before
+  // anything executes.
   const auto emb = Values<float>(*embeddings);
-  VLS_RETURN_IF_ERROR(s->session->ValidatePrefill(S, emb, pos));
-  DeepStackRequestFacts facts;
-  facts.sequence_length = S;
-  facts.token_ids = ids;
-  facts.image_token_id = cfg.image_token_id;
-  facts.video_token_id = cfg.video_token_id;
-  VLS_RETURN_IF_ERROR(ValidateDeepStackRequest(payload, facts));
-  VLS_RETURN_IF_ERROR(ValidateDeepStackForModel(payload, cfg, lm.bounds().nmax, pos.mode));
-
-  Status st = RunAndCommit(s, [&](std::vector<float>* logits) {
-    return s->session->PrefillDeepStack(emb, pos, delta, payload, facts, PrefillOptions{}, logits);
+  PromptView prompt;
+  prompt.embeddings = emb;
+  prompt.positions = &pos;
+  prompt.rope_delta = delta;
+  prompt.deepstack = &payload;
+  if (ids) prompt.tokens = *ids;
+  return RunAndCommit(s, [&](std::vector<float>* logits) {
+    return s->session->Prefill(prompt, PrefillOptions{}, logits);
   });
-  if (st.ok()) s->poisoned = false;
-  return st;
 }
 
 }  // namespace
@@ -336,11 +325,6 @@ vls_status vls_session_prefill_deepstack(vls_session* session, const vls_tensor*
 vls_status vls_session_decode(vls_session* session, int32_t token) {
   return Guard("vls_session_decode", [&]() -> Status {
     VLS_RETURN_IF_ERROR(vls::capi::CheckSession(session));
-    if (session->poisoned) {
-      return vls::FailedPrecondition(
-          "decode: an earlier call failed inside the model, so the KV cache is stale; run a "
-          "prefill");
-    }
     return vls::capi::RunAndCommit(session, [&](std::vector<float>* logits) {
       return session->session->Decode(token, logits);
     });

@@ -69,22 +69,16 @@ Status Forward(const Args& args) {
   PrefillOptions opts;
   opts.all_logits = all_logits;
   std::vector<float> logits;
-  if (req.deepstack) {
-    DeepStackRequestFacts facts;
-    if (req.has_ids) facts.token_ids = std::span<const int32_t>(req.ids);
-    facts.image_token_id = cfg.image_token_id;
-    facts.video_token_id = cfg.video_token_id;
-    opts.hidden_states = diagnostics ? &capture.states : nullptr;
-    VLS_RETURN_IF_ERROR(RenameDeepStackTensors(session.PrefillDeepStack(
-        req.embeddings, req.positions, delta, *req.deepstack, facts, opts, &logits)));
-  } else if (req.token_only) {
-    opts.observer = diagnostics ? &capture : nullptr;
-    VLS_RETURN_IF_ERROR(session.PrefillTokens(req.ids, req.positions, delta, opts, &logits));
-  } else {
-    opts.observer = diagnostics ? &capture : nullptr;
-    VLS_RETURN_IF_ERROR(
-        session.PrefillEmbeddings(req.embeddings, req.positions, delta, opts, &logits));
-  }
+  // One prompt, one validator (ValidatePrompt) and the entry its contents select.
+  PromptView prompt;
+  prompt.positions = &req.positions;
+  prompt.rope_delta = delta;
+  if (req.has_ids) prompt.tokens = req.ids;
+  if (!req.token_only) prompt.embeddings = req.embeddings;
+  if (req.deepstack) prompt.deepstack = &*req.deepstack;
+  opts.hidden_states = req.deepstack && diagnostics ? &capture.states : nullptr;
+  opts.observer = !req.deepstack && diagnostics ? &capture : nullptr;
+  VLS_RETURN_IF_ERROR(RenameDeepStackTensors(session.Prefill(prompt, opts, &logits)));
   std::vector<float> decode_logits;
   std::vector<float> step;
   for (int32_t t : decode) {

@@ -2,13 +2,44 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <exception>
+#include <new>
 
 namespace vls {
+namespace {
 
-size_t GenerationRequest::bytes() const {
-  return tokens.size() * sizeof(int32_t) + embeddings.size() * sizeof(float) +
-         positions.data.size() * sizeof(int32_t) + (deepstack ? deepstack->bytes() : 0);
+// A 64-bit mix (splitmix64's finaliser) and a word-at-a-time hash over bytes built on it. Two
+// seeds give the two halves of a row key; a collision of both would need 2^64 work.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
 }
+
+uint64_t Combine(uint64_t h, uint64_t v) { return Mix(h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6))); }
+
+uint64_t HashBytes(uint64_t seed, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = Mix(seed ^ n);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, 8);
+    h = Combine(h, w);
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p + i, n - i);
+  return Combine(h, tail);
+}
+
+constexpr uint64_t kSeeds[2] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull};
+constexpr uint64_t kTokenRow = 1, kEmbeddingRow = 2;
+
+}  // namespace
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
@@ -21,191 +52,346 @@ const char* FinishReasonName(FinishReason r) {
   return "unknown";
 }
 
-BatchEngine::BatchEngine(const LoadedModel& model, EventCallback callback)
-    : model_(model), callback_(std::move(callback)) {
-  std::lock_guard<std::mutex> lock(mu_);
+BatchEngine::BatchEngine(const LoadedModel& model, EventCallback callback, EngineOptions options)
+    : model_(model), callback_(std::move(callback)), options_(options) {
+  std::lock_guard<std::mutex> lock(step_mu_);
   slots_.resize(static_cast<size_t>(model.bounds().slots));
   for (Slot& s : slots_) s.session = std::make_unique<Session>(model);
 }
 
 BatchEngine::~BatchEngine() { Stop(); }
 
-Status BatchEngine::Validate(const GenerationRequest& r) const {
-  const Qwen3Config& cfg = model_.config();
-  const int capacity = model_.bounds().capacity;
-  const int64_t S = r.positions.length;
-  if (r.embeddings.empty()) {
-    if (r.deepstack) return InvalidArgument("a DeepStack request needs embeddings");
-    if (static_cast<int64_t>(r.tokens.size()) != S) {
-      return InvalidArgument("tokens: " + std::to_string(r.tokens.size()) +
-                             " ids but the positions cover " + std::to_string(S));
-    }
-    VLS_RETURN_IF_ERROR(ValidateTokenIds(r.tokens, cfg.vocab, "tokens"));
-    VLS_RETURN_IF_ERROR(ValidatePrefillInputs(model_, capacity, S, {}, r.positions, false));
-  } else {
-    if (r.deepstack) {
-      VLS_RETURN_IF_ERROR(
-          ValidateDeepStackForModel(*r.deepstack, cfg, model_.bounds().nmax, r.positions.mode));
-    }
-    VLS_RETURN_IF_ERROR(
-        ValidatePrefillInputs(model_, capacity, S, r.embeddings, r.positions, true));
-    if (!r.tokens.empty()) {
-      if (static_cast<int64_t>(r.tokens.size()) != S) {
-        return InvalidArgument("tokens: " + std::to_string(r.tokens.size()) +
-                               " ids but the embeddings have " + std::to_string(S) + " rows");
-      }
-      VLS_RETURN_IF_ERROR(ValidateTokenIds(r.tokens, cfg.vocab, "tokens"));
-    }
-    if (r.deepstack) {
-      DeepStackRequestFacts f;
-      f.sequence_length = S;
-      if (!r.tokens.empty()) f.token_ids = std::span<const int32_t>(r.tokens);
-      f.image_token_id = cfg.image_token_id;
-      f.video_token_id = cfg.video_token_id;
-      VLS_RETURN_IF_ERROR(ValidateDeepStackRequest(*r.deepstack, f));
-    }
-  }
-  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, r.rope_delta).status().WithContext("rope_delta"));
-  if (r.max_new_tokens <= 0) return InvalidArgument("max_new_tokens must be positive");
-  if (S + r.max_new_tokens > capacity) {
-    return OutOfRange("prompt " + std::to_string(S) + " + max_new_tokens " +
-                      std::to_string(r.max_new_tokens) + " exceeds the context capacity " +
-                      std::to_string(capacity));
-  }
-  return ValidateSamplingParams(r.sampling);
-}
+// ---------------------------------------------------------------------------------------------
+// Submission and cancellation: the queue only.
 
 StatusOr<uint64_t> BatchEngine::Submit(GenerationRequest request) {
-  VLS_RETURN_IF_ERROR(Validate(request));  // no engine state is read or changed
+  VLS_RETURN_IF_ERROR(ValidateRequest(model_, request));  // no engine state is read or changed
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   pending_bytes_ += request.bytes();
+  live_.insert(id);
+  ++counters_.submitted;
   pending_.push_back({id, std::move(request)});
   work_cv_.notify_all();
   return id;
 }
 
-Status BatchEngine::Cancel(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (it->id != id) continue;
-    pending_bytes_ -= it->request.bytes();
-    pending_.erase(it);  // frees the request's buffers now
-    std::vector<TokenEvent> events;
-    Deliver({id, -1, FinishReason::kCancelled, ""}, &events);
-    return Status::Ok();
+Status BatchEngine::Cancel(uint64_t id) { return CancelRequest(id, nullptr, false); }
+
+Status BatchEngine::CancelRequest(uint64_t id, std::vector<TokenEvent>* delivered,
+                                  bool from_callback) {
+  // The delivery lock first, so the cancelled event cannot overtake (or follow) a finish event
+  // of the same request that a step is delivering.
+  std::lock_guard<std::recursive_mutex> deliver(deliver_mu_);
+  bool queued = false;
+  {
+    GenerationRequest freed;  // destroyed after the queue lock is released
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(pending_.begin(), pending_.end(),
+                           [id](const Pending& p) { return p.id == id; });
+    if (it != pending_.end()) {
+      pending_bytes_ -= it->request.bytes();
+      freed = std::move(it->request);
+      pending_.erase(it);
+      live_.erase(id);
+      queued = true;
+    } else if (live_.erase(id) == 1) {
+      cancelling_.insert(id);  // the next step frees the slot before it computes anything
+      work_cv_.notify_all();
+    } else if (!from_callback) {
+      return NotFound("request " + std::to_string(id) + " is not queued or active");
+    }
+    // else: the request finished in the step being delivered, after the token its callback
+    // refused; the cancelled event replaces that finish (dropped below, as already final).
   }
-  for (Slot& s : slots_) {
-    if (s.active && s.id == id) {
-      std::vector<TokenEvent> events;
-      Finish(s, FinishReason::kCancelled, "", &events);
-      return Status::Ok();
+  // When no step runs, free the slot now. (With the delivery lock held and the step lock free,
+  // no step holds undelivered events, so nothing of the request can be delivered after this.)
+  StepResult applied;
+  if (!queued) {
+    std::unique_lock<std::mutex> step(step_mu_, std::try_to_lock);
+    if (step.owns_lock()) ApplyCancels(&applied);
+  }
+  TokenEvent e;
+  e.request_id = id;
+  e.finish = FinishReason::kCancelled;
+  DeliverOne(e, delivered);
+  if (queued) delivered_final_.erase(id);  // a queued request has no other events to drop
+  // Inside a delivery (a callback cancelling) the step being delivered may still hold events of
+  // these requests: forget them once that delivery ends.
+  for (uint64_t done : applied.finished) {
+    if (delivering_ > 0) {
+      forget_after_delivery_.push_back(done);
+    } else {
+      delivered_final_.erase(done);
     }
   }
-  return NotFound("request " + std::to_string(id) + " is not queued or active");
+  return Status::Ok();
 }
 
-bool BatchEngine::Deliver(const TokenEvent& e, std::vector<TokenEvent>* events) {
-  events->push_back(e);
-  if (threaded_) {
-    event_queue_.push_back(e);
-    events_cv_.notify_all();
+// ---------------------------------------------------------------------------------------------
+// Delivery: after the step lock is released, in step order.
+
+bool BatchEngine::DeliverOne(const TokenEvent& e, std::vector<TokenEvent>* delivered) {
+  if (delivered_final_.count(e.request_id) != 0) return false;  // finished already
+  if (e.finish != FinishReason::kNone) delivered_final_.insert(e.request_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (e.finish != FinishReason::kNone) ++counters_.finished;
+    if (threaded_ && !callback_) {
+      event_queue_.push_back(e);
+      events_cv_.notify_all();
+    }
   }
-  if (!callback_) return true;
-  try {
-    return callback_(e);
-  } catch (...) {
-    return true;  // a throwing callback must not take the engine down
+  if (delivered != nullptr) delivered->push_back(e);
+  bool keep = true;
+  if (callback_) {
+    try {
+      keep = callback_(e);
+    } catch (...) {
+      keep = true;  // a throwing callback must not take the engine down
+    }
   }
+  if (!keep && e.finish == FinishReason::kNone) (void)CancelRequest(e.request_id, delivered, true);
+  return true;
 }
 
-void BatchEngine::Finish(Slot& slot, FinishReason reason, const std::string& error,
-                         std::vector<TokenEvent>* events) {
-  const uint64_t id = slot.id;
-  slot.active = false;
+std::vector<TokenEvent> BatchEngine::DeliverStep(std::unique_lock<std::mutex> step_lock,
+                                                 StepResult result) {
+  std::lock_guard<std::recursive_mutex> deliver(deliver_mu_);
+  step_lock.unlock();
+  std::vector<TokenEvent> delivered;
+  ++delivering_;
+  for (const TokenEvent& e : result.events) DeliverOne(e, &delivered);
+  --delivering_;
+  // Every event these requests will ever have is delivered or dropped now.
+  for (uint64_t id : result.finished) delivered_final_.erase(id);
+  for (uint64_t id : forget_after_delivery_) delivered_final_.erase(id);
+  forget_after_delivery_.clear();
+  return delivered;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row keys for prefix reuse.
+
+BatchEngine::RowKey BatchEngine::TokenKey(int32_t token, RopeCoord c) {
+  RowKey k;
+  for (int i = 0; i < 2; ++i) {
+    uint64_t h = Combine(Mix(kSeeds[i]), kTokenRow);
+    h = Combine(h, static_cast<uint32_t>(token));
+    for (int32_t a : c) h = Combine(h, static_cast<uint32_t>(a));
+    k[static_cast<size_t>(i)] = h;
+  }
+  return k;
+}
+
+std::vector<BatchEngine::RowKey> BatchEngine::PromptKeys(const GenerationRequest& r) const {
+  const int64_t S = r.positions.length;
+  std::vector<RowKey> keys(static_cast<size_t>(S));
+  if (r.embeddings.empty()) {
+    for (int64_t s = 0; s < S; ++s) {
+      keys[static_cast<size_t>(s)] = TokenKey(r.tokens[static_cast<size_t>(s)], r.positions.At(s));
+    }
+    return keys;
+  }
+  const int64_t H = model_.config().hidden;
+  const size_t row_bytes = static_cast<size_t>(H) * sizeof(float);
+  std::span<const int32_t> visual;
+  if (r.deepstack) visual = r.deepstack->positions();
+  size_t v = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const RopeCoord c = r.positions.At(s);
+    const float* row = r.embeddings.data() + s * H;
+    const bool is_visual = v < visual.size() && visual[v] == s;
+    for (int i = 0; i < 2; ++i) {
+      uint64_t h = Combine(Mix(kSeeds[i]), kEmbeddingRow);
+      h = Combine(h, HashBytes(kSeeds[i], row, row_bytes));
+      for (int32_t a : c) h = Combine(h, static_cast<uint32_t>(a));
+      if (is_visual) {
+        for (int64_t k = 0; k < r.deepstack->num_layers(); ++k) {
+          const float* f = r.deepstack->features(k) + static_cast<int64_t>(v) * H;
+          h = Combine(h, HashBytes(kSeeds[i] + static_cast<uint64_t>(k) + 1, f, row_bytes));
+        }
+      }
+      keys[static_cast<size_t>(s)][static_cast<size_t>(i)] = h;
+    }
+    if (is_visual) ++v;
+  }
+  return keys;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The step.
+
+TokenEvent BatchEngine::MakeEvent(const Slot& slot) const {
+  TokenEvent e;
+  e.request_id = slot.id;
+  e.prompt_tokens = static_cast<int32_t>(slot.prompt_length);
+  e.cached_tokens = slot.cached;
+  e.generated_tokens = static_cast<int32_t>(slot.generated.size());
+  return e;
+}
+
+void BatchEngine::ReleaseSlot(Slot& slot) {
+  slot.phase = Phase::kFree;
   slot.request = GenerationRequest();
   slot.sampler.reset();
   slot.generated.clear();
   slot.next_token = -1;
-  Deliver({id, -1, reason, error}, events);
+  // `kept` and the session's valid rows stay: the next request may reuse them.
 }
 
-void BatchEngine::EmitToken(Slot& slot, int32_t token, std::vector<TokenEvent>* events) {
+void BatchEngine::FinishSlot(Slot& slot, FinishReason reason, const std::string& error,
+                             StepResult* out) {
+  TokenEvent e = MakeEvent(slot);
+  e.finish = reason;
+  e.error = error;
+  out->events.push_back(std::move(e));
+  out->finished.push_back(slot.id);
+  ReleaseSlot(slot);
+}
+
+void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) {
+  const int32_t token = slot.sampler->Sample(logits, slot.request.tokens, slot.generated);
   slot.generated.push_back(token);
+  TokenEvent e = MakeEvent(slot);
+  e.token = token;
+  if (slot.request.logprobs >= 0) {
+    std::vector<std::pair<int32_t, float>> top;
+    e.logprob = static_cast<float>(LogProb(logits, token, slot.request.logprobs, &top));
+    for (const auto& [t, lp] : top) e.top_logprobs.push_back({t, lp});
+  }
   const auto& eos = model_.config().eos_token_ids;
-  FinishReason finish = FinishReason::kNone;
-  if (!slot.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-    finish = FinishReason::kStop;  // EOS wins over the length limit
+  const auto& stop = slot.request.stop_token_ids;
+  if ((!slot.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
+      std::find(stop.begin(), stop.end(), token) != stop.end()) {
+    e.finish = FinishReason::kStop;  // EOS and stop ids win over the length limit
   } else if (static_cast<int>(slot.generated.size()) >= slot.request.max_new_tokens) {
-    finish = FinishReason::kLength;
+    e.finish = FinishReason::kLength;
   }
-  const bool keep = Deliver({slot.id, token, finish, ""}, events);
-  if (finish != FinishReason::kNone) {
-    slot.active = false;
-    slot.request = GenerationRequest();
-    slot.sampler.reset();
-    slot.generated.clear();
-    slot.next_token = -1;
-    return;
-  }
-  if (!keep) {
-    Finish(slot, FinishReason::kCancelled, "", events);
+  const bool done = e.finish != FinishReason::kNone;
+  out->events.push_back(std::move(e));
+  if (done) {
+    out->finished.push_back(slot.id);
+    ReleaseSlot(slot);
     return;
   }
   slot.next_token = token;
 }
 
-void BatchEngine::Admit(std::vector<TokenEvent>* events) {
+void BatchEngine::ApplyCancels(StepResult* out) {
+  std::unordered_set<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids.swap(cancelling_);
+  }
   for (Slot& slot : slots_) {
-    if (slot.active) continue;
-    if (pending_.empty()) return;
-    Pending p = std::move(pending_.front());
-    pending_.pop_front();
-    pending_bytes_ -= p.request.bytes();
-    GenerationRequest& r = p.request;
-    std::vector<float> logits;
-    Status st;
-    try {
-      Session& s = *slot.session;
-      if (r.deepstack) {
-        DeepStackRequestFacts f;
-        if (!r.tokens.empty()) f.token_ids = std::span<const int32_t>(r.tokens);
-        f.image_token_id = model_.config().image_token_id;
-        f.video_token_id = model_.config().video_token_id;
-        st = s.PrefillDeepStack(r.embeddings, r.positions, r.rope_delta, *r.deepstack, f, {},
-                                &logits);
-      } else if (!r.embeddings.empty()) {
-        st = s.PrefillEmbeddings(r.embeddings, r.positions, r.rope_delta, {}, &logits);
-      } else {
-        st = s.PrefillTokens(r.tokens, r.positions, r.rope_delta, {}, &logits);
+    if (slot.phase != Phase::kFree && ids.count(slot.id) != 0) ReleaseSlot(slot);
+  }
+  out->finished.insert(out->finished.end(), ids.begin(), ids.end());
+}
+
+void BatchEngine::Admit() {
+  while (true) {
+    std::vector<Slot*> free;
+    for (Slot& s : slots_) {
+      if (s.phase == Phase::kFree) free.push_back(&s);
+    }
+    if (free.empty()) return;
+    Pending p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pending_.empty()) return;
+      p = std::move(pending_.front());
+      pending_.pop_front();
+      pending_bytes_ -= p.request.bytes();
+    }
+    std::vector<RowKey> keys = PromptKeys(p.request);
+    // The free slot whose valid rows share the longest prefix; among equals the least recently
+    // admitted one, so a slot holding a useful prefix is kept for longest.
+    Slot* best = nullptr;
+    size_t best_match = 0;
+    for (Slot* s : free) {
+      size_t match = 0;
+      if (options_.prefix_reuse) {
+        const size_t valid =
+            std::min(s->kept.size(), static_cast<size_t>(s->session->valid_rows()));
+        const size_t n = std::min(valid, keys.size());
+        while (match < n && s->kept[match] == keys[match]) ++match;
       }
-    } catch (const std::exception& e) {
-      st = Internal(std::string("prefill failed: ") + e.what());
-    } catch (...) {
-      st = Internal("prefill failed");
+      if (best == nullptr || match > best_match ||
+          (match == best_match && s->admitted_seq < best->admitted_seq)) {
+        best = s;
+        best_match = match;
+      }
     }
-    if (!st.ok()) {
-      Deliver({p.id, -1, FinishReason::kError, st.ToString()}, events);
-      continue;  // the slot stays free for the next request
-    }
-    slot.active = true;
+    Slot& slot = *best;
+    const int64_t S = p.request.positions.length;
+    // At least the last row is computed: its logits give the first token.
+    const int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
+    slot.session->Truncate(cached);
+    slot.kept = std::move(keys);
+    slot.phase = Phase::kPrefill;
     slot.id = p.id;
-    // The slot keeps the prompt ids (penalties) and the limits; never the DeepStack payload.
-    slot.request.tokens = std::move(r.tokens);
-    slot.request.max_new_tokens = r.max_new_tokens;
-    slot.request.ignore_eos = r.ignore_eos;
-    slot.request.sampling = r.sampling;
-    slot.sampler = std::make_unique<Sampler>(r.sampling, p.id);
+    slot.admitted_seq = ++admit_seq_;
+    slot.prompt_length = S;
+    slot.prefilled = cached;
+    slot.cached = static_cast<int32_t>(cached);
+    slot.sampler = std::make_unique<Sampler>(p.request.sampling, p.id);
     slot.generated.clear();
-    const int32_t tok = slot.sampler->Sample(logits, slot.request.tokens, slot.generated);
-    EmitToken(slot, tok, events);
+    slot.next_token = -1;
+    slot.request = std::move(p.request);
   }
 }
 
-void BatchEngine::DecodeActive(std::vector<TokenEvent>* events) {
+void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
+  const int64_t S = slot.prompt_length;
+  const int64_t begin = slot.prefilled, end = std::min(S, begin + rows);
+  const bool last = end == S;
+  std::vector<float> logits;
+  Status st;
+  try {
+    st = slot.session->PrefillRange(slot.request.prompt(), begin, end, last, &logits);
+  } catch (const std::bad_alloc&) {
+    st = ResourceExhausted("prefill: out of memory");
+  } catch (const std::exception& e) {
+    st = Internal(std::string("prefill failed: ") + e.what());
+  }
+  ++chunks_;
+  if (!st.ok()) {
+    FinishSlot(slot, FinishReason::kError, st.ToString(), out);
+    return;
+  }
+  slot.prefilled = end;
+  if (!last) return;
+  slot.phase = Phase::kDecode;
+  // The slot keeps the prompt ids (penalties) and the limits; never the embeddings or the
+  // DeepStack payload.
+  slot.request.embeddings = std::vector<float>();
+  slot.request.deepstack.reset();
+  slot.request.positions = PositionIds();
+  EmitToken(slot, logits, out);
+}
+
+void BatchEngine::PrefillSlots(int64_t budget, StepResult* out) {
+  std::vector<Slot*> order;
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::kPrefill) order.push_back(&s);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const Slot* a, const Slot* b) { return a->admitted_seq < b->admitted_seq; });
+  for (Slot* s : order) {
+    if (budget == 0) return;
+    const int64_t remaining = s->prompt_length - s->prefilled;
+    const int64_t rows = budget < 0 ? remaining : std::min(remaining, budget);
+    PrefillChunk(*s, rows, out);
+    if (budget > 0) budget -= rows;
+  }
+}
+
+void BatchEngine::DecodeActive(StepResult* out) {
   std::vector<Slot*> rows;
   for (Slot& s : slots_) {
-    if (s.active && s.next_token >= 0) rows.push_back(&s);
+    if (s.phase == Phase::kDecode && s.next_token >= 0) rows.push_back(&s);
   }
   if (rows.empty()) return;
   std::vector<Session*> sessions;
@@ -214,66 +400,73 @@ void BatchEngine::DecodeActive(std::vector<TokenEvent>* events) {
     sessions.push_back(s->session.get());
     tokens.push_back(s->next_token);
   }
+  // The row each token is written at, for its prefix key.
+  auto keep = [](Slot& s) {
+    const int index = s.session->length() - 1;
+    s.kept.resize(static_cast<size_t>(index));
+    s.kept.push_back(TokenKey(s.next_token, *DecodeCoordinate(index, s.session->rope_delta())));
+  };
   std::vector<float> logits;
-  Status st;
-  try {
-    st = Session::DecodeBatch(sessions, tokens, &logits);
-  } catch (...) {
-    st = Internal("batched decode failed");
-  }
+  Status st = Session::DecodeBatch(sessions, tokens, &logits);
   const size_t V = static_cast<size_t>(model_.config().vocab);
   if (st.ok()) {
     for (size_t b = 0; b < rows.size(); ++b) {
-      Slot& s = *rows[b];
-      const std::span<const float> row(logits.data() + b * V, V);
-      EmitToken(s, s.sampler->Sample(row, s.request.tokens, s.generated), events);
+      keep(*rows[b]);
+      EmitToken(*rows[b], std::span<const float>(logits.data() + b * V, V), out);
     }
     return;
   }
   // Isolate the failure: decode row by row so one bad row cannot fail the others.
   for (Slot* s : rows) {
     std::vector<float> one;
-    Status rs;
-    try {
-      rs = s->session->Decode(s->next_token, &one);
-    } catch (...) {
-      rs = Internal("decode failed");
-    }
+    const Status rs = s->session->Decode(s->next_token, &one);
     if (!rs.ok()) {
-      Finish(*s, FinishReason::kError, rs.ToString(), events);
+      FinishSlot(*s, FinishReason::kError, rs.ToString(), out);
       continue;
     }
-    EmitToken(*s, s->sampler->Sample(one, s->request.tokens, s->generated), events);
+    keep(*s);
+    EmitToken(*s, one, out);
   }
 }
 
-std::vector<TokenEvent> BatchEngine::StepLocked() {
-  std::vector<TokenEvent> events;
-  Admit(&events);
-  DecodeActive(&events);
-  return events;
+void BatchEngine::StepLocked(bool decode, StepResult* out) {
+  const uint64_t chunks_before = chunks_;
+  ApplyCancels(out);
+  Admit();
+  PrefillSlots(decode && options_.prefill_chunk > 0 ? options_.prefill_chunk : -1, out);
+  if (decode) DecodeActive(out);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t id : out->finished) live_.erase(id);
+  ++counters_.steps;
+  counters_.prefill_chunks += chunks_ - chunks_before;
+  for (const TokenEvent& e : out->events) {
+    if (e.token < 0) continue;
+    ++counters_.generated_tokens;
+    if (e.generated_tokens == 1) {
+      counters_.prompt_tokens += static_cast<uint64_t>(e.prompt_tokens);
+      counters_.cached_tokens += static_cast<uint64_t>(e.cached_tokens);
+    }
+  }
 }
 
 std::vector<TokenEvent> BatchEngine::Step() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return StepLocked();
+  std::unique_lock<std::mutex> step_lock(step_mu_);
+  StepResult result;
+  StepLocked(true, &result);
+  return DeliverStep(std::move(step_lock), std::move(result));
 }
 
 std::vector<TokenEvent> BatchEngine::AdmitPending() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<TokenEvent> events;
-  Admit(&events);
-  return events;
+  std::unique_lock<std::mutex> step_lock(step_mu_);
+  StepResult result;
+  StepLocked(false, &result);
+  return DeliverStep(std::move(step_lock), std::move(result));
 }
 
-bool BatchEngine::IdleLocked() const {
-  if (!pending_.empty()) return false;
-  return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.active; });
-}
+bool BatchEngine::IdleLocked() const { return live_.empty() && cancelling_.empty(); }
 
 void BatchEngine::RunUntilIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!IdleLocked()) StepLocked();
+  while (!Idle()) Step();
 }
 
 void BatchEngine::Start() {
@@ -282,11 +475,13 @@ void BatchEngine::Start() {
   threaded_ = true;
   stopping_ = false;
   thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> engine_lock(mu_);
     while (true) {
-      work_cv_.wait(engine_lock, [this] { return stopping_ || !IdleLocked(); });
-      if (stopping_) return;
-      StepLocked();
+      {
+        std::unique_lock<std::mutex> wait_lock(mu_);
+        work_cv_.wait(wait_lock, [this] { return stopping_ || !IdleLocked(); });
+        if (stopping_) return;
+      }
+      Step();
     }
   });
 }
@@ -325,8 +520,7 @@ size_t BatchEngine::pending_count() const {
 
 size_t BatchEngine::active_count() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<size_t>(
-      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.active; }));
+  return live_.size() - pending_.size();
 }
 
 size_t BatchEngine::pending_bytes() const {
@@ -334,10 +528,15 @@ size_t BatchEngine::pending_bytes() const {
   return pending_bytes_;
 }
 
-std::optional<RopeCoord> BatchEngine::NextCoordinate(uint64_t id) const {
+EngineCounters BatchEngine::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+std::optional<RopeCoord> BatchEngine::NextCoordinate(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(step_mu_);
   for (const Slot& s : slots_) {
-    if (s.active && s.id == id) {
+    if (s.phase == Phase::kDecode && s.id == id) {
       auto c = DecodeCoordinate(s.session->length(), s.session->rope_delta());
       if (c.ok()) return *c;
     }
@@ -346,9 +545,9 @@ std::optional<RopeCoord> BatchEngine::NextCoordinate(uint64_t id) const {
 }
 
 std::optional<int> BatchEngine::SlotOf(uint64_t id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(step_mu_);
   for (size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].active && slots_[i].id == id) return static_cast<int>(i);
+    if (slots_[i].phase != Phase::kFree && slots_[i].id == id) return static_cast<int>(i);
   }
   return std::nullopt;
 }

@@ -1,16 +1,29 @@
 // The continuous-batch engine (CONTRACTS §4): B slots, each a Session with its own KV region
 // of capacity C, and a FIFO queue of pending requests.
 //
-// One Step(): admit pending requests into free slots (each with its own prefill entry, writing
-// only its slot) and sample their first token; then one shared ragged decode step over every
-// active row; sample, emit, retire finished rows (EOS wins over the length limit).
+// One Step():
+//   1. apply the cancels that arrived since the last step (their slots become free);
+//   2. admit queued requests into free slots, each into the free slot whose kept rows share the
+//      longest prefix with its prompt (prefix reuse: token ids, positions and the content of
+//      embedding rows and DeepStack features all have to match), so only the rest is prefilled;
+//   3. prefill: at most `prefill_chunk` prompt rows in this step over the prefilling slots, in
+//      admission order, so one long prompt never stalls the decode of the others; a slot whose
+//      prompt is complete samples its first token;
+//   4. one shared ragged decode step over every slot past its prefill; sample, emit, retire
+//      finished rows (EOS or a stop id wins over the length limit).
+// Chunks keep M-RoPE positions continuous and slice the DeepStack payload per chunk (positions
+// rebased, exactly the feature rows of the chunk), so results equal the unchunked prefill.
 //
 // Thread safety: every public method may be called from any thread. Steps are serialised by
-// `mu_`; Submit/Cancel wait for a running step to finish. Callbacks run on the stepping thread
-// with `mu_` held: they must not call back into the engine (return false to cancel instead).
+// `step_mu_`; Submit and Cancel only touch the queue (`mu_`) and return at once while a step
+// runs. Events are delivered after the step has released `step_mu_`, in step order, one
+// delivery at a time: the callback may call Submit and Cancel (not Step). A request emits nothing
+// after its finish event, whichever path (cancel, stop, error, length) finished it.
 #ifndef VLSTACK_RUNTIME_BATCH_ENGINE_H_
 #define VLSTACK_RUNTIME_BATCH_ENGINE_H_
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -19,68 +32,86 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_annotations.h"
 #include "runtime/deepstack.h"
+#include "runtime/request.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
 namespace vls {
 
-// A request owns all its buffers; cancelling it while queued frees them at once.
-struct GenerationRequest {
-  std::vector<int32_t> tokens;    // [S] prompt ids (token prefill, or the DeepStack visual mask)
-  std::vector<float> embeddings;  // [S, H]; when non-empty the embeddings entry is used
-  PositionIds positions;          // in the model's mode, length S
-  int32_t rope_delta = 0;
-  std::optional<DeepStackPayload> deepstack;  // requires embeddings
-  int max_new_tokens = 16;
-  bool ignore_eos = false;
-  SamplingParams sampling;
-
-  size_t bytes() const;  // buffer bytes this request owns
-};
-
 enum class FinishReason { kNone = 0, kStop, kLength, kCancelled, kError };
 const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
 
 struct TokenEvent {
   uint64_t request_id = 0;
   int32_t token = -1;  // -1 for a finish without a token (cancelled, error)
   FinishReason finish = FinishReason::kNone;
   std::string error;
+  // Usage, on every event of the request: prompt rows S, rows served from prefix reuse, and
+  // tokens generated so far (this one included).
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;
+  int32_t generated_tokens = 0;
+  // With GenerationRequest::logprobs >= 0: the token's log-probability under the model's
+  // distribution (log-softmax of the raw logits), and the `logprobs` most likely tokens.
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+struct EngineOptions {
+  // Most prompt rows prefilled in one step, over all slots (0: whole prompts at once).
+  int prefill_chunk = 256;
+  // Admit a request into the free slot whose kept rows share its longest prefix.
+  bool prefix_reuse = true;
+};
+
+// What the engine has done so far (for metrics).
+struct EngineCounters {
+  uint64_t submitted = 0, finished = 0;
+  uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  uint64_t steps = 0, prefill_chunks = 0;
 };
 
 class BatchEngine {
  public:
-  // Called for every event on the stepping thread. Return false to cancel the request there
-  // and then (nothing more is emitted for it but its cancelled event).
+  // Called for every event, outside the step lock (see above). Return false to cancel the
+  // request there and then (nothing more is emitted for it but its cancelled event).
   using EventCallback = std::function<bool(const TokenEvent&)>;
 
   // Slots and capacity come from the loaded model's static bounds.
-  explicit BatchEngine(const LoadedModel& model, EventCallback callback = nullptr);
+  explicit BatchEngine(const LoadedModel& model, EventCallback callback = nullptr,
+                       EngineOptions options = {});
   ~BatchEngine();
   BatchEngine(const BatchEngine&) = delete;
   BatchEngine& operator=(const BatchEngine&) = delete;
 
-  // Validates everything (CONTRACTS §2, §3, prompt + max_new_tokens <= C, sampling) and queues
-  // the request. A rejected submit changes nothing.
+  // Validates everything (ValidateRequest) and queues the request. A rejected submit changes
+  // nothing. Never waits for a running step.
   StatusOr<uint64_t> Submit(GenerationRequest request) VLS_EXCLUDES(mu_);
-  // Cancels a queued (buffers freed now) or active (slot freed now) request. NotFound when
-  // the id is unknown or already finished.
+  // Cancels a queued (buffers freed now) or admitted request (its slot is freed before the next
+  // step computes anything) and delivers its cancelled event before returning. NotFound when
+  // the id is unknown or already finished. Never waits for a running step.
   Status Cancel(uint64_t id) VLS_EXCLUDES(mu_);
 
-  // Runs one engine step on the calling thread. Returns the events it emitted.
-  std::vector<TokenEvent> Step() VLS_EXCLUDES(mu_);
-  // The admission half of Step alone (prefill + first token), so tools and tests can look at
-  // the admitted slots before the first shared decode.
-  std::vector<TokenEvent> AdmitPending() VLS_EXCLUDES(mu_);
+  // Runs one engine step on the calling thread and delivers its events. Returns them.
+  std::vector<TokenEvent> Step() VLS_EXCLUDES(step_mu_, mu_);
+  // Admission and the whole prefill of every admitted request (their first tokens), without a
+  // shared decode step, so tools and tests can look at the admitted slots.
+  std::vector<TokenEvent> AdmitPending() VLS_EXCLUDES(step_mu_, mu_);
   // Steps until nothing is queued or active.
-  void RunUntilIdle() VLS_EXCLUDES(mu_);
+  void RunUntilIdle() VLS_EXCLUDES(step_mu_, mu_);
 
-  // Runs steps on an engine thread until Stop() (or destruction). Events go to the callback
-  // and to the queue read by WaitEvents.
+  // Runs steps on an engine thread until Stop() (or destruction). Events go to the callback,
+  // or (an engine without a callback) to the queue read by WaitEvents.
   void Start() VLS_EXCLUDES(mu_);
   void Stop() VLS_EXCLUDES(mu_);
   // Moves out the events emitted so far, waiting up to `timeout_ms` for at least one.
@@ -88,49 +119,104 @@ class BatchEngine {
 
   bool Idle() const VLS_EXCLUDES(mu_);
   size_t pending_count() const VLS_EXCLUDES(mu_);
-  size_t active_count() const VLS_EXCLUDES(mu_);
+  size_t active_count() const VLS_EXCLUDES(mu_);  // admitted and not finished
   // Bytes owned by queued requests (memory accounting: cancel frees them).
   size_t pending_bytes() const VLS_EXCLUDES(mu_);
-  // The next decode coordinate of an active request (length + delta), for tests and tools.
-  std::optional<RopeCoord> NextCoordinate(uint64_t id) const VLS_EXCLUDES(mu_);
-  // Which slot an active request occupies.
-  std::optional<int> SlotOf(uint64_t id) const VLS_EXCLUDES(mu_);
+  EngineCounters counters() const VLS_EXCLUDES(mu_);
+  const EngineOptions& options() const { return options_; }
+  // The next decode coordinate of a request past its prefill (length + delta), for tests and
+  // tools. Waits for a running step.
+  std::optional<RopeCoord> NextCoordinate(uint64_t id) const VLS_EXCLUDES(step_mu_);
+  // Which slot an admitted request occupies. Waits for a running step.
+  std::optional<int> SlotOf(uint64_t id) const VLS_EXCLUDES(step_mu_);
 
  private:
   struct Pending {
     uint64_t id;
     GenerationRequest request;
   };
+  // A row's identity for prefix matching: two 64-bit hashes over what determines its K/V
+  // (kind, token id or embedding bytes, RoPE coordinate, DeepStack feature rows).
+  using RowKey = std::array<uint64_t, 2>;
+  enum class Phase { kFree, kPrefill, kDecode };
   struct Slot {
     std::unique_ptr<Session> session;
-    bool active = false;
+    Phase phase = Phase::kFree;
     uint64_t id = 0;
-    GenerationRequest request;  // prompt tokens kept for penalties; big buffers released
+    uint64_t admitted_seq = 0;  // admission order (prefill order, LRU among free slots)
+    GenerationRequest request;  // the prompt until prefilled; then ids (penalties) and limits
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> generated;
     int32_t next_token = -1;
+    int64_t prompt_length = 0;  // S
+    int64_t prefilled = 0;      // prompt rows in the cache
+    int32_t cached = 0;         // prompt rows served from reuse
+    // Keys of the rows the cache holds for the current or last occupant; rows [0,
+    // kept.size()) are valid.
+    std::vector<RowKey> kept;
+  };
+  // The events of one step and the ids whose last event it produced.
+  struct StepResult {
+    std::vector<TokenEvent> events;
+    std::vector<uint64_t> finished;
   };
 
-  Status Validate(const GenerationRequest& r) const;
-  void Admit(std::vector<TokenEvent>* events) VLS_REQUIRES(mu_);
-  void DecodeActive(std::vector<TokenEvent>* events) VLS_REQUIRES(mu_);
-  // Records a sampled token; finishes the slot on EOS/length/callback cancel.
-  void EmitToken(Slot& slot, int32_t token, std::vector<TokenEvent>* events) VLS_REQUIRES(mu_);
-  void Finish(Slot& slot, FinishReason reason, const std::string& error,
-              std::vector<TokenEvent>* events) VLS_REQUIRES(mu_);
-  bool Deliver(const TokenEvent& e, std::vector<TokenEvent>* events) VLS_REQUIRES(mu_);
-  std::vector<TokenEvent> StepLocked() VLS_REQUIRES(mu_);
+  // The step's halves, under step_mu_.
+  void ApplyCancels(StepResult* out) VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
+  void Admit() VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
+  // Prefill chunks within `budget` rows (< 0: unlimited).
+  void PrefillSlots(int64_t budget, StepResult* out) VLS_REQUIRES(step_mu_);
+  void DecodeActive(StepResult* out) VLS_REQUIRES(step_mu_);
+  void StepLocked(bool decode, StepResult* out) VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
+  // Runs the next chunk (at most `rows` rows) of a prefilling slot; a failure finishes it.
+  void PrefillChunk(Slot& slot, int64_t rows, StepResult* out) VLS_REQUIRES(step_mu_);
+  std::vector<RowKey> PromptKeys(const GenerationRequest& r) const;
+  static RowKey TokenKey(int32_t token, RopeCoord coord);
+  // Frees a slot for the next request; its kept rows stay for reuse.
+  void ReleaseSlot(Slot& slot) VLS_REQUIRES(step_mu_);
+  // Records a sampled token; finishes the slot on EOS/stop id/length.
+  void EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) VLS_REQUIRES(step_mu_);
+  void FinishSlot(Slot& slot, FinishReason reason, const std::string& error, StepResult* out)
+      VLS_REQUIRES(step_mu_);
+  TokenEvent MakeEvent(const Slot& slot) const;
+  // Takes the delivery lock, releases the step lock and delivers the step's events in order.
+  std::vector<TokenEvent> DeliverStep(std::unique_lock<std::mutex> step_lock, StepResult result)
+      VLS_EXCLUDES(mu_);
+  // Delivers one event (to the callback, the WaitEvents queue and `delivered` when not null)
+  // unless its request already finished; false when it was dropped. A callback that returns
+  // false cancels the request. REQUIRES: deliver_mu_ held.
+  bool DeliverOne(const TokenEvent& e, std::vector<TokenEvent>* delivered) VLS_EXCLUDES(mu_);
+  // Cancel's body; the cancelled event also goes to `delivered` when not null. From a callback
+  // that refused a token, a request that finished in the same step is cancelled all the same.
+  Status CancelRequest(uint64_t id, std::vector<TokenEvent>* delivered, bool from_callback)
+      VLS_EXCLUDES(mu_);
   bool IdleLocked() const VLS_REQUIRES(mu_);
 
   const LoadedModel& model_;
   EventCallback callback_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;    // signalled on submit and stop
+  const EngineOptions options_;
+
+  mutable std::mutex step_mu_;  // held for a step's computation
+  std::vector<Slot> slots_ VLS_GUARDED_BY(step_mu_);
+  uint64_t admit_seq_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t chunks_ VLS_GUARDED_BY(step_mu_) = 0;  // prefill chunks run
+
+  // Delivery: one at a time, in step order; recursive so a callback may cancel.
+  std::recursive_mutex deliver_mu_;
+  std::unordered_set<uint64_t> delivered_final_;  // guarded by deliver_mu_
+  int delivering_ = 0;                            // guarded by deliver_mu_: DeliverStep depth
+  std::vector<uint64_t> forget_after_delivery_;   // guarded by deliver_mu_
+
+  mutable std::mutex mu_;              // the queue: never held during computation or delivery
+  std::condition_variable work_cv_;    // signalled on submit, cancel and stop
   std::condition_variable events_cv_;  // signalled when events are queued
   std::deque<Pending> pending_ VLS_GUARDED_BY(mu_);
   size_t pending_bytes_ VLS_GUARDED_BY(mu_) = 0;
-  std::vector<Slot> slots_ VLS_GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> live_ VLS_GUARDED_BY(mu_);        // queued or admitted
+  std::unordered_set<uint64_t> cancelling_ VLS_GUARDED_BY(mu_);  // admitted, cancel to apply
   uint64_t next_id_ VLS_GUARDED_BY(mu_) = 1;
+  size_t admitted_ VLS_GUARDED_BY(mu_) = 0;
+  EngineCounters counters_ VLS_GUARDED_BY(mu_);
   std::vector<TokenEvent> event_queue_ VLS_GUARDED_BY(mu_);
   bool threaded_ VLS_GUARDED_BY(mu_) = false;
   bool stopping_ VLS_GUARDED_BY(mu_) = false;

@@ -8,101 +8,10 @@
 #include <random>
 #include <thread>
 
-#include "base/file.h"
-#include "model/test_checkpoint.h"
+#include "runtime/batch_engine_test_util.h"
 
 namespace vls {
 namespace {
-
-std::unique_ptr<LoadedModel> LoadModel(const std::string& name, int slots, int capacity = 32,
-                                       kernels::Precision precision = kernels::Precision::kF32) {
-  TestModelSpec spec;
-  spec.deepstack = 2;
-  spec.tied = false;  // tied tiny models tend to repeat their input token; untied ones vary
-  spec.dtype = DType::kF32;
-  spec.seed = 5;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_batch_test_" + name);
-  Status s = WriteTestCheckpoint(dir, spec, false);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  LoadOptions o;
-  o.capacity = capacity;
-  o.slots = slots;
-  o.precision = precision;
-  o.threads = 2;  // the parallel paths, whatever the machine
-  auto lm = LoadedModel::Load(dir, o);
-  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
-  return lm.ok() ? std::move(*lm) : nullptr;
-}
-
-GenerationRequest Text(std::vector<int32_t> ids, int32_t delta, int max_new) {
-  GenerationRequest r;
-  r.positions = SequentialPositions(PositionMode::kMrope, static_cast<int64_t>(ids.size()));
-  r.tokens = std::move(ids);
-  r.rope_delta = delta;
-  r.max_new_tokens = max_new;
-  r.ignore_eos = true;
-  return r;
-}
-
-// An image prompt (grid [1,4,4] → 4 pad tokens) with random visual rows; DeepStack optional.
-GenerationRequest Image(const LoadedModel& lm, int seed, bool deepstack, int max_new) {
-  const Qwen3Config& c = lm.config();
-  std::vector<int32_t> ids = {7, 11, c.vision_start_token_id};
-  for (int i = 0; i < 4; ++i) ids.push_back(c.image_token_id);
-  ids.push_back(c.vision_end_token_id);
-  ids.push_back(13 + seed);
-  const GridThw grid[] = {{1, 4, 4}};
-  auto ri = GetRopeIndex(c, ids, grid, {});
-  EXPECT_TRUE(ri.ok());
-  GenerationRequest r;
-  r.positions = ri->positions;
-  r.rope_delta = ri->rope_delta;
-  const int64_t H = c.hidden, S = static_cast<int64_t>(ids.size());
-  r.embeddings.resize(static_cast<size_t>(S * H));
-  lm.model().Embed(ids, r.embeddings.data());
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> n;
-  for (int64_t s = 3; s < 7; ++s) {
-    for (int64_t h = 0; h < H; ++h) r.embeddings[static_cast<size_t>(s * H + h)] = n(rng);
-  }
-  if (deepstack) {
-    HostTensor pos = HostTensor::FromI32({4}, std::vector<int32_t>{3, 4, 5, 6});
-    HostTensor feat(DType::kF32, {2, 4, H});
-    for (int64_t i = 0; i < feat.numel(); ++i) feat.f32()[i] = n(rng);
-    HostTensor layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
-    r.deepstack = DeepStackPayload::Create(pos.view(), feat.view(), layers.view()).value();
-  }
-  r.tokens = ids;
-  r.max_new_tokens = max_new;
-  r.ignore_eos = true;
-  return r;
-}
-
-// The request's greedy tokens from a single session (prefill, then decode one at a time).
-std::vector<int32_t> GreedyAlone(const LoadedModel& lm, const GenerationRequest& r) {
-  Session s(lm);
-  std::vector<float> logits;
-  Status st;
-  if (r.deepstack) {
-    DeepStackRequestFacts f;
-    f.token_ids = std::span<const int32_t>(r.tokens);
-    f.image_token_id = lm.config().image_token_id;
-    st = s.PrefillDeepStack(r.embeddings, r.positions, r.rope_delta, *r.deepstack, f, {}, &logits);
-  } else if (!r.embeddings.empty()) {
-    st = s.PrefillEmbeddings(r.embeddings, r.positions, r.rope_delta, {}, &logits);
-  } else {
-    st = s.PrefillTokens(r.tokens, r.positions, r.rope_delta, {}, &logits);
-  }
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  std::vector<int32_t> out;
-  while (static_cast<int>(out.size()) < r.max_new_tokens) {
-    out.push_back(ArgMax(logits));
-    if (static_cast<int>(out.size()) == r.max_new_tokens) break;
-    EXPECT_TRUE(s.Decode(out.back(), &logits).ok());
-  }
-  return out;
-}
 
 // CONTRACTS §3: a batch with S=4 and deltas −1, +2, 0 decodes first at 3, 6, 4; cancelling the
 // +2 request and admitting a 4-token text request into its slot gives 4.
@@ -235,21 +144,42 @@ TEST(BatchEngineTest, BatchedDecodeMatchesSingleSequenceAtBf16AndInt8) {
   }
 }
 
+// The model is made to emit EOS (a logit bias on the config's first EOS id), so the test
+// exercises the rule rather than depending on what a random model predicts.
 TEST(BatchEngineTest, EosStopsAndWinsOverLength) {
   auto lm = LoadModel("eos", 1);
   ASSERT_TRUE(lm);
+  ASSERT_FALSE(lm->config().eos_token_ids.empty());
+  const int32_t eos = lm->config().eos_token_ids[0];
   GenerationRequest r = Text({1, 2, 3}, 0, 1);
-  const int32_t first = GreedyAlone(*lm, r)[0];
-  // Make the first greedy token an EOS by checking against the config's list: when it is not,
-  // the request must finish by length; when ignore_eos is off and it is, by stop.
-  const auto& eos = lm->config().eos_token_ids;
-  const bool is_eos = std::find(eos.begin(), eos.end(), first) != eos.end();
-  BatchEngine e(*lm);
+  r.sampling.logit_bias = {{eos, 1e4f}};
   r.ignore_eos = false;
+  BatchEngine e(*lm);
   ASSERT_TRUE(e.Submit(r).ok());
   auto events = e.Step();
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].finish, is_eos ? FinishReason::kStop : FinishReason::kLength);
+  EXPECT_EQ(events[0].token, eos);
+  EXPECT_EQ(events[0].finish, FinishReason::kStop);  // at the length limit too: EOS wins
+  // ignore_eos: the same forced EOS tokens run to the length limit.
+  r.ignore_eos = true;
+  r.max_new_tokens = 3;
+  ASSERT_TRUE(e.Submit(r).ok());
+  std::vector<TokenEvent> all;
+  while (!e.Idle()) {
+    for (auto& ev : e.Step()) all.push_back(ev);
+  }
+  ASSERT_EQ(all.size(), 3u);
+  for (const auto& ev : all) EXPECT_EQ(ev.token, eos);
+  EXPECT_EQ(all.back().finish, FinishReason::kLength);
+  // A stop token id finishes with "stop" although EOS is ignored.
+  const int32_t other = eos == 5 ? 6 : 5;
+  r.sampling.logit_bias = {{other, 1e4f}};
+  r.stop_token_ids = {other};
+  ASSERT_TRUE(e.Submit(r).ok());
+  events = e.Step();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].token, other);
+  EXPECT_EQ(events[0].finish, FinishReason::kStop);
 }
 
 // Submit and cancel from several threads while the engine runs on its own thread; every

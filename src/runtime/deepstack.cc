@@ -1,5 +1,6 @@
 #include "runtime/deepstack.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -131,6 +132,29 @@ StatusOr<DeepStackPayload> DeepStackPayload::Create(const TensorView& positions,
   p.features_ = HostTensor::Copy(features);
   p.layer_indices_ = HostTensor::Copy(layers);
   return p;
+}
+
+DeepStackPayload DeepStackPayload::Slice(int64_t begin, int64_t end) const {
+  const auto pos = positions();
+  // Positions are strictly increasing (validated), so the range is one run of entries.
+  const auto first = std::lower_bound(pos.begin(), pos.end(), begin);
+  const auto last = std::lower_bound(first, pos.end(), end);
+  const auto v0 = static_cast<int64_t>(first - pos.begin());
+  const auto n = static_cast<int64_t>(last - first);
+  const int64_t K = num_layers(), H = hidden();
+  std::vector<int32_t> rebased(static_cast<size_t>(n));
+  for (int64_t v = 0; v < n; ++v) {
+    rebased[static_cast<size_t>(v)] =
+        static_cast<int32_t>(pos[static_cast<size_t>(v0 + v)] - begin);
+  }
+  DeepStackPayload out;
+  out.positions_ = HostTensor::FromI32({n}, rebased);
+  out.features_ = HostTensor(DType::kF32, {K, n, H});
+  for (int64_t k = 0; k < K; ++k) {
+    std::copy_n(features(k) + v0 * H, n * H, out.features_.f32() + k * n * H);
+  }
+  out.layer_indices_ = HostTensor::Copy(layer_indices_.view());
+  return out;
 }
 
 Status ValidateDeepStackRequest(const DeepStackPayload& p, const DeepStackRequestFacts& f) {

@@ -68,6 +68,11 @@ class DeepStackPayload {
     return positions_.nbytes() + features_.nbytes() + layer_indices_.nbytes();
   }
 
+  // The payload of the sequence rows [begin, end) as a pass over just those rows sees it: the
+  // visual positions inside the range, rebased by -begin, and exactly their feature rows at
+  // every level (chunked prefill). A validated payload gives a validated slice.
+  DeepStackPayload Slice(int64_t begin, int64_t end) const;
+
  private:
   HostTensor positions_;      // i32 [Nv]
   HostTensor features_;       // f32 [K, Nv, H]

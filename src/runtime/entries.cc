@@ -90,8 +90,13 @@ struct Builder {
     const int64_t H = this->H();
     out.push_back({"final_norm_lm_head",
                    decode ? "f32[B,H] -> f32[B,V]"
-                          : "f32[S,H] last row -> f32[V] (every row with all_logits)",
+                          : "f32[S,H] last row -> f32[V] (every row with all_logits; none "
+                            "for a chunk that does not end the prompt)",
                    [m, H, decode](EntryRun& r) {
+                     if (r.skip_logits && !decode) {
+                       r.logits.clear();
+                       return;
+                     }
                      const int64_t M = static_cast<int64_t>(r.rows.size());
                      const int64_t first = (decode || r.all_logits) ? 0 : M - 1;
                      const int64_t n = M - first;

@@ -40,6 +40,7 @@ struct EntryRun {
   const DeepStackPayload* deepstack = nullptr;
   std::vector<ForwardRow> rows;   // [M]
   bool all_logits = false;        // prefill: logits for every row (forward --all-logits)
+  bool skip_logits = false;       // prefill chunk that does not end the prompt: no logits
   LayerHook* observer = nullptr;  // tooling: sees each layer's output (after any hook)
 
   std::vector<float> x;                           // [M, H] residual stream

@@ -61,6 +61,44 @@ int32_t ArgMax(std::span<const float> logits) {
   return 0;  // empty, or nothing but NaN
 }
 
+double LogProb(std::span<const float> logits, int32_t token, int n,
+               std::vector<std::pair<int32_t, float>>* top) {
+  const size_t V = logits.size();
+  const int32_t best = ArgMax(logits);
+  const double mx = V == 0 ? 0.0 : logits[static_cast<size_t>(best)];
+  double sum = 0.0;
+  for (const float x : logits) {
+    if (!std::isnan(x)) sum += std::exp(static_cast<double>(x) - mx);
+  }
+  const double log_z = mx + std::log(sum);
+  auto lp = [&](int32_t t) {
+    const float x = logits[static_cast<size_t>(t)];
+    return std::isnan(x) ? -std::numeric_limits<double>::infinity() : x - log_z;
+  };
+  if (top != nullptr) {
+    top->clear();
+    const size_t k = std::min(V, static_cast<size_t>(std::max(n, 0)));
+    if (k > 0) {
+      std::vector<int32_t> order(V);
+      std::iota(order.begin(), order.end(), 0);
+      auto greater = [&](int32_t a, int32_t b) {
+        const float x = logits[static_cast<size_t>(a)], y = logits[static_cast<size_t>(b)];
+        const bool xn = std::isnan(x), yn = std::isnan(y);
+        if (xn != yn) return yn;  // NaN last
+        if (!xn && x != y) return x > y;
+        return a < b;
+      };
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                        greater);
+      for (size_t i = 0; i < k; ++i) {
+        top->emplace_back(order[i], static_cast<float>(lp(order[i])));
+      }
+    }
+  }
+  if (token < 0 || static_cast<size_t>(token) >= V) return -std::numeric_limits<double>::infinity();
+  return lp(token);
+}
+
 Sampler::Sampler(const SamplingParams& params, uint64_t request_id)
     : params_(params), state_(params.seed.value_or(0x9E3779B97F4A7C15ull ^ request_id)) {}
 
@@ -77,9 +115,13 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   const auto V = static_cast<int32_t>(logits.size());
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
-  if (params_.temperature <= 0.0f && !penalties) return ArgMax(logits);  // no copy needed
+  const bool bias = !params_.logit_bias.empty();
+  if (params_.temperature <= 0.0f && !penalties && !bias) return ArgMax(logits);  // no copy needed
   scratch_.assign(logits.begin(), logits.end());
   float* l = scratch_.data();
+  for (const auto& [t, b] : params_.logit_bias) {
+    if (t >= 0 && t < V) l[t] += b;  // OpenAI: added to the logits before sampling
+  }
   if (params_.repetition_penalty != 1.0f) {
     auto penalise = [&](int32_t t) {
       if (t < 0 || t >= V) return;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -21,6 +22,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI style, over generated tokens
   float frequency_penalty = 0.0f;   // OpenAI style, over generated tokens
   std::optional<uint64_t> seed;     // default: derived from the request id
+  // Added to the logits of these token ids before anything else (OpenAI logit_bias; a bias of
+  // -100 or less bans the token).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Names the first out-of-range field.
@@ -47,6 +51,11 @@ class Sampler {
   std::vector<double> probs_;    // the sorted prefix's probabilities
   std::vector<double> weights_;  // [V] exp((logit - max) / temperature) without top-k
 };
+
+// Log-probabilities under softmax(logits): of `token`, and the `n` most likely tokens (logit
+// descending, index ascending on ties) into `top` (may be null when n == 0).
+double LogProb(std::span<const float> logits, int32_t token, int n,
+               std::vector<std::pair<int32_t, float>>* top);
 
 // Index of the largest value; the lowest index wins ties.
 int32_t ArgMax(std::span<const float> logits);

@@ -1,135 +1,171 @@
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <cmath>
+#include <exception>
+#include <new>
 #include <string>
 
 namespace vls {
 
-Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* tensor) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab) {
-      return InvalidArgument(std::string(tensor) + "[" + std::to_string(i) +
-                             "] = " + std::to_string(ids[i]) + " is outside the vocabulary [0," +
-                             std::to_string(vocab) + ")");
-    }
-  }
-  return Status::Ok();
-}
-
 Session::Session(const LoadedModel& model)
     : lm_(model), capacity_(model.bounds().capacity), cache_(model.model().NewCache(capacity_)) {}
 
-Status ValidatePrefillInputs(const LoadedModel& lm, int capacity, int64_t S,
-                             std::span<const float> embeddings, const PositionIds& positions,
-                             bool check_embeddings) {
-  const Qwen3Config& cfg = lm.config();
-  const int64_t H = cfg.hidden;
-  if (S <= 0) return InvalidArgument("prefill: the sequence is empty");
-  if (S > capacity) {
-    return OutOfRange("prefill: sequence length " + std::to_string(S) +
-                      " exceeds the context capacity " + std::to_string(capacity));
+void Session::Reset() {
+  length_ = 0;
+  valid_rows_ = 0;
+  rope_delta_ = 0;
+}
+
+void Session::Truncate(int64_t rows) {
+  length_ = 0;
+  rope_delta_ = 0;
+  valid_rows_ = std::clamp<int64_t>(rows, 0, valid_rows_);
+}
+
+Status Session::RunRange(const Entry& entry, EntryRun& run, const PromptView& prompt, int64_t begin,
+                         int64_t end, bool all_logits, LayerHook* observer,
+                         std::vector<float>* logits) {
+  const PositionIds& positions = *prompt.positions;
+  run.rows.resize(static_cast<size_t>(end - begin));
+  for (int64_t s = begin; s < end; ++s) {
+    run.rows[static_cast<size_t>(s - begin)] = {cache_.get(), static_cast<int32_t>(s),
+                                                positions.At(s)};
   }
-  if (check_embeddings) {
-    if (static_cast<int64_t>(embeddings.size()) != S * H) {
-      return InvalidArgument("embeddings: expected [" + std::to_string(S) + "," +
-                             std::to_string(H) + "] (" + std::to_string(S * H) + " values), got " +
-                             std::to_string(embeddings.size()) + " values");
-    }
-    for (size_t i = 0; i < embeddings.size(); ++i) {
-      if (!std::isfinite(embeddings[i])) {
-        return InvalidArgument("embeddings: value at row " +
-                               std::to_string(i / static_cast<size_t>(H)) + " is not finite");
+  run.all_logits = all_logits;
+  run.observer = observer;
+  // From here on rows >= begin are overwritten: the previous sequence is gone.
+  length_ = 0;
+  rope_delta_ = 0;
+  valid_rows_ = begin;
+  try {
+    entry.Run(run);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("prefill: out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string("prefill failed: ") + e.what());
+  } catch (...) {
+    return Internal("prefill failed");
+  }
+  valid_rows_ = end;
+  if (end == prompt.length()) {
+    // Nothing can fail past validation: commit the new sequence state.
+    length_ = static_cast<int>(end);
+    rope_delta_ = prompt.rope_delta;
+  }
+  if (logits != nullptr) *logits = std::move(run.logits);
+  return Status::Ok();
+}
+
+Status Session::PrefillRange(const PromptView& prompt, int64_t begin, int64_t end, bool want_logits,
+                             std::vector<float>* logits) {
+  const int64_t S = prompt.length();
+  if (begin < 0 || begin >= end || end > S) {
+    return InvalidArgument("prefill: chunk [" + std::to_string(begin) + "," + std::to_string(end) +
+                           ") is not a non-empty range of the prompt's " + std::to_string(S) +
+                           " rows");
+  }
+  if (begin > valid_rows_) {
+    return FailedPrecondition("prefill: chunk starts at row " + std::to_string(begin) +
+                              " but the cache holds only " + std::to_string(valid_rows_) + " rows");
+  }
+  const int64_t n = end - begin;
+  const int64_t H = lm_.config().hidden;
+  EntryRun run;
+  run.skip_logits = !want_logits;
+  std::string_view name = kEntryPrefill;
+  std::optional<DeepStackPayload> slice;
+  if (prompt.embeddings.empty()) {
+    run.tokens = prompt.tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(n));
+  } else {
+    run.embeddings =
+        prompt.embeddings.subspan(static_cast<size_t>(begin * H), static_cast<size_t>(n * H));
+    name = kEntryPrefillEmbeddings;
+    if (prompt.deepstack != nullptr) {
+      name = kEntryPrefillDeepStack;
+      if (begin == 0 && end == S) {
+        run.deepstack = prompt.deepstack;
+      } else {
+        slice = prompt.deepstack->Slice(begin, end);
+        run.deepstack = &*slice;
       }
     }
   }
-  if (positions.mode != cfg.position_mode) {
-    return InvalidArgument(std::string("positions: the request uses ") +
-                           PositionModeName(positions.mode) + " positions but the model uses " +
-                           PositionModeName(cfg.position_mode));
-  }
-  const size_t axes = positions.mode == PositionMode::kMrope ? 3 : 1;
-  if (positions.length != S || positions.data.size() != static_cast<size_t>(S) * axes) {
-    return InvalidArgument("positions: length " + std::to_string(positions.length) +
-                           " differs from the sequence length " + std::to_string(S));
-  }
+  std::vector<float> out;
+  VLS_RETURN_IF_ERROR(
+      RunRange(*lm_.entries().Find(name), run, prompt, begin, end, false, nullptr, &out));
+  if (want_logits && logits != nullptr) *logits = std::move(out);
   return Status::Ok();
 }
 
-Status Session::ValidatePrefill(int64_t S, std::span<const float> embeddings,
-                                const PositionIds& positions) const {
-  return ValidatePrefillInputs(lm_, capacity_, S, embeddings, positions, true);
-}
-
-namespace {
-
-std::vector<ForwardRow> PrefillRows(KvCache* cache, const PositionIds& positions) {
-  std::vector<ForwardRow> rows(static_cast<size_t>(positions.length));
-  for (int64_t s = 0; s < positions.length; ++s) {
-    rows[static_cast<size_t>(s)] = {cache, static_cast<int32_t>(s), positions.At(s)};
+Status Session::PrefillWhole(const PromptView& prompt, const PrefillOptions& opts,
+                             std::vector<float>* logits) {
+  VLS_RETURN_IF_ERROR(ValidatePrompt(lm_, capacity_, prompt));
+  const int64_t S = prompt.length();
+  EntryRun run;
+  std::string_view name = kEntryPrefill;
+  const bool diag = prompt.deepstack != nullptr && opts.hidden_states != nullptr;
+  if (prompt.embeddings.empty()) {
+    run.tokens = prompt.tokens;
+  } else {
+    run.embeddings = prompt.embeddings;
+    name = kEntryPrefillEmbeddings;
+    if (prompt.deepstack != nullptr) {
+      name = diag ? kEntryDiagnostics : kEntryPrefillDeepStack;
+      run.deepstack = prompt.deepstack;
+    }
   }
-  return rows;
+  VLS_RETURN_IF_ERROR(RunRange(*lm_.entries().Find(name), run, prompt, 0, S, opts.all_logits,
+                               opts.observer, logits));
+  if (diag) *opts.hidden_states = std::move(run.hidden_states);
+  return Status::Ok();
 }
 
-}  // namespace
-
-Status Session::RunPrefill(const Entry& entry, EntryRun& run, const PositionIds& positions,
-                           int32_t rope_delta, const PrefillOptions& opts,
-                           std::vector<float>* logits) {
-  const int64_t S = positions.length;
-  // The first decode coordinate must be representable before we accept the delta.
-  VLS_RETURN_IF_ERROR(DecodeCoordinate(S, rope_delta).status().WithContext("rope_delta"));
-  run.rows = PrefillRows(cache_.get(), positions);
-  run.all_logits = opts.all_logits;
-  run.observer = opts.observer;
-  entry.Run(run);
-  // Nothing can fail past validation: commit the new sequence state.
-  length_ = static_cast<int>(S);
-  rope_delta_ = rope_delta;
-  *logits = std::move(run.logits);
-  return Status::Ok();
+Status Session::Prefill(const PromptView& prompt, const PrefillOptions& opts,
+                        std::vector<float>* logits) {
+  return PrefillWhole(prompt, opts, logits);
 }
 
 Status Session::PrefillEmbeddings(std::span<const float> embeddings, const PositionIds& positions,
                                   int32_t rope_delta, const PrefillOptions& opts,
                                   std::vector<float>* logits) {
-  const int64_t S = positions.length;
-  VLS_RETURN_IF_ERROR(ValidatePrefill(S, embeddings, positions));
-  EntryRun run;
-  run.embeddings = embeddings;
-  return RunPrefill(*lm_.entries().Find(kEntryPrefillEmbeddings), run, positions, rope_delta, opts,
-                    logits);
+  PromptView p;
+  p.embeddings = embeddings;
+  p.positions = &positions;
+  p.rope_delta = rope_delta;
+  if (embeddings.empty()) {
+    return InvalidArgument("embeddings: expected [" + std::to_string(positions.length) + "," +
+                           std::to_string(lm_.config().hidden) + "], got no values");
+  }
+  return PrefillWhole(p, opts, logits);
 }
 
 Status Session::PrefillTokens(std::span<const int32_t> ids, const PositionIds& positions,
                               int32_t rope_delta, const PrefillOptions& opts,
                               std::vector<float>* logits) {
-  const int64_t S = static_cast<int64_t>(ids.size());
-  VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, lm_.config().vocab, "tokens"));
-  VLS_RETURN_IF_ERROR(ValidatePrefillInputs(lm_, capacity_, S, {}, positions, false));
-  EntryRun run;
-  run.tokens = ids;
-  return RunPrefill(*lm_.entries().Find(kEntryPrefill), run, positions, rope_delta, opts, logits);
+  PromptView p;
+  p.tokens = ids;
+  p.positions = &positions;
+  p.rope_delta = rope_delta;
+  return PrefillWhole(p, opts, logits);
 }
 
 Status Session::PrefillDeepStack(std::span<const float> embeddings, const PositionIds& positions,
                                  int32_t rope_delta, const DeepStackPayload& payload,
                                  const DeepStackRequestFacts& facts, const PrefillOptions& opts,
                                  std::vector<float>* logits) {
-  const int64_t S = positions.length;
-  VLS_RETURN_IF_ERROR(
-      ValidateDeepStackForModel(payload, lm_.config(), lm_.bounds().nmax, positions.mode));
-  VLS_RETURN_IF_ERROR(ValidatePrefill(S, embeddings, positions));
-  DeepStackRequestFacts f = facts;
-  f.sequence_length = S;
-  VLS_RETURN_IF_ERROR(ValidateDeepStackRequest(payload, f));
-  const bool diag = opts.hidden_states != nullptr;
-  const Entry* entry = lm_.entries().Find(diag ? kEntryDiagnostics : kEntryPrefillDeepStack);
-  EntryRun run;
-  run.embeddings = embeddings;
-  run.deepstack = &payload;
-  VLS_RETURN_IF_ERROR(RunPrefill(*entry, run, positions, rope_delta, opts, logits));
-  if (diag) *opts.hidden_states = std::move(run.hidden_states);
-  return Status::Ok();
+  PromptView p;
+  p.embeddings = embeddings;
+  p.positions = &positions;
+  p.rope_delta = rope_delta;
+  p.deepstack = &payload;
+  if (facts.token_ids) p.tokens = *facts.token_ids;
+  p.declared_visual_tokens = facts.declared_visual_tokens;
+  if (embeddings.empty()) {
+    return InvalidArgument("embeddings: expected [" + std::to_string(positions.length) + "," +
+                           std::to_string(lm_.config().hidden) + "], got no values");
+  }
+  return PrefillWhole(p, opts, logits);
 }
 
 Status Session::Decode(int32_t token, std::vector<float>* logits) {
@@ -163,8 +199,21 @@ Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const 
     VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(s.length_, s.rope_delta_));
     run.rows.push_back(ForwardRow{s.cache_.get(), s.length_, coord});
   }
-  lm.entries().Find(kEntryDecode)->Run(run);
-  for (Session* s : sessions) ++s->length_;
+  // A throw leaves every session as it was: only row length() of each cache was being written,
+  // and no length moves.
+  try {
+    lm.entries().Find(kEntryDecode)->Run(run);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("decode: out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string("decode failed: ") + e.what());
+  } catch (...) {
+    return Internal("decode failed");
+  }
+  for (Session* s : sessions) {
+    ++s->length_;
+    s->valid_rows_ = s->length_;
+  }
   *logits = std::move(run.logits);
   return Status::Ok();
 }

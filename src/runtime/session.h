@@ -14,6 +14,7 @@
 #include "runtime/deepstack.h"
 #include "runtime/loaded_model.h"
 #include "runtime/positions.h"
+#include "runtime/request.h"
 
 namespace vls {
 
@@ -46,6 +47,19 @@ class Session {
                           const DeepStackRequestFacts& facts, const PrefillOptions& opts,
                           std::vector<float>* logits);
 
+  // Any prompt (request.h): ValidatePrompt, then the whole prefill through the prompt's entry.
+  Status Prefill(const PromptView& prompt, const PrefillOptions& opts, std::vector<float>* logits);
+
+  // Chunked prefill: runs rows [begin, end) of `prompt` through its entry (the DeepStack payload
+  // sliced to those rows), attending to rows [0, begin) already in the cache. begin == 0 starts
+  // a new sequence; begin > 0 continues one whose rows [0, begin) are this prompt's (an earlier
+  // chunk, or a reused prefix the caller matched). The chunk that reaches S commits length S
+  // and the prompt's delta; until then decode is refused. logits: [V] of row end - 1 when
+  // `want_logits`, else left empty.
+  // REQUIRES: ValidatePrompt(model, capacity(), prompt) passed. The range is checked here.
+  Status PrefillRange(const PromptView& prompt, int64_t begin, int64_t end, bool want_logits,
+                      std::vector<float>* logits);
+
   // Appends one token at physical index length() with RoPE coordinate length() + delta.
   // logits: [V].
   Status Decode(int32_t token, std::vector<float>* logits);
@@ -57,37 +71,37 @@ class Session {
   static Status DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                             std::vector<float>* logits);
 
+  // Committed sequence length (0 while no prefill has completed); decode appends at it.
   int length() const { return length_; }
+  // Cache rows [0, valid_rows()) hold K/V of the current or last sequence (after a failed or
+  // unfinished prefill: of the rows before the failing chunk).
+  int64_t valid_rows() const { return valid_rows_; }
   int32_t rope_delta() const { return rope_delta_; }
   int capacity() const { return capacity_; }
   const KvCache& cache() const { return *cache_; }
   const Qwen3Model& model() const { return lm_.model(); }
 
-  // Checks an embeddings-prefill request without running it (also used by the batch engine).
-  Status ValidatePrefill(int64_t S, std::span<const float> embeddings,
-                         const PositionIds& positions) const;
+  // Forgets the sequence (length, delta and valid rows 0); the cache bytes stay allocated.
+  void Reset();
+  // Ends the committed sequence but keeps rows [0, min(rows, valid_rows())) valid, for a prompt
+  // that will continue from them (prefix reuse).
+  void Truncate(int64_t rows);
 
  private:
-  // Checks the delta, then runs a validated prefill through `entry` (rows from `positions`)
-  // and commits length and delta.
-  Status RunPrefill(const Entry& entry, EntryRun& run, const PositionIds& positions,
-                    int32_t rope_delta, const PrefillOptions& opts, std::vector<float>* logits);
+  // Runs rows [begin, end) through `entry` (run holds the chunk's inputs), catching anything the
+  // entry throws: the session then resets to the rows before the chunk.
+  Status RunRange(const Entry& entry, EntryRun& run, const PromptView& prompt, int64_t begin,
+                  int64_t end, bool all_logits, LayerHook* observer, std::vector<float>* logits);
+  Status PrefillWhole(const PromptView& prompt, const PrefillOptions& opts,
+                      std::vector<float>* logits);
 
   const LoadedModel& lm_;
   int capacity_;
   std::unique_ptr<KvCache> cache_;
   int length_ = 0;
+  int64_t valid_rows_ = 0;
   int32_t rope_delta_ = 0;
 };
-
-// Checks a prefill of S rows against the model and a capacity: 0 < S <= capacity, positions in
-// the model's mode with length S, and (when `check_embeddings`) embeddings [S, H], all finite.
-Status ValidatePrefillInputs(const LoadedModel& model, int capacity, int64_t S,
-                             std::span<const float> embeddings, const PositionIds& positions,
-                             bool check_embeddings);
-
-// Checks every token id is in [0, vocab); names the first offender.
-Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* tensor);
 
 }  // namespace vls
 

@@ -1,0 +1,113 @@
+// Shared fixtures of the batch engine tests: tiny untied test models, text and image requests,
+// and the single-session greedy reference.
+#ifndef VLSTACK_RUNTIME_BATCH_ENGINE_TEST_UTIL_H_
+#define VLSTACK_RUNTIME_BATCH_ENGINE_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
+#include "model/test_checkpoint.h"
+#include "runtime/batch_engine.h"
+
+namespace vls {
+
+inline std::unique_ptr<LoadedModel> LoadModel(
+    const std::string& name, int slots, int capacity = 32,
+    kernels::Precision precision = kernels::Precision::kF32) {
+  TestModelSpec spec;
+  spec.deepstack = 2;
+  spec.tied = false;  // tied tiny models tend to repeat their input token; untied ones vary
+  spec.dtype = DType::kF32;
+  spec.seed = 5;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_batch_test_" + name);
+  Status s = WriteTestCheckpoint(dir, spec, false);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  LoadOptions o;
+  o.capacity = capacity;
+  o.slots = slots;
+  o.precision = precision;
+  o.threads = 2;  // the parallel paths, whatever the machine
+  auto lm = LoadedModel::Load(dir, o);
+  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
+  return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+inline GenerationRequest Text(std::vector<int32_t> ids, int32_t delta, int max_new) {
+  GenerationRequest r;
+  r.positions = SequentialPositions(PositionMode::kMrope, static_cast<int64_t>(ids.size()));
+  r.tokens = std::move(ids);
+  r.rope_delta = delta;
+  r.max_new_tokens = max_new;
+  r.ignore_eos = true;
+  return r;
+}
+
+// An image prompt (grid [1,4,4] → 4 pad tokens) with random visual rows; DeepStack optional.
+inline GenerationRequest Image(const LoadedModel& lm, int seed, bool deepstack, int max_new) {
+  const Qwen3Config& c = lm.config();
+  std::vector<int32_t> ids = {7, 11, c.vision_start_token_id};
+  for (int i = 0; i < 4; ++i) ids.push_back(c.image_token_id);
+  ids.push_back(c.vision_end_token_id);
+  ids.push_back(13 + seed);
+  const GridThw grid[] = {{1, 4, 4}};
+  auto ri = GetRopeIndex(c, ids, grid, {});
+  EXPECT_TRUE(ri.ok());
+  GenerationRequest r;
+  r.positions = ri->positions;
+  r.rope_delta = ri->rope_delta;
+  const int64_t H = c.hidden, S = static_cast<int64_t>(ids.size());
+  r.embeddings.resize(static_cast<size_t>(S * H));
+  lm.model().Embed(ids, r.embeddings.data());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> n;
+  for (int64_t s = 3; s < 7; ++s) {
+    for (int64_t h = 0; h < H; ++h) r.embeddings[static_cast<size_t>(s * H + h)] = n(rng);
+  }
+  if (deepstack) {
+    HostTensor pos = HostTensor::FromI32({4}, std::vector<int32_t>{3, 4, 5, 6});
+    HostTensor feat(DType::kF32, {2, 4, H});
+    for (int64_t i = 0; i < feat.numel(); ++i) feat.f32()[i] = n(rng);
+    HostTensor layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
+    r.deepstack = DeepStackPayload::Create(pos.view(), feat.view(), layers.view()).value();
+  }
+  r.tokens = ids;
+  r.max_new_tokens = max_new;
+  r.ignore_eos = true;
+  return r;
+}
+
+// The request's greedy tokens from a single session (prefill, then decode one at a time).
+inline std::vector<int32_t> GreedyAlone(const LoadedModel& lm, const GenerationRequest& r) {
+  Session s(lm);
+  std::vector<float> logits;
+  Status st;
+  if (r.deepstack) {
+    DeepStackRequestFacts f;
+    f.token_ids = std::span<const int32_t>(r.tokens);
+    f.image_token_id = lm.config().image_token_id;
+    st = s.PrefillDeepStack(r.embeddings, r.positions, r.rope_delta, *r.deepstack, f, {}, &logits);
+  } else if (!r.embeddings.empty()) {
+    st = s.PrefillEmbeddings(r.embeddings, r.positions, r.rope_delta, {}, &logits);
+  } else {
+    st = s.PrefillTokens(r.tokens, r.positions, r.rope_delta, {}, &logits);
+  }
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<int32_t> out;
+  while (static_cast<int>(out.size()) < r.max_new_tokens) {
+    out.push_back(ArgMax(logits));
+    if (static_cast<int>(out.size()) == r.max_new_tokens) break;
+    EXPECT_TRUE(s.Decode(out.back(), &logits).ok());
+  }
+  return out;
+}
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_BATCH_ENGINE_TEST_UTIL_H_

@@ -1,0 +1,82 @@
+// The one request type of the runtime (session, batch engine, C ABI, CLI and server alike), and
+// the one validator every path runs before anything executes.
+//
+// A request is a prompt (token ids, or embeddings with an optional DeepStack payload, in the
+// model's position mode with a signed rope_delta) plus what to generate. `ValidatePrompt` holds
+// every prompt rule (CONTRACTS §2 layers 2 and 3, §3), `ValidateRequest` adds the generation
+// limits; Session::Prefill* and BatchEngine::Submit both call them, so there is no second copy.
+#ifndef VLSTACK_RUNTIME_REQUEST_H_
+#define VLSTACK_RUNTIME_REQUEST_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/deepstack.h"
+#include "runtime/loaded_model.h"
+#include "runtime/positions.h"
+#include "runtime/sampler.h"
+
+namespace vls {
+
+// A non-owning view of a prompt, as the prefill entries take it.
+struct PromptView {
+  // [S] ids. Token prefill when `embeddings` is empty; otherwise optional, and when present
+  // they are the ids behind the embedding rows (the DeepStack visual mask, prefix matching).
+  std::span<const int32_t> tokens;
+  std::span<const float> embeddings;            // [S, H]; non-empty selects an embeddings entry
+  const PositionIds* positions = nullptr;       // S rows in the model's mode; never null
+  int32_t rope_delta = 0;                       // committed only when the prefill succeeds
+  const DeepStackPayload* deepstack = nullptr;  // requires embeddings
+  // A DeepStack request without ids may declare how many visual tokens it holds.
+  std::optional<int64_t> declared_visual_tokens;
+
+  int64_t length() const { return positions == nullptr ? 0 : positions->length; }
+};
+
+// A request owns all its buffers; cancelling it while queued frees them at once.
+struct GenerationRequest {
+  std::vector<int32_t> tokens;    // [S] prompt ids (token prefill, or the ids behind embeddings)
+  std::vector<float> embeddings;  // [S, H]; when non-empty the embeddings entry is used
+  PositionIds positions;          // in the model's mode, length S
+  int32_t rope_delta = 0;
+  std::optional<DeepStackPayload> deepstack;  // requires embeddings
+  int max_new_tokens = 16;
+  bool ignore_eos = false;              // EOS ids do not stop the request
+  std::vector<int32_t> stop_token_ids;  // sampling one of these finishes with "stop"
+  SamplingParams sampling;
+  // Log-probabilities: -1 none; 0 the sampled token's; N > 0 also the N most likely tokens.
+  int logprobs = -1;
+
+  PromptView prompt() const;
+  size_t bytes() const;  // buffer bytes this request owns
+};
+
+// Largest `logprobs` a request may ask for (OpenAI allows 20).
+inline constexpr int kMaxTopLogprobs = 20;
+
+// Every prompt rule against the model and a capacity: 0 < S <= capacity; positions in the
+// model's mode with length S; token ids in [0, V) (and their count S); embeddings [S, H], all
+// finite; DeepStack validation layers 2 and 3 (visual-token facts from the ids when present);
+// the first decode coordinate S + rope_delta representable and non-negative.
+Status ValidatePrompt(const LoadedModel& model, int capacity, const PromptView& prompt);
+
+// ValidatePrompt at the model's capacity, plus: max_new_tokens > 0 and prompt + max_new_tokens
+// <= C, sampling parameters, stop token ids in [0, V), logprobs in [-1, kMaxTopLogprobs].
+Status ValidateRequest(const LoadedModel& model, const GenerationRequest& request);
+
+// Pieces of ValidatePrompt for callers that check a prompt before building it (the C ABI):
+// 0 < S <= capacity and positions in the model's mode with length S; embeddings [S, H], finite.
+Status ValidateLengthAndPositions(const LoadedModel& model, int capacity, int64_t S,
+                                  const PositionIds& positions);
+Status ValidateEmbeddings(std::span<const float> embeddings, int64_t S, int64_t H);
+
+// Checks every token id is in [0, vocab); names the first offender.
+Status ValidateTokenIds(std::span<const int32_t> ids, int vocab, const char* tensor);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_REQUEST_H_
