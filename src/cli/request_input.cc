@@ -148,10 +148,10 @@ StatusOr<RequestInput> ReadRequestInput(const SafetensorsFile& file, const Qwen3
                                              {pv.i32(), static_cast<size_t>(pv.numel())}, S));
   } else if (cfg.position_mode == PositionMode::kMrope && ids_e && (img_e || vid_e)) {
     // As in the reference, get_rope_index takes the vision path only when grids are given.
-    std::vector<GridThw> img = Grids(*in, img_e), vid = Grids(*in, vid_e);
     if ((img_e && img_e->shape[1] != 3) || (vid_e && vid_e->shape[1] != 3)) {
       return InvalidArgument("image_grid_thw / video_grid_thw must have shape [n,3]");
     }
+    std::vector<GridThw> img = Grids(*in, img_e), vid = Grids(*in, vid_e);
     VLS_ASSIGN_OR_RETURN(RopeIndex ri, GetRopeIndex(cfg, ids, img, vid));
     positions = std::move(ri.positions);
     delta = ri.rope_delta;

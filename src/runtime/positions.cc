@@ -62,26 +62,17 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
                                  std::span<const GridThw> video_grid_thw) {
   const int64_t S = static_cast<int64_t>(ids.size());
   const int merge = cfg.spatial_merge_size;
+  for (size_t i = 0; i < image_grid_thw.size(); ++i) {
+    VLS_RETURN_IF_ERROR(
+        ValidateGridThw(image_grid_thw[i], merge, "image_grid_thw[" + std::to_string(i) + "]"));
+  }
   // Videos become T items of [1, h, w] (each temporal group is positioned like an image).
   std::vector<GridThw> videos;
-  for (const GridThw& g : video_grid_thw) {
-    for (int32_t t = 0; t < g[0]; ++t) videos.push_back({1, g[1], g[2]});
+  for (size_t i = 0; i < video_grid_thw.size(); ++i) {
+    const GridThw& g = video_grid_thw[i];
+    VLS_RETURN_IF_ERROR(ValidateGridThw(g, merge, "video_grid_thw[" + std::to_string(i) + "]"));
+    for (int32_t t = 0; t < g.t; ++t) videos.push_back({1, g.h, g.w});
   }
-  auto check_grid = [&](const GridThw& g, const char* what, size_t i) -> Status {
-    if (g[0] <= 0 || g[1] <= 0 || g[2] <= 0 || g[1] % merge != 0 || g[2] % merge != 0 ||
-        g[1] > (1 << 15) || g[2] > (1 << 15) || g[0] > (1 << 15)) {
-      return InvalidArgument(
-          std::string(what) + "[" + std::to_string(i) + "] = [" + std::to_string(g[0]) + "," +
-          std::to_string(g[1]) + "," + std::to_string(g[2]) +
-          "]: t,h,w must be positive and h,w divisible by the spatial merge size " +
-          std::to_string(merge));
-    }
-    return Status::Ok();
-  };
-  for (size_t i = 0; i < image_grid_thw.size(); ++i)
-    VLS_RETURN_IF_ERROR(check_grid(image_grid_thw[i], "image_grid_thw", i));
-  for (size_t i = 0; i < video_grid_thw.size(); ++i)
-    VLS_RETURN_IF_ERROR(check_grid(video_grid_thw[i], "video_grid_thw", i));
 
   // Visual items in sequence order: a vision_start token followed by an image or video pad.
   const int32_t img = cfg.image_token_id, vid = cfg.video_token_id;
@@ -132,8 +123,8 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
     }
     if (ed > S)
       return InvalidArgument("input_ids: fewer visual pad tokens than the grids describe");
-    const int64_t gt = g[0], gh = g[1] / merge, gw = g[2] / merge;
-    const int64_t n = gt * gh * gw;
+    const int64_t gt = g.t, gh = g.h / merge, gw = g.w / merge;
+    const int64_t n = MergedTokens(g, merge);
     const int32_t pad = ids[static_cast<size_t>(ed)];
     if (ed + n > S) {
       return InvalidArgument("input_ids: visual item " + std::to_string(item) + " at index " +

@@ -2,7 +2,6 @@
 #ifndef VLSTACK_RUNTIME_POSITIONS_H_
 #define VLSTACK_RUNTIME_POSITIONS_H_
 
-#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "base/status.h"
 #include "model/qwen3_config.h"
 #include "model/rope.h"
+#include "tensor/grid_thw.h"
 #include "tensor/tensor.h"
 
 namespace vls {
@@ -39,8 +39,6 @@ PositionIds SequentialPositions(PositionMode mode, int64_t length);
 StatusOr<PositionIds> PositionsFromTensor(PositionMode model_mode, std::span<const int64_t> dims,
                                           std::span<const int32_t> values, int64_t expected_length);
 
-using GridThw = std::array<int32_t, 3>;
-
 struct RopeIndex {
   PositionIds positions;   // [3, S]
   int32_t rope_delta = 0;  // max(position) + 1 - S
@@ -48,7 +46,8 @@ struct RopeIndex {
 
 // Qwen3-VL get_rope_index (qwen3vl-spec §B.2) for one unpadded sequence. Each image or video
 // is a `vision_start` token followed by its pad tokens; a video grid [T,h,w] is treated as T
-// images of [1,h,w]. The pad-token runs must match the grids exactly (t·h·w/merge² tokens).
+// images of [1,h,w]. Every grid passes ValidateGridThw with the config's spatial merge size, and
+// the pad-token runs must match the grids exactly (MergedTokens each).
 StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t> ids,
                                  std::span<const GridThw> image_grid_thw,
                                  std::span<const GridThw> video_grid_thw);

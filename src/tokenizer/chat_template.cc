@@ -75,10 +75,7 @@ StatusOr<std::string> RenderChat(const jinja::Template& tmpl,
 }
 
 StatusOr<std::vector<int32_t>> ExpandVisualPads(std::span<const int32_t> ids, int32_t pad_id,
-                                                std::span<const GridThw> grids,
-                                                int64_t merge_size) {
-  if (merge_size <= 0) return InvalidArgument("merge_size must be positive");
-  const int64_t merge2 = merge_size * merge_size;
+                                                std::span<const GridThw> grids, int merge_size) {
   constexpr int64_t kMaxTokens = int64_t{1} << 24;
   std::vector<int32_t> out;
   out.reserve(ids.size());
@@ -93,18 +90,14 @@ StatusOr<std::vector<int32_t>> ExpandVisualPads(std::span<const int32_t> ids, in
                              ")");
     }
     const GridThw& g = grids[next];
-    if (g.t <= 0 || g.h <= 0 || g.w <= 0 || g.t > kMaxTokens || g.h > kMaxTokens ||
-        g.w > kMaxTokens) {
-      return InvalidArgument("grid " + std::to_string(next) + " must have positive t, h, w");
+    VLS_RETURN_IF_ERROR(ValidateGridThw(g, merge_size, "grid " + std::to_string(next)));
+    const int64_t n = MergedTokens(g, merge_size);
+    if (n + static_cast<int64_t>(out.size()) > kMaxTokens) {
+      return InvalidArgument("grid " + std::to_string(next) + " " + GridToString(g) +
+                             " expands the sequence past " + std::to_string(kMaxTokens) +
+                             " tokens");
     }
-    int64_t n = 0;
-    if (__builtin_mul_overflow(g.t, g.h, &n) || __builtin_mul_overflow(n, g.w, &n) ||
-        n % merge2 != 0 || n / merge2 + static_cast<int64_t>(out.size()) > kMaxTokens) {
-      return InvalidArgument("grid " + std::to_string(next) + " (" + std::to_string(g.t) + "x" +
-                             std::to_string(g.h) + "x" + std::to_string(g.w) +
-                             ") is not divisible by merge_size^2 or too large");
-    }
-    out.insert(out.end(), static_cast<size_t>(n / merge2), pad_id);
+    out.insert(out.end(), static_cast<size_t>(n), pad_id);
     ++next;
   }
   if (next != grids.size()) {

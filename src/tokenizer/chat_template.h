@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "tensor/grid_thw.h"
 #include "tokenizer/jinja_template.h"
 
 namespace vls::tok {
@@ -27,18 +28,11 @@ StatusOr<std::string> LoadChatTemplateFile(const std::string& path);
 StatusOr<std::string> RenderChat(const jinja::Template& tmpl,
                                  const nlohmann::ordered_json& request);
 
-struct GridThw {
-  int64_t t = 0;
-  int64_t h = 0;
-  int64_t w = 0;
-};
-
-// Replaces the i-th `pad_id` in `ids` by (t*h*w)/merge^2 copies for grid i (Qwen-VL's
-// spatial merge of 2 gives /4). Fails if the number of pads and grids differ or a grid is
-// empty, not divisible, or too large.
+// Replaces the i-th `pad_id` in `ids` by MergedTokens(grid i) copies: t*(h/merge)*(w/merge)
+// (Qwen-VL's spatial merge of 2). Fails if the number of pads and grids differ, a grid breaks
+// ValidateGridThw, or the expanded sequence would pass 2^24 tokens.
 StatusOr<std::vector<int32_t>> ExpandVisualPads(std::span<const int32_t> ids, int32_t pad_id,
-                                                std::span<const GridThw> grids,
-                                                int64_t merge_size = 2);
+                                                std::span<const GridThw> grids, int merge_size = 2);
 
 }  // namespace vls::tok
 

@@ -85,19 +85,22 @@ TEST(ChatTemplateTest, ToolsAndDocumentsAreNoneWhenAbsent) {
 TEST(ChatTemplateTest, ExpandsImagePadsPerGrid) {
   const int32_t pad = 151655;
   const std::vector<int32_t> ids = {1, pad, 2, pad, 3};
-  const std::vector<tok::GridThw> grids = {{1, 4, 4}, {2, 2, 2}};
+  const std::vector<GridThw> grids = {{1, 4, 4}, {2, 2, 2}};
   auto out = tok::ExpandVisualPads(ids, pad, grids);
   ASSERT_TRUE(out.ok());
   std::vector<int32_t> want = {1, pad, pad, pad, pad, 2, pad, pad, 3};
   EXPECT_EQ(*out, want);
-  EXPECT_FALSE(tok::ExpandVisualPads(ids, pad, std::vector<tok::GridThw>{{1, 4, 4}}).ok());
+  EXPECT_FALSE(tok::ExpandVisualPads(ids, pad, std::vector<GridThw>{{1, 4, 4}}).ok());
+  EXPECT_FALSE(tok::ExpandVisualPads(ids, pad, std::vector<GridThw>{{1, 3, 3}, {1, 2, 2}}).ok());
+  EXPECT_FALSE(tok::ExpandVisualPads(ids, pad, std::vector<GridThw>{{1, 0, 4}, {1, 2, 2}}).ok());
   EXPECT_FALSE(
-      tok::ExpandVisualPads(ids, pad, std::vector<tok::GridThw>{{1, 3, 3}, {1, 2, 2}}).ok());
-  EXPECT_FALSE(
-      tok::ExpandVisualPads(ids, pad, std::vector<tok::GridThw>{{1, 0, 4}, {1, 2, 2}}).ok());
-  EXPECT_FALSE(tok::ExpandVisualPads(
-                   ids, pad, std::vector<tok::GridThw>{{1 << 20, 1 << 20, 1 << 20}, {1, 2, 2}})
-                   .ok());
+      tok::ExpandVisualPads(ids, pad, std::vector<GridThw>{{1 << 20, 1 << 20, 1 << 20}, {1, 2, 2}})
+          .ok());
+  // Each side is valid but the expansion (4096 * 4096 pads plus the text) passes 2^24 tokens.
+  auto huge = tok::ExpandVisualPads(ids, pad, std::vector<GridThw>{{1, 8192, 8192}, {1, 2, 2}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("expands the sequence"), std::string::npos)
+      << huge.status().message();
 }
 
 }  // namespace
