@@ -1,0 +1,267 @@
+#include "runtime/chat_pipeline.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/file.h"
+#include "model/qwen3_config.h"
+#include "runtime/positions.h"
+#include "runtime/stop_matcher.h"
+#include "tokenizer/chat_template.h"
+
+namespace vls {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+StatusOr<Json> ReadJsonObject(const std::string& path) {
+  VLS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss(path + ": not a JSON object");
+  return j;
+}
+
+// The optional number `key` of generation_config.json.
+Status ReadNumber(const Json& j, const std::string& path, const char* key, float* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number()) return InvalidArgument(path + ": \"" + key + "\" must be a number");
+  *out = it->get<float>();
+  return Status::Ok();
+}
+
+StatusOr<SamplingParams> GenerationDefaults(const std::string& dir) {
+  SamplingParams p;  // greedy
+  const std::string path = JoinPath(dir, "generation_config.json");
+  auto j = ReadJsonObject(path);
+  if (!j.ok()) {
+    if (j.status().code() == StatusCode::kNotFound) return p;
+    return j.status();
+  }
+  auto sample = j->find("do_sample");
+  if (sample == j->end() || sample->is_null()) return p;
+  if (!sample->is_boolean()) return InvalidArgument(path + ": \"do_sample\" must be true or false");
+  if (!sample->get<bool>()) return p;
+  // transformers' GenerationConfig defaults for what the file leaves out.
+  p.temperature = 1.0f;
+  p.top_k = 50;
+  VLS_RETURN_IF_ERROR(ReadNumber(*j, path, "temperature", &p.temperature));
+  VLS_RETURN_IF_ERROR(ReadNumber(*j, path, "top_p", &p.top_p));
+  VLS_RETURN_IF_ERROR(ReadNumber(*j, path, "min_p", &p.min_p));
+  VLS_RETURN_IF_ERROR(ReadNumber(*j, path, "repetition_penalty", &p.repetition_penalty));
+  if (auto k = j->find("top_k"); k != j->end() && !k->is_null()) {
+    if (!k->is_number_integer() || k->get<int64_t>() < 0 || k->get<int64_t>() > (1 << 30)) {
+      return InvalidArgument(path + ": \"top_k\" must be a non-negative integer");
+    }
+    p.top_k = static_cast<int>(k->get<int64_t>());
+  }
+  if (Status s = ValidateSamplingParams(p); !s.ok()) return s.WithContext(path);
+  return p;
+}
+
+// tokenizer_config.json's eos_token (a string or {"content": ...}) as an id, or -1.
+StatusOr<int32_t> TokenizerEos(const std::string& dir, const tok::Tokenizer& tokenizer) {
+  auto j = ReadJsonObject(JoinPath(dir, "tokenizer_config.json"));
+  if (!j.ok()) {
+    if (j.status().code() == StatusCode::kNotFound) return -1;
+    return j.status();
+  }
+  auto it = j->find("eos_token");
+  if (it == j->end()) return -1;
+  const Json* name = &*it;
+  if (it->is_object() && it->contains("content")) name = &(*it)["content"];
+  if (!name->is_string()) return -1;
+  return tokenizer.TokenToId(name->get<std::string>());
+}
+
+bool IsMediaType(const std::string& t) {
+  return t == "image" || t == "image_url" || t == "video" || t == "video_url";
+}
+
+}  // namespace
+
+StatusOr<std::vector<MediaItem>> CollectMedia(const Json& messages) {
+  if (!messages.is_array() || messages.empty()) {
+    return InvalidArgument("messages must be a non-empty list");
+  }
+  std::vector<MediaItem> media;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return InvalidArgument(where + " must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return InvalidArgument(where + " needs a string \"role\"");
+    }
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null() || content->is_string()) continue;
+    if (!content->is_array()) {
+      return InvalidArgument(where + ".content must be a string, null or a list of parts");
+    }
+    for (size_t k = 0; k < content->size(); ++k) {
+      const Json& part = (*content)[k];
+      const std::string pwhere = where + ".content[" + std::to_string(k) + "]";
+      if (!part.is_object()) return InvalidArgument(pwhere + " must be an object");
+      std::string type;
+      if (auto t = part.find("type"); t != part.end()) {
+        if (!t->is_string()) return InvalidArgument(pwhere + ".type must be a string");
+        type = t->get<std::string>();
+      } else {
+        // The Qwen-VL templates also recognise a part by its keys.
+        for (const char* key : {"image", "image_url", "video", "video_url", "text"}) {
+          if (part.contains(key)) {
+            type = key;
+            break;
+          }
+        }
+      }
+      if (IsMediaType(type)) {
+        MediaItem item;
+        item.kind = type.rfind("video", 0) == 0 ? MediaItem::Kind::kVideo : MediaItem::Kind::kImage;
+        item.message_index = i;
+        item.part_index = k;
+        item.part = part;
+        media.push_back(std::move(item));
+      } else if (type == "text") {
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) {
+          return InvalidArgument(pwhere + " is a text part without a string \"text\"");
+        }
+      } else {
+        return InvalidArgument(pwhere + ": unsupported content part type \"" + type +
+                               "\" (expected text, image, image_url or video)");
+      }
+    }
+  }
+  return media;
+}
+
+StatusOr<std::unique_ptr<ChatPipeline>> ChatPipeline::Load(const std::string& model_dir,
+                                                           const LoadedModel& model) {
+  const std::string tok_path = JoinPath(model_dir, "tokenizer.json");
+  auto tokenizer = tok::Tokenizer::FromFile(tok_path);
+  if (!tokenizer.ok()) {
+    if (tokenizer.status().code() == StatusCode::kNotFound) {
+      return NotFound(model_dir + ": no tokenizer.json (the model folder needs its tokenizer)");
+    }
+    return tokenizer.status();
+  }
+  const int vocab = model.config().vocab;
+  if ((*tokenizer)->id_limit() > vocab) {
+    return InvalidArgument(tok_path + " uses token ids up to " +
+                           std::to_string((*tokenizer)->id_limit() - 1) +
+                           " but the model's vocabulary has " + std::to_string(vocab) +
+                           " ids: the tokenizer does not belong to this model");
+  }
+  VLS_ASSIGN_OR_RETURN(std::string source, tok::LoadChatTemplateSource(model_dir));
+  auto tmpl = jinja::Template::Parse(source);
+  if (!tmpl.ok()) return tmpl.status().WithContext(model_dir + ": chat template");
+  std::unique_ptr<ChatPipeline> p(new ChatPipeline(model, std::move(*tokenizer), std::move(*tmpl)));
+  VLS_ASSIGN_OR_RETURN(p->defaults_, GenerationDefaults(model_dir));
+
+  // End-of-turn ids: the loaded config's (generation_config.json's when it has them), config.json's
+  // own, and the tokenizer's eos_token.
+  std::vector<int32_t> eos(model.config().eos_token_ids.begin(),
+                           model.config().eos_token_ids.end());
+  const std::string cfg_path = JoinPath(model_dir, "config.json");
+  VLS_ASSIGN_OR_RETURN(std::string cfg_text, ReadFileToString(cfg_path));
+  VLS_ASSIGN_OR_RETURN(Qwen3Config own, ParseQwen3Config(cfg_text, cfg_path));
+  eos.insert(eos.end(), own.eos_token_ids.begin(), own.eos_token_ids.end());
+  VLS_ASSIGN_OR_RETURN(int32_t tok_eos, TokenizerEos(model_dir, *p->tokenizer_));
+  if (tok_eos >= 0) eos.push_back(tok_eos);
+  std::sort(eos.begin(), eos.end());
+  eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
+  eos.erase(std::remove_if(eos.begin(), eos.end(), [&](int32_t id) { return id >= vocab; }),
+            eos.end());
+  p->eos_ = std::move(eos);
+  return p;
+}
+
+StatusOr<std::string> ChatPipeline::Render(const ChatRequest& request) const {
+  Json vars = Json::object();
+  if (!request.template_kwargs.is_null()) {
+    if (!request.template_kwargs.is_object()) {
+      return InvalidArgument("template_kwargs must be an object");
+    }
+    vars = request.template_kwargs;
+  }
+  // The request's own fields win over template_kwargs.
+  vars["messages"] = request.messages;
+  if (!request.tools.is_null()) {
+    if (!request.tools.is_array()) return InvalidArgument("tools must be a list");
+    vars["tools"] = request.tools;
+  } else {
+    vars.erase("tools");
+  }
+  vars["add_generation_prompt"] = request.add_generation_prompt;
+  if (request.enable_thinking) vars["enable_thinking"] = *request.enable_thinking;
+  return tok::RenderChat(template_, vars);
+}
+
+StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
+  VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(request.messages));
+  if (!media.empty()) {
+    const MediaItem& m = media.front();
+    const bool video = m.kind == MediaItem::Kind::kVideo;
+    return InvalidArgument("messages[" + std::to_string(m.message_index) + "].content[" +
+                           std::to_string(m.part_index) + "]: " + (video ? "videos" : "images") +
+                           " are not supported yet (this build serves text only)");
+  }
+  VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
+
+  PreparedChat out;
+  VLS_ASSIGN_OR_RETURN(out.prompt, Render(request));
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(out.prompt));
+  if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
+  const Qwen3Config& cfg = model_.config();
+  VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, cfg.vocab, "prompt"));
+
+  const int64_t S = static_cast<int64_t>(ids.size());
+  const int64_t capacity = model_.bounds().capacity;
+  if (S >= capacity) {
+    return InvalidArgument("the prompt is " + std::to_string(S) +
+                           " tokens but the context capacity is " + std::to_string(capacity) +
+                           ": no room to generate");
+  }
+  int64_t max_tokens = capacity - S;
+  if (request.max_tokens) {
+    if (*request.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+    if (S + *request.max_tokens > capacity) {
+      return InvalidArgument("max_tokens " + std::to_string(*request.max_tokens) +
+                             " plus the prompt's " + std::to_string(S) +
+                             " tokens exceed the context capacity " + std::to_string(capacity));
+    }
+    max_tokens = *request.max_tokens;
+  }
+
+  GenerationRequest& r = out.request;
+  r.positions = SequentialPositions(cfg.position_mode, S);
+  r.tokens = std::move(ids);
+  r.rope_delta = 0;
+  r.max_new_tokens = static_cast<int>(max_tokens);
+  r.ignore_eos = request.ignore_eos;
+  r.stop_token_ids = request.stop_token_ids;
+  if (!request.ignore_eos) {
+    // The end-of-turn ids the engine does not already stop on.
+    const auto& engine_eos = cfg.eos_token_ids;
+    for (int32_t id : eos_) {
+      if (std::find(engine_eos.begin(), engine_eos.end(), id) == engine_eos.end() &&
+          std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), id) ==
+              r.stop_token_ids.end()) {
+        r.stop_token_ids.push_back(id);
+      }
+    }
+  }
+  r.sampling = request.sampling;
+  r.logprobs = request.logprobs;
+  VLS_RETURN_IF_ERROR(ValidateRequest(model_, r));
+  out.stop = request.stop;
+  out.media = std::move(media);
+  return out;
+}
+
+TextStream ChatPipeline::NewTextStream(const PreparedChat& chat) const {
+  return TextStream(tokenizer_.get(), chat.stop);
+}
+
+}  // namespace vls

@@ -1,0 +1,118 @@
+// The front half of the request pipeline, shared by the CLI, the C ABI and the server: a chat
+// request (messages, tools, sampling, limits, stop strings) -> the model's chat template ->
+// token ids -> media items (none yet: the vision issue fills them) -> positions -> one
+// GenerationRequest, validated once (ValidateRequest) before the engine sees it. The back half
+// is TextStream (text_stream.h), made by NewTextStream for each prepared chat.
+//
+// Loaded from a model folder: tokenizer.json, the chat template (chat_template.jinja,
+// chat_template.json or tokenizer_config.json), and the end-of-turn ids: the union of
+// config.json's and generation_config.json's eos_token_id and tokenizer_config.json's
+// eos_token. The engine stops on the model config's eos ids; the others join the request's
+// stop_token_ids (unless ignore_eos).
+//
+// Thread safety: immutable after Load; Prepare may run on several threads at once. The loaded
+// model must outlive the pipeline.
+#ifndef VLSTACK_RUNTIME_CHAT_PIPELINE_H_
+#define VLSTACK_RUNTIME_CHAT_PIPELINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/loaded_model.h"
+#include "runtime/request.h"
+#include "runtime/sampler.h"
+#include "runtime/text_stream.h"
+#include "tokenizer/jinja_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vls {
+
+struct ChatRequest {
+  // As transformers' apply_chat_template takes them: [{"role": ..., "content": ...}, ...] with
+  // content a string, null, or a list of parts {"type": "text", "text": ...} (image, image_url,
+  // video and video_url parts are media items: refused until the vision issue).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null: none; else a list of tool schemas
+  bool add_generation_prompt = true;
+  std::optional<bool> enable_thinking;  // passed to the template when set
+  // More template variables (vLLM's chat_template_kwargs): null or an object.
+  nlohmann::ordered_json template_kwargs;
+
+  SamplingParams sampling;        // start from ChatPipeline::generation_defaults()
+  std::optional<int> max_tokens;  // unset: the rest of the context capacity
+  std::vector<std::string> stop;  // cut from the text (TextStream)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;  // EOS ids do not stop (stop_token_ids still do)
+  int logprobs = -1;        // GenerationRequest::logprobs
+};
+
+// One image or video part of a message, in prompt order (the vision issue decodes them and
+// fills the request's embeddings and DeepStack payload).
+struct MediaItem {
+  enum class Kind { kImage, kVideo };
+  Kind kind = Kind::kImage;
+  size_t message_index = 0;
+  size_t part_index = 0;
+  nlohmann::ordered_json part;  // the content part as given
+};
+
+struct PreparedChat {
+  std::string prompt;             // the rendered template
+  GenerationRequest request;      // validated against the model
+  std::vector<std::string> stop;  // for the TextStream (NewTextStream)
+  std::vector<MediaItem> media;   // always empty until images are supported
+};
+
+class ChatPipeline {
+ public:
+  // Reads the tokenizer, the chat template and the end-of-turn ids from `model_dir` (the folder
+  // `model` was loaded from). NotFound names a missing tokenizer.json or template; a tokenizer
+  // whose ids do not fit the model's vocabulary is refused.
+  static StatusOr<std::unique_ptr<ChatPipeline>> Load(const std::string& model_dir,
+                                                      const LoadedModel& model);
+
+  // The one entry point: renders, tokenizes and builds the request. InvalidArgument names what
+  // is wrong (the message index of an image, a stop string, the context that is too short).
+  StatusOr<PreparedChat> Prepare(const ChatRequest& request) const;
+
+  // Renders the chat template only (the text Prepare tokenizes).
+  StatusOr<std::string> Render(const ChatRequest& request) const;
+
+  // A text stream for the prepared chat's events. REQUIRES: `chat` came from Prepare.
+  TextStream NewTextStream(const PreparedChat& chat) const;
+
+  // Sampling as generation_config.json asks (transformers' rules: do_sample false or absent is
+  // greedy; with do_sample, temperature, top_k (default 50), top_p, min_p and
+  // repetition_penalty as given). Greedy when the file is absent.
+  const SamplingParams& generation_defaults() const { return defaults_; }
+  // Every end-of-turn id (see above), sorted.
+  const std::vector<int32_t>& eos_token_ids() const { return eos_; }
+  const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const LoadedModel& model() const { return model_; }
+
+ private:
+  ChatPipeline(const LoadedModel& model, std::unique_ptr<tok::Tokenizer> tokenizer,
+               jinja::Template tmpl)
+      : model_(model), tokenizer_(std::move(tokenizer)), template_(std::move(tmpl)) {}
+
+  const LoadedModel& model_;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  jinja::Template template_;
+  SamplingParams defaults_;
+  std::vector<int32_t> eos_;
+};
+
+// The media parts of `messages` in order, after checking the messages' shape (a list of
+// objects with a string "role", content a string, null or a list of objects). Exposed for the
+// server and the vision issue.
+StatusOr<std::vector<MediaItem>> CollectMedia(const nlohmann::ordered_json& messages);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_CHAT_PIPELINE_H_
