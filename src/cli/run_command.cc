@@ -1,0 +1,306 @@
+// `vlstack run`: chat with a model from the command line. The request goes through the same
+// pipeline as the server and the C ABI (ChatPipeline -> BatchEngine -> TextStream), the reply
+// streams to stdout as it is generated, the speeds go to stderr.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/load_flags.h"
+#include "runtime/batch_engine.h"
+#include "runtime/chat_pipeline.h"
+#include "runtime/text_stream.h"
+
+namespace vls::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kHelp =
+    "usage: vlstack run --model DIR [--prompt TEXT] [options]\n"
+    "\n"
+    "Chat with a model: renders the model's chat template, streams the reply to stdout as it\n"
+    "is generated, and prints prompt and generation tokens/s and the time to first token to\n"
+    "stderr.\n"
+    "\n"
+    "  --model DIR          model folder: weights, config.json, tokenizer.json and a chat\n"
+    "                       template (tokenizer_config.json, chat_template.json or .jinja)\n"
+    "  --prompt TEXT        one user turn. Without it: on a terminal, a multi-turn chat (a\n"
+    "                       '> ' prompt on stderr; /exit or end of input ends it; the KV cache\n"
+    "                       of the conversation is reused, so a turn prefills only what is new);\n"
+    "                       otherwise the whole of stdin is the prompt (one turn)\n"
+    "  --system TEXT        a system message before the conversation\n"
+    "  --image FILE         (repeatable) not supported yet: refused\n"
+    "  --max-tokens N       most tokens to generate per turn (default: until an end-of-turn\n"
+    "                       token or the context capacity)\n"
+    "  --temperature T      0 is greedy. Default: the model's generation_config.json sampling\n"
+    "                       (temperature, top_p, top_k) when it sets do_sample, else greedy\n"
+    "  --top-p P            nucleus sampling (default: generation_config.json's, else off)\n"
+    "  --top-k K            top-k sampling, 0 off (default: generation_config.json's, else off)\n"
+    "  --seed S             sampling seed (default: fixed per request)\n"
+    "  --stop STR           (repeatable) stop string: the reply ends right before it\n"
+    "  --capacity C         context capacity in tokens (default 4096)\n"
+    "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 256; 0: the\n"
+    "                       whole prompt at once)\n"
+    "  --precision P        f32, bf16 or int8 (default bf16)\n"
+    "  --kv-cache K         f32 or bf16 (default: f32 at --precision f32, else bf16)\n"
+    "  --threads T          kernel threads (default: all cores)\n"
+    "  --artifact FILE      prepared weights from `vlstack compile`\n"
+    "  --help               this text\n"
+    "\n"
+    "The reply is written exactly as generated, special tokens left out; a newline follows it\n"
+    "only when stdout is a terminal (and after every turn of a chat). Exit code 2 for invalid\n"
+    "input (a missing model folder, a bad flag, --image), 1 for other failures.\n";
+
+// Invalid input and missing files are the user's to fix (2); anything else is ours (1).
+int RunFail(const Status& s) {
+  std::fprintf(stderr, "vlstack run: %s\n", s.ToString().c_str());
+  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
+}
+
+// One turn's stream and timings, filled by the engine callback.
+struct Turn {
+  std::optional<TextStream> stream;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+  Usage usage;
+  int tokens = 0;
+  Clock::time_point start, first, last;
+};
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void PrintStats(const Turn& t) {
+  const int computed = t.usage.prompt_tokens - t.usage.cached_tokens;
+  if (t.tokens == 0) {
+    std::fprintf(stderr, "[run] prompt: %d tokens (%d cached); no token generated (%s)\n",
+                 t.usage.prompt_tokens, t.usage.cached_tokens, FinishReasonName(t.finish));
+    return;
+  }
+  const double ttft = Ms(t.start, t.first);
+  std::fprintf(
+      stderr, "[run] prompt: %d tokens (%d cached), %.1f tokens/s; time to first token %.1f ms\n",
+      t.usage.prompt_tokens, t.usage.cached_tokens, ttft > 0 ? 1e3 * computed / ttft : 0.0, ttft);
+  const double gen_ms = Ms(t.first, t.last);
+  std::fprintf(stderr, "[run] generation: %d tokens, %.1f tokens/s; finish: %s\n", t.tokens,
+               t.tokens > 1 && gen_ms > 0 ? 1e3 * (t.tokens - 1) / gen_ms : 0.0,
+               FinishReasonName(t.finish));
+}
+
+struct Options {
+  std::string system;
+  ChatRequest base;  // sampling, limits and stop strings shared by every turn
+};
+
+StatusOr<Options> ParseOptions(const Args& args, const ChatPipeline& pipeline) {
+  Options o;
+  o.system = args.Get("system").value_or("");
+  ChatRequest& r = o.base;
+  r.sampling = pipeline.generation_defaults();
+  if (args.Has("temperature")) {
+    VLS_ASSIGN_OR_RETURN(double t, args.Double("temperature", 0.0));
+    r.sampling.temperature = static_cast<float>(t);
+  }
+  if (args.Has("top-p")) {
+    VLS_ASSIGN_OR_RETURN(double p, args.Double("top-p", 1.0));
+    r.sampling.top_p = static_cast<float>(p);
+  }
+  if (args.Has("top-k")) {
+    VLS_ASSIGN_OR_RETURN(long long k, args.Int("top-k", 0, 0, 1 << 30));
+    r.sampling.top_k = static_cast<int>(k);
+  }
+  if (args.Has("seed")) {
+    VLS_ASSIGN_OR_RETURN(long long seed, args.Int("seed", 0, 0, (1LL << 62)));
+    r.sampling.seed = static_cast<uint64_t>(seed);
+  }
+  if (Status s = ValidateSamplingParams(r.sampling); !s.ok()) return s;
+  if (args.Has("max-tokens")) {
+    VLS_ASSIGN_OR_RETURN(long long m, args.Int("max-tokens", 0, 1, 1 << 30));
+    r.max_tokens = static_cast<int>(m);
+  }
+  r.stop = args.GetAll("stop");
+  VLS_RETURN_IF_ERROR(ValidateStopStrings(r.stop));
+  return o;
+}
+
+// Runs one request to its end, streaming the reply to stdout.
+Status RunTurn(BatchEngine& engine, const ChatPipeline& pipeline, const ChatRequest& request,
+               Turn*& current, Turn* turn) {
+  VLS_ASSIGN_OR_RETURN(PreparedChat chat, pipeline.Prepare(request));
+  turn->stream.emplace(pipeline.NewTextStream(chat));
+  turn->start = Clock::now();
+  current = turn;
+  auto id = engine.Submit(std::move(chat.request));
+  if (!id.ok()) {
+    current = nullptr;
+    return id.status();
+  }
+  engine.RunUntilIdle();
+  current = nullptr;
+  if (turn->finish == FinishReason::kError) return Internal("generation failed: " + turn->error);
+  return Status::Ok();
+}
+
+// Reads all of stdin (the piped prompt), without its trailing newlines.
+StatusOr<std::string> ReadStdin() {
+  std::string text(std::istreambuf_iterator<char>(std::cin), {});
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty()) {
+    return InvalidArgument(
+        "no prompt: give --prompt TEXT, pipe one on stdin, or run on a terminal");
+  }
+  return text;
+}
+
+Json Message(const char* role, const std::string& content) {
+  return Json{{"role", role}, {"content", content}};
+}
+
+int Chat(BatchEngine& engine, const ChatPipeline& pipeline, const Options& o, Turn*& current) {
+  Json messages = Json::array();
+  if (!o.system.empty()) messages.push_back(Message("system", o.system));
+  std::fprintf(stderr, "[run] chat: /exit or end of input (Ctrl-D) ends it\n");
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "> ");
+    std::fflush(stderr);
+    if (!std::getline(std::cin, line)) {
+      std::fprintf(stderr, "\n");
+      break;
+    }
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/exit") break;
+    if (line.empty()) continue;
+    messages.push_back(Message("user", line));
+    ChatRequest req = o.base;
+    req.messages = messages;
+    Turn turn;
+    Status s = RunTurn(engine, pipeline, req, current, &turn);
+    if (!s.ok()) {
+      std::fprintf(stderr, "vlstack run: %s\n", s.ToString().c_str());
+      messages.erase(messages.size() - 1);
+      continue;
+    }
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    PrintStats(turn);
+    messages.push_back(Message("assistant", turn.text));
+  }
+  return 0;
+}
+
+int Run(const Args& args) {
+  if (!args.GetAll("image").empty()) {
+    return RunFail(InvalidArgument(
+        "--image: images are not supported yet (vlstack run serves text prompts for now)"));
+  }
+  auto dir = args.Require("model");
+  if (!dir.ok()) return RunFail(dir.status());
+  if (!std::filesystem::is_directory(*dir)) {
+    return RunFail(InvalidArgument("--model: '" + *dir + "' is not a folder"));
+  }
+  LoadOptions lo;
+  if (Status s = ApplyLoadFlags(args, "bf16", &lo); !s.ok()) return RunFail(s);
+  auto capacity = args.Int("capacity", lo.capacity, 2, 1 << 24);
+  if (!capacity.ok()) return RunFail(capacity.status());
+  lo.capacity = static_cast<int>(*capacity);
+  lo.slots = 1;
+  auto chunk = args.Int("prefill-chunk", EngineOptions().prefill_chunk, 0, 1 << 24);
+  if (!chunk.ok()) return RunFail(chunk.status());
+  lo.progress = StderrProgress("run");
+
+  auto model = LoadedModel::Load(*dir, lo);
+  if (!model.ok()) return RunFail(model.status());
+  auto pipeline = ChatPipeline::Load(*dir, **model);
+  if (!pipeline.ok()) return RunFail(pipeline.status());
+  auto options = ParseOptions(args, **pipeline);
+  if (!options.ok()) return RunFail(options.status());
+
+  const bool tty_out = ::isatty(STDOUT_FILENO) == 1;
+  Turn* current = nullptr;
+  EngineOptions eo;
+  eo.prefill_chunk = static_cast<int>(*chunk);
+  eo.prefix_reuse = true;
+  BatchEngine engine(
+      **model,
+      [&current](const TokenEvent& e) {
+        Turn* t = current;
+        if (t == nullptr || !t->stream) return true;
+        const Clock::time_point now = Clock::now();
+        if (e.token >= 0) {
+          if (t->tokens++ == 0) t->first = now;
+          t->last = now;
+        }
+        TextDelta d = t->stream->Next(e);
+        if (!d.text.empty()) {
+          std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+          std::fflush(stdout);
+          t->text += d.text;
+        }
+        if (d.finish != FinishReason::kNone) {
+          t->finish = d.finish;
+          t->error = d.error;
+          t->usage = d.usage;
+        }
+        return !d.cancel_request;
+      },
+      eo);
+
+  if (!args.Has("prompt") && ::isatty(STDIN_FILENO) == 1) {
+    return Chat(engine, **pipeline, *options, current);
+  }
+  std::string prompt;
+  if (auto p = args.Get("prompt")) {
+    prompt = *p;
+  } else {
+    auto in = ReadStdin();
+    if (!in.ok()) return RunFail(in.status());
+    prompt = std::move(*in);
+  }
+  ChatRequest req = options->base;
+  if (!options->system.empty()) req.messages.push_back(Message("system", options->system));
+  req.messages.push_back(Message("user", prompt));
+  Turn turn;
+  Status s = RunTurn(engine, **pipeline, req, current, &turn);
+  if (!s.ok()) return RunFail(s);
+  if (tty_out && (turn.text.empty() || turn.text.back() != '\n')) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  PrintStats(turn);
+  return 0;
+}
+
+}  // namespace
+
+int RunRun(int argc, char** argv) {
+  std::set<std::string> flags = {"model",      "prompt",      "system",   "image",
+                                 "max-tokens", "temperature", "top-p",    "top-k",
+                                 "seed",       "stop",        "capacity", "prefill-chunk"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args = Args::Parse(argc, argv, flags, {"help"});
+  if (!args.ok()) {
+    const int rc = RunFail(args.status());
+    std::fprintf(stderr, "(vlstack run --help lists the options)\n");
+    return rc;
+  }
+  if (args->Has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  return Run(*args);
+}
+
+}  // namespace vls::cli
