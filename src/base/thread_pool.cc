@@ -1,12 +1,31 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace vls {
 
 namespace {
-// Set while a thread runs a loop body of some pool, so nested ParallelFor calls run inline.
-thread_local bool t_in_pool = false;
+// The loop body this thread is running (pool and participant), so calls on the same pool from
+// inside it run inline as that participant instead of waiting for the pool they already hold.
+struct CurrentLoop {
+  const ThreadPool* pool = nullptr;
+  int thread = 0;
+};
+thread_local CurrentLoop t_in_pool;
+
+// Marks this thread as running a loop body of `pool` until destroyed (restoring the previous
+// mark: a body of one pool may run a loop of another).
+class InLoop {
+ public:
+  InLoop(const ThreadPool* pool, int thread) : saved_(t_in_pool) { t_in_pool = {pool, thread}; }
+  ~InLoop() { t_in_pool = saved_; }
+  InLoop(const InLoop&) = delete;
+  InLoop& operator=(const InLoop&) = delete;
+
+ private:
+  CurrentLoop saved_;
+};
 }  // namespace
 
 int ThreadPool::HardwareThreads() {
@@ -16,7 +35,7 @@ int ThreadPool::HardwareThreads() {
 
 ThreadPool::ThreadPool(int threads) : threads_(threads > 0 ? threads : HardwareThreads()) {
   workers_.reserve(static_cast<size_t>(threads_ - 1));
-  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
 namespace {
@@ -40,8 +59,32 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunks() {
-  t_in_pool = true;
+ThreadPool::Lease::Lease(ThreadPool& pool) : pool_(&pool) {
+  if (t_in_pool.pool == &pool) {
+    thread_ = t_in_pool.thread;
+    return;
+  }
+  const std::thread::id self = std::this_thread::get_id();
+  if (pool.owner_.load(std::memory_order_relaxed) == self) return;  // nested in our own lease
+  pool.run_mu_.lock();
+  pool.owner_.store(self, std::memory_order_relaxed);
+  locked_ = true;
+}
+
+ThreadPool::Lease::~Lease() {
+  if (!locked_) return;
+  pool_->owner_.store(std::thread::id(), std::memory_order_relaxed);
+  pool_->run_mu_.unlock();
+}
+
+void ThreadPool::Fail(std::exception_ptr e) {
+  if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::move(e);
+  // Chunks not yet claimed are skipped: every claim compares against next_ (RunChunks).
+  next_.store(n_, std::memory_order_relaxed);
+}
+
+void ThreadPool::RunChunks(int thread) {
+  const InLoop in_loop(this, thread);
   // Guided: a chunk is a share of what is left (at least chunk_), so chunks shrink towards the
   // end and the threads finish close together instead of one waiting out another's last
   // large chunk.
@@ -51,10 +94,13 @@ void ThreadPool::RunChunks() {
     if (b >= n_) break;
     const int64_t size = std::max(chunk_, (n_ - b) / share);
     if (!next_.compare_exchange_weak(b, b + size, std::memory_order_relaxed)) continue;
-    (*fn_)(b, std::min(n_, b + size));
+    try {
+      (*fn_)(b, std::min(n_, b + size), thread);
+    } catch (...) {
+      Fail(std::current_exception());
+    }
     b = next_.load(std::memory_order_relaxed);
   }
-  t_in_pool = false;
 }
 
 bool ThreadPool::TryJoin(uint64_t generation) {
@@ -79,7 +125,7 @@ void ThreadPool::Leave() {
   }
 }
 
-void ThreadPool::WorkerLoop() {
+void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = published_.load(std::memory_order_acquire);
@@ -95,20 +141,31 @@ void ThreadPool::WorkerLoop() {
     if (g == kStop) return;
     seen = g;
     if (!TryJoin(g)) continue;  // the caller already finished this loop without us
-    RunChunks();
+    RunChunks(thread);
     Leave();
   }
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
+  ParallelFor(n, grain, [&fn](int64_t b, int64_t e, int /*thread*/) { fn(b, e); });
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain, const Body& fn) {
   if (n <= 0) return;
-  grain = std::max<int64_t>(grain, 1);
-  if (threads_ == 1 || n <= grain || t_in_pool) {
-    fn(0, n);
+  if (t_in_pool.pool == this) {
+    fn(0, n, t_in_pool.thread);
     return;
   }
-  std::lock_guard<std::mutex> run_lock(run_mu_);
+  grain = std::max<int64_t>(grain, 1);
+  // Inline loops hold the pool too: they run as participant 0, whose state a concurrent
+  // caller's loop would otherwise share.
+  const Lease lease(*this);
+  if (threads_ == 1 || n <= grain) {
+    const InLoop in_loop(this, 0);
+    fn(0, n, 0);
+    return;
+  }
   // Chunks shrink from a half share per thread down to this least size (RunChunks).
   const int64_t chunk = std::max(grain, n / (8 * threads_));
   fn_ = &fn;
@@ -122,7 +179,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     published_.store(g, std::memory_order_release);
   }
   wake_.notify_all();
-  RunChunks();
+  RunChunks(0);
   uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
   for (int i = 0; i < kCallerSpin && (s & kCountMask) != 0; ++i) {
     CpuRelax();
@@ -133,14 +190,15 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     done_cv_.wait(lock, [&] { return (state_.load(std::memory_order_acquire) & kCountMask) == 0; });
   }
   fn_ = nullptr;
+  // Every joined worker has left (the acquire above orders its error_ store before this).
+  if (failed_.load(std::memory_order_relaxed)) {
+    failed_.store(false, std::memory_order_relaxed);
+    std::rethrow_exception(std::exchange(error_, nullptr));
+  }
 }
 
 void ThreadPool::RunExclusive(const std::function<void()>& fn) {
-  if (t_in_pool) {
-    fn();
-    return;
-  }
-  std::lock_guard<std::mutex> run_lock(run_mu_);
+  const Lease lease(*this);
   fn();
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -23,12 +24,24 @@ inline void CpuRelax() {
 #endif
 }
 
-// Thread safety: ParallelFor may be called from any thread, but calls are serialised (one
-// loop runs at a time; a second caller waits). A ParallelFor body must not call ParallelFor
-// on the same pool (it would deadlock); nested loops run inline instead (see below).
+// Participants: a loop runs on its calling thread, participant 0, and on the workers,
+// participants 1..threads()-1. Every chunk is told its participant, and one participant runs
+// one chunk at a time, so per-participant state (kernels::Context's scratch arenas) indexed by
+// it needs no lock.
+//
+// Thread safety: ParallelFor, RunExclusive and Lease may be used from any thread, but they are
+// serialised: one caller holds the pool at a time (for one loop, one RunExclusive or one
+// Lease); the others wait. A loop body may call ParallelFor, RunExclusive or Lease on the same
+// pool: those run inline on the body's thread as the body's participant (nothing is waited
+// for). A thread holding the pool must not wait for another thread that needs it.
+//
+// Exceptions: when a chunk throws, chunks that have not started are skipped and ParallelFor
+// rethrows the first exception on the calling thread once every started chunk has finished.
+// No exception escapes a worker, and the pool stays usable.
 class ThreadPool {
  public:
-  // `threads` workers in total including the calling thread; 0 means all hardware threads.
+  // `threads` participants in total including the calling thread; 0 means all hardware
+  // threads.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -36,24 +49,51 @@ class ThreadPool {
 
   int threads() const { return threads_; }
 
-  // Calls fn(begin, end) over disjoint chunks covering [0, n), each at least `grain` long
-  // (except the last), on up to threads() threads; the caller takes part. Returns when every
-  // chunk is done. Runs inline when n <= grain, when the pool has one thread, or when called
+  // Calls fn(begin, end, thread) over disjoint chunks covering [0, n), each at least `grain`
+  // long (except the last), on up to threads() participants; `thread` is the participant
+  // running the chunk. Returns when every chunk is done. Runs inline (as participant 0) when
+  // n <= grain or the pool has one thread, and inline as the body's participant when called
   // from inside a loop body of this pool.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+  // The same for a body that needs no participant index.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Calls fn() on the calling thread while no loop of this pool runs (ParallelFor callers
-  // wait), so fn may run its own team of threads (oneDNN's OpenMP) on the cores this pool
-  // stands for without oversubscribing them. The workers stay asleep. Runs fn() directly when
-  // called from inside a loop body of this pool.
+  // Calls fn() on the calling thread while it holds the pool (as a Lease), so fn may run its
+  // own team of threads (oneDNN's OpenMP) on the cores this pool stands for without
+  // oversubscribing them: the workers stay asleep unless fn runs loops of this pool. Runs fn()
+  // directly when called from inside a loop body of this pool. Exceptions of fn propagate.
   void RunExclusive(const std::function<void()>& fn);
+
+  // Holds the pool for the calling thread while it lives, across several loops and the serial
+  // work between them: loops, RunExclusive calls and leases of other threads wait; this
+  // thread's own ones run at once, as participant 0. Inside a loop body of this pool it waits
+  // for nothing and stands for the body's participant. thread() is the participant whose
+  // per-participant state the holder may use.
+  class Lease {
+   public:
+    explicit Lease(ThreadPool& pool);
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+    int thread() const { return thread_; }
+
+   private:
+    ThreadPool* pool_;
+    bool locked_ = false;  // this lease took run_mu_ (the outermost one of its thread)
+    int thread_ = 0;
+  };
 
   // The number of hardware threads (at least 1).
   static int HardwareThreads();
 
  private:
-  void WorkerLoop();
-  void RunChunks();
+  using Body = std::function<void(int64_t, int64_t, int)>;
+
+  void WorkerLoop(int thread);
+  void RunChunks(int thread);
+  // Records the first exception of the current loop and stops handing out chunks.
+  void Fail(std::exception_ptr e);
 
   // A worker joins the loop of generation g (a CAS on state_) unless it is closed or g has
   // passed; the caller closes its loop once it runs out of chunks and then waits for the joined
@@ -64,7 +104,10 @@ class ThreadPool {
 
   int threads_;
   std::vector<std::thread> workers_;
-  std::mutex run_mu_;  // serialises ParallelFor callers
+  std::mutex run_mu_;  // held by the thread that holds the pool (Lease)
+  // That thread while it holds run_mu_, else none: a thread that finds itself here holds the
+  // pool (only it stores its own id), so its nested leases do not lock again.
+  std::atomic<std::thread::id> owner_{};
 
   std::mutex mu_;  // orders the sleeps on wake_ / done_cv_ with the stores they wait for
   std::condition_variable wake_;
@@ -72,10 +115,14 @@ class ThreadPool {
   uint64_t generation_ = 0;  // bumped per loop; written by the caller holding run_mu_
 
   // The current loop (written before state_ opens it).
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const Body* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 1;
   std::atomic<int64_t> next_{0};
+  // Set by the first chunk of the current loop that throws, which stores its exception in
+  // error_; the caller reads both after the joined workers have left.
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
   // Generation of the latest loop, or kStop; workers watch it.
   std::atomic<uint64_t> published_{0};
   // [63:32] generation (low 32 bits), [31] closed, [30:0] workers inside the loop. A worker

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -95,6 +97,194 @@ TEST(ThreadPoolTest, RunExclusiveRunsOnCallerAndExcludesLoops) {
     for (int64_t i = b; i < e; ++i) pool.RunExclusive([&] { ran.fetch_add(1); });
   });
   EXPECT_EQ(ran.load(), 4);
+}
+
+// Waits (spinning, bounded) until `flag` is set; false after about ten seconds.
+bool WaitFor(const std::atomic<bool>& flag) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Every index of a plain loop runs exactly once (the pool is usable).
+void ExpectNormalLoop(ThreadPool& pool, int64_t n) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  pool.ParallelFor(n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+}
+
+TEST(ThreadPoolTest, ChunksAreToldTheirParticipantAndNoTwoRunAsOne) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> busy(static_cast<size_t>(threads));
+    std::atomic<bool> bad{false};
+    for (int r = 0; r < 200; ++r) {
+      pool.ParallelFor(64, 1, [&](int64_t, int64_t, int t) {
+        if (t < 0 || t >= threads) {
+          bad = true;
+          return;
+        }
+        if (busy[static_cast<size_t>(t)].fetch_add(1) != 0) bad = true;
+        std::this_thread::yield();
+        busy[static_cast<size_t>(t)].fetch_sub(1);
+      });
+    }
+    EXPECT_FALSE(bad.load()) << threads << " threads";
+    // The caller is participant 0 of an inline loop too.
+    int seen = -1;
+    pool.ParallelFor(1, 1, [&](int64_t, int64_t, int t) { seen = t; });
+    EXPECT_EQ(seen, 0);
+  }
+}
+
+TEST(ThreadPoolTest, NestedLoopsAndLeasesRunAsTheBodysParticipant) {
+  ThreadPool pool(4);
+  std::atomic<bool> bad{false};
+  pool.ParallelFor(64, 1, [&](int64_t, int64_t, int t) {
+    pool.ParallelFor(10, 1, [&](int64_t, int64_t, int inner) {
+      if (inner != t) bad = true;
+    });
+    const ThreadPool::Lease lease(pool);
+    if (lease.thread() != t) bad = true;
+  });
+  EXPECT_FALSE(bad.load());
+  const ThreadPool::Lease outer(pool);
+  EXPECT_EQ(outer.thread(), 0);
+  const ThreadPool::Lease nested(pool);  // does not wait for the outer lease
+  EXPECT_EQ(nested.thread(), 0);
+  ExpectNormalLoop(pool, 1000);  // runs while this thread holds the pool
+}
+
+TEST(ThreadPoolTest, ParticipantZeroIsNeverSharedByConcurrentCallers) {
+  // Loops (inline and parallel) and leases from three threads: participant 0's state is only
+  // ever touched by one of them at a time.
+  ThreadPool pool(3);
+  std::atomic<int> zero_busy{0};
+  std::atomic<bool> bad{false};
+  auto use_zero = [&] {
+    if (zero_busy.fetch_add(1) != 0) bad = true;
+    std::this_thread::yield();
+    zero_busy.fetch_sub(1);
+  };
+  auto caller = [&](int seed) {
+    for (int r = 0; r < 300; ++r) {
+      if ((r + seed) % 3 == 0) {
+        const ThreadPool::Lease lease(pool);
+        use_zero();
+        pool.ParallelFor(16, 1, [&](int64_t, int64_t, int t) {
+          if (t == 0) use_zero();
+        });
+        use_zero();
+      } else {
+        const int64_t n = (r + seed) % 3 == 1 ? 1 : 32;  // inline or parallel
+        pool.ParallelFor(n, 1, [&](int64_t, int64_t, int t) {
+          if (t == 0) use_zero();
+        });
+      }
+    }
+  };
+  std::thread a(caller, 0), b(caller, 1);
+  caller(2);
+  a.join();
+  b.join();
+  EXPECT_FALSE(bad.load());
+}
+
+TEST(ThreadPoolTest, ExceptionOnAWorkerReachesTheCallerAndThePoolStaysUsable) {
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int r = 0; r < 100; ++r) {
+      std::atomic<bool> worker_started{false};
+      std::atomic<int> running{0};
+      try {
+        pool.ParallelFor(256, 1, [&](int64_t, int64_t, int t) {
+          running.fetch_add(1);
+          if (t == 0) {
+            // The caller's chunk waits for a worker, so the throw is on a worker every time.
+            if (!WaitFor(worker_started)) ADD_FAILURE() << "no worker joined the loop";
+          } else if (!worker_started.exchange(true)) {
+            running.fetch_sub(1);
+            throw std::runtime_error("worker " + std::to_string(t));
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          running.fetch_sub(1);
+        });
+        ADD_FAILURE() << "no exception";
+      } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("worker ", 0), 0u) << e.what();
+        // Every chunk that started had finished before ParallelFor threw.
+        EXPECT_EQ(running.load(), 0);
+      }
+      ExpectNormalLoop(pool, 1000);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ExceptionOnTheCallerWaitsForTheWorkersAndThePoolStaysUsable) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int r = 0; r < 100; ++r) {
+      std::atomic<bool> caller_started{false};
+      std::atomic<int> running{0};
+      try {
+        pool.ParallelFor(64, 1, [&](int64_t, int64_t, int t) {
+          running.fetch_add(1);
+          if (t == 0) {
+            caller_started = true;
+            running.fetch_sub(1);
+            throw std::logic_error("caller");
+          }
+          // Workers hold their first chunk until the caller has one (so it always gets one).
+          if (!WaitFor(caller_started)) ADD_FAILURE() << "the caller took no chunk";
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          running.fetch_sub(1);
+        });
+        ADD_FAILURE() << "no exception";
+      } catch (const std::logic_error& e) {
+        EXPECT_STREQ(e.what(), "caller");
+        EXPECT_EQ(running.load(), 0);
+      }
+      ExpectNormalLoop(pool, 1000);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, EveryChunkThrowingGivesOneExceptionAndNoTerminate) {
+  ThreadPool pool(4);
+  for (int r = 0; r < 300; ++r) {
+    EXPECT_THROW(pool.ParallelFor(
+                     100, 1, [&](int64_t, int64_t) { throw std::runtime_error("every chunk"); }),
+                 std::runtime_error);
+    ExpectNormalLoop(pool, 100);
+  }
+}
+
+TEST(ThreadPoolTest, ExceptionsOfInlineNestedAndExclusiveRunsPropagate) {
+  ThreadPool pool(3);
+  // Inline (n <= grain).
+  EXPECT_THROW(pool.ParallelFor(4, 8, [](int64_t, int64_t) { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  // Nested: the inner loop's exception leaves the outer body, and the outer loop rethrows it.
+  EXPECT_THROW(pool.ParallelFor(16, 1,
+                                [&](int64_t b, int64_t) {
+                                  pool.ParallelFor(4, 1, [&](int64_t, int64_t) {
+                                    if (b == 0) throw std::out_of_range("inner");
+                                  });
+                                }),
+               std::out_of_range);
+  // RunExclusive releases the pool when fn throws.
+  EXPECT_THROW(pool.RunExclusive([] { throw std::runtime_error("exclusive"); }),
+               std::runtime_error);
+  std::thread other([&] { ExpectNormalLoop(pool, 500); });
+  other.join();
+  ExpectNormalLoop(pool, 500);
 }
 
 }  // namespace
