@@ -38,7 +38,7 @@ Status CheckSession(const vls_session* s) {
 template <typename F>
 Status RunAndCommit(vls_session* s, F&& call) {
   std::vector<float> logits;
-  const Status st = call(&logits);
+  Status st = call(&logits);
   if (st.ok()) {
     s->logits = std::move(logits);
     s->has_logits = true;

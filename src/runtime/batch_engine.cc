@@ -156,7 +156,7 @@ bool BatchEngine::DeliverOne(const TokenEvent& e, std::vector<TokenEvent>* deliv
 }
 
 std::vector<TokenEvent> BatchEngine::DeliverStep(std::unique_lock<std::mutex> step_lock,
-                                                 StepResult result) {
+                                                 const StepResult& result) {
   std::lock_guard<std::recursive_mutex> deliver(deliver_mu_);
   step_lock.unlock();
   std::vector<TokenEvent> delivered;
@@ -453,14 +453,14 @@ std::vector<TokenEvent> BatchEngine::Step() {
   std::unique_lock<std::mutex> step_lock(step_mu_);
   StepResult result;
   StepLocked(true, &result);
-  return DeliverStep(std::move(step_lock), std::move(result));
+  return DeliverStep(std::move(step_lock), result);
 }
 
 std::vector<TokenEvent> BatchEngine::AdmitPending() {
   std::unique_lock<std::mutex> step_lock(step_mu_);
   StepResult result;
   StepLocked(false, &result);
-  return DeliverStep(std::move(step_lock), std::move(result));
+  return DeliverStep(std::move(step_lock), result);
 }
 
 bool BatchEngine::IdleLocked() const { return live_.empty() && cancelling_.empty(); }

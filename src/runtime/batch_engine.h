@@ -180,8 +180,8 @@ class BatchEngine {
       VLS_REQUIRES(step_mu_);
   TokenEvent MakeEvent(const Slot& slot) const;
   // Takes the delivery lock, releases the step lock and delivers the step's events in order.
-  std::vector<TokenEvent> DeliverStep(std::unique_lock<std::mutex> step_lock, StepResult result)
-      VLS_EXCLUDES(mu_);
+  std::vector<TokenEvent> DeliverStep(std::unique_lock<std::mutex> step_lock,
+                                      const StepResult& result) VLS_EXCLUDES(mu_);
   // Delivers one event (to the callback, the WaitEvents queue and `delivered` when not null)
   // unless its request already finished; false when it was dropped. A callback that returns
   // false cancels the request. REQUIRES: deliver_mu_ held.
