@@ -90,10 +90,18 @@ void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
 }
 
 // RefMatMulBf16 reads w through LoadRow, so it also serves BF16 blocked matrices.
-const KernelVariant kReference = {"reference", RefMatMulF32, RefMatMulBf16,  RefDot,
-                                  RefAxpy,     RefScores,    RefWeightedSum, QuantizeActivationsQ8,
-                                  RefMatMulQ8, nullptr,      RefMatMulBf16,  RmsNorm,
-                                  SiluMul};
+const KernelVariant kReference = {
+    .name = "reference",
+    .matmul_f32 = RefMatMulF32,
+    .matmul_bf16 = RefMatMulBf16,
+    .scores = RefScores,
+    .weighted_sum = RefWeightedSum,
+    .quantize_q8 = QuantizeActivationsQ8,
+    .matmul_q8 = RefMatMulQ8,
+    .matmul_bf16_blocked = RefMatMulBf16,
+    .rms_norm = RmsNorm,
+    .silu_mul = SiluMul,
+};
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)

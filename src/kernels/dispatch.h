@@ -32,25 +32,25 @@ enum class Precision { kF32, kBF16, kInt8 };
 class OneDnnPackedBf16;  // kernels/onednn_matmul.h
 const char* PrecisionName(Precision p);
 
-// One implementation of the hot ops. Matmul entries compute y[m, n] for every m < M and
-// n in [n0, n1) of y[M, N] = x[M, K] · w[N, K]ᵀ (y has row stride N = w.rows), so callers
-// split N across threads.
+// One implementation of the hot ops: a table of entries, filled by name (designated
+// initializers). Matmul entries compute y[m, n] for every m < M and n in [n0, n1) of
+// y[M, N] = x[M, K] · w[N, K]ᵀ (y has row stride N = w.rows), so callers split N across
+// threads. Entries that may be null say so, and what runs in their place.
 struct KernelVariant {
-  const char* name;
+  const char* name = nullptr;
   void (*matmul_f32)(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
-                     float* y);
+                     float* y) = nullptr;
   // xb[M, K] holds activations already rounded to BF16. REQUIRES: w.dtype == kBF16.
   // Null when the variant has no BF16 kernel.
   void (*matmul_bf16)(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
-                      int64_t n1, float* y);
-  float (*dot)(const float* a, const float* b, int64_t n);
-  void (*axpy)(float a, const float* x, float* y, int64_t n);  // y[i] += a * x[i]
-  // Attention over one head: out[t] = scale · q[D]·k_t for t < T, with key row t at
-  // k + t·stride; and out[D] = Σ_t p[t] · v_t (v_t at v + t·stride; `out` is overwritten).
+                      int64_t n1, float* y) = nullptr;
+  // Attention over one head (the reference attention path): out[t] = scale · q[D]·k_t for
+  // t < T, with key row t at k + t·stride; and out[D] = Σ_t p[t] · v_t (v_t at v + t·stride;
+  // `out` is overwritten).
   void (*scores)(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
-                 float* out);
+                 float* out) = nullptr;
   void (*weighted_sum)(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
-                       float* out);
+                       float* out) = nullptr;
   // Q8 (quant.h). quantize_q8 fills x->q and x->scales for rows [r0, r1) of x[x->rows,
   // x->cols], with the same results as QuantizeActivationsQ8. matmul_q8 computes y[m, n0:n1]
   // from x and a kQ8 matrix w, with the same results as the reference:
@@ -59,7 +59,7 @@ struct KernelVariant {
   void (*matmul_q8)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
                     float* y) = nullptr;
   // Blocked online-softmax attention of one work item (kernels/attention.h). Null in the
-  // reference variant, whose attention is the plain per-(row, head) Scores/Softmax/WeightedSum.
+  // reference variant, whose attention is the plain per-(row, head) scores/softmax/weighted_sum.
   void (*attention)(const AttentionTile& tile) = nullptr;
   // As matmul_bf16 for a kBf16Blocked w (kernels/bf16_blocked.h). REQUIRES: n0 a multiple of
   // kBf16BlockN. Null when the variant has none (Context::MatMul then runs the reference).
@@ -106,8 +106,6 @@ class Context {
   bool uses_onednn() const { return use_onednn_; }
   // Keeps every matmul on this context's own kernels (benchmarks, A/B comparisons).
   void DisableOneDnn() { use_onednn_ = false; }
-  float Dot(const float* a, const float* b, int64_t n) const { return variant_->dot(a, b, n); }
-  void Axpy(float a, const float* x, float* y, int64_t n) const { variant_->axpy(a, x, y, n); }
   void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
               float* out) const {
     variant_->scores(q, k, stride, T, D, scale, out);

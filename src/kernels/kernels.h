@@ -1,7 +1,30 @@
-// Plain scalar reference kernels. Every later optimised variant is tested against these.
+// The kernels layer: the numeric ops a model runs. This file holds the Matrix view every op
+// takes and the plain scalar reference of each op; every optimised kernel is tested against
+// these. The rest of the folder:
+//
+//   dispatch.h          KernelVariant, a table of entry points per instruction set ("reference",
+//                       "avx512", "avx512vnni", "avx512bf16"; the fastest the CPU runs is chosen
+//                       once, or the one VLS_KERNELS names), and Context: the thread pool,
+//                       precision and variant a model runs with.
+//                       Context::MatMul routes each product by weight format, precision and
+//                       row count.
+//   matmul_avx512_*.cc  AVX-512 matmuls: f32 activations with F32/BF16/F16 weights widened in
+//                       registers, dense BF16 and BF16 blocked (AVX512-BF16, and an AVX-512F
+//                       fallback for blocked), Q8 (AVX512-VNNI); matmul_tiles.h is their shared
+//                       register blocking.
+//   attention*.{h,cc}   blocked online-softmax attention over one GQA group (AVX-512).
+//   elementwise_avx512  RMSNorm, SiLU·up, RoPE and BF16 rounding; avx512_math.h their exp.
+//   quant.h             the Q8 weight format and the per-call activation quantizer.
+//   bf16_blocked.h      the BF16 blocked weight format (oneDNN's own layout, read in place).
+//   onednn_matmul.h     prefill GEMMs through oneDNN (optional at build time).
+//
+// The AVX-512 files are compiled with their own -m flags and called only after the CPU check
+// in dispatch.cc (no_avx512.cc stands in for them elsewhere), so the rest of the binary stays
+// baseline x86-64.
 //
 // Activations are f32 row-major. Weights are PyTorch Linear layout [out, in] and may stay in
-// their stored dtype (F32, BF16, F16); every product accumulates in f32.
+// their stored dtype (F32, BF16, F16) or be prepared as Q8 or BF16 blocked (MatrixFormat);
+// every product accumulates in f32.
 #ifndef VLSTACK_KERNELS_KERNELS_H_
 #define VLSTACK_KERNELS_KERNELS_H_
 

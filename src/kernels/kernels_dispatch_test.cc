@@ -133,27 +133,11 @@ TEST(KernelsDispatchTest, ContextMatMulSplitsOverThreadsLikeOneCall) {
   }
 }
 
-TEST(KernelsDispatchTest, EveryVariantDotAndAxpyMatchReference) {
-  for (const KernelVariant* v : SupportedVariants()) {
-    for (int64_t n : {1, 15, 16, 17, 33, 128, 131}) {
-      const std::vector<float> a = Random(size_t(n), 9), b = Random(size_t(n), 10);
-      EXPECT_NEAR(v->dot(a.data(), b.data(), n), ReferenceVariant().dot(a.data(), b.data(), n),
-                  2 * F32Bound(a.data(), b.data(), n))
-          << v->name << " n=" << n;
-      std::vector<float> y1 = b, y2 = b;
-      v->axpy(0.37f, a.data(), y1.data(), n);
-      ReferenceVariant().axpy(0.37f, a.data(), y2.data(), n);
-      for (int64_t i = 0; i < n; ++i) {
-        EXPECT_NEAR(y1[size_t(i)], y2[size_t(i)], 1e-6 * (1 + std::fabs(y2[size_t(i)]))) << v->name;
-      }
-    }
-  }
-}
-
 TEST(KernelsDispatchTest, EveryVariantAttentionHelpersMatchReference) {
-  // D = 128 (the real head size), 200 (a partial second register block), 5 (a masked tail).
+  // D = 128 (the real head size), 200 (a partial second register block), 5, 17 and 33 (masked
+  // tails after no, no and one whole 32-value step of the scores' dot product).
   for (const KernelVariant* v : SupportedVariants()) {
-    for (int64_t D : {5, 128, 200}) {
+    for (int64_t D : {5, 17, 33, 128, 200}) {
       const int64_t T = 37, stride = D + 3;
       const std::vector<float> q = Random(size_t(D), 11), kv = Random(size_t(T * stride), 12);
       std::vector<float> s_ref(static_cast<size_t>(T)), s_got(static_cast<size_t>(T));

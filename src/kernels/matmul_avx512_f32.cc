@@ -125,16 +125,6 @@ float Dot(const float* a, const float* b, int64_t n) {
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-void Axpy(float a, const float* x, float* y, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
-  for (int64_t i = 0; i < n; i += 16) {
-    const auto mask = static_cast<__mmask16>(n - i >= 16 ? 0xffffu : (1u << (n - i)) - 1u);
-    const __m512 r =
-        _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(mask, x + i), _mm512_maskz_loadu_ps(mask, y + i));
-    _mm512_mask_storeu_ps(y + i, mask, r);
-  }
-}
-
 void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
             float* out) {
   for (int64_t t = 0; t < T; ++t) out[t] = Dot(q, k + t * stride, D) * scale;
@@ -166,41 +156,23 @@ void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int6
   }
 }
 
-// The f32 path of the BF16 variant is this one's; the bf16 entry widens like the reference.
-const KernelVariant kAvx512 = {"avx512",
-                               MatMulF32,
-                               nullptr,
-                               Dot,
-                               Axpy,
-                               Scores,
-                               WeightedSum,
-                               nullptr,
-                               nullptr,  // no Q8 kernels (see avx512vnni)
-                               avx512_internal::Attention,
-                               avx512_internal::MatMulBf16BlockedNoBf16,
-                               avx512_internal::RmsNorm,
-                               avx512_internal::SiluMul,
-                               avx512_internal::ToBf16,
-                               avx512_internal::ApplyRope};
+// "avx512vnni" and "avx512bf16" start from this table (matmul_avx512_vnni.cc,
+// matmul_avx512_bf16.cc). No dense BF16 kernel: Context::MatMul widens BF16 weights with
+// matmul_f32 instead. No Q8 kernels (they need AVX512-VNNI).
+const KernelVariant kAvx512 = {
+    .name = "avx512",
+    .matmul_f32 = MatMulF32,
+    .scores = Scores,
+    .weighted_sum = WeightedSum,
+    .attention = avx512_internal::Attention,
+    .matmul_bf16_blocked = avx512_internal::MatMulBf16BlockedNoBf16,
+    .rms_norm = avx512_internal::RmsNorm,
+    .silu_mul = avx512_internal::SiluMul,
+    .to_bf16 = avx512_internal::ToBf16,
+    .apply_rope = avx512_internal::ApplyRope,
+};
 
 }  // namespace
-
-namespace avx512_internal {
-// Shared with the avx512bf16 variant, which reuses the f32 kernels.
-void MatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
-               float* y) {
-  vls::kernels::MatMulF32(x, M, K, w, n0, n1, y);
-}
-float Dot(const float* a, const float* b, int64_t n) { return vls::kernels::Dot(a, b, n); }
-void Axpy(float a, const float* x, float* y, int64_t n) { vls::kernels::Axpy(a, x, y, n); }
-void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
-            float* out) {
-  vls::kernels::Scores(q, k, stride, T, D, scale, out);
-}
-void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D, float* out) {
-  vls::kernels::WeightedSum(p, v, stride, T, D, out);
-}
-}  // namespace avx512_internal
 
 const KernelVariant* Avx512Variant() { return &kAvx512; }
 

@@ -16,14 +16,6 @@
 
 namespace vls::kernels {
 namespace avx512_internal {
-// The f32 kernels of the "avx512" variant, shared with "avx512vnni" and "avx512bf16".
-void MatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0, int64_t n1,
-               float* y);
-float Dot(const float* a, const float* b, int64_t n);
-void Axpy(float a, const float* x, float* y, int64_t n);
-void Scores(const float* q, const float* k, int64_t stride, int64_t T, int64_t D, float scale,
-            float* out);
-void WeightedSum(const float* p, const float* v, int64_t stride, int64_t T, int64_t D, float* out);
 // BF16 blocked weights (matmul_avx512_bf16_blocked.cc, AVX512-BF16). REQUIRES: n0 a multiple
 // of kBf16BlockN.
 void MatMulBf16Blocked(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
