@@ -405,6 +405,56 @@ vls_status vls_batch_slot_of(const vls_batch* batch, uint64_t id, int32_t* out);
 vls_status vls_batch_request_error(const vls_batch* batch, uint64_t id, char* buf, size_t len,
                                    size_t* needed);
 
+/* ---- Chat requests: text in, text out (the request pipeline) -------------------------------
+ *
+ * A vls_chat is a model's text front end, read from its model folder: tokenizer.json, the chat
+ * template (chat_template.jinja, chat_template.json or tokenizer_config.json) and the
+ * end-of-turn ids (config.json, generation_config.json, tokenizer_config.json). It is immutable:
+ * one vls_chat may serve any number of batches of its model from any thread.
+ *
+ * vls_batch_submit_chat renders chat messages through the template, tokenizes them and queues
+ * the request like any other submission. Its events are the usual vls_token_event stream, with
+ * one difference: when the text reaches one of the request's stop strings, the request finishes
+ * with VLS_FINISH_STOP on the event of the token that completed it (the engine's request is
+ * cancelled; nothing follows). vls_batch_take_text moves out the request's text produced so far:
+ * UTF-8 that never ends inside a character, special tokens (and the EOS or stop token that
+ * ended the request) left out, stop strings and everything after them cut, and no text that a
+ * stop string could still claim. */
+
+typedef struct vls_chat vls_chat;
+
+/* Reads the front end of `model` from `model_dir` (the folder the model was loaded from). The
+ * model must outlive the chat. On success *out owns a new vls_chat. VLS_ERR_NOT_FOUND names a
+ * missing tokenizer.json or chat template. */
+vls_status vls_chat_create(const vls_model* model, const char* model_dir, vls_chat** out);
+
+/* Frees the chat. NULL is a no-op. Free it after every batch it submitted to is done with it. */
+void vls_chat_free(vls_chat* chat);
+
+/* Submits a chat request given as one UTF-8 JSON object:
+ *   {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..." or [parts]}],
+ *    "tools": [...], "add_generation_prompt": true, "enable_thinking": bool,
+ *    "chat_template_kwargs": {...}, "max_tokens": N, "temperature": T, "top_p": P, "top_k": K,
+ *    "min_p": M, "repetition_penalty": R, "presence_penalty": X, "frequency_penalty": Y,
+ *    "seed": S, "stop": "..." or ["...", ...], "stop_token_ids": [...], "ignore_eos": bool,
+ *    "logprobs": -1..20, "logit_bias": {"<token id>": bias}}
+ * Only "messages" is required. Absent sampling fields take the model's generation_config.json
+ * defaults (greedy without one); max_tokens defaults to the rest of the context. Unknown
+ * fields, wrong types and image parts (not supported yet) are refused with VLS_ERR_INVALID_ARGUMENT
+ * naming the field. The chat must belong to the batch's model. On success *out_id is the
+ * request's id. */
+vls_status vls_batch_submit_chat(vls_batch* batch, const vls_chat* chat, const char* request_json,
+                                 uint64_t* out_id);
+
+/* Moves the text chat request `id` produced since the last call into buf, NUL-terminated.
+ * *needed (when non-NULL) receives its byte length + 1; when len is smaller the call fails with
+ * VLS_ERR_OUT_OF_RANGE and moves nothing (buf may be NULL when len is 0). *finished (when
+ * non-NULL) receives 1 once the request has finished and this was the last of its text. The
+ * text of a finished request is forgotten once it has all been taken; VLS_ERR_NOT_FOUND after
+ * that, and for ids that are not chat requests of this batch. */
+vls_status vls_batch_take_text(vls_batch* batch, uint64_t id, char* buf, size_t len, size_t* needed,
+                               int32_t* finished);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -31,14 +31,21 @@
 
 #include "base/status.h"
 #include "runtime/batch_engine.h"
+#include "runtime/chat_pipeline.h"
 #include "runtime/deepstack.h"
 #include "runtime/loaded_model.h"
 #include "runtime/positions.h"
 #include "runtime/session.h"
+#include "runtime/text_stream.h"
 #include "vlstack/vlstack.h"
 
 struct vls_model {
   std::unique_ptr<vls::LoadedModel> lm;
+};
+
+struct vls_chat {
+  const vls_model* model = nullptr;
+  std::unique_ptr<vls::ChatPipeline> pipeline;
 };
 
 struct vls_session {
@@ -61,6 +68,13 @@ struct vls_batch {
   std::condition_variable events_cv;                 // signalled when an event is buffered
   std::deque<vls_token_event> events;                // guarded by events_mu
   std::unordered_map<uint64_t, std::string> errors;  // guarded by events_mu
+  // The text side of chat requests (vls_batch_submit_chat); guarded by events_mu.
+  struct ChatText {
+    vls::TextStream stream;
+    std::string text;  // produced, not yet taken
+    bool finished = false;
+  };
+  std::unordered_map<uint64_t, ChatText> chats;
 
   // Serialises synchronous stepping with vls_batch_start/stop.
   std::mutex run_mu;
@@ -74,12 +88,27 @@ struct vls_batch {
   vls_batch(const vls_batch&) = delete;
   vls_batch& operator=(const vls_batch&) = delete;
 
+  // Buffers the event; a chat request's event also feeds its text stream, and a stop string
+  // finishes it here (the engine then cancels it, and its cancelled event is not buffered).
   bool OnEvent(const vls::TokenEvent& e) {
     std::lock_guard<std::mutex> lock(events_mu);
+    auto finish = static_cast<int32_t>(e.finish);
+    bool keep = true;
+    if (auto it = chats.find(e.request_id); it != chats.end()) {
+      ChatText& c = it->second;
+      if (c.finished) return true;
+      const vls::TextDelta d = c.stream.Next(e);
+      c.text += d.text;
+      if (d.finish != vls::FinishReason::kNone) {
+        c.finished = true;
+        finish = static_cast<int32_t>(d.finish);
+      }
+      keep = !d.cancel_request;
+    }
     if (e.finish == vls::FinishReason::kError) errors[e.request_id] = e.error;
-    events.push_back({e.request_id, e.token, static_cast<int32_t>(e.finish)});
+    events.push_back({e.request_id, e.token, finish});
     events_cv.notify_all();
-    return true;
+    return keep;
   }
 
   // Moves up to `capacity` buffered events into `out`.

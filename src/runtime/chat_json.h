@@ -1,0 +1,33 @@
+// A chat request as one JSON object (the C ABI's vls_batch_submit_chat and `vlstack run`'s
+// building block; the server maps the OpenAI fields onto the same ChatRequest):
+//
+//   {"messages": [...], "tools": [...]?, "add_generation_prompt": bool?, "enable_thinking": bool?,
+//    "chat_template_kwargs": {...}?, "max_tokens": int?, "temperature": num?, "top_p": num?,
+//    "top_k": int?, "min_p": num?, "repetition_penalty": num?, "presence_penalty": num?,
+//    "frequency_penalty": num?, "seed": uint?, "stop": string | [string]?,
+//    "stop_token_ids": [int]?, "ignore_eos": bool?, "logprobs": int?,
+//    "logit_bias": {"<token id>": num}?}
+//
+// Sampling fields that are absent (or null) keep `defaults` (the model's generation_config).
+// Every field is type-checked; an unknown field is refused by name, so a typo never silently
+// changes nothing.
+#ifndef VLSTACK_RUNTIME_CHAT_JSON_H_
+#define VLSTACK_RUNTIME_CHAT_JSON_H_
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "base/status.h"
+#include "runtime/chat_pipeline.h"
+
+namespace vls {
+
+StatusOr<ChatRequest> ChatRequestFromJson(const nlohmann::ordered_json& j,
+                                          const SamplingParams& defaults);
+// Parses `text` first (InvalidArgument names the parse failure).
+StatusOr<ChatRequest> ChatRequestFromJsonText(std::string_view text,
+                                              const SamplingParams& defaults);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_CHAT_JSON_H_
