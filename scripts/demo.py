@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
-"""vlstack demo: generate a tiny random Qwen3-VL checkpoint, run an image prompt through
-`vlstack forward` (M-RoPE positions from get_rope_index), then greedy-decode a few tokens.
+"""vlstack demo. First what a user does first: make a model folder (a small random Qwen3-VL
+checkpoint with the real Qwen3 tokenizer and chat template) and talk to it with `vlstack run`
+(a prompt, piped stdin, a stop string, a second turn that reuses the first turn's KV). Then the
+engine underneath: an image prompt through `vlstack forward` (M-RoPE positions from
+get_rope_index) with greedy decoding, a continuous batch with a DeepStack request, chunked
+prefill, and a compiled BF16 artifact benchmarked through the batch engine.
 
 Usage: demo.py --vlstack PATH --work DIR [--tokens N]
 """
@@ -49,6 +53,34 @@ def run(cmd):
     subprocess.run(cmd, check=True)
 
 
+def chat(a):
+    """`vlstack run` on a model folder the way a user meets it."""
+    model = os.path.join(a.work, "chat-qwen3-vl")
+    print("[demo] a model folder: random Qwen3-VL weights (hidden 64, 4 layers, the real 151936-token"
+          " vocabulary), the Qwen3 tokenizer and the Qwen3-VL chat template")
+    run([a.vlstack, "make-test-model", "--out", model, "--vocab", "151936", "--hidden", "64",
+         "--layers", "4", "--untied", "--seed", "11"])
+    print("\n[demo] ask it something: the reply streams to stdout (random weights: random words),"
+          " speed and time to first token go to stderr")
+    run([a.vlstack, "run", "--model", model, "--prompt", "Describe a sunrise in one sentence.",
+         "--max-tokens", "32", "--temperature", "0.8", "--seed", "1"])
+    print("\n[demo] the prompt can come from a pipe; --stop cuts the reply right before a stop string")
+    first = subprocess.run([a.vlstack, "run", "--model", model, "--max-tokens", "24"],
+                           input="What is a vision-language model?", capture_output=True,
+                           text=True, check=True).stdout
+    print("[demo] reply:          " + json.dumps(first))
+    words = [w for w in first.split() if w.isascii() and w.isalnum()]
+    if words:
+        stop = words[len(words) // 2]
+        print("$ echo 'What is a vision-language model?' | " +
+              " ".join([a.vlstack, "run", "--model", model, "--max-tokens", "24", "--stop", stop]))
+        cut = subprocess.run([a.vlstack, "run", "--model", model, "--max-tokens", "24", "--stop",
+                              stop], input="What is a vision-language model?",
+                             capture_output=True, text=True, check=True).stdout
+        print(f"[demo] with --stop {json.dumps(stop)}: " + json.dumps(cut))
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vlstack", required=True)
@@ -56,6 +88,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=8)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
+    chat(a)
     model = os.path.join(a.work, "tiny-qwen3-vl")
     run([a.vlstack, "make-test-model", "--out", model, "--seed", "7", "--untied"])
     cfg = json.load(open(os.path.join(model, "config.json")))

