@@ -1,6 +1,7 @@
 #include "runtime/chat_pipeline.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -25,10 +26,24 @@ constexpr int32_t kImEnd = kVocab - 1;
 constexpr int32_t kEndOfText = kVocab - 2;
 constexpr int kCapacity = 96;
 
+// Per process, so concurrent runs of the suite (several build trees) never share a folder.
 std::string TestDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  return JoinPath(tmp ? tmp : "/tmp", "vls_chat_pipeline_" + name);
+  return JoinPath(tmp ? tmp : "/tmp",
+                  "vls_chat_pipeline_" + std::to_string(::getpid()) + "_" + name);
 }
+
+// Removes the folders a test wrote when it ends.
+class FolderCleanup {
+ public:
+  ~FolderCleanup() {
+    for (const std::string& d : dirs_) std::filesystem::remove_all(d);
+  }
+  const std::string& Add(const std::string& dir) { return dirs_.emplace_back(dir); }
+
+ private:
+  std::vector<std::string> dirs_;
+};
 
 // A tiny untied model folder with the tiny chat tokenizer and template.
 std::string WriteModel(const std::string& name, const std::string& arch = "qwen3-vl",
@@ -78,12 +93,16 @@ class ChatPipelineTest : public ::testing::Test {
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     pipeline_ = std::move(*p);
   }
+  std::string Write(const std::string& name, const std::string& arch = "qwen3-vl") {
+    return cleanup_.Add(WriteModel(name, arch));
+  }
+  FolderCleanup cleanup_;  // declared first: destroyed after the model that maps the folder
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<ChatPipeline> pipeline_;
 };
 
 TEST_F(ChatPipelineTest, RendersTokenizesAndBuildsASequentialMropeRequest) {
-  Open(WriteModel("mrope"));
+  Open(Write("mrope"));
   ChatRequest req = UserSays("hello");
   req.messages.insert(req.messages.begin(), Json{{"role", "system"}, {"content", "be brief"}});
   auto chat = pipeline_->Prepare(req);
@@ -110,7 +129,7 @@ TEST_F(ChatPipelineTest, RendersTokenizesAndBuildsASequentialMropeRequest) {
 }
 
 TEST_F(ChatPipelineTest, OneDimensionalModelGetsOneDimensionalPositions) {
-  Open(WriteModel("one_d", "qwen3"));
+  Open(Write("one_d", "qwen3"));
   auto chat = pipeline_->Prepare(UserSays("hi"));
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
   EXPECT_EQ(chat->request.positions.mode, PositionMode::k1D);
@@ -118,7 +137,7 @@ TEST_F(ChatPipelineTest, OneDimensionalModelGetsOneDimensionalPositions) {
 }
 
 TEST_F(ChatPipelineTest, TemplateVariablesToolsThinkingAndNoGenerationPrompt) {
-  Open(WriteModel("vars"));
+  Open(Write("vars"));
   ChatRequest req = UserSays("x");
   req.tools = Json::array({{{"type", "function"}}, {{"type", "function"}}});
   req.enable_thinking = false;
@@ -139,7 +158,7 @@ TEST_F(ChatPipelineTest, TemplateVariablesToolsThinkingAndNoGenerationPrompt) {
 }
 
 TEST_F(ChatPipelineTest, TextPartsAreAcceptedAndImagesAreRefusedByMessageIndex) {
-  Open(WriteModel("media"));
+  Open(Write("media"));
   ChatRequest req;
   req.messages = Json::parse(R"([
       {"role": "system", "content": "s"},
@@ -179,7 +198,7 @@ TEST_F(ChatPipelineTest, TextPartsAreAcceptedAndImagesAreRefusedByMessageIndex) 
 }
 
 TEST_F(ChatPipelineTest, MalformedMessagesAreRefusedByName) {
-  Open(WriteModel("malformed"));
+  Open(Write("malformed"));
   const std::vector<std::pair<const char*, const char*>> cases = {
       {"[]", "non-empty"},
       {R"({"role": "user"})", "non-empty list"},
@@ -200,7 +219,7 @@ TEST_F(ChatPipelineTest, MalformedMessagesAreRefusedByName) {
 }
 
 TEST_F(ChatPipelineTest, LimitsStopStringsAndRequestFieldsAreValidated) {
-  Open(WriteModel("limits"));
+  Open(Write("limits"));
   ChatRequest req = UserSays("hello");
   req.stop = {"ok", ""};
   auto r = pipeline_->Prepare(req);
@@ -238,7 +257,7 @@ TEST_F(ChatPipelineTest, LimitsStopStringsAndRequestFieldsAreValidated) {
 }
 
 TEST_F(ChatPipelineTest, EndOfTurnIdsJoinTheStopIdsUnlessIgnoreEos) {
-  const std::string dir = WriteModel("eos");
+  const std::string dir = Write("eos");
   // Without generation_config.json the engine stops on config.json's <|im_end|> only; the
   // tokenizer's eos_token <|endoftext|> joins the request's stop ids.
   std::filesystem::remove(JoinPath(dir, "generation_config.json"));
@@ -261,7 +280,7 @@ TEST_F(ChatPipelineTest, EndOfTurnIdsJoinTheStopIdsUnlessIgnoreEos) {
 }
 
 TEST_F(ChatPipelineTest, GenerationConfigGivesTheSamplingDefaults) {
-  const std::string dir = WriteModel("gen");
+  const std::string dir = Write("gen");
   ASSERT_TRUE(WriteStringToFile(JoinPath(dir, "generation_config.json"),
                                 R"({"do_sample": true, "temperature": 0.7, "top_p": 0.8,
                                     "top_k": 20, "eos_token_id": [511, 510]})")
@@ -280,7 +299,8 @@ TEST_F(ChatPipelineTest, GenerationConfigGivesTheSamplingDefaults) {
 }
 
 TEST(ChatPipelineLoadTest, MissingOrForeignTokenizerIsRefused) {
-  const std::string dir = WriteModel("no_tokenizer");
+  FolderCleanup cleanup;
+  const std::string dir = cleanup.Add(WriteModel("no_tokenizer"));
   std::filesystem::remove(JoinPath(dir, "tokenizer.json"));
   auto lm = Load(dir);
   ASSERT_TRUE(lm);
@@ -290,7 +310,7 @@ TEST(ChatPipelineLoadTest, MissingOrForeignTokenizerIsRefused) {
   EXPECT_NE(p.status().message().find("tokenizer.json"), std::string::npos);
 
   // The tiny tokenizer's special ids (up to 511) do not fit a 400-token vocabulary.
-  const std::string small = WriteModel("small_vocab", "qwen3-vl", 400);
+  const std::string small = cleanup.Add(WriteModel("small_vocab", "qwen3-vl", 400));
   auto lm2 = Load(small);
   ASSERT_TRUE(lm2);
   auto p2 = ChatPipeline::Load(small, *lm2);
@@ -302,7 +322,7 @@ TEST(ChatPipelineLoadTest, MissingOrForeignTokenizerIsRefused) {
 // The whole pipeline through the engine: the streamed text equals the decoded tokens cut at the
 // stop string, and a stop string cancels the request at once.
 TEST_F(ChatPipelineTest, StreamsThroughTheEngineAndCutsAtTheStopString) {
-  Open(WriteModel("engine"));
+  Open(Write("engine"));
   ChatRequest req = UserSays("hello there");
   req.max_tokens = 12;
   req.ignore_eos = true;
