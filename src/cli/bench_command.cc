@@ -1,26 +1,30 @@
-// `vlstack bench`: prompt-processing and generation throughput of a model (CONTRACTS §6).
+// `vlstack bench`: prompt-processing and generation throughput of a model (CONTRACTS §6), a
+// serving benchmark and two scenario benchmarks, all through the BatchEngine that serves.
 //
-// Each repetition prefills `--prompt-tokens` fixed pseudo-random tokens into a fresh cache per
-// slot (logits for the last row only, as a server would), then decodes `--gen-tokens` greedy
-// steps with one row per slot in a single forward pass, so every weight is read once per step
-// for all slots. Time to first token is the first slot's prefill including its logits.
+// Throughput mode (the default): each repetition submits `--slots` requests of
+// `--prompt-tokens` pseudo-random tokens that generate exactly `--gen-tokens` greedy tokens
+// (ignore_eos) to a fresh engine, steps it until idle and timestamps every event. Prompt tok/s
+// is all prompt tokens over the prefill phase (submit until every request has its first token),
+// generation tok/s the tokens of the steps after that over their time (the decode phase, every
+// slot active), time to first token the first request's. `--kernel-loop` measures the old
+// direct loop on Qwen3Model instead (no engine, no sampler), to separate engine costs from
+// kernel costs.
 //
 // `--baseline-slots B` (an extension of the contract's interface) also runs B slots in every
 // repetition, next to the `--slots` run (before it in even repetitions, after it in odd ones),
 // and reports B's generation figures and the per-rep ratio of the two: a paired comparison a
 // second apart, which a shared machine whose bandwidth swings within minutes cannot skew the way
 // it skews two separate runs.
-#include <sys/resource.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
 #include "runtime/loaded_model.h"
@@ -30,57 +34,109 @@ namespace vls::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Seconds;
+using bench::Stats;
+using bench::StatsJson;
+using bench::Summarise;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+constexpr char kUsage[] =
+    "usage: vlstack bench --model DIR [load options] [mode] [options]\n"
+    "load options: --precision bf16|int8|f32 (default bf16) --kv-cache f32|bf16 --threads T\n"
+    "              --artifact FILE --capacity C (default: what the mode needs)\n"
+    "engine:       --prefill-chunk N (prompt rows per step, 0 = whole prompts; default 256)\n"
+    "              --no-prefix-reuse\n"
+    "throughput (default): --prompt-tokens 512 --gen-tokens 128 --reps 3 --slots 1\n"
+    "              [--baseline-slots B0] [--kernel-loop] [--json]\n"
+    "    --slots requests run together through the engine; prompt tok/s over the prefill\n"
+    "    phase, generation tok/s over the decode phase (aggregate), time to first token.\n"
+    "    --baseline-slots also runs B0 requests in every repetition and reports the ratio.\n"
+    "    --kernel-loop times a direct loop on the model instead of the engine.\n"
+    "serving:      --serve --requests 16 --rate R|inf (req/s, Poisson arrivals) --seed 0\n"
+    "              --prompt-tokens P --gen-tokens G --slots B [--json]\n"
+    "    the engine on its own thread, requests submitted at their arrival times; request and\n"
+    "    output token throughput, TTFT, inter-token latency and end-to-end latency (mean, p50,\n"
+    "    p99).\n"
+    "scenarios:    --scenario prefix-reuse --prompt-tokens 2000 --gen-tokens 4 --turn-tokens 30\n"
+    "    a conversation's second turn (turn 1's prompt and reply plus --turn-tokens new tokens):\n"
+    "    its time to first token with prefix reuse and without, paired per repetition.\n"
+    "              --scenario chunked-prefill --streams 8 --stream-prompt-tokens 32\n"
+    "              --prompt-tokens 4096 --window-tokens 16 --prefill-chunk 0,64,256\n"
+    "    --streams requests decoding, then one long prompt arrives: the streams' inter-token\n"
+    "    latency (median, p99) around its prefill, once per chunk size in the list.\n";
 
-struct Stats {
-  double min = 0, median = 0, max = 0;
-};
-
-Stats Summarise(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {v.front(), median, v.back()};
-}
-
-std::string StatsJson(const Stats& s) {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "{\"min\":%.3f,\"median\":%.3f,\"max\":%.3f}", s.min, s.median,
-                s.max);
-  return buf;
-}
-
-double PeakRssMb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) * 1024.0 / 1e6;  // Linux reports KiB; MB = 1e6 bytes
-}
-
-int32_t Argmax(const float* v, int64_t n) {
-  return ArgMax(std::span<const float>(v, static_cast<size_t>(n)));  // the engine's greedy pick
-}
+double PeakRssMb() { return bench::PeakRssMb(); }
 
 struct RepResult {
   double prompt_tps, gen_tps, ttft_ms;
 };
 
-RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32_t seed) {
+// One throughput repetition through a fresh engine (so nothing is reused across runs).
+StatusOr<RepResult> RunEngineRep(const LoadedModel& lm, const EngineOptions& eo, int prompt,
+                                 int gen, int slots, uint64_t seed) {
+  const Qwen3Config& cfg = lm.config();
+  std::vector<GenerationRequest> requests;
+  requests.reserve(static_cast<size_t>(slots));
+  for (int s = 0; s < slots; ++s) {
+    requests.push_back(bench::TextRequest(
+        cfg, bench::RandomTokens(cfg, prompt, seed * 1000003 + static_cast<uint64_t>(s)),
+        std::max(gen, 1)));
+  }
+  bench::EventLog log;
+  BatchEngine engine(
+      lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo);
+  std::vector<uint64_t> ids;
+  const Clock::time_point t0 = Clock::now();
+  for (GenerationRequest& r : requests) {
+    VLS_ASSIGN_OR_RETURN(uint64_t id, engine.Submit(std::move(r)));
+    ids.push_back(id);
+  }
+  VLS_RETURN_IF_ERROR(bench::StepUntilIdle(engine, log));
+  const std::map<uint64_t, bench::RequestTrace> traces = log.Traces();
+  // The prefill phase ends with the step that gave the last request its first token.
+  Clock::time_point prefill_end = t0;
+  int prefill_step = 0;
+  for (const uint64_t id : ids) {
+    const bench::RequestTrace& t = traces.at(id);
+    if (t.times.empty()) return Internal("a benchmark request generated nothing");
+    prefill_step = std::max(prefill_step, t.steps[0]);
+  }
+  // The decode phase: every step after that one, from the end of its delivery.
+  Clock::time_point decode_end = prefill_end;
+  int64_t decoded = 0;
+  for (const auto& [id, t] : traces) {
+    for (size_t i = 0; i < t.times.size(); ++i) {
+      if (t.steps[i] <= prefill_step) {
+        prefill_end = std::max(prefill_end, t.times[i]);
+      } else {
+        ++decoded;
+        decode_end = std::max(decode_end, t.times[i]);
+      }
+    }
+  }
+  const double decode_s = Seconds(prefill_end, decode_end);
+  RepResult r;
+  r.prompt_tps = static_cast<double>(prompt) * slots / Seconds(t0, prefill_end);
+  r.gen_tps = gen > 0 && decoded > 0 && decode_s > 0 ? static_cast<double>(decoded) / decode_s : 0;
+  r.ttft_ms = bench::Millis(t0, traces.at(ids[0]).times[0]);
+  return r;
+}
+
+// The direct loop on Qwen3Model (--kernel-loop): prefills each slot's prompt into a fresh
+// cache (logits for the last row only), then decodes with one row per slot in one forward pass
+// per step, greedy picks spread over the model's pool. Time to first token is the first slot's
+// prefill including its logits.
+RepResult RunKernelRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32_t seed) {
   const Qwen3Config& cfg = model.config();
   const int64_t H = cfg.hidden, V = cfg.vocab;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
   std::vector<std::unique_ptr<KvCache>> caches;
   std::vector<int32_t> next(static_cast<size_t>(slots));
   std::vector<float> logits(static_cast<size_t>(slots * V));
   double prefill_s = 0, ttft_s = 0;
   for (int s = 0; s < slots; ++s) {
     caches.push_back(model.NewCache(prompt + gen));
-    std::vector<int32_t> ids(static_cast<size_t>(prompt));
-    for (int32_t& id : ids) id = tok(rng);
+    const std::vector<int32_t> ids =
+        bench::RandomTokens(cfg, prompt, uint64_t{seed} * 1000003 + static_cast<uint64_t>(s));
     std::vector<ForwardRow> rows(static_cast<size_t>(prompt));
     for (int p = 0; p < prompt; ++p)
       rows[static_cast<size_t>(p)] = {caches.back().get(), p, {p, p, p}};
@@ -92,7 +148,7 @@ RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32
     model.FinalNorm(x.data() + (prompt - 1) * H, 1, last.data());
     model.Logits(last.data(), 1, logits.data());
     const double dt = Seconds(t0, Clock::now());
-    next[static_cast<size_t>(s)] = Argmax(logits.data(), V);
+    next[static_cast<size_t>(s)] = ArgMax(std::span<const float>(logits.data(), V));
     prefill_s += dt;
     if (s == 0) ttft_s = dt;
   }
@@ -109,11 +165,9 @@ RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32
     model.RunLayers(x.data(), rows, nullptr);
     model.FinalNorm(x.data(), slots, h.data());
     model.Logits(h.data(), slots, logits.data());
-    // Greedy sampling of every slot (151936 logits each), spread over the model's pool as a
-    // batch engine would, rather than on this thread while the pool waits.
     model.context().pool().ParallelFor(slots, 1, [&](int64_t b, int64_t e) {
       for (int64_t s = b; s < e; ++s) {
-        next[static_cast<size_t>(s)] = Argmax(logits.data() + s * V, V);
+        next[static_cast<size_t>(s)] = ArgMax(std::span<const float>(logits.data() + s * V, V));
       }
     });
   }
@@ -122,113 +176,198 @@ RepResult RunRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32
           gen > 0 ? static_cast<double>(gen) * slots / gen_s : 0.0, ttft_s * 1e3};
 }
 
-}  // namespace
-
-int RunBench(int argc, char** argv) {
-  std::set<std::string> flags = {"model", "prompt-tokens", "gen-tokens",    "reps",
-                                 "slots", "capacity",      "baseline-slots"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args = Args::Parse(argc, argv, flags, {"json"});
-  if (!args.ok()) return Fail("bench", args.status());
-  auto dir = args->Require("model");
-  if (!dir.ok()) return Fail("bench", dir.status());
-  LoadOptions o;
-  if (Status s = ApplyLoadFlags(*args, "bf16", &o); !s.ok()) return Fail("bench", s);
-  const std::string precision = kernels::PrecisionName(o.precision);
-  auto prompt = args->Int("prompt-tokens", 512, 1, 1 << 20);
-  auto gen = args->Int("gen-tokens", 128, 0, 1 << 20);
-  auto reps = args->Int("reps", 3, 1, 1000);
-  auto slots = args->Int("slots", 1, 1, 256);
-  auto baseline = args->Int("baseline-slots", 0, 1, 256);  // 0: not given
-  for (const Status& s :
-       {prompt.status(), gen.status(), reps.status(), slots.status(), baseline.status()}) {
-    if (!s.ok()) return Fail("bench", s);
+Status Throughput(const Args& args, const bench::Loader& load) {
+  VLS_ASSIGN_OR_RETURN(long long prompt, args.Int("prompt-tokens", 512, 1, 1 << 20));
+  VLS_ASSIGN_OR_RETURN(long long gen, args.Int("gen-tokens", 128, 0, 1 << 20));
+  VLS_ASSIGN_OR_RETURN(long long reps, args.Int("reps", 3, 1, 1000));
+  VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", 1, 1, 256));
+  VLS_ASSIGN_OR_RETURN(long long baseline, args.Int("baseline-slots", 0, 1, 256));  // 0: absent
+  const bool paired = args.Get("baseline-slots").has_value();
+  const bool kernel_loop = args.Has("kernel-loop");
+  if (paired && gen == 0) {
+    return InvalidArgument("--baseline-slots compares generation: --gen-tokens must be at least 1");
   }
-  const bool paired = args->Get("baseline-slots").has_value();
-  if (paired && *gen == 0) {
-    return Fail("bench", InvalidArgument("--baseline-slots compares generation: --gen-tokens "
-                                         "must be at least 1"));
-  }
-  // An artifact's identity includes the capacity: --capacity matches the one it was compiled
-  // with.
-  auto capacity = args->Int("capacity", *prompt + *gen, *prompt + *gen, 1 << 24);
-  if (!capacity.ok()) return Fail("bench", capacity.status());
-  o.capacity = static_cast<int>(*capacity);
-  o.slots = static_cast<int>(*slots);
-  o.progress = StderrProgress("bench");
-  std::fprintf(stderr, "[bench] loading %s (%s%s%s)\n", dir->c_str(), precision.c_str(),
-               o.artifact.empty() ? "" : ", artifact ", o.artifact.c_str());
-  const Clock::time_point load0 = Clock::now();
-  auto lm = LoadedModel::Load(*dir, o);
-  if (!lm.ok()) return Fail("bench", lm.status());
-  const double load_s = Seconds(load0, Clock::now());
-  const Qwen3Model& model = (*lm)->model();
+  VLS_ASSIGN_OR_RETURN(int capacity, bench::CapacityFlag(args, prompt + std::max(gen, 1LL)));
+  VLS_ASSIGN_OR_RETURN(bench::Setup setup,
+                       load(capacity, static_cast<int>(std::max(slots, baseline))));
+  const LoadedModel& lm = *setup.model;
+  const Qwen3Model& model = lm.model();
   // Memory the model needs: the prepared weights plus one KV cache per slot (K and V).
   const Qwen3Config& mc = model.config();
   const double weights_mb = static_cast<double>(model.prepared().size()) / 1e6;
   const double kv_mb = 2.0 * static_cast<double>(KvCache::ElementBytes(model.kv_dtype())) *
-                       mc.layers * mc.kv_heads * mc.head_dim * static_cast<double>(o.capacity) *
-                       static_cast<double>(o.slots) / 1e6;
+                       mc.layers * mc.kv_heads * mc.head_dim * static_cast<double>(capacity) *
+                       static_cast<double>(std::max(slots, baseline)) / 1e6;
+  const auto rep = [&](int n, int r) -> StatusOr<RepResult> {
+    if (kernel_loop) {
+      return RunKernelRep(model, static_cast<int>(prompt), static_cast<int>(gen), n,
+                          static_cast<uint32_t>(r + 1));
+    }
+    return RunEngineRep(lm, setup.engine, static_cast<int>(prompt), static_cast<int>(gen), n,
+                        static_cast<uint64_t>(r) + 1);
+  };
   std::vector<double> ptps, gtps, ttft, base_gtps, ratio;
-  for (int r = 0; r < *reps; ++r) {
+  for (int r = 0; r < reps; ++r) {
     // The baseline runs first in even repetitions and second in odd ones, so neither run
     // always follows the other.
-    const auto run_baseline = [&] {
-      const RepResult b = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
-                                 static_cast<int>(*baseline), static_cast<uint32_t>(r + 1));
+    const auto run_baseline = [&]() -> Status {
+      VLS_ASSIGN_OR_RETURN(RepResult b, rep(static_cast<int>(baseline), r));
       std::fprintf(stderr, "[bench] rep %d/%lld: baseline %lld slots: generation %.2f tok/s\n",
-                   r + 1, *reps, *baseline, b.gen_tps);
+                   r + 1, reps, baseline, b.gen_tps);
       base_gtps.push_back(b.gen_tps);
+      return Status::Ok();
     };
-    if (paired && r % 2 == 0) run_baseline();
-    const RepResult res = RunRep(model, static_cast<int>(*prompt), static_cast<int>(*gen),
-                                 static_cast<int>(*slots), static_cast<uint32_t>(r + 1));
+    if (paired && r % 2 == 0) VLS_RETURN_IF_ERROR(run_baseline());
+    VLS_ASSIGN_OR_RETURN(RepResult res, rep(static_cast<int>(slots), r));
     std::fprintf(stderr,
                  "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
-                 r + 1, *reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
-    if (paired && r % 2 == 1) run_baseline();
-    if (paired) ratio.push_back(res.gen_tps / base_gtps.back());
+                 r + 1, reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
+    if (paired && r % 2 == 1) VLS_RETURN_IF_ERROR(run_baseline());
+    if (paired) {
+      if (base_gtps.back() <= 0 || res.gen_tps <= 0) {
+        return InvalidArgument("--gen-tokens " + std::to_string(gen) +
+                               " leaves no decode-only step to time; use more");
+      }
+      ratio.push_back(res.gen_tps / base_gtps.back());
+    }
     ptps.push_back(res.prompt_tps);
     gtps.push_back(res.gen_tps);
     ttft.push_back(res.ttft_ms);
   }
   const Stats p = Summarise(ptps), g = Summarise(gtps), t = Summarise(ttft);
-  const int nthreads = model.context().pool().threads();
-  if (args->Has("json")) {
+  const char* mode = kernel_loop ? "kernel-loop" : "engine";
+  if (setup.json) {
     std::string extra;
     if (paired) {
-      extra = ",\"baseline_slots\":" + std::to_string(*baseline) +
+      extra = ",\"baseline_slots\":" + std::to_string(baseline) +
               ",\"baseline_generation_tokens_per_s\":" + StatsJson(Summarise(base_gtps)) +
               ",\"generation_ratio\":" + StatsJson(Summarise(ratio));
     }
     std::printf(
-        "{\"model\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\","
-        "\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,\"slots\":%lld,"
+        "{%s,\"mode\":\"%s\",\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,"
+        "\"slots\":%lld,\"prefill_chunk\":%d,\"prefix_reuse\":%s,"
         "\"prompt_tokens_per_s\":%s,\"generation_tokens_per_s\":%s,"
         "\"time_to_first_token_ms\":%s,\"peak_rss_mb\":%.1f,\"weights_mb\":%.1f,"
         "\"kv_cache_mb\":%.1f,\"load_s\":%.2f%s}\n",
-        dir->c_str(), precision.c_str(), nthreads, model.context().variant().name, *prompt, *gen,
-        *reps, *slots, StatsJson(p).c_str(), StatsJson(g).c_str(), StatsJson(t).c_str(),
-        PeakRssMb(), weights_mb, kv_mb, load_s, extra.c_str());
+        bench::HeaderJson(setup).c_str(), mode, prompt, gen, reps, slots,
+        setup.engine.prefill_chunk, setup.engine.prefix_reuse ? "true" : "false",
+        StatsJson(p).c_str(), StatsJson(g).c_str(), StatsJson(t).c_str(), PeakRssMb(), weights_mb,
+        kv_mb, setup.load_s, extra.c_str());
   } else {
-    std::printf("model %s precision %s threads %d kernels %s slots %lld\n", dir->c_str(),
-                precision.c_str(), nthreads, model.context().variant().name, *slots);
-    std::printf("prompt tokens/s      min %.2f median %.2f max %.2f (%lld tokens)\n", p.min,
-                p.median, p.max, *prompt);
+    std::printf("model %s precision %s threads %d kernels %s slots %lld mode %s",
+                setup.model_dir.c_str(), setup.precision.c_str(), setup.threads,
+                model.context().variant().name, slots, mode);
+    if (!kernel_loop) {
+      std::printf(" prefill chunk %d prefix reuse %s", setup.engine.prefill_chunk,
+                  setup.engine.prefix_reuse ? "on" : "off");
+    }
+    std::printf("\nprompt tokens/s      min %.2f median %.2f max %.2f (%lld tokens x %lld slots)\n",
+                p.min, p.median, p.max, prompt, slots);
     std::printf("generation tokens/s  min %.2f median %.2f max %.2f (%lld tokens x %lld slots)\n",
-                g.min, g.median, g.max, *gen, *slots);
+                g.min, g.median, g.max, gen, slots);
     std::printf("time to first token  min %.1f median %.1f max %.1f ms\n", t.min, t.median, t.max);
     if (paired) {
       const Stats b = Summarise(base_gtps), q = Summarise(ratio);
       std::printf("baseline generation  min %.2f median %.2f max %.2f (%lld slots)\n", b.min,
-                  b.median, b.max, *baseline);
+                  b.median, b.max, baseline);
       std::printf(
           "generation ratio     min %.2f median %.2f max %.2f (%lld / %lld slots, per rep)\n",
-          q.min, q.median, q.max, *slots, *baseline);
+          q.min, q.median, q.max, slots, baseline);
     }
     std::printf("peak RSS %.1f MB (prepared weights %.1f MB + KV cache %.1f MB), load %.2f s\n",
-                PeakRssMb(), weights_mb, kv_mb, load_s);
+                PeakRssMb(), weights_mb, kv_mb, setup.load_s);
   }
+  return Status::Ok();
+}
+
+// Flags that belong to one mode only (a flag of another mode is refused by name).
+struct ModeFlags {
+  const char* mode;
+  std::vector<std::string> flags;
+};
+
+Status Bench(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
+  LoadOptions base;
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &base));
+  const std::string scenario = args.Get("scenario").value_or("");
+  const bool serve = args.Has("serve");
+  if (serve && !scenario.empty())
+    return InvalidArgument("--serve and --scenario exclude each other");
+  if (!scenario.empty() && scenario != "prefix-reuse" && scenario != "chunked-prefill") {
+    return InvalidArgument("--scenario must be prefix-reuse or chunked-prefill, not '" + scenario +
+                           "'");
+  }
+  const std::string mode = serve ? "serve" : scenario.empty() ? "throughput" : scenario;
+  const ModeFlags own[] = {
+      {"throughput", {"baseline-slots", "kernel-loop", "reps"}},
+      {"serve", {"requests", "rate", "seed"}},
+      {"prefix-reuse", {"turn-tokens", "reps"}},
+      {"chunked-prefill", {"streams", "stream-prompt-tokens", "window-tokens"}},
+  };
+  for (const ModeFlags& m : own) {
+    for (const std::string& f : m.flags) {
+      const bool shared = f == "reps" && (mode == "throughput" || mode == "prefix-reuse");
+      if (args.Has(f) && mode != m.mode && !shared) {
+        return InvalidArgument("--" + f + " belongs to the " + m.mode + " mode, not " + mode);
+      }
+    }
+  }
+  VLS_ASSIGN_OR_RETURN(std::vector<int> chunks, bench::PrefillChunks(args));
+  if (chunks.size() > 1 && mode != "chunked-prefill") {
+    return InvalidArgument("--prefill-chunk takes a list only with --scenario chunked-prefill");
+  }
+  if (args.Has("kernel-loop") && (args.Has("prefill-chunk") || args.Has("no-prefix-reuse"))) {
+    return InvalidArgument(
+        "--kernel-loop does not use the engine: no --prefill-chunk or "
+        "--no-prefix-reuse");
+  }
+  std::unique_ptr<LoadedModel> loaded;
+  const bench::Loader load = [&](int capacity, int slots) -> StatusOr<bench::Setup> {
+    LoadOptions o = base;
+    o.capacity = capacity;
+    o.slots = slots;
+    o.progress = StderrProgress("bench");
+    bench::Setup s;
+    s.model_dir = dir;
+    s.precision = kernels::PrecisionName(o.precision);
+    std::fprintf(stderr, "[bench] loading %s (%s, %d slots, capacity %d%s%s)\n", dir.c_str(),
+                 s.precision.c_str(), slots, capacity, o.artifact.empty() ? "" : ", artifact ",
+                 o.artifact.c_str());
+    const Clock::time_point t0 = Clock::now();
+    VLS_ASSIGN_OR_RETURN(loaded, LoadedModel::Load(dir, o));
+    s.load_s = Seconds(t0, Clock::now());
+    s.model = loaded.get();
+    s.engine.prefill_chunk = chunks.front();
+    s.engine.prefix_reuse = !args.Has("no-prefix-reuse");
+    s.json = args.Has("json");
+    s.threads = loaded->model().context().pool().threads();
+    return s;
+  };
+  if (serve) return bench::RunServe(args, load);
+  if (scenario == "prefix-reuse") return bench::RunPrefixReuseScenario(args, load);
+  if (scenario == "chunked-prefill") return bench::RunChunkedPrefillScenario(args, load);
+  return Throughput(args, load);
+}
+
+}  // namespace
+
+int RunBench(int argc, char** argv) {
+  std::set<std::string> flags = {
+      "model",        "prompt-tokens",  "gen-tokens",    "reps",     "slots",
+      "capacity",     "baseline-slots", "prefill-chunk", "requests", "rate",
+      "seed",         "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
+      "window-tokens"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args =
+      Args::Parse(argc, argv, flags, {"json", "kernel-loop", "no-prefix-reuse", "serve", "help"});
+  if (!args.ok()) return Fail("bench", args.status());
+  if (args->Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  Status s = Bench(*args);
+  if (!s.ok()) return Fail("bench", s);
   return 0;
 }
 

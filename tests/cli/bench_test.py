@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`vlstack bench` on a tiny generated model: the contract's JSON fields, the paired
-`--baseline-slots` comparison, and clear errors for bad flags."""
+`--baseline-slots` comparison, the kernel-loop, serving and scenario modes, and clear errors for
+bad flags."""
 import argparse
 import json
 import subprocess
@@ -24,9 +25,9 @@ def main():
         run([a.vlstack, "make-test-model", "--out", model, "--hidden", "64", "--layers", "2",
              "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--intermediate", "128",
              "--vocab", "300", "--deepstack", "1"])
-        base = [a.vlstack, "bench", "--model", model, "--prompt-tokens", "5", "--gen-tokens", "3",
-                "--json"]
-        plain = json.loads(run(base + ["--reps", "2"]).stdout)
+        common = [a.vlstack, "bench", "--model", model, "--prompt-tokens", "5", "--gen-tokens",
+                  "3", "--json"]
+        plain = json.loads(run(common + ["--reps", "2"]).stdout)
         for key in ("model", "precision", "threads", "prompt_tokens_per_s",
                     "generation_tokens_per_s", "time_to_first_token_ms", "peak_rss_mb"):
             assert key in plain, f"missing {key}: {plain}"
@@ -35,7 +36,7 @@ def main():
             st = plain[s]
             assert 0 < st["min"] <= st["median"] <= st["max"], (s, st)
 
-        paired = run(base + ["--reps", "3", "--slots", "4", "--baseline-slots", "1"])
+        paired = run(common + ["--reps", "3", "--slots", "4", "--baseline-slots", "1"])
         r = json.loads(paired.stdout)
         assert r["slots"] == 4 and r["baseline_slots"] == 1, r
         for s in ("baseline_generation_tokens_per_s", "generation_ratio"):
@@ -59,11 +60,72 @@ def main():
         assert abs(ratios[1] - r["generation_ratio"]["median"]) <= 0.01 * ratios[1] + 0.001, \
             (ratios, r["generation_ratio"])
 
+        # The engine options are taken (and reported); the kernel loop still runs.
+        eng = json.loads(run(common + ["--slots", "2", "--prefill-chunk", "2",
+                                     "--no-prefix-reuse"]).stdout)
+        assert eng["mode"] == "engine" and eng["prefill_chunk"] == 2, eng
+        assert eng["prefix_reuse"] is False, eng
+        assert eng["generation_tokens_per_s"]["min"] > 0, eng
+        kl = json.loads(run(common + ["--kernel-loop", "--slots", "2"]).stdout)
+        assert kl["mode"] == "kernel-loop" and kl["generation_tokens_per_s"]["min"] > 0, kl
+
+        # Serving: Poisson arrivals (and all at once); every request's tokens are counted.
+        for rate in ("50", "inf"):
+            sv = json.loads(run([a.vlstack, "bench", "--model", model, "--serve", "--requests",
+                                 "6", "--rate", rate, "--seed", "3", "--prompt-tokens", "5",
+                                 "--gen-tokens", "4", "--slots", "2", "--prefill-chunk", "3",
+                                 "--json"]).stdout)
+            assert sv["mode"] == "serve" and sv["requests"] == 6, sv
+            assert sv["request_throughput"] > 0 and sv["output_token_throughput"] > 0, sv
+            assert abs(sv["output_token_throughput"] / sv["request_throughput"] - 4) < 0.01, sv
+            assert sv["ttft_ms"]["n"] == 6 and sv["itl_ms"]["n"] == 6 * 3, sv
+            assert sv["e2e_latency_ms"]["n"] == 6, sv
+            for k in ("ttft_ms", "itl_ms", "e2e_latency_ms"):
+                d = sv[k]
+                assert 0 <= d["p50"] <= d["p99"] <= d["max"], (k, d)
+        human = run([a.vlstack, "bench", "--model", model, "--serve", "--requests", "2",
+                     "--prompt-tokens", "3", "--gen-tokens", "2"]).stdout
+        for words in ("request throughput", "output token throughput", "time to first token",
+                      "inter-token latency", "end-to-end latency"):
+            assert words in human, human
+
+        # Scenarios: prefix reuse (turn 2 reuses turn 1, same tokens both ways) and chunked
+        # prefill (one run per chunk size).
+        pr = json.loads(run([a.vlstack, "bench", "--model", model, "--scenario", "prefix-reuse",
+                             "--prompt-tokens", "40", "--gen-tokens", "3", "--turn-tokens", "5",
+                             "--reps", "2", "--json"]).stdout)
+        assert pr["cached_tokens_reuse"] >= 40 and pr["cached_tokens_no_reuse"] == 0, pr
+        assert pr["same_tokens"] is True and pr["turn2_prompt_tokens"] == 48, pr
+        assert pr["turn2_ttft_ms_reuse"]["min"] > 0 and pr["speedup"]["min"] > 0, pr
+        cp = json.loads(run([a.vlstack, "bench", "--model", model, "--scenario",
+                             "chunked-prefill", "--streams", "2", "--stream-prompt-tokens", "4",
+                             "--prompt-tokens", "40", "--window-tokens", "3",
+                             "--prefill-chunk", "0,8", "--json"]).stdout)
+        assert [r["prefill_chunk"] for r in cp["runs"]] == [0, 8], cp
+        for r in cp["runs"]:
+            assert r["itl_ms"]["n"] > 0 and r["steady_itl_ms"]["n"] > 0, r
+            assert r["long_ttft_ms"] > 0, r
+        # Chunk 8 takes 5 steps for the 40-token prompt: more steps than unchunked.
+        assert cp["runs"][1]["steps"] > cp["runs"][0]["steps"], cp
+
         for flags, needle in ((["--baseline-slots", "0"], "--baseline-slots"),
                               (["--baseline-slots", "x"], "--baseline-slots"),
-                              (["--baseline-slots", "1", "--gen-tokens", "0"], "--gen-tokens")):
+                              (["--baseline-slots", "1", "--gen-tokens", "0"], "--gen-tokens"),
+                              (["--rate", "2"], "--rate"),
+                              (["--serve", "--rate", "0"], "--rate"),
+                              (["--serve", "--rate", "x"], "--rate"),
+                              (["--prefill-chunk", "1,2"], "--prefill-chunk"),
+                              (["--prefill-chunk", "-1"], "--prefill-chunk"),
+                              (["--kernel-loop", "--prefill-chunk", "4"], "--kernel-loop"),
+                              (["--scenario", "nope"], "--scenario"),
+                              (["--serve", "--scenario", "prefix-reuse"], "--scenario"),
+                              (["--scenario", "chunked-prefill", "--streams", "2", "--slots",
+                                "2"], "--slots")):
             p = run([a.vlstack, "bench", "--model", model] + flags, ok=False)
             assert p.returncode != 0 and needle in p.stderr, (flags, p.returncode, p.stderr)
+        h = run([a.vlstack, "bench", "--help"]).stdout
+        for word in ("--serve", "--rate", "--scenario", "--prefill-chunk", "--kernel-loop"):
+            assert word in h, (word, h)
     print("bench_test: ok")
 
 
