@@ -1,5 +1,11 @@
 // `vlstack batch` (CONTRACTS §6): requests from a JSONL file through the continuous-batch
 // engine; one JSON line per request, in input order.
+//
+// Requests are submitted in input order before the first step, so the engine's FIFO admits
+// them in that order and a later request can reuse what an earlier one left in a free slot.
+// A request with stop strings has a TextStream (UTF-8-safe decoding, special tokens left out,
+// stop strings matched across token boundaries): it is cancelled at the token that completes a
+// stop string, its text cut where the match begins, and it finishes with "stop".
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -9,13 +15,40 @@
 #include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "cli/request_input.h"
 #include "runtime/batch_engine.h"
+#include "runtime/stop_matcher.h"
+#include "runtime/text_stream.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vls::cli {
 namespace {
 
 using Json = nlohmann::json;
+
+constexpr char kUsage[] =
+    "usage: vlstack batch --model DIR --requests REQS.jsonl [options]\n"
+    "  --slots B              batch slots (default 4)\n"
+    "  --capacity C           per-slot context (default: the largest prompt + max_new_tokens)\n"
+    "  --precision f32|bf16|int8   matmul precision (default f32)\n"
+    "  --kv-cache f32|bf16    KV cache element type (default f32 at f32, else bf16)\n"
+    "  --threads T            kernel threads (0 = all cores)\n"
+    "  --artifact FILE        prepared weights from `vlstack compile` (same precision,\n"
+    "                         capacity and slots)\n"
+    "  --prefill-chunk N      prompt rows prefilled per step, interleaved with the other\n"
+    "                         slots' decode (default 256; 0 = whole prompts at once)\n"
+    "  --no-prefix-reuse      never admit a request onto a slot's kept prefix\n"
+    "Each input line: {\"id\":…, \"input\":\"file.safetensors\" (relative to the JSONL file),\n"
+    "  \"max_new_tokens\":N, \"ignore_eos\":bool, \"cancel_after_tokens\":k, \"temperature\":T,\n"
+    "  \"top_k\", \"top_p\", \"min_p\", \"repetition_penalty\", \"presence_penalty\",\n"
+    "  \"frequency_penalty\", \"seed\":S, \"stop\":[\"…\"]}\n"
+    "Each output line, in input order: {\"id\", \"tokens\", \"finish_reason\":\n"
+    "  stop|length|cancelled|error, \"cached_tokens\" (prompt tokens served from prefix reuse),\n"
+    "  \"text\" (with \"stop\": decoded with the model folder's tokenizer.json, special\n"
+    "  tokens and the finishing EOS left out, cut before the first stop string; finish_reason\n"
+    "  stop when one matched; tokens end with the one that completed it), \"error\"}.\n"
+    "Requests are admitted in input order, so a later one can reuse an earlier one's prefix.\n";
 
 struct Line {
   Json id;  // as given (null when the line could not be parsed)
@@ -26,10 +59,15 @@ struct Line {
   bool ignore_eos = false;
   std::optional<int64_t> cancel_after;
   SamplingParams sampling;
+  std::optional<std::vector<std::string>> stop;  // "stop" given: the line carries "text"
   // Results.
   uint64_t engine_id = 0;
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kNone;
+  int32_t cached_tokens = 0;
+  std::unique_ptr<TextStream> stream;  // with stop strings
+  std::string text;
+  FinishReason text_finish = FinishReason::kNone;  // the stream's (kStop when one matched)
 };
 
 template <typename T>
@@ -72,6 +110,19 @@ Status ParseLine(const std::string& text, const std::string& base_dir, Line* lin
     VLS_RETURN_IF_ERROR(ReadField(j, "seed", &seed));
     s.seed = seed;
   }
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    std::vector<std::string> stop;
+    if (it->is_string()) {
+      stop.push_back(it->get<std::string>());
+    } else if (it->is_array() &&
+               std::all_of(it->begin(), it->end(), [](const Json& v) { return v.is_string(); })) {
+      stop = it->get<std::vector<std::string>>();
+    } else {
+      return InvalidArgument("field 'stop' must be a list of strings: " + it->dump());
+    }
+    VLS_RETURN_IF_ERROR(ValidateStopStrings(stop).WithContext("field 'stop'"));
+    line->stop = std::move(stop);
+  }
   auto file = SafetensorsFile::Open(JoinPath(base_dir, input));
   if (!file.ok()) return file.status();
   line->input = std::move(*file);
@@ -98,6 +149,12 @@ Status Batch(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string model_dir, args.Require("model"));
   VLS_ASSIGN_OR_RETURN(std::string reqs_path, args.Require("requests"));
   VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", 4, 1, 1024));
+  EngineOptions eo;
+  VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", eo.prefill_chunk, 0, 1 << 24));
+  eo.prefill_chunk = static_cast<int>(chunk);
+  eo.prefix_reuse = !args.Has("no-prefix-reuse");
+  LoadOptions lo;
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   std::ifstream in(reqs_path);
   if (!in) return NotFound("cannot open '" + reqs_path + "'");
   const std::string base = DirName(reqs_path);
@@ -118,27 +175,62 @@ Status Batch(const Args& args) {
   }
   if (file_cfg.deepstack) need = std::max<int64_t>(need, file_cfg.deepstack->max_visual_positions);
   VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", need, 1, 1 << 24));
-  LoadOptions lo;
   lo.capacity = static_cast<int>(capacity);
   lo.slots = static_cast<int>(slots);
+  lo.progress = StderrProgress("batch");
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadedModel::Load(model_dir, lo));
-  std::fprintf(stderr, "[batch] %zu requests, %lld slots, capacity %lld\n", lines.size(), slots,
-               capacity);
+  std::fprintf(stderr,
+               "[batch] %zu requests, %lld slots, capacity %lld, %s, prefill chunk %d, prefix "
+               "reuse %s\n",
+               lines.size(), slots, capacity, kernels::PrecisionName(lo.precision),
+               eo.prefill_chunk, eo.prefix_reuse ? "on" : "off");
+
+  // The tokenizer, only when some request has stop strings; without one those requests fail.
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  Status tokenizer_status = Status::Ok();
+  if (std::any_of(lines.begin(), lines.end(),
+                  [](const Line& l) { return l.error.empty() && l.stop.has_value(); })) {
+    auto t = tok::Tokenizer::FromFile(model_dir);
+    if (t.ok()) {
+      tokenizer = std::move(*t);
+    } else {
+      tokenizer_status = t.status();
+    }
+  }
 
   std::map<uint64_t, Line*> by_id;
-  BatchEngine engine(*model, [&by_id](const TokenEvent& e) {
-    Line* l = by_id[e.request_id];
-    if (e.token >= 0) l->tokens.push_back(e.token);
-    if (e.finish != FinishReason::kNone) {
-      l->finish = e.finish;
-      if (!e.error.empty()) l->error = e.error;
-      return true;
-    }
-    // Cancel as soon as the request has emitted cancel_after_tokens tokens.
-    return !(l->cancel_after && static_cast<int64_t>(l->tokens.size()) >= *l->cancel_after);
-  });
+  BatchEngine engine(
+      *model,
+      [&by_id](const TokenEvent& e) {
+        Line* l = by_id[e.request_id];
+        l->cached_tokens = e.cached_tokens;
+        if (e.token >= 0) l->tokens.push_back(e.token);
+        bool stop_string = false;
+        if (l->stream) {
+          TextDelta d = l->stream->Next(e);
+          l->text += d.text;
+          if (d.finish != FinishReason::kNone) l->text_finish = d.finish;
+          stop_string = d.cancel_request;
+        }
+        if (e.finish != FinishReason::kNone) {
+          l->finish = e.finish;
+          if (!e.error.empty()) l->error = e.error;
+          return true;
+        }
+        if (stop_string) return false;  // cancels: nothing after the stop string is generated
+        // Cancel as soon as the request has emitted cancel_after_tokens tokens.
+        return !(l->cancel_after && static_cast<int64_t>(l->tokens.size()) >= *l->cancel_after);
+      },
+      eo);
   for (Line& l : lines) {
     if (!l.error.empty()) continue;
+    if (l.stop) {
+      if (!tokenizer) {
+        l.error = "stop strings need the model folder's tokenizer: " + tokenizer_status.ToString();
+        continue;
+      }
+      l.stream = std::make_unique<TextStream>(tokenizer.get(), *l.stop);
+    }
     auto req = BuildRequest(l, model->model());
     if (!req.ok()) {
       l.error = RenameDeepStackTensors(req.status()).ToString();
@@ -163,9 +255,12 @@ Status Batch(const Args& args) {
     out["id"] = l.id;
     out["tokens"] = l.tokens;
     const bool failed = !l.error.empty();
-    out["finish_reason"] = failed ? "error" : FinishReasonName(l.finish);
+    const FinishReason finish = l.text_finish != FinishReason::kNone ? l.text_finish : l.finish;
+    out["finish_reason"] = failed ? "error" : FinishReasonName(finish);
+    out["cached_tokens"] = failed ? 0 : l.cached_tokens;
+    if (l.stop && !failed) out["text"] = l.text;
     if (failed) out["error"] = l.error;
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   }
   return Status::Ok();
 }
@@ -173,8 +268,14 @@ Status Batch(const Args& args) {
 }  // namespace
 
 int RunBatch(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv, {"model", "requests", "slots", "capacity"}, {});
+  std::set<std::string> flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};
+  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  auto args = Args::Parse(argc, argv, flags, {"no-prefix-reuse", "help"});
   if (!args.ok()) return Fail("batch", args.status());
+  if (args->Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   Status s = Batch(*args);
   if (!s.ok()) return Fail("batch", s);
   return 0;
