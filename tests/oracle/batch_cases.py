@@ -225,8 +225,9 @@ class Req:
 
 
 class Run:
-    def __init__(self, name, make, slots, capacity, reqs, group=None, config_patch=None):
+    def __init__(self, name, make, slots, capacity, reqs, group=None, config_patch=None, extra=()):
         self.name = name
+        self.extra = list(extra)    # further `vlstack batch` flags (--prefill-chunk N)
         self.make = list(make)
         self.slots = slots
         self.capacity = capacity    # None: no --capacity flag (engine default)
@@ -291,6 +292,12 @@ def runs():
     out.append(Run("vl_mixed_slots1", mk, 1, 32, vl_mixed(), group="vl_mixed"))
     out.append(Run("vl_mixed_slots8", mk, 8, 32, vl_mixed([Req("int_id", b_text(5), 3, json_id=4242)]),
                    group="vl_mixed"))
+    # Chunked prefill (issue 14): the same requests with prompts prefilled in chunks of 1, 2, 3 and
+    # 64 rows, chunk boundaries falling inside the visual spans and the DeepStack rows; every
+    # request against the reference, and the outputs identical to the unchunked runs.
+    for chunk in (1, 2, 3, 64):
+        out.append(Run(f"vl_mixed_chunk{chunk}", mk, 3, 32, vl_mixed(), group="vl_mixed",
+                       extra=["--prefill-chunk", str(chunk)]))
     # EOS family on one prompt: stop / ignored / cancelled before / cancel after / EOS at the limit
     eos = [
         Req("eos_stop", b_eos_prompt, 10, ignore_eos=False, want="stop"),
@@ -335,6 +342,10 @@ def runs():
     ]
     out.append(Run("vl_ds_k2_l4_f32_slots2", VL + ["--deepstack", "2", "--layers", "4", "--dtype", "f32",
                                                    "--seed", "104"], 2, 40, ds))
+    out.append(Run("vl_ds_k2_l4_f32_chunk2", VL + ["--deepstack", "2", "--layers", "4", "--dtype", "f32",
+                                                   "--seed", "104"], 2, 40, ds, extra=["--prefill-chunk", "2"]))
+    out.append(Run("qwen3_1d_chunk3", QWEN3 + ["--deepstack-layers", "0,2", "--deepstack-nmax", "16",
+                                               "--seed", "103"], 3, 32, q, extra=["--prefill-chunk", "3"]))
     # stress: 30 random valid requests (random kind, length, limit, cancel, ignore_eos) on 4 slots
     rs = np.random.default_rng(7)
     stress = []
@@ -596,6 +607,7 @@ class Runner:
                             "--slots", str(run.slots)]
         if run.capacity is not None:
             cmd += ["--capacity", str(run.capacity)]
+        cmd += run.extra
         with open(os.path.join(rdir, "cmd.txt"), "w") as f:
             f.write(" ".join(cmd) + "\n")
         # run from WORK (not the JSONL's folder): input paths must resolve relative to the JSONL file
