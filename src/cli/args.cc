@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace vls::cli {
@@ -79,6 +80,61 @@ StatusOr<double> Args::Double(const std::string& name, double def) const {
     return InvalidArgument("--" + name + ": '" + *v + "' is not a finite number");
   }
   return x;
+}
+
+int ExitCode(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return 0;
+    // What the user gave is wrong, missing or unsupported: theirs to fix. kIoError is a file the
+    // system refuses to open, read or write (a path without permission, a folder given as a
+    // file); kFailedPrecondition an input that does not fit the model (an artifact compiled
+    // from another checkpoint).
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kDataLoss:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kUnimplemented:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kIoError: return 2;
+    case StatusCode::kInternal:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kCancelled: return 1;
+  }
+  return 1;
+}
+
+int Fail(const char* command, const Status& status) {
+  std::fprintf(stderr, "vlstack %s: %s\n", command, status.ToString().c_str());
+  return ExitCode(status);
+}
+
+std::optional<Args> ParseCommandLine(const CommandSpec& spec, int argc, char** argv,
+                                     int* exit_code) {
+  std::set<std::string> bool_flags = spec.bool_flags;
+  bool_flags.insert("help");
+  StatusOr<Args> args = Args::Parse(argc, argv, spec.value_flags, bool_flags);
+  if (!args.ok()) {
+    *exit_code = Fail(spec.name.c_str(), args.status());
+    std::fprintf(stderr, "(vlstack %s --help lists the options)\n", spec.name.c_str());
+    return std::nullopt;
+  }
+  if (args->Has("help")) {
+    std::fputs(spec.usage.c_str(), stdout);
+    std::fputs("\n", stdout);
+    std::fputs(kExitCodeHelp, stdout);
+    *exit_code = 0;
+    return std::nullopt;
+  }
+  return std::move(*args);
+}
+
+int RunCommand(const CommandSpec& spec, int argc, char** argv,
+               const std::function<Status(const Args&)>& body) {
+  int rc = 0;
+  std::optional<Args> args = ParseCommandLine(spec, argc, argv, &rc);
+  if (!args) return rc;
+  const Status s = body(*args);
+  return s.ok() ? 0 : Fail(spec.name.c_str(), s);
 }
 
 }  // namespace vls::cli

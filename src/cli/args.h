@@ -1,7 +1,20 @@
-// A small flag parser for the vlstack subcommands: `--name value`, `--name=value`, `--flag`.
+// The command-line plumbing every vlstack subcommand shares: a small flag parser (`--name
+// value`, `--name=value`, `--flag`), the `--help` text and the exit code of a Status.
+//
+// A subcommand is a CommandSpec (its name, its usage text and its flags) and a body that takes
+// the parsed Args and returns a Status:
+//
+//   int RunInspect(int argc, char** argv) {
+//     return RunCommand(InspectSpec(), argc, argv, Inspect);  // Status Inspect(const Args&)
+//   }
+//
+// RunCommand answers --help, refuses unknown flags and turns the body's Status into the exit
+// code, so every command has the same behaviour. A body that needs its own exit code uses
+// ParseCommandLine and Fail directly.
 #ifndef VLSTACK_CLI_ARGS_H_
 #define VLSTACK_CLI_ARGS_H_
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -32,6 +45,40 @@ class Args {
   std::map<std::string, std::string> values_;
   std::map<std::string, std::vector<std::string>> all_;  // value flags only
 };
+
+// The exit code a command ends with: 0 when `status` is ok; 2 when the input is at fault (a bad
+// flag or value, a missing, unreadable or corrupt file, an input asking for an unsupported
+// feature, a request refused by a rule, an artifact that does not match the model); 1 for other
+// failures (out of memory, an internal error).
+int ExitCode(const Status& status);
+
+// Prints "vlstack <command>: <status>" to stderr and returns ExitCode(status).
+int Fail(const char* command, const Status& status);
+
+// The sentence every --help text ends with.
+inline constexpr const char* kExitCodeHelp =
+    "Exit code: 0 on success, 2 for invalid input (a missing or unreadable model folder or\n"
+    "file, a bad flag value, a refused request), 1 for other failures.\n";
+
+// One subcommand's command line.
+struct CommandSpec {
+  std::string name;  // "forward": the word after `vlstack`
+  // What --help prints (followed by kExitCodeHelp): a "usage: vlstack <name> ..." line, what the
+  // command does, then every flag with its default and what it does, --help included.
+  std::string usage;
+  std::set<std::string> value_flags;
+  std::set<std::string> bool_flags;  // "help" is added
+};
+
+// Parses the command line of `spec`. Returns the Args when the command should run; otherwise
+// the command is over with *exit_code: 0 after --help printed the usage to stdout, 2 after a
+// flag error (printed to stderr with a pointer to --help).
+std::optional<Args> ParseCommandLine(const CommandSpec& spec, int argc, char** argv,
+                                     int* exit_code);
+
+// ParseCommandLine, then `body`; a failed body's Status goes through Fail.
+int RunCommand(const CommandSpec& spec, int argc, char** argv,
+               const std::function<Status(const Args&)>& body);
 
 }  // namespace vls::cli
 

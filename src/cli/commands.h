@@ -1,9 +1,10 @@
 // The model-facing vlstack subcommands. Each takes the arguments after its name and returns
-// the process exit code (0 ok, 1 runtime failure, 2 bad usage).
+// the process exit code (ExitCode in cli/args.h: 0 ok, 2 invalid input, 1 other failures).
 #ifndef VLSTACK_CLI_COMMANDS_H_
 #define VLSTACK_CLI_COMMANDS_H_
 
 #include "base/status.h"
+#include "cli/args.h"  // Fail, ExitCode, RunCommand
 
 namespace vls::cli {
 
@@ -14,9 +15,6 @@ int RunBench(int argc, char** argv);
 int RunBatch(int argc, char** argv);
 int RunCompile(int argc, char** argv);
 int RunRun(int argc, char** argv);  // run_command.cc
-
-// Prints "vlstack <command>: <status>" to stderr and returns the exit code for it.
-int Fail(const char* command, const Status& status);
 
 }  // namespace vls::cli
 

@@ -13,9 +13,37 @@ namespace vls::cli {
 
 namespace {
 
+CommandSpec CompileSpec() {
+  const LoadOptions defaults;
+  CommandSpec spec;
+  spec.name = "compile";
+  spec.usage =
+      "usage: vlstack compile --model DIR --out FILE [options]\n"
+      "\n"
+      "Prepares the model's weights once (the layout --precision runs from) and writes them to\n"
+      "FILE behind a header holding the load identity; `--artifact FILE` on the other commands\n"
+      "maps it back when their precision, KV cache type and bounds are the same.\n"
+      "\n"
+      "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
+      "  --out FILE           the artifact to write (required)\n"
+      "  --capacity C         context capacity in tokens the artifact is for (default " +
+      std::to_string(defaults.capacity) +
+      ")\n"
+      "  --slots B            batch slots the artifact is for (default " +
+      std::to_string(defaults.slots) +
+      ")\n"
+      "  --nmax N             DeepStack Nmax, 0 for the config's (else the capacity) (default "
+      "0)\n" +
+      LoadFlagsHelp("bf16", /*artifact=*/false) + "  --help               this text\n";
+  spec.value_flags = {"model", "out", "capacity", "slots", "nmax"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  return spec;
+}
+
 Status Compile(const Args& args) {
-  VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
+  VLS_RETURN_IF_ERROR(args.Require("model").status());
   VLS_ASSIGN_OR_RETURN(std::string out, args.Require("out"));
+  VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));
   if (args.Has("artifact")) return InvalidArgument("--artifact is an input of other commands");
   LoadOptions o;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &o));
@@ -47,13 +75,6 @@ Status Compile(const Args& args) {
 
 }  // namespace
 
-int RunCompile(int argc, char** argv) {
-  std::set<std::string> flags = {"model", "out", "capacity", "slots", "nmax"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args = Args::Parse(argc, argv, flags, {});
-  if (!args.ok()) return Fail("compile", args.status());
-  const Status s = Compile(*args);
-  return s.ok() ? 0 : Fail("compile", s);
-}
+int RunCompile(int argc, char** argv) { return RunCommand(CompileSpec(), argc, argv, Compile); }
 
 }  // namespace vls::cli

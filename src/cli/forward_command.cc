@@ -29,10 +29,41 @@ class CaptureHook : public LayerHook {
   std::vector<std::vector<float>> states;
 };
 
+CommandSpec ForwardSpec() {
+  CommandSpec spec;
+  spec.name = "forward";
+  spec.usage =
+      "usage: vlstack forward --model DIR --input IN.safetensors --output OUT.safetensors\n"
+      "                       [options]\n"
+      "\n"
+      "One prefill of the request in IN.safetensors, then its decode_tokens fed one at a time\n"
+      "(CONTRACTS §6); the logits are written to OUT.safetensors. Input tensors: input_ids,\n"
+      "inputs_embeds, visual_embeds, position_ids, rope_delta, image_grid_thw,\n"
+      "deepstack_positions/features/layers, decode_tokens.\n"
+      "\n"
+      "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
+      "  --input FILE         the request's tensors (required)\n"
+      "  --output FILE        where the output tensors go (required)\n"
+      "  --diagnostics        also write hidden_after_layer.{i}, final_hidden, k_cache.{i} and\n"
+      "                       v_cache.{i} (default off)\n"
+      "  --all-logits         the logits of every prompt row, [S, V] (default: the last row,\n"
+      "                       [1, V])\n"
+      "  --capacity C         context capacity in tokens (default: the prompt plus the decode\n"
+      "                       tokens, at least the config's DeepStack Nmax)\n" +
+      LoadFlagsHelp("f32") + "  --help               this text\n";
+  spec.value_flags = {"model", "input", "output", "capacity"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.bool_flags = {"diagnostics", "all-logits"};
+  return spec;
+}
+
 Status Forward(const Args& args) {
-  VLS_ASSIGN_OR_RETURN(std::string model_dir, args.Require("model"));
+  VLS_RETURN_IF_ERROR(args.Require("model").status());
   VLS_ASSIGN_OR_RETURN(std::string in_path, args.Require("input"));
   VLS_ASSIGN_OR_RETURN(std::string out_path, args.Require("output"));
+  VLS_ASSIGN_OR_RETURN(std::string model_dir, ModelDirFlag(args));
+  LoadOptions lo;
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   const bool diagnostics = args.Has("diagnostics");
   const bool all_logits = args.Has("all-logits");
 
@@ -50,8 +81,6 @@ Status Forward(const Args& args) {
                       " is smaller than the prompt plus decode tokens (" +
                       std::to_string(lengths.prompt + lengths.decode) + ")");
   }
-  LoadOptions lo;
-  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   lo.capacity = static_cast<int>(capacity);
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadedModel::Load(model_dir, lo));
   const Qwen3Model* model = &loaded->model();
@@ -125,19 +154,6 @@ Status Forward(const Args& args) {
 
 }  // namespace
 
-int Fail(const char* command, const Status& status) {
-  std::fprintf(stderr, "vlstack %s: %s\n", command, status.ToString().c_str());
-  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
-}
-
-int RunForward(int argc, char** argv) {
-  std::set<std::string> flags = {"model", "input", "output", "capacity"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args = Args::Parse(argc, argv, flags, {"diagnostics", "all-logits"});
-  if (!args.ok()) return Fail("forward", args.status());
-  Status s = Forward(*args);
-  if (!s.ok()) return Fail("forward", s);
-  return 0;
-}
+int RunForward(int argc, char** argv) { return RunCommand(ForwardSpec(), argc, argv, Forward); }
 
 }  // namespace vls::cli

@@ -7,40 +7,64 @@
 #include "runtime/loaded_model.h"
 
 namespace vls::cli {
+namespace {
 
-int RunInspect(int argc, char** argv) {
-  std::set<std::string> flags = {"model", "capacity", "slots", "nmax"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args = Args::Parse(argc, argv, flags, {"identity-text"});
-  if (!args.ok()) return Fail("inspect", args.status());
-  auto dir = args->Require("model");
-  if (!dir.ok()) return Fail("inspect", dir.status());
+CommandSpec InspectSpec() {
+  const LoadOptions defaults;
+  CommandSpec spec;
+  spec.name = "inspect";
+  spec.usage =
+      "usage: vlstack inspect --model DIR [options]\n"
+      "\n"
+      "Loads a model and prints its canonical config, bounds, entries with their manifests and\n"
+      "the load identity an artifact must match.\n"
+      "\n"
+      "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
+      "  --capacity C         context capacity in tokens (default " +
+      std::to_string(defaults.capacity) +
+      ")\n"
+      "  --slots B            batch slots (default " +
+      std::to_string(defaults.slots) +
+      ")\n"
+      "  --nmax N             DeepStack Nmax, 0 for the config's (else the capacity) (default "
+      "0)\n" +
+      LoadFlagsHelp("f32") +
+      "  --identity-text      print only the text the identity hashes (default off)\n"
+      "  --help               this text\n";
+  spec.value_flags = {"model", "capacity", "slots", "nmax"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.bool_flags = {"identity-text"};
+  return spec;
+}
+
+Status Inspect(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));
   LoadOptions o;
-  if (Status s = ApplyLoadFlags(*args, "f32", &o); !s.ok()) return Fail("inspect", s);
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &o));
   o.progress = StderrProgress("inspect");
-  auto cap = args->Int("capacity", o.capacity, 1, 1 << 24);
-  auto slots = args->Int("slots", o.slots, 1, 4096);
-  auto nmax = args->Int("nmax", 0, 0, 1 << 24);
-  for (const Status& s : {cap.status(), slots.status(), nmax.status()}) {
-    if (!s.ok()) return Fail("inspect", s);
-  }
-  o.capacity = static_cast<int>(*cap);
-  o.slots = static_cast<int>(*slots);
-  o.nmax = static_cast<int>(*nmax);
-  auto lm = LoadedModel::Load(*dir, o);
-  if (!lm.ok()) return Fail("inspect", lm.status());
-  const LoadedModel& m = **lm;
-  if (args->Has("identity-text")) {
+  VLS_ASSIGN_OR_RETURN(long long cap, args.Int("capacity", o.capacity, 1, 1 << 24));
+  VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", o.slots, 1, 4096));
+  VLS_ASSIGN_OR_RETURN(long long nmax, args.Int("nmax", 0, 0, 1 << 24));
+  o.capacity = static_cast<int>(cap);
+  o.slots = static_cast<int>(slots);
+  o.nmax = static_cast<int>(nmax);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> lm, LoadedModel::Load(dir, o));
+  const LoadedModel& m = *lm;
+  if (args.Has("identity-text")) {
     std::fputs(m.IdentityText().c_str(), stdout);
-    return 0;
+    return Status::Ok();
   }
-  std::printf("model %s\n%s", dir->c_str(), CanonicalConfigText(m.config()).c_str());
+  std::printf("model %s\n%s", dir.c_str(), CanonicalConfigText(m.config()).c_str());
   std::printf("bounds capacity=%d slots=%d nmax=%d\n", m.bounds().capacity, m.bounds().slots,
               m.bounds().nmax);
   std::printf("entries %zu\n", m.entries().entries().size());
   for (const Entry& e : m.entries().entries()) std::fputs(e.Manifest().c_str(), stdout);
   std::printf("identity sha256:%s\n", m.Identity().c_str());
-  return 0;
+  return Status::Ok();
 }
+
+}  // namespace
+
+int RunInspect(int argc, char** argv) { return RunCommand(InspectSpec(), argc, argv, Inspect); }
 
 }  // namespace vls::cli

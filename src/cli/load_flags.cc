@@ -3,12 +3,42 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 
 namespace vls::cli {
 
 const std::set<std::string>& LoadFlagNames() {
   static const std::set<std::string> names = {"precision", "threads", "artifact", "kv-cache"};
   return names;
+}
+
+StatusOr<std::string> ModelDirFlag(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st)) {
+    return NotFound("--model: the model folder '" + dir + "' does not exist");
+  }
+  if (!std::filesystem::is_directory(st)) {
+    return InvalidArgument("--model: '" + dir + "' is not a folder");
+  }
+  return dir;
+}
+
+std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {
+  std::string help =
+      "  --precision P        matmul weights: f32, bf16 or int8 (default " + default_precision +
+      ")\n"
+      "  --kv-cache K         KV cache element type: f32 or bf16 (default: f32 at --precision\n"
+      "                       f32, else bf16)\n"
+      "  --threads T          kernel threads, 0 for all cores (default 0)\n";
+  if (artifact) {
+    help +=
+        "  --artifact FILE      prepared weights written by `vlstack compile` with the same\n"
+        "                       precision and bounds, mapped instead of preparing them (default:\n"
+        "                       prepare at load)\n";
+  }
+  return help;
 }
 
 Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o) {

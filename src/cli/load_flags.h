@@ -1,6 +1,5 @@
-// Flags shared by the commands that load a model: --precision, --threads, --artifact,
-// --kv-cache; and
-// the load-progress printer.
+// Flags shared by the commands that load a model: --model, --precision, --threads, --artifact,
+// --kv-cache, their --help lines, and the load-progress printer.
 #ifndef VLSTACK_CLI_LOAD_FLAGS_H_
 #define VLSTACK_CLI_LOAD_FLAGS_H_
 
@@ -14,6 +13,14 @@ namespace vls::cli {
 
 // The value flags ApplyLoadFlags reads (add them to a command's Args::Parse set).
 const std::set<std::string>& LoadFlagNames();
+
+// The required --model DIR, checked to be a folder before anything else is read, so a mistyped
+// path is reported as such (NotFound or InvalidArgument naming --model and the path).
+StatusOr<std::string> ModelDirFlag(const Args& args);
+
+// The --help lines of the flags ApplyLoadFlags reads, for a command whose precision defaults to
+// `default_precision`; without --artifact's line when the command does not read one.
+std::string LoadFlagsHelp(const std::string& default_precision, bool artifact = true);
 
 // --precision f32|bf16|int8 (default `default_precision`), --threads N (0 = all cores),
 // --artifact FILE (a `vlstack compile` output), --kv-cache f32|bf16 (default: f32 at f32

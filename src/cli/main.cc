@@ -1,6 +1,6 @@
-// vlstack: the command-line front end. Subcommands are listed in Usage().
+// vlstack: the command-line front end. The commands are listed in kCommands; each answers
+// --help (cli/args.h).
 #include <cstdio>
-#include <cstring>
 #include <string_view>
 
 #include "cli/commands.h"
@@ -8,41 +8,75 @@
 
 namespace {
 
-void Usage() {
-  std::fprintf(stderr,
-               "usage: vlstack <command> [options]\n"
-               "commands:\n"
-               "  run             chat with a model: prompt in, streamed reply out\n"
-               "  forward         run a prefill (+ decode) on tensors from a safetensors file\n"
-               "  batch           run JSONL requests through the continuous-batch engine\n"
-               "  bench           prompt and generation throughput of a model\n"
-               "  compile         prepare a model's weights once into an artifact file\n"
-               "  inspect         print a model's entries, manifests and artifact identity\n"
-               "  make-test-model write a random checkpoint in the Hugging Face layout\n"
-               "  tokenize        JSON lines of text -> token ids\n"
-               "  detokenize      JSON lines of token ids -> text\n"
-               "  chat-template   render a chat template\n");
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+constexpr Command kCommands[] = {
+    {"run", "chat with a model: prompt in, streamed reply out", vls::cli::RunRun},
+    {"forward", "one prefill (+ decode) of the tensors in a safetensors file",
+     vls::cli::RunForward},
+    {"batch", "JSONL requests through the continuous-batch engine", vls::cli::RunBatch},
+    {"bench", "throughput, latency and serving benchmarks of a model", vls::cli::RunBench},
+    {"compile", "prepare a model's weights once into an artifact file", vls::cli::RunCompile},
+    {"inspect", "a model's config, entries, manifests and artifact identity", vls::cli::RunInspect},
+    {"make-test-model", "write a random checkpoint in the Hugging Face layout",
+     vls::cli::RunMakeTestModel},
+    {"tokenize", "JSON lines of text -> token ids", vls::cli::RunTokenize},
+    {"detokenize", "JSON lines of token ids -> text", vls::cli::RunDetokenize},
+    {"chat-template", "JSON lines of chat messages -> rendered prompts", vls::cli::RunChatTemplate},
+};
+
+void Usage(std::FILE* out) {
+  std::fprintf(out, "usage: vlstack <command> [options]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\n`vlstack <command> --help` (or `vlstack help <command>`) lists a command's\n"
+               "options. Exit code: 0 on success, 2 for invalid input (a missing or unreadable\n"
+               "model folder or file, a bad flag value, a refused request), 1 for other "
+               "failures.\n");
+}
+
+const Command* Find(std::string_view name) {
+  for (const Command& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    Usage();
+    std::fprintf(stderr, "vlstack: no command given\n");
+    Usage(stderr);
     return 2;
   }
-  std::string_view cmd = argv[1];
-  if (cmd == "run") return vls::cli::RunRun(argc - 2, argv + 2);
-  if (cmd == "forward") return vls::cli::RunForward(argc - 2, argv + 2);
-  if (cmd == "bench") return vls::cli::RunBench(argc - 2, argv + 2);
-  if (cmd == "compile") return vls::cli::RunCompile(argc - 2, argv + 2);
-  if (cmd == "inspect") return vls::cli::RunInspect(argc - 2, argv + 2);
-  if (cmd == "batch") return vls::cli::RunBatch(argc - 2, argv + 2);
-  if (cmd == "make-test-model") return vls::cli::RunMakeTestModel(argc - 2, argv + 2);
-  if (cmd == "tokenize") return vls::cli::RunTokenize(argc - 2, argv + 2);
-  if (cmd == "detokenize") return vls::cli::RunDetokenize(argc - 2, argv + 2);
-  if (cmd == "chat-template") return vls::cli::RunChatTemplate(argc - 2, argv + 2);
+  const std::string_view cmd = argv[1];
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    if (argc == 2) {
+      Usage(stdout);
+      return 0;
+    }
+    // `vlstack help <command>`: that command's --help.
+    const Command* c = Find(argv[2]);
+    if (c != nullptr && argc == 3) {
+      char help[] = "--help";
+      char* args[] = {help, nullptr};
+      return c->run(1, args);
+    }
+    if (c == nullptr) {
+      std::fprintf(stderr, "vlstack help: unknown command '%s'\n", argv[2]);
+    } else {
+      std::fprintf(stderr, "vlstack help: give one command\n");
+    }
+    Usage(stderr);
+    return 2;
+  }
+  if (const Command* c = Find(cmd)) return c->run(argc - 2, argv + 2);
   std::fprintf(stderr, "vlstack: unknown command '%s'\n", argv[1]);
-  Usage();
+  Usage(stderr);
   return 2;
 }

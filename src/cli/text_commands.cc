@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -10,51 +9,13 @@
 #include <vector>
 
 #include "base/status.h"
+#include "cli/args.h"
+#include "cli/load_flags.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vls::cli {
 namespace {
-
-// `--name value` / `--name=value` / `--flag`; anything else is an error.
-struct Flags {
-  std::map<std::string, std::string> values;
-};
-
-StatusOr<Flags> ParseFlags(int argc, char** argv, const std::set<std::string>& with_value,
-                           const std::set<std::string>& boolean) {
-  Flags f;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'");
-    std::string name = a.substr(2);
-    std::string value;
-    const size_t eq = name.find('=');
-    const bool inline_value = eq != std::string::npos;
-    if (inline_value) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (with_value.count(name) != 0) {
-      if (!inline_value) {
-        if (i + 1 >= argc) return InvalidArgument("--" + name + " needs a value");
-        value = argv[++i];
-      }
-    } else if (boolean.count(name) != 0) {
-      if (inline_value) return InvalidArgument("--" + name + " takes no value");
-      value = "1";
-    } else {
-      return InvalidArgument("unknown flag --" + name);
-    }
-    f.values[name] = value;
-  }
-  return f;
-}
-
-int Fail(const char* cmd, const Status& s) {
-  std::fprintf(stderr, "vlstack %s: %s\n", cmd, s.ToString().c_str());
-  return 2;
-}
 
 StatusOr<std::string> DecodeBase64(std::string_view in) {
   static constexpr std::string_view kAlphabet =
@@ -111,46 +72,104 @@ std::string JsonString(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// Runs `fn` on every stdin line. A bad line prints {"error": ...} in its place and the command
-// exits 1 after the other lines.
+// Runs `fn` on every stdin line. A bad line prints {"error": ...} in its place; after the other
+// lines the command fails with the first bad line's code (2 for a refused input line).
 template <typename Fn>
-int ForEachLine(const char* cmd, Fn fn) {
+Status ForEachLine(const char* cmd, Fn fn) {
   std::ios::sync_with_stdio(false);
   std::string line;
   size_t line_no = 0;
-  int rc = 0;
+  size_t failed = 0;
+  Status first = Status::Ok();
   while (std::getline(std::cin, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     StatusOr<std::string> out = fn(line);
     if (out.ok()) {
       std::cout << *out << '\n';
-    } else {
-      const std::string msg = "line " + std::to_string(line_no) + ": " + out.status().message();
-      std::fprintf(stderr, "vlstack %s: %s\n", cmd, msg.c_str());
-      std::cout << nlohmann::json{{"error", msg}}.dump(-1, ' ', false,
-                                                       nlohmann::json::error_handler_t::replace)
-                << '\n';
-      rc = 1;
+      continue;
     }
+    const std::string msg = "line " + std::to_string(line_no) + ": " + out.status().message();
+    std::fprintf(stderr, "vlstack %s: %s\n", cmd, msg.c_str());
+    std::cout << nlohmann::json{{"error", msg}}.dump(-1, ' ', false,
+                                                     nlohmann::json::error_handler_t::replace)
+              << '\n';
+    if (failed++ == 0) first = Status(out.status().code(), msg);
   }
   std::cout.flush();
-  return rc;
+  if (failed == 0) return Status::Ok();
+  return Status(first.code(), std::to_string(failed) + " of " + std::to_string(line_no) +
+                                  " input lines failed (the first: " + first.message() + ")");
 }
 
-}  // namespace
+CommandSpec TokenizeSpec() {
+  CommandSpec spec;
+  spec.name = "tokenize";
+  spec.usage =
+      "usage: vlstack tokenize --tokenizer PATH < lines\n"
+      "\n"
+      "Each stdin line is a JSON string, or {\"bytes_b64\": \"...\"} for raw bytes that may not\n"
+      "be UTF-8; each stdout line is the JSON array of its token ids (special tokens written in\n"
+      "the text are recognised). A bad line gets {\"error\": ...} in its place.\n"
+      "\n"
+      "  --tokenizer PATH     a tokenizer.json, or a model folder holding one (required)\n"
+      "  --help               this text\n";
+  spec.value_flags = {"tokenizer"};
+  return spec;
+}
 
-int RunTokenize(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv, {"tokenizer"}, {});
-  if (!flags.ok()) return Fail("tokenize", flags.status());
-  if (flags->values.count("tokenizer") == 0) {
-    return Fail("tokenize", InvalidArgument("--tokenizer PATH is required"));
-  }
-  auto tok = tok::Tokenizer::FromFile(flags->values["tokenizer"]);
-  if (!tok.ok()) return Fail("tokenize", tok.status());
+CommandSpec DetokenizeSpec() {
+  CommandSpec spec;
+  spec.name = "detokenize";
+  spec.usage =
+      "usage: vlstack detokenize --tokenizer PATH [options] < lines\n"
+      "\n"
+      "Each stdin line is a JSON array of token ids; each stdout line is the decoded text as a\n"
+      "JSON string. A bad line gets {\"error\": ...} in its place.\n"
+      "\n"
+      "  --tokenizer PATH     a tokenizer.json, or a model folder holding one (required)\n"
+      "  --skip-special-tokens  leave special tokens out of the text (default: kept)\n"
+      "  --stream             decode through the streaming decoder one id at a time, as\n"
+      "                       generation does (default: all ids at once); the text is the same\n"
+      "  --help               this text\n";
+  spec.value_flags = {"tokenizer"};
+  spec.bool_flags = {"skip-special-tokens", "stream"};
+  return spec;
+}
+
+CommandSpec ChatTemplateSpec() {
+  CommandSpec spec;
+  spec.name = "chat-template";
+  spec.usage =
+      "usage: vlstack chat-template (--model DIR | --template FILE) < lines\n"
+      "\n"
+      "Each stdin line is a JSON object {\"messages\": [...], \"tools\": [...],\n"
+      "\"add_generation_prompt\": bool, \"enable_thinking\": bool, ...} (messages as transformers\n"
+      "takes them); each stdout line is the rendered prompt as a JSON string. A bad line gets\n"
+      "{\"error\": ...} in its place.\n"
+      "\n"
+      "  --model DIR          model folder whose chat template to use: chat_template.jinja,\n"
+      "                       chat_template.json or tokenizer_config.json (one of the two is\n"
+      "                       required)\n"
+      "  --template FILE      a chat template file instead: .jinja text, or JSON with a\n"
+      "                       \"chat_template\" key\n"
+      "  --help               this text\n";
+  spec.value_flags = {"model", "template"};
+  return spec;
+}
+
+StatusOr<std::unique_ptr<tok::Tokenizer>> LoadTokenizer(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::string path, args.Require("tokenizer"));
+  auto tok = tok::Tokenizer::FromFile(path);
+  if (!tok.ok()) return tok.status().WithContext("--tokenizer");
+  return std::move(*tok);
+}
+
+Status Tokenize(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<tok::Tokenizer> tok, LoadTokenizer(args));
   return ForEachLine("tokenize", [&](const std::string& line) -> StatusOr<std::string> {
     VLS_ASSIGN_OR_RETURN(std::string text, TokenizeInput(line));
-    VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, (*tok)->Encode(text));
+    VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok->Encode(text));
     std::string out = "[";
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i > 0) out += ',';
@@ -161,21 +180,15 @@ int RunTokenize(int argc, char** argv) {
   });
 }
 
-int RunDetokenize(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv, {"tokenizer"}, {"skip-special-tokens", "stream"});
-  if (!flags.ok()) return Fail("detokenize", flags.status());
-  if (flags->values.count("tokenizer") == 0) {
-    return Fail("detokenize", InvalidArgument("--tokenizer PATH is required"));
-  }
-  const bool skip = flags->values.count("skip-special-tokens") != 0;
-  const bool stream = flags->values.count("stream") != 0;
-  auto tok = tok::Tokenizer::FromFile(flags->values["tokenizer"]);
-  if (!tok.ok()) return Fail("detokenize", tok.status());
+Status Detokenize(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<tok::Tokenizer> tok, LoadTokenizer(args));
+  const bool skip = args.Has("skip-special-tokens");
+  const bool stream = args.Has("stream");
   return ForEachLine("detokenize", [&](const std::string& line) -> StatusOr<std::string> {
     VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, DetokenizeInput(line));
-    if (!stream) return JsonString((*tok)->Decode(ids, skip));
+    if (!stream) return JsonString(tok->Decode(ids, skip));
     // --stream: the same text assembled through the streaming decoder (for checking it).
-    tok::StreamDecoder dec(tok->get(), skip);
+    tok::StreamDecoder dec(tok.get(), skip);
     std::string text;
     for (int32_t id : ids) text += dec.Feed(id);
     text += dec.Finish();
@@ -183,27 +196,41 @@ int RunDetokenize(int argc, char** argv) {
   });
 }
 
-int RunChatTemplate(int argc, char** argv) {
-  auto flags = ParseFlags(argc, argv, {"model", "template"}, {});
-  if (!flags.ok()) return Fail("chat-template", flags.status());
-  const bool has_model = flags->values.count("model") != 0;
-  const bool has_template = flags->values.count("template") != 0;
-  if (has_model == has_template) {
-    return Fail("chat-template",
-                InvalidArgument("give exactly one of --model DIR or --template FILE"));
+StatusOr<std::string> ChatTemplateSource(const Args& args) {
+  if (args.Has("model") == args.Has("template")) {
+    return InvalidArgument("give exactly one of --model DIR or --template FILE");
   }
-  auto source = has_model ? tok::LoadChatTemplateSource(flags->values["model"])
-                          : tok::LoadChatTemplateFile(flags->values["template"]);
-  if (!source.ok()) return Fail("chat-template", source.status());
-  auto tmpl = jinja::Template::Parse(*source);
-  if (!tmpl.ok()) return Fail("chat-template", tmpl.status());
+  if (args.Has("model")) {
+    VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));
+    return tok::LoadChatTemplateSource(dir);
+  }
+  auto source = tok::LoadChatTemplateFile(*args.Get("template"));
+  if (!source.ok()) return source.status().WithContext("--template");
+  return source;
+}
+
+Status ChatTemplate(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(std::string source, ChatTemplateSource(args));
+  VLS_ASSIGN_OR_RETURN(jinja::Template tmpl, jinja::Template::Parse(source));
   return ForEachLine("chat-template", [&](const std::string& line) -> StatusOr<std::string> {
     nlohmann::ordered_json req =
         nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (req.is_discarded()) return InvalidArgument("input is not valid JSON");
-    VLS_ASSIGN_OR_RETURN(std::string prompt, tok::RenderChat(*tmpl, req));
+    VLS_ASSIGN_OR_RETURN(std::string prompt, tok::RenderChat(tmpl, req));
     return JsonString(prompt);
   });
+}
+
+}  // namespace
+
+int RunTokenize(int argc, char** argv) { return RunCommand(TokenizeSpec(), argc, argv, Tokenize); }
+
+int RunDetokenize(int argc, char** argv) {
+  return RunCommand(DetokenizeSpec(), argc, argv, Detokenize);
+}
+
+int RunChatTemplate(int argc, char** argv) {
+  return RunCommand(ChatTemplateSpec(), argc, argv, ChatTemplate);
 }
 
 }  // namespace vls::cli
