@@ -1,9 +1,11 @@
 #include "model/qwen3_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "base/file.h"
 
@@ -89,6 +91,13 @@ StatusOr<std::vector<int>> ReadIdList(const Obj& o, const std::string& k) {
     ids.push_back(id);
   }
   return ids;
+}
+
+// Appends the ids of `from` that `to` does not hold yet, in order.
+void AddIds(const std::vector<int>& from, std::vector<int>* to) {
+  for (int id : from) {
+    if (std::find(to->begin(), to->end(), id) == to->end()) to->push_back(id);
+  }
 }
 
 // Reads `k` from the text object, falling back to (and cross-checking) the root object:
@@ -323,7 +332,8 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   {
     VLS_ASSIGN_OR_RETURN(std::vector<int> eos, ReadIdList(root, "eos_token_id"));
     VLS_ASSIGN_OR_RETURN(std::vector<int> teos, ReadIdList(text, "eos_token_id"));
-    cfg.eos_token_ids = eos.empty() ? teos : eos;
+    cfg.eos_token_ids = eos;
+    if (text.j != root.j) AddIds(teos, &cfg.eos_token_ids);
   }
   for (int id : {cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id,
                  cfg.vision_end_token_id}) {
@@ -352,6 +362,16 @@ StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir) {
   const std::string path = JoinPath(dir, "config.json");
   VLS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   VLS_ASSIGN_OR_RETURN(Qwen3Config cfg, ParseQwen3Config(text, path));
+  auto check_vocab = [&cfg](const std::vector<int>& ids, const std::string& file) -> Status {
+    for (int id : ids) {
+      if (id >= cfg.vocab) {
+        return InvalidArgument(file + ": eos_token_id " + std::to_string(id) +
+                               " is outside the vocabulary of " + std::to_string(cfg.vocab));
+      }
+    }
+    return Status::Ok();
+  };
+  VLS_RETURN_IF_ERROR(check_vocab(cfg.eos_token_ids, path));
   const std::string gen_path = JoinPath(dir, "generation_config.json");
   auto gen = ReadFileToString(gen_path);
   if (gen.ok()) {
@@ -359,16 +379,18 @@ StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir) {
     if (g.is_discarded() || !g.is_object())
       return InvalidArgument(gen_path + ": not a JSON object");
     Obj go{&g, "", gen_path};
+    // The union, generation_config.json's ids first. transformers' generate() stops on
+    // generation_config's eos_token_id alone; vLLM stops on it plus the tokenizer's eos token
+    // (config.json's, in the models we know). A token that config.json calls the end of the
+    // sequence ends it whichever file names it, so the engine stops on both lists. Models ship
+    // generation_config lists that hold config.json's (Qwen3-VL: 151645 in config, [151645,
+    // 151643] in generation_config), where the union is transformers' set exactly.
     VLS_ASSIGN_OR_RETURN(std::vector<int> eos, ReadIdList(go, "eos_token_id"));
-    if (!eos.empty()) cfg.eos_token_ids = eos;
+    VLS_RETURN_IF_ERROR(check_vocab(eos, gen_path));
+    AddIds(cfg.eos_token_ids, &eos);
+    cfg.eos_token_ids = std::move(eos);
   } else if (gen.status().code() != StatusCode::kNotFound) {
     return gen.status();
-  }
-  for (int id : cfg.eos_token_ids) {
-    if (id >= cfg.vocab) {
-      return InvalidArgument(dir + ": eos_token_id " + std::to_string(id) +
-                             " is outside the vocabulary of " + std::to_string(cfg.vocab));
-    }
   }
   return cfg;
 }

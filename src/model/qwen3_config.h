@@ -55,7 +55,9 @@ struct Qwen3Config {
   int vision_start_token_id = -1;
   int vision_end_token_id = -1;
   int spatial_merge_size = 2;
-  std::vector<int> eos_token_ids;  // from generation_config.json when present, else config
+  // Generation stops on any of these: generation_config.json's eos_token_id, then the ids of
+  // config.json (top level, then text_config) it does not list. Not sorted.
+  std::vector<int> eos_token_ids;
   int bos_token_id = -1;
 
   std::optional<DeepStackConfig> deepstack;
@@ -64,7 +66,8 @@ struct Qwen3Config {
 // Parses config.json text. `label` names the file in error messages.
 StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::string& label);
 
-// Reads `dir/config.json` and, if present, the eos ids of `dir/generation_config.json`.
+// Reads `dir/config.json` and, if present, the eos ids of `dir/generation_config.json` (joined
+// to config.json's: Qwen3Config::eos_token_ids). Every eos id must lie inside the vocabulary.
 StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir);
 
 // The rule Nmax <= capacity, checked only once the capacity is chosen (CONTRACTS §2).

@@ -1,8 +1,14 @@
 #include "model/qwen3_config.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
 
 namespace vls {
 namespace {
@@ -143,6 +149,90 @@ TEST(Qwen3ConfigTest, CanonicalTextDiffersWithDeepStack) {
   b["deepstack_language_layer_indices"] = {0, 1};
   b["deepstack_max_visual_positions"] = 8;
   EXPECT_NE(CanonicalConfigText(*Parse(a)), CanonicalConfigText(*Parse(b)));
+}
+
+// LoadQwen3Config on a folder of this process's own (removed when the test ends).
+class LoadQwen3ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "vls_config_test_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void Write(const std::string& name, const Json& j) {
+    ASSERT_TRUE(WriteStringToFile(JoinPath(dir_, name), j.dump()).ok()) << name;
+  }
+  // The eos ids LoadQwen3Config reads with `generation` as generation_config.json (none when
+  // null).
+  std::vector<int> Eos(const Json& config, const Json& generation) {
+    Write("config.json", config);
+    std::filesystem::remove(JoinPath(dir_, "generation_config.json"));
+    if (!generation.is_null()) Write("generation_config.json", generation);
+    auto c = LoadQwen3Config(dir_);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? c->eos_token_ids : std::vector<int>{};
+  }
+  std::string dir_;
+};
+
+// The Qwen3-VL files: text_config's 151645 (<|im_end|>) and generation_config's [151645,
+// 151643]; generation stops on both, as transformers' generate() does.
+TEST_F(LoadQwen3ConfigTest, Qwen3VlStopsOnGenerationConfigsIds) {
+  Json config = VlConfig();
+  config["text_config"]["vocab_size"] = 151936;
+  config["text_config"]["eos_token_id"] = 151645;
+  EXPECT_EQ(Eos(config, Json{{"eos_token_id", {151645, 151643}}}),
+            (std::vector<int>{151645, 151643}));
+  EXPECT_EQ(Eos(config, Json{{"eos_token_id", {151643, 151645}}}),
+            (std::vector<int>{151643, 151645}));
+}
+
+// An eos id of config.json that generation_config.json leaves out still ends a sequence: the
+// union, generation_config's first (a replacement would run past config.json's eos).
+TEST_F(LoadQwen3ConfigTest, EosIdsAreTheUnionOfBothFiles) {
+  const Json config = VlConfig();  // text_config eos 511
+  EXPECT_EQ(Eos(config, Json{{"eos_token_id", {509, 510}}}), (std::vector<int>{509, 510, 511}));
+  EXPECT_EQ(Eos(config, Json{{"eos_token_id", 508}}), (std::vector<int>{508, 511}));
+  EXPECT_EQ(Eos(config, Json{{"eos_token_id", {511, 509}}}), (std::vector<int>{511, 509}));
+  // Without the file, or without the key (or null): config.json's alone.
+  EXPECT_EQ(Eos(config, nullptr), (std::vector<int>{511}));
+  EXPECT_EQ(Eos(config, Json{{"temperature", 0.7}}), (std::vector<int>{511}));
+  EXPECT_EQ(Eos(config, Json{{"eos_token_id", nullptr}}), (std::vector<int>{511}));
+  // config.json's top level and text_config join the same way.
+  Json both = VlConfig();
+  both["eos_token_id"] = 510;
+  EXPECT_EQ(Eos(both, nullptr), (std::vector<int>{510, 511}));
+  EXPECT_EQ(Eos(both, Json{{"eos_token_id", {509}}}), (std::vector<int>{509, 510, 511}));
+  // A config without eos ids takes generation_config's.
+  Json none = VlConfig();
+  none["text_config"].erase("eos_token_id");
+  EXPECT_EQ(Eos(none, Json{{"eos_token_id", {509}}}), (std::vector<int>{509}));
+}
+
+TEST_F(LoadQwen3ConfigTest, EosIdsOutsideTheVocabularyNameTheirFile) {
+  Write("config.json", VlConfig());
+  Write("generation_config.json", Json{{"eos_token_id", {511, 512}}});
+  auto c = LoadQwen3Config(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("generation_config.json: eos_token_id 512"),
+            std::string::npos)
+      << c.status().message();
+  Write("generation_config.json", Json{{"eos_token_id", "end"}});
+  c = LoadQwen3Config(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("eos_token_id"), std::string::npos) << c.status().message();
+  Json config = VlConfig();
+  config["text_config"]["eos_token_id"] = 600;
+  Write("config.json", config);
+  std::filesystem::remove(JoinPath(dir_, "generation_config.json"));
+  c = LoadQwen3Config(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("config.json: eos_token_id 600"), std::string::npos)
+      << c.status().message();
 }
 
 }  // namespace
