@@ -68,7 +68,7 @@ def readme_flags():
             words = span.split()[1:]
             names = []
             for w in words:  # "vlstack tokenize / detokenize --tokenizer PATH"
-                if w.startswith("-") or w.startswith("["):
+                if w.startswith(("-", "[", "(")):
                     break
                 if w != "/":
                     names.append(w)
