@@ -266,34 +266,34 @@ Status WriteTokenizer(const std::optional<std::string>& path, bool explicit_path
 }  // namespace
 
 int RunMakeTestModel(int argc, char** argv) {
-  auto args = Args::Parse(argc, argv,
-                          {"out",
-                           "shape",
-                           "arch",
-                           "hidden",
-                           "layers",
-                           "heads",
-                           "kv-heads",
-                           "head-dim",
-                           "intermediate",
-                           "vocab",
-                           "dtype",
-                           "mrope-section",
-                           "mrope-layout",
-                           "rope-theta",
-                           "deepstack",
-                           "deepstack-layers",
-                           "deepstack-nmax",
-                           "shards",
-                           "seed",
-                           "init-scale",
-                           "tokenizer"},
-                          {"tied", "untied", "no-vision", "help"});
-  if (!args.ok()) return Fail("make-test-model", args.status());
-  if (args->Has("help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  CommandSpec command;
+  command.name = "make-test-model";
+  command.usage = kHelp;
+  command.value_flags = {"out",
+                         "shape",
+                         "arch",
+                         "hidden",
+                         "layers",
+                         "heads",
+                         "kv-heads",
+                         "head-dim",
+                         "intermediate",
+                         "vocab",
+                         "dtype",
+                         "mrope-section",
+                         "mrope-layout",
+                         "rope-theta",
+                         "deepstack",
+                         "deepstack-layers",
+                         "deepstack-nmax",
+                         "shards",
+                         "seed",
+                         "init-scale",
+                         "tokenizer"};
+  command.bool_flags = {"tied", "untied", "no-vision"};
+  int rc = 0;
+  std::optional<Args> args = ParseCommandLine(command, argc, argv, &rc);
+  if (!args) return rc;
   auto out = args->Require("out");
   if (!out.ok()) return Fail("make-test-model", out.status());
   auto spec = ParseSpec(*args);

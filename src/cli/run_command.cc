@@ -64,10 +64,7 @@ constexpr const char* kHelp =
     "input (a missing model folder, a bad flag, --image), 1 for other failures.\n";
 
 // Invalid input and missing files are the user's to fix (2); anything else is ours (1).
-int RunFail(const Status& s) {
-  std::fprintf(stderr, "vlstack run: %s\n", s.ToString().c_str());
-  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
-}
+int RunFail(const Status& s) { return Fail("run", s); }
 
 // One turn's stream and timings, filled by the engine callback.
 struct Turn {
@@ -286,20 +283,15 @@ int Run(const Args& args) {
 }  // namespace
 
 int RunRun(int argc, char** argv) {
-  std::set<std::string> flags = {"model",      "prompt",      "system",   "image",
-                                 "max-tokens", "temperature", "top-p",    "top-k",
-                                 "seed",       "stop",        "capacity", "prefill-chunk"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args = Args::Parse(argc, argv, flags, {"help"});
-  if (!args.ok()) {
-    const int rc = RunFail(args.status());
-    std::fprintf(stderr, "(vlstack run --help lists the options)\n");
-    return rc;
-  }
-  if (args->Has("help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  CommandSpec spec;
+  spec.name = "run";
+  spec.usage = kHelp;
+  spec.value_flags = {"model", "prompt", "system", "image", "max-tokens", "temperature",
+                      "top-p", "top-k",  "seed",   "stop",  "capacity",   "prefill-chunk"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  int rc = 0;
+  std::optional<Args> args = ParseCommandLine(spec, argc, argv, &rc);
+  if (!args) return rc;
   return Run(*args);
 }
 
