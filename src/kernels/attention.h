@@ -3,13 +3,16 @@
 // One call is one work item of the model's attention: a block of query rows of one sequence,
 // all `group` query heads that share one KV head, against that head's contiguous keys and
 // values. It uses online softmax over key blocks (running max, running sum, rescaled
-// accumulator), so nothing of size [rows, T] is materialised.
+// accumulator), so nothing of size [rows, T] is materialised. Its working state lives in the
+// calling participant's scratch buffer (kernels/scratch.h), reused from call to call.
 #ifndef VLSTACK_KERNELS_ATTENTION_H_
 #define VLSTACK_KERNELS_ATTENTION_H_
 
 #include <cstdint>
 
 namespace vls::kernels {
+
+class ScratchBuffer;
 
 struct AttentionTile {
   // Query head j of row r (j < group) is q[r·q_row_stride + j·D .. + D).
@@ -32,7 +35,7 @@ struct AttentionTile {
 
 namespace avx512_internal {
 // The AVX-512 implementation, shared by the "avx512", "avx512vnni" and "avx512bf16" variants.
-void Attention(const AttentionTile& tile);
+void Attention(const AttentionTile& tile, ScratchBuffer& scratch);
 }  // namespace avx512_internal
 
 }  // namespace vls::kernels

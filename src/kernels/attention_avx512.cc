@@ -6,12 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/avx512_math.h"
+#include "kernels/scratch.h"
 
 namespace vls::kernels {
 
@@ -60,15 +61,17 @@ inline __m512 Reduce16(const __m512* a) {
                        _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// The per-thread state of one work item: nq = rows·group query vectors.
+// The state of one work item (nq = rows·group query vectors), carved from the calling
+// participant's scratch buffer.
 struct State {
-  std::vector<const float*> q;  // [nq] query vectors
-  std::vector<float> s;         // [nq, kScoreStride] scores, then probabilities
-  std::vector<float> acc;       // [nq, D] unnormalised outputs
-  std::vector<float> m, l;      // [nq] running max and running sum
-  std::vector<float> alpha;     // [nq] rescale of acc for the current block
-  std::vector<int64_t> last;    // [nq] last key each query attends
-  int64_t keys = 0;             // keys any query attends: [0, keys)
+  const float** q = nullptr;  // [nq] query vectors
+  float* s = nullptr;         // [nq, kScoreStride] scores, then probabilities
+  float* acc = nullptr;       // [nq, D] unnormalised outputs
+  float* m = nullptr;         // [nq] running max
+  float* l = nullptr;         // [nq] running sum
+  float* alpha = nullptr;     // [nq] rescale of acc for the current block
+  int64_t* last = nullptr;    // [nq] last key each query attends
+  int64_t keys = 0;           // keys any query attends: [0, keys)
 };
 
 // s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
@@ -136,24 +139,24 @@ void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_
     }
     const KV* k[KR];
     for (int j = 0; j < KR; ++j) k[j] = kv.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
-    ScoreTile<QR, KR>(st.q.data() + i0, k, D, w.scale, st.s.data() + i0 * kScoreStride + j0);
+    ScoreTile<QR, KR>(st.q + i0, k, D, w.scale, st.s + i0 * kScoreStride + j0);
   }
 }
 
 // Online-softmax update of query i for keys [t0, t0 + tb): turns st.s row i into weights.
 void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
-  float* s = st.s.data() + i * kScoreStride;
-  const int64_t valid = std::clamp<int64_t>(st.last[static_cast<size_t>(i)] + 1 - t0, 0, tb);
+  float* s = st.s + i * kScoreStride;
+  const int64_t valid = std::clamp<int64_t>(st.last[i] + 1 - t0, 0, tb);
   if (valid == 0) {  // the whole block is after this query's last key
     std::fill_n(s, tb, 0.0f);
-    st.alpha[static_cast<size_t>(i)] = 1.0f;
+    st.alpha[i] = 1.0f;
     return;
   }
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t t = 0; t < valid; t += 16) {
     mx = _mm512_mask_max_ps(mx, TailMask(valid - t), mx, _mm512_loadu_ps(s + t));
   }
-  float& m = st.m[static_cast<size_t>(i)];
+  float& m = st.m[i];
   const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
   const float alpha = std::exp(m - m_new);  // 0 for the first block (m = -inf)
   const __m512 mv = _mm512_set1_ps(m_new);
@@ -165,9 +168,9 @@ void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
     sum = _mm512_add_ps(sum, p);
     _mm512_storeu_ps(s + t, p);
   }
-  st.l[static_cast<size_t>(i)] = st.l[static_cast<size_t>(i)] * alpha + _mm512_reduce_add_ps(sum);
+  st.l[i] = st.l[i] * alpha + _mm512_reduce_add_ps(sum);
   m = m_new;
-  st.alpha[static_cast<size_t>(i)] = alpha;
+  st.alpha[i] = alpha;
 }
 
 inline __m512 LoadPart(const float* p, int64_t left) {
@@ -194,15 +197,15 @@ void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, 
   __m512 a[QR][NV];
 #pragma GCC unroll 4
   for (int i = 0; i < QR; ++i) {
-    const __m512 al = _mm512_set1_ps(st.alpha[static_cast<size_t>(i0 + i)]);
-    const float* acc = st.acc.data() + (i0 + i) * D + d0;
+    const __m512 al = _mm512_set1_ps(st.alpha[i0 + i]);
+    const float* acc = st.acc + (i0 + i) * D + d0;
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) {
       a[i][c] = _mm512_mul_ps(
           al, kFull ? _mm512_loadu_ps(acc + 16 * c) : LoadPart(acc + 16 * c, D - d0 - 16 * c));
     }
   }
-  const float* p = st.s.data() + i0 * kScoreStride;
+  const float* p = st.s + i0 * kScoreStride;
   const KV* v = Kv(w, KV{}).v + t0 * D + d0;
   for (int64_t t = 0; t < tb; ++t, v += D) {
     __m512 vv[NV];
@@ -219,7 +222,7 @@ void AccumulateChunk(const AttentionTile& w, State& st, int64_t i0, int64_t t0, 
   }
 #pragma GCC unroll 4
   for (int i = 0; i < QR; ++i) {
-    float* acc = st.acc.data() + (i0 + i) * D + d0;
+    float* acc = st.acc + (i0 + i) * D + d0;
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) StorePart(acc + 16 * c, kFull ? 16 : D - d0 - 16 * c, a[i][c]);
   }
@@ -266,23 +269,39 @@ struct AccumulateFn {
   void operator()(int64_t i) const { AccumulateRows<KV, QR>(w, st, i, t0, tb); }
 };
 
-void Prepare(const AttentionTile& w, State& st) {
-  const size_t nq = static_cast<size_t>(w.rows * w.group);
-  st.q.resize(nq);
-  st.s.resize(nq * kScoreStride);
-  st.acc.assign(nq * static_cast<size_t>(w.head_dim), 0.0f);
-  st.m.assign(nq, -std::numeric_limits<float>::infinity());
-  st.l.assign(nq, 0.0f);
-  st.alpha.resize(nq);
-  st.last.resize(nq);
+// 64-byte-aligned sizes, so every array of the state starts on a cache line.
+constexpr size_t Aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+State Prepare(const AttentionTile& w, ScratchBuffer& scratch) {
+  const auto nq = static_cast<size_t>(w.rows * w.group);
+  const auto D = static_cast<size_t>(w.head_dim);
+  const size_t q_bytes = Aligned(nq * sizeof(const float*));
+  const size_t s_bytes = Aligned(nq * kScoreStride * sizeof(float));
+  const size_t acc_bytes = Aligned(nq * D * sizeof(float));
+  const size_t vec_bytes = Aligned(nq * sizeof(float));
+  const size_t last_bytes = Aligned(nq * sizeof(int64_t));
+  auto* p = static_cast<std::byte*>(
+      scratch.Reserve(q_bytes + s_bytes + acc_bytes + 3 * vec_bytes + last_bytes));
+  State st;
+  st.q = reinterpret_cast<const float**>(p);
+  st.s = reinterpret_cast<float*>(p += q_bytes);
+  st.acc = reinterpret_cast<float*>(p += s_bytes);
+  st.m = reinterpret_cast<float*>(p += acc_bytes);
+  st.l = reinterpret_cast<float*>(p += vec_bytes);
+  st.alpha = reinterpret_cast<float*>(p += vec_bytes);
+  st.last = reinterpret_cast<int64_t*>(p += vec_bytes);
+  std::fill_n(st.acc, nq * D, 0.0f);
+  std::fill_n(st.m, nq, -std::numeric_limits<float>::infinity());
+  std::fill_n(st.l, nq, 0.0f);
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {
-      const size_t i = static_cast<size_t>(r * w.group + j);
+      const auto i = static_cast<size_t>(r * w.group + j);
       st.q[i] = w.q + r * w.q_row_stride + j * w.head_dim;
       st.last[i] = w.last[r];
     }
   }
-  st.keys = *std::max_element(st.last.begin(), st.last.end()) + 1;
+  st.keys = *std::max_element(st.last, st.last + nq) + 1;
+  return st;
 }
 
 template <typename KV>
@@ -306,9 +325,8 @@ void AttendBlocks(const AttentionTile& w, State& st) {
 
 namespace avx512_internal {
 
-void Attention(const AttentionTile& w) {
-  thread_local State st;
-  Prepare(w, st);
+void Attention(const AttentionTile& w, ScratchBuffer& scratch) {
+  State st = Prepare(w, scratch);
   const int64_t D = w.head_dim;
   if (w.k_bf16 != nullptr) {
     AttendBlocks<uint16_t>(w, st);
@@ -318,8 +336,8 @@ void Attention(const AttentionTile& w) {
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {
       const int64_t i = r * w.group + j;
-      const float inv = 1.0f / st.l[static_cast<size_t>(i)];
-      const float* acc = st.acc.data() + i * D;
+      const float inv = 1.0f / st.l[i];
+      const float* acc = st.acc + i * D;
       float* out = w.out + r * w.out_row_stride + j * D;
       for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
     }

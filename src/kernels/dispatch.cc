@@ -174,27 +174,6 @@ const KernelVariant& ChooseDefault() {
   return *all.back();
 }
 
-// Q8 weights: the activations are quantized once per call (a RowPrologue), then N is split in
-// blocks of 16 (one interleaved weight group) like the other paths. A variant without Q8
-// kernels uses the reference ones.
-void MatMulQ8(ThreadPool& pool, const KernelVariant& v, const float* x, int64_t M, int64_t K,
-              const Matrix& w, float* y) {
-  // Reused across calls; one per calling thread, since a Context may be shared. The workers
-  // below must use the caller's instance (a thread_local named in a lambda is the worker's own).
-  thread_local Q8Activations per_thread;
-  Q8Activations& a = per_thread;
-  a.Resize(M, K);
-  const KernelVariant& q = v.matmul_q8 != nullptr ? v : ReferenceVariant();
-  RowPrologue quantize(M, pool.threads());
-  constexpr int64_t kBlock = 16;
-  const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
-  pool.ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
-    quantize.Run([&](int64_t r0, int64_t r1) { q.quantize_q8(x, r0, r1, &a); });
-    q.matmul_q8(a, w, b * kBlock, std::min(N, e * kBlock), y);
-  });
-}
-
 }  // namespace
 
 const char* PrecisionName(Precision p) {
@@ -238,10 +217,7 @@ void WarnOneDnnFailedOnce(const Status& s) {
                  s.ToString().c_str());
   });
 }
-}  // namespace
-
-// [M, K] activations rounded to BF16 over the pool (for prefill, millions of values).
-namespace {
+// BF16 rounding for a variant without a vector kernel.
 void ScalarToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
 }
@@ -253,26 +229,41 @@ void ToBf16(const float* x, int64_t n, uint16_t* out) {
   convert(x, n, out);
 }
 
-std::unique_ptr<uint16_t[]> Context::RoundToBf16(const float* x, int64_t M, int64_t K) const {
-  // Not zero-filled first: every value is written below.
-  std::unique_ptr<uint16_t[]> xbuf =
-      std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(M * K));
-  uint16_t* xb = xbuf.get();
+// Over the pool: for prefill, millions of values.
+const uint16_t* Context::RoundToBf16(const float* x, int64_t M, int64_t K,
+                                     ScratchArena& own) const {
+  auto* xb = own.matmul_x.Reserve<uint16_t>(static_cast<size_t>(M * K));
   const auto convert = variant_->to_bf16 != nullptr ? variant_->to_bf16 : ScalarToBf16;
   pool_->ParallelFor(M, std::max<int64_t>(1, 65536 / K),
                      [&](int64_t b, int64_t e) { convert(x + b * K, (e - b) * K, xb + b * K); });
-  return xbuf;
+  return xb;
+}
+
+// Q8 weights: the activations are quantized once per call (a RowPrologue) into the caller's
+// arena, then N is split in blocks of 16 (one interleaved weight group) like the other paths.
+// A variant without Q8 kernels uses the reference ones.
+void Context::MatMulQ8(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                       ScratchArena& own) const {
+  Q8Activations& a = own.Q8(M, K);
+  const KernelVariant& q = variant_->matmul_q8 != nullptr ? *variant_ : ReferenceVariant();
+  RowPrologue quantize(M, pool_->threads());
+  constexpr int64_t kBlock = 16;
+  const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
+  pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    quantize.Run([&](int64_t r0, int64_t r1) { q.quantize_q8(x, r0, r1, &a); });
+    q.matmul_q8(a, w, b * kBlock, std::min(N, e * kBlock), y);
+  });
 }
 
 // BF16 blocked weights: oneDNN reads them in place from kOneDnnMinRows rows (row blocks over
 // the pool, each a single-threaded call); below that, or when oneDNN fails, the variant's blocked
 // kernel (the reference's when it has none) over 64-row blocks.
-void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w,
-                                float* y) const {
+void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                                ScratchArena& own) const {
   const int64_t N = w.rows;
   if (use_onednn_ && M >= kOneDnnMinRows) {
-    const std::unique_ptr<uint16_t[]> xbuf = RoundToBf16(x, M, K);
-    const uint16_t* xb = xbuf.get();
+    const uint16_t* xb = RoundToBf16(x, M, K, own);
     std::mutex mu;
     Status failed;
     // Row blocks of at least kOneDnnMinRows, at most kOneDnnRows, one per thread when that
@@ -280,8 +271,9 @@ void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matr
     const int64_t threads = pool_->threads();
     const int64_t rows =
         std::clamp<int64_t>((M + threads - 1) / threads, kOneDnnMinRows, kOneDnnRows);
-    pool_->ParallelFor((M + rows - 1) / rows, 1, [&](int64_t b, int64_t e) {
-      Status s = OneDnnMatMulBf16BlockedRows(xb, M, K, w, b * rows, std::min(M, e * rows), y);
+    pool_->ParallelFor((M + rows - 1) / rows, 1, [&](int64_t b, int64_t e, int thread) {
+      Status s = OneDnnMatMulBf16BlockedRows(xb, M, K, w, b * rows, std::min(M, e * rows), y,
+                                             &scratch(thread));
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         failed = std::move(s);
@@ -292,10 +284,7 @@ void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matr
   }
   const KernelVariant& v =
       variant_->matmul_bf16_blocked != nullptr ? *variant_ : ReferenceVariant();
-  // The rounded rows: reused across calls, one buffer per calling thread (see MatMulQ8).
-  thread_local std::vector<uint16_t> per_thread;
-  per_thread.resize(static_cast<size_t>(M * K));
-  uint16_t* xb = per_thread.data();
+  auto* xb = own.matmul_x.Reserve<uint16_t>(static_cast<size_t>(M * K));
   const auto convert = variant_->to_bf16 != nullptr ? variant_->to_bf16 : ScalarToBf16;
   RowPrologue round(M, pool_->threads());
   const int64_t blocks = (N + kBf16BlockN - 1) / kBf16BlockN;
@@ -310,14 +299,25 @@ Context::Context(int threads, Precision precision, const KernelVariant* variant)
     : pool_(std::make_unique<ThreadPool>(threads)),
       precision_(precision),
       variant_(variant != nullptr ? variant : &DefaultVariant()),
-      use_onednn_(variant_ != &ReferenceVariant() && OneDnnEnabled()) {}
+      use_onednn_(variant_ != &ReferenceVariant() && OneDnnEnabled()),
+      arenas_(std::make_unique<ScratchArena[]>(static_cast<size_t>(pool_->threads()))) {}
+
+size_t Context::ScratchBytes() const {
+  size_t total = 0;
+  for (int t = 0; t < pool_->threads(); ++t) total += arenas_[static_cast<size_t>(t)].bytes();
+  return total;
+}
 
 void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                      const OneDnnPackedBf16* packed) const {
   const int64_t N = w.rows;
   if (M <= 0 || N <= 0) return;
-  if (w.format == MatrixFormat::kQ8) return MatMulQ8(*pool_, *variant_, x, M, K, w, y);
-  if (w.format == MatrixFormat::kBf16Blocked) return MatMulBf16Blocked(x, M, K, w, y);
+  // The converted activations live in the arena of whoever runs this product: the caller's
+  // (participant 0) while it holds the pool, which its loops would take anyway.
+  const ThreadPool::Lease lease(*pool_);
+  ScratchArena& own = scratch(lease.thread());
+  if (w.format == MatrixFormat::kQ8) return MatMulQ8(x, M, K, w, y, own);
+  if (w.format == MatrixFormat::kBf16Blocked) return MatMulBf16Blocked(x, M, K, w, y, own);
   // Work is split over output columns in blocks of 16 weight rows, so each weight row is
   // read by one thread, once for all M rows.
   constexpr int64_t kBlock = 16;
@@ -332,26 +332,26 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
       // (which also rounds x), so the pool stays idle meanwhile.
       Status s;
       pool_->RunExclusive(
-          [&] { s = OneDnnMatMulRoundingX(x, M, K, w, packed, pool_->threads(), y); });
+          [&] { s = OneDnnMatMulRoundingX(x, M, K, w, packed, pool_->threads(), y, &own); });
       if (s.ok()) return;
       WarnOneDnnFailedOnce(s);
     }
-    const std::unique_ptr<uint16_t[]> xbuf = RoundToBf16(x, M, K);
-    uint16_t* xb = xbuf.get();
+    const uint16_t* xb = RoundToBf16(x, M, K, own);
     if (onednn) {
       // One single-threaded oneDNN call per block of output columns, the blocks spread over
       // the pool: exactly the pool's threads, and a descheduled thread does not stall the
       // others as oneDNN's static OpenMP split would on a shared machine.
       std::mutex mu;
       Status failed;
-      pool_->ParallelFor((N + kOneDnnCols - 1) / kOneDnnCols, 1, [&](int64_t b, int64_t e) {
-        Status s =
-            OneDnnMatMulBf16Columns(xb, M, K, w, b * kOneDnnCols, std::min(N, e * kOneDnnCols), y);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          failed = std::move(s);
-        }
-      });
+      pool_->ParallelFor(
+          (N + kOneDnnCols - 1) / kOneDnnCols, 1, [&](int64_t b, int64_t e, int thread) {
+            Status s = OneDnnMatMulBf16Columns(xb, M, K, w, b * kOneDnnCols,
+                                               std::min(N, e * kOneDnnCols), y, &scratch(thread));
+            if (!s.ok()) {
+              std::lock_guard<std::mutex> lock(mu);
+              failed = std::move(s);
+            }
+          });
       if (failed.ok()) return;
       WarnOneDnnFailedOnce(failed);
     }

@@ -1,5 +1,6 @@
 // Kernel variants chosen once at start-up by CPU features, and the per-model execution
-// context (thread pool + chosen variant + precision) the model passes to every op.
+// context (thread pool, chosen variant, precision and per-thread scratch arenas) the model
+// passes to every op.
 //
 // Every variant computes the same functions as the scalar reference in kernels.h; a test runs
 // each variant the CPU supports against the reference (kernels_dispatch_test.cc).
@@ -15,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/scratch.h"
 
 namespace vls::kernels {
 
@@ -58,9 +60,10 @@ struct KernelVariant {
   void (*quantize_q8)(const float* x, int64_t r0, int64_t r1, Q8Activations* a) = nullptr;
   void (*matmul_q8)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
                     float* y) = nullptr;
-  // Blocked online-softmax attention of one work item (kernels/attention.h). Null in the
-  // reference variant, whose attention is the plain per-(row, head) scores/softmax/weighted_sum.
-  void (*attention)(const AttentionTile& tile) = nullptr;
+  // Blocked online-softmax attention of one work item (kernels/attention.h), its state in
+  // `scratch` (the calling participant's ScratchArena::attention). Null in the reference
+  // variant, whose attention is the plain per-(row, head) scores/softmax/weighted_sum.
+  void (*attention)(const AttentionTile& tile, ScratchBuffer& scratch) = nullptr;
   // As matmul_bf16 for a kBf16Blocked w (kernels/bf16_blocked.h). REQUIRES: n0 a multiple of
   // kBf16BlockN. Null when the variant has none (Context::MatMul then runs the reference).
   void (*matmul_bf16_blocked)(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64_t n0,
@@ -84,7 +87,9 @@ std::vector<const KernelVariant*> SupportedVariants();
 // "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
 const KernelVariant& DefaultVariant();
 
-// Thread safety: const methods may be called concurrently (the pool serialises loops).
+// Thread safety: const methods may be called from any thread. Context::MatMul holds the pool
+// (a ThreadPool::Lease) while it runs, so concurrent products run one after the other, as
+// their loops would anyway.
 class Context {
  public:
   // `threads`: 0 = all hardware threads. `variant`: null = DefaultVariant().
@@ -94,6 +99,14 @@ class Context {
   Precision precision() const { return precision_; }
   const KernelVariant& variant() const { return *variant_; }
 
+  // The scratch arena of participant `thread` of pool() (kernels/scratch.h).
+  // REQUIRES: 0 <= thread < pool().threads(), and the caller is that participant now: a loop
+  // body told `thread`, or the holder of a ThreadPool::Lease whose thread() it is.
+  ScratchArena& scratch(int thread) const { return arenas_[static_cast<size_t>(thread)]; }
+  // Bytes every participant's scratch arena holds now. Callable from any thread at any time
+  // (a memory report while requests run); the arenas only grow.
+  size_t ScratchBytes() const;
+
   // y[M, N] = x[M, K] · w[N, K]ᵀ over the pool, in this context's precision. REQUIRES: w.cols == K.
   // In kBF16 with BF16 weights, a non-reference variant and M >= kOneDnnMinRows, the product
   // runs through oneDNN when the build has it (VLS_ONEDNN=0 turns that off): blocks of
@@ -101,6 +114,7 @@ class Context {
   // packed by OneDnnPackedBf16::Create and runs as one call on oneDNN's OpenMP team instead.
   // BF16 blocked w (the prepared form for kBF16, ADR 0010): oneDNN reads it in place in row
   // blocks over the pool from kOneDnnMinRows rows; below, the variant's blocked kernel.
+  // Converted activations (BF16, Q8) live in the caller's scratch arena.
   void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
               const OneDnnPackedBf16* packed = nullptr) const;
   bool uses_onednn() const { return use_onednn_; }
@@ -129,13 +143,20 @@ class Context {
   }
 
  private:
-  std::unique_ptr<uint16_t[]> RoundToBf16(const float* x, int64_t M, int64_t K) const;
-  void MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y) const;
+  // x[M, K] rounded to BF16 over the pool, into own.matmul_x.
+  const uint16_t* RoundToBf16(const float* x, int64_t M, int64_t K, ScratchArena& own) const;
+  void MatMulQ8(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                ScratchArena& own) const;
+  void MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                         ScratchArena& own) const;
 
   std::unique_ptr<ThreadPool> pool_;
   Precision precision_;
   const KernelVariant* variant_;
   bool use_onednn_;
+  // [pool threads]: participant i's arena. Mutable state behind const methods: each arena is
+  // used by its participant only (see scratch()).
+  std::unique_ptr<ScratchArena[]> arenas_;
 };
 
 // Activation rows from which Context::MatMul hands BF16 products to oneDNN (measured: below

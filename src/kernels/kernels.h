@@ -5,7 +5,7 @@
 //   dispatch.h          KernelVariant, a table of entry points per instruction set ("reference",
 //                       "avx512", "avx512vnni", "avx512bf16"; the fastest the CPU runs is chosen
 //                       once, or the one VLS_KERNELS names), and Context: the thread pool,
-//                       precision and variant a model runs with.
+//                       precision, variant and per-thread scratch arenas a model runs with.
 //                       Context::MatMul routes each product by weight format, precision and
 //                       row count.
 //   matmul_avx512_*.cc  AVX-512 matmuls: f32 activations with F32/BF16/F16 weights widened in
@@ -17,6 +17,7 @@
 //   quant.h             the Q8 weight format and the per-call activation quantizer.
 //   bf16_blocked.h      the BF16 blocked weight format (oneDNN's own layout, read in place).
 //   onednn_matmul.h     prefill GEMMs through oneDNN (optional at build time).
+//   scratch.h           the per-thread scratch arenas a Context owns.
 //
 // The AVX-512 files are compiled with their own -m flags and called only after the CPU check
 // in dispatch.cc (no_avx512.cc stands in for them elsewhere), so the rest of the binary stays

@@ -89,7 +89,7 @@ StatusOr<std::shared_ptr<const Entry>> GetPrimitive(const Key& key, const memory
   e->dst = key.ldc == 0 ? memory::desc({key.M, key.N}, DT::f32, Tag::ab)
                         : memory::desc({key.M, key.N}, DT::f32, memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread buffer, see Scratch
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the caller's arena, see Run
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->src, wmd, e->dst), attr, Engine());
   if (IsReference(pd)) {
     return Internal(std::string("oneDNN has only its reference matmul here: ") +
@@ -104,30 +104,11 @@ StatusOr<std::shared_ptr<const Entry>> GetPrimitive(const Key& key, const memory
   return std::shared_ptr<const Entry>(e);
 }
 
-// A 64-byte-aligned scratchpad per calling thread, grown on demand, so concurrent calls of one
-// cached primitive never share scratch memory.
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  void* Get(size_t bytes) {
-    if (bytes > n_) {
-      std::free(p_);
-      n_ = (bytes + 63) / 64 * 64;
-      p_ = std::aligned_alloc(64, n_);
-      if (p_ == nullptr) n_ = 0;
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-
-Status Run(const Entry& e, const uint16_t* xb, const void* weights, float* y) {
-  thread_local Scratch scratch;
-  void* sp = scratch.Get(e.scratch_bytes > 0 ? e.scratch_bytes : 64);
-  if (sp == nullptr) return ResourceExhausted("oneDNN matmul scratchpad allocation failed");
+// `scratch` holds the scratchpad: concurrent calls of one cached primitive come from different
+// participants, so they never share scratch memory.
+Status Run(const Entry& e, const uint16_t* xb, const void* weights, float* y,
+           ScratchArena& scratch) {
+  void* sp = scratch.onednn.Reserve(e.scratch_bytes);
   // oneDNN takes non-const handles; it only reads src and weights.
   memory src(e.src, Engine(), const_cast<uint16_t*>(xb));
   memory wei(e.weights, Engine(), const_cast<void*>(weights));
@@ -141,6 +122,17 @@ Status Run(const Entry& e, const uint16_t* xb, const void* weights, float* y) {
   stream.wait();
   return Status::Ok();
 }
+
+// The caller's arena, or one for this call only.
+class ArenaOrLocal {
+ public:
+  explicit ArenaOrLocal(ScratchArena* arena) : arena_(arena != nullptr ? arena : &local_) {}
+  ScratchArena& get() { return *arena_; }
+
+ private:
+  ScratchArena local_;
+  ScratchArena* arena_;
+};
 
 Status FromDnnl(const dnnl::error& e, const char* what) {
   return Internal(std::string("oneDNN ") + what + ": " + e.what());
@@ -164,7 +156,7 @@ bool OneDnnBf16Available() {
 }
 
 Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int threads,
-                        float* y) {
+                        float* y, ScratchArena* scratch) {
   if (w.format != MatrixFormat::kDense || w.dtype != DType::kBF16 || w.cols != K || M <= 0 ||
       K <= 0 || w.rows <= 0 || threads < 1) {
     return InvalidArgument("OneDnnMatMulBf16: needs BF16 weights [N, K], M, K, N > 0");
@@ -175,14 +167,15 @@ Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& 
     StatusOr<std::shared_ptr<const Entry>> e =
         GetPrimitive(key, memory::desc({K, w.rows}, DT::bf16, Tag::ba));
     if (!e.ok()) return e.status();
-    return Run(**e, xb, w.data, y);
+    ArenaOrLocal arena(scratch);
+    return Run(**e, xb, w.data, y, arena.get());
   } catch (const dnnl::error& e) {
     return FromDnnl(e, "matmul");
   }
 }
 
 Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
-                               int64_t n0, int64_t n1, float* y) {
+                               int64_t n0, int64_t n1, float* y, ScratchArena* scratch) {
   const int64_t N = w.rows;
   if (w.format != MatrixFormat::kDense || w.dtype != DType::kBF16 || w.cols != K || M <= 0 ||
       K <= 0 || n0 < 0 || n1 <= n0 || n1 > N) {
@@ -194,14 +187,15 @@ Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const M
     StatusOr<std::shared_ptr<const Entry>> e = GetPrimitive(
         Key{M, K, nc, 1, false, nc == N ? 0 : N}, memory::desc({K, nc}, DT::bf16, Tag::ba));
     if (!e.ok()) return e.status();
-    return Run(**e, xb, static_cast<const uint16_t*>(w.data) + n0 * K, y + n0);
+    ArenaOrLocal arena(scratch);
+    return Run(**e, xb, static_cast<const uint16_t*>(w.data) + n0 * K, y + n0, arena.get());
   } catch (const dnnl::error& e) {
     return FromDnnl(e, "matmul columns");
   }
 }
 
 Status OneDnnMatMulBf16BlockedRows(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
-                                   int64_t m0, int64_t m1, float* y) {
+                                   int64_t m0, int64_t m1, float* y, ScratchArena* scratch) {
   const int64_t N = w.rows;
   if (w.format != MatrixFormat::kBf16Blocked || w.cols != K || M <= 0 || K <= 0 || N <= 0 ||
       m0 < 0 || m1 <= m0 || m1 > M) {
@@ -215,26 +209,27 @@ Status OneDnnMatMulBf16BlockedRows(const uint16_t* xb, int64_t M, int64_t K, con
     StatusOr<std::shared_ptr<const Entry>> e =
         GetPrimitive(Key{m1 - m0, K, N, 1, true}, memory::desc({K, N}, DT::bf16, Tag::BA16a64b2a));
     if (!e.ok()) return e.status();
-    return Run(**e, xb + m0 * K, w.data, y + m0 * N);
+    ArenaOrLocal arena(scratch);
+    return Run(**e, xb + m0 * K, w.data, y + m0 * N, arena.get());
   } catch (const dnnl::error& e) {
     return FromDnnl(e, "blocked matmul rows");
   }
 }
 
 Status OneDnnMatMulRoundingX(const float* x, int64_t M, int64_t K, const Matrix& w,
-                             const OneDnnPackedBf16* packed, int threads, float* y) {
+                             const OneDnnPackedBf16* packed, int threads, float* y,
+                             ScratchArena* scratch) {
   if (M <= 0 || K <= 0 || threads < 1) return InvalidArgument("OneDnnMatMulRoundingX: M, K > 0");
   if (packed != nullptr && (packed->rows() != w.rows || packed->cols() != K)) {
     return InvalidArgument("OneDnnMatMulRoundingX: packed weights do not match w");
   }
-  thread_local Scratch xbuf;  // [M, K] BF16 activations
-  auto* xb = static_cast<uint16_t*>(xbuf.Get(static_cast<size_t>(M * K) * sizeof(uint16_t)));
-  if (xb == nullptr) return ResourceExhausted("oneDNN activation buffer allocation failed");
+  ArenaOrLocal arena(scratch);
+  auto* xb = arena.get().onednn_x.Reserve<uint16_t>(static_cast<size_t>(M * K));  // [M, K]
   const int64_t n = M * K;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) xb[i] = F32ToBf16(x[i]);
-  return packed != nullptr ? packed->MatMul(xb, M, threads, y)
-                           : OneDnnMatMulBf16(xb, M, K, w, threads, y);
+  return packed != nullptr ? packed->MatMul(xb, M, threads, y, &arena.get())
+                           : OneDnnMatMulBf16(xb, M, K, w, threads, y, &arena.get());
 }
 
 OneDnnPackedBf16::OneDnnPackedBf16(int64_t rows, int64_t cols, std::unique_ptr<Impl> impl)
@@ -277,14 +272,16 @@ StatusOr<std::unique_ptr<OneDnnPackedBf16>> OneDnnPackedBf16::Create(const Matri
   }
 }
 
-Status OneDnnPackedBf16::MatMul(const uint16_t* xb, int64_t M, int threads, float* y) const {
+Status OneDnnPackedBf16::MatMul(const uint16_t* xb, int64_t M, int threads, float* y,
+                                ScratchArena* scratch) const {
   if (M <= 0 || threads < 1) return InvalidArgument("OneDnnPackedBf16::MatMul: M, threads > 0");
   try {
     omp_set_num_threads(threads);
     StatusOr<std::shared_ptr<const Entry>> e =
         GetPrimitive(Key{M, cols_, rows_, threads, true}, impl_->md);
     if (!e.ok()) return e.status();
-    return Run(**e, xb, impl_->mem.get_data_handle(), y);
+    ArenaOrLocal arena(scratch);
+    return Run(**e, xb, impl_->mem.get_data_handle(), y, arena.get());
   } catch (const dnnl::error& e) {
     return FromDnnl(e, "packed matmul");
   }
@@ -300,7 +297,8 @@ Status NoDnnl() { return Unimplemented("this build has no oneDNN (libdnnl-dev)")
 
 bool OneDnnBf16Available() { return false; }
 
-Status OneDnnMatMulBf16(const uint16_t*, int64_t, int64_t, const Matrix&, int, float*) {
+Status OneDnnMatMulBf16(const uint16_t*, int64_t, int64_t, const Matrix&, int, float*,
+                        ScratchArena*) {
   return NoDnnl();
 }
 
@@ -313,20 +311,22 @@ StatusOr<std::unique_ptr<OneDnnPackedBf16>> OneDnnPackedBf16::Create(const Matri
   return NoDnnl();
 }
 
-Status OneDnnPackedBf16::MatMul(const uint16_t*, int64_t, int, float*) const { return NoDnnl(); }
+Status OneDnnPackedBf16::MatMul(const uint16_t*, int64_t, int, float*, ScratchArena*) const {
+  return NoDnnl();
+}
 
 Status OneDnnMatMulBf16Columns(const uint16_t*, int64_t, int64_t, const Matrix&, int64_t, int64_t,
-                               float*) {
+                               float*, ScratchArena*) {
   return NoDnnl();
 }
 
 Status OneDnnMatMulBf16BlockedRows(const uint16_t*, int64_t, int64_t, const Matrix&, int64_t,
-                                   int64_t, float*) {
+                                   int64_t, float*, ScratchArena*) {
   return NoDnnl();
 }
 
 Status OneDnnMatMulRoundingX(const float*, int64_t, int64_t, const Matrix&, const OneDnnPackedBf16*,
-                             int, float*) {
+                             int, float*, ScratchArena*) {
   return NoDnnl();
 }
 

@@ -13,6 +13,10 @@
 // the caller must keep its own pool idle meanwhile (Context::MatMul calls them through
 // ThreadPool::RunExclusive).
 //
+// Scratch: each call takes the caller's scratch arena (kernels/scratch.h; Context passes the
+// arena of the participant making the call) and keeps oneDNN's scratchpad there; with none it
+// allocates one for that call only (tests, benchmarks).
+//
 // Without oneDNN in the build every function here reports kUnimplemented and
 // OneDnnBf16Available() is false.
 #ifndef VLSTACK_KERNELS_ONEDNN_MATMUL_H_
@@ -23,6 +27,7 @@
 
 #include "base/status.h"
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 
 namespace vls::kernels {
 
@@ -34,10 +39,10 @@ bool OneDnnBf16Available();
 // BF16 row-major [N, K] (PyTorch Linear layout), read in place (oneDNN sees it as [K, N] with
 // strides {1, K}, format tag `ba`, and copies panels into its own blocked layout per call).
 // Thread safe: primitives are created once per (M, K, N, threads) and cached; each call uses
-// its own scratchpad. REQUIRES: w.dtype == kBF16, w.cols == K, M, K, N > 0, threads >= 1.
-// Errors: kUnimplemented (no oneDNN), kInvalidArgument, kInternal (oneDNN failed).
+// the scratchpad of its own `scratch` arena. REQUIRES: w.dtype == kBF16, w.cols == K, M, K, N > 0,
+// threads >= 1. Errors: kUnimplemented (no oneDNN), kInvalidArgument, kInternal (oneDNN failed).
 Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int threads,
-                        float* y);
+                        float* y, ScratchArena* scratch = nullptr);
 
 // y[M, n0:n1] (row stride N = w.rows) = xb[M, K] · w[n0:n1, K]ᵀ on the calling thread only
 
@@ -45,7 +50,7 @@ Status OneDnnMatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& 
 // and a late pool thread does not stall the others (oneDNN's split is static). Primitives are
 // cached per (M, K, n1 - n0, N). REQUIRES: as OneDnnMatMulBf16, 0 <= n0 < n1 <= N.
 Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
-                               int64_t n0, int64_t n1, float* y);
+                               int64_t n0, int64_t n1, float* y, ScratchArena* scratch = nullptr);
 
 // y[m0:m1, N] (f32, row-major) = xb[m0:m1, K] · wᵀ for BF16 blocked weights (bf16_blocked.h),
 // which are oneDNN's own BA16a64b2a layout and are read in place, on the calling thread only
@@ -54,16 +59,19 @@ Status OneDnnMatMulBf16Columns(const uint16_t* xb, int64_t M, int64_t K, const M
 // Primitives are cached per (m1 - m0, K, N). REQUIRES: w.format == kBf16Blocked, w.cols == K,
 // 0 <= m0 < m1 <= M. Errors as OneDnnMatMulBf16.
 Status OneDnnMatMulBf16BlockedRows(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w,
-                                   int64_t m0, int64_t m1, float* y);
+                                   int64_t m0, int64_t m1, float* y,
+                                   ScratchArena* scratch = nullptr);
 
 class OneDnnPackedBf16;
 
 // Context::MatMul's oneDNN path: rounds x[M, K] (f32) to BF16 (nearest even, as F32ToBf16)
 // on the same OpenMP team that then runs the product (no second pool wakes up while the team's
 // workers still spin), then y[M, N] = xb · w[N, K]ᵀ, from `packed` when given, else from w in
-// place. REQUIRES: as OneDnnMatMulBf16; packed, when given, holds w (rows N, cols K).
+// place. The rounded activations are kept in scratch->onednn_x. REQUIRES: as
+// OneDnnMatMulBf16; packed, when given, holds w (rows N, cols K).
 Status OneDnnMatMulRoundingX(const float* x, int64_t M, int64_t K, const Matrix& w,
-                             const OneDnnPackedBf16* packed, int threads, float* y);
+                             const OneDnnPackedBf16* packed, int threads, float* y,
+                             ScratchArena* scratch = nullptr);
 
 // Weights [N, K] BF16 packed once into the blocked layout oneDNN's BF16 matmul prefers on this
 // CPU (one reorder, at model load), so a prefill call skips the per-call panel copy.
@@ -91,7 +99,8 @@ class OneDnnPackedBf16 {
 
   // y[M, N] (f32) = xb[M, K] (BF16) · wᵀ with the packed weights. REQUIRES: M > 0,
   // threads >= 1. Errors: kInternal when oneDNN cannot run the packed layout for this M.
-  Status MatMul(const uint16_t* xb, int64_t M, int threads, float* y) const;
+  Status MatMul(const uint16_t* xb, int64_t M, int threads, float* y,
+                ScratchArena* scratch = nullptr) const;
 
   struct Impl;  // oneDNN objects (defined in onednn_matmul.cc)
 

@@ -92,7 +92,7 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
   std::vector<int32_t> last(rows.size());  // [M] last key of each row
   for (size_t m = 0; m < rows.size(); ++m) last[m] = rows[m].index;
   const auto items = static_cast<int64_t>(blocks.size()) * nkv;  // (row block, KV head)
-  ctx.pool().ParallelFor(items, 1, [&](int64_t begin, int64_t end) {
+  ctx.pool().ParallelFor(items, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t it = begin; it < end; ++it) {
       const RowBlock& b = blocks[static_cast<size_t>(it / nkv)];
       const int g = static_cast<int>(it % nkv);
@@ -114,7 +114,7 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
       tile.scale = scale;
       tile.out = out + (b.m0 * nh + g * group) * D;
       tile.out_row_stride = nh * D;
-      ctx.variant().attention(tile);
+      ctx.variant().attention(tile, ctx.scratch(thread).attention);
     }
   });
 }

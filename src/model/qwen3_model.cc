@@ -18,15 +18,6 @@ namespace {
 // every matmul far above oneDNN's minimum.
 constexpr int64_t kChunkRows = 256;
 
-// One per-thread arena reused across layers and calls. Fresh multi-megabyte vectors per
-// layer came back from the allocator as new pages each time, and the page faults plus zero
-// fills cost about a quarter of prefill time.
-float* Arena(int64_t n) {
-  thread_local std::vector<float> arena;
-  if (arena.size() < static_cast<size_t>(n)) arena.resize(static_cast<size_t>(n));
-  return arena.data();
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir) {
@@ -69,13 +60,14 @@ void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
     // a whole page-cache folio (about 1 MB a row measured on the 2B checkpoint), which stays
     // resident until released, and releasing it (madvise over the table) cost about as much
     // again: 0.5 ms per 8-row decode step on the 0.6B shape, against about 10 µs here.
-    thread_local std::vector<std::byte> row;
-    row.resize(row_bytes);
-    const kernels::Matrix one{e.dtype, row.data(), 1, e.cols};
+    // The row buffer is the caller's (participant 0's while it holds the pool).
+    const ThreadPool::Lease lease(ctx_->pool());
+    auto* row = ctx_->scratch(lease.thread()).embed_row.Reserve<std::byte>(row_bytes);
+    const kernels::Matrix one{e.dtype, row, 1, e.cols};
     bool ok = true;
     for (size_t s = 0; s < tokens.size() && ok; ++s) {
       ok = weights_.embed_file
-               ->ReadAt(table + static_cast<size_t>(tokens[s]) * row_bytes, row_bytes, row.data())
+               ->ReadAt(table + static_cast<size_t>(tokens[s]) * row_bytes, row_bytes, row)
                .ok();
       if (ok) kernels::LoadRow(one, 0, out + s * H);
     }
@@ -108,18 +100,20 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   // into the row's cache. Every row's K/V is written before attention runs, so prefill rows
   // see all earlier rows of their sequence. Work items are (row, group of heads): rows are split
   // into groups of heads only when there are fewer rows than threads (decode of one sequence).
-  // A row's cos/sin come from the per-thread cache (computed once per thread and step in decode).
+  // A row's cos/sin come from the participant's RoPE cache (computed once per thread and step
+  // in decode).
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const int64_t heads = nh + 2 * nkv;
   const int64_t threads = ctx_->pool().threads();
   const int64_t groups = M >= threads ? 1 : std::min<int64_t>(4, (2 * threads + M - 1) / M);
   const int64_t per_group = (heads + groups - 1) / groups;
-  ctx_->pool().ParallelFor(M * groups, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> kh(static_cast<size_t>(D));
+  ctx_->pool().ParallelFor(M * groups, 1, [&](int64_t b, int64_t e, int thread) {
+    kernels::ScratchArena& own = ctx_->scratch(thread);
+    float* kh = own.head.Reserve<float>(static_cast<size_t>(D));  // [D]
     for (int64_t it = b; it < e; ++it) {
       const int64_t m = it / groups, h0 = (it % groups) * per_group;
       const ForwardRow& r = rows[static_cast<size_t>(m)];
-      const float* cs = rope_.CachedCosSin(r.coord);  // cos [D/2] | sin [D/2]
+      const float* cs = rope_.CachedCosSin(r.coord, own.rope);  // cos [D/2] | sin [D/2]
       const float* row = qkv + m * qkvd;
       for (int64_t h = h0; h < std::min(heads, h0 + per_group); ++h) {
         if (h < nh) {
@@ -127,9 +121,9 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
           ctx_->RmsNorm(row + h * D, 1, D, L.q_norm.data(), eps, qh);
           ctx_->ApplyRope(qh, cs, cs + D / 2, D);
         } else if (h < nh + nkv) {
-          ctx_->RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh.data());
-          ctx_->ApplyRope(kh.data(), cs, cs + D / 2, D);
-          r.cache->WriteHead(layer, static_cast<int>(h - nh), r.index, kh.data(), nullptr);
+          ctx_->RmsNorm(row + h * D, 1, D, L.k_norm.data(), eps, kh);
+          ctx_->ApplyRope(kh, cs, cs + D / 2, D);
+          r.cache->WriteHead(layer, static_cast<int>(h - nh), r.index, kh, nullptr);
         } else {
           r.cache->WriteHead(layer, static_cast<int>(h - nh - nkv), r.index, nullptr, row + h * D);
         }
@@ -163,12 +157,18 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
   const int64_t qd = cfg_.heads * cfg_.head_dim, kvd = cfg_.kv_heads * cfg_.head_dim;
   const Qwen3LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const PreparedLayer& P = prepared_->layer(l);
-  // The attention and MLP halves run one after the other over one arena; within each, a
+  // The chunk's activations live in the caller's scratch arena (participant 0's), reused
+  // across layers and calls, so the caller holds the pool for the whole chunk: a concurrent
+  // forward of another cache waits for it rather than interleaving loop by loop.
+  const ThreadPool::Lease lease(ctx_->pool());
+  // The attention and MLP halves run one after the other over one buffer; within each, a
   // buffer takes the place of one that is dead by then (ctx of a, the output of qkv, the MLP
   // output of its input).
   const int64_t slot0 = std::max(H, qd), slot1 = std::max(qd + 2 * kvd, H);
   const int64_t attention_floats = slot0 + slot1 + qd, mlp_floats = H + 3 * I;
-  float* base = Arena(M * std::max(attention_floats, mlp_floats));
+  float* base =
+      ctx_->scratch(lease.thread())
+          .layer.Reserve<float>(static_cast<size_t>(M * std::max(attention_floats, mlp_floats)));
   AttentionScratch t;
   float* a = base;                   // [M, H] normed input
   t.ctx = base;                      // [M, nh, D], after a is consumed

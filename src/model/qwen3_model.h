@@ -58,8 +58,10 @@ struct ModelOptions {
   std::optional<KvDType> kv_dtype;
 };
 
-// A loaded model. Immutable after Load; Forward may run concurrently on disjoint caches (the
-// model's thread pool runs one parallel loop at a time).
+// A loaded model. Immutable after Load apart from its context's scratch arenas; Forward may
+// run concurrently on disjoint caches: the model's thread pool runs one caller at a time, each
+// layer chunk (RunLayer) and each Embed holding it throughout, since their buffers are the
+// holder's scratch arena (kernels/scratch.h).
 class Qwen3Model {
  public:
   // Reads config.json (+generation_config.json) and the safetensors checkpoint of `dir`.
@@ -75,6 +77,9 @@ class Qwen3Model {
   const Rope& rope() const { return rope_; }
   // The thread pool, kernel variant and precision every op of this model runs with.
   const kernels::Context& context() const { return *ctx_; }
+  // Bytes the scratch arenas of this model's context hold now (its working memory beside the
+  // prepared weights and the KV caches). Callable from any thread at any time.
+  size_t scratch_bytes() const { return ctx_->ScratchBytes(); }
   // A zeroed cache of `capacity` positions in kv_dtype().
   std::unique_ptr<KvCache> NewCache(int capacity) const;
   KvDType kv_dtype() const { return kv_dtype_; }

@@ -1,8 +1,10 @@
 #include "model/rope.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
 namespace vls {
 
@@ -49,26 +51,34 @@ void Rope::CosSin(const RopeCoord& coord, float* cos, float* sin) const {
   }
 }
 
-const float* Rope::CachedCosSin(const RopeCoord& coord) const {
-  struct Entry {
-    uint64_t id = 0;  // 0: empty
-    RopeCoord coord{};
-    std::vector<float> cos_sin;  // [D/2] cos | [D/2] sin
-  };
-  constexpr size_t kEntries = 64;  // direct-mapped: enough for a batch of decode rows
-  thread_local std::array<Entry, kEntries> cache;
+const float* Rope::CachedCosSin(const RopeCoord& coord, kernels::ScratchBuffer& cache) const {
+  // The cache, in floats: [4] the owning table's id_ (8 bytes) and padding, then kEntries
+  // direct-mapped entries of [4] key (coord, 1) | [D/2] cos | [D/2] sin. Keys and id are
+  // copied in and out bytewise; a zeroed cache (fresh from the arena) matches nothing.
+  constexpr size_t kEntries = 64;  // enough for a batch of decode rows
+  constexpr size_t kHeader = 4;
+  const size_t half = inv_freq_.size();
+  const size_t entry = kHeader + 2 * half;
+  const size_t total = kHeader + kEntries * entry;
+  float* base = cache.Reserve<float>(total);
+  uint64_t owner = 0;
+  std::memcpy(&owner, base, sizeof owner);
+  if (owner != id_) {
+    std::fill_n(base, total, 0.0f);
+    std::memcpy(base, &id_, sizeof id_);
+  }
+  const std::array<int32_t, kHeader> key = {coord[0], coord[1], coord[2], 1};
   const auto mix = static_cast<uint64_t>(static_cast<uint32_t>(coord[0])) * 0x9E3779B97F4A7C15ull ^
                    static_cast<uint64_t>(static_cast<uint32_t>(coord[1])) * 0xC2B2AE3D27D4EB4Full ^
                    static_cast<uint64_t>(static_cast<uint32_t>(coord[2])) * 0x165667B19E3779F9ull;
-  Entry& e = cache[(mix >> 32) % kEntries];
-  if (e.id != id_ || e.coord != coord) {
-    const size_t half = inv_freq_.size();
-    e.cos_sin.resize(2 * half);
-    CosSin(coord, e.cos_sin.data(), e.cos_sin.data() + half);
-    e.id = id_;
-    e.coord = coord;
+  float* e = base + kHeader + ((mix >> 32) % kEntries) * entry;
+  std::array<int32_t, kHeader> held{};
+  std::memcpy(held.data(), e, sizeof held);
+  if (held != key) {
+    CosSin(coord, e + kHeader, e + kHeader + half);
+    std::memcpy(e, key.data(), sizeof key);
   }
-  return e.cos_sin.data();
+  return e + kHeader;
 }
 
 }  // namespace vls

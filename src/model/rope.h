@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/scratch.h"
 #include "model/qwen3_config.h"
 
 namespace vls {
@@ -19,11 +20,12 @@ class Rope {
 
   // Fills cos[D/2] and sin[D/2] for one coordinate: slot j uses axis AxisOfSlot(j).
   void CosSin(const RopeCoord& coord, float* cos, float* sin) const;
-  // The same values as CosSin, as cos[D/2] followed by sin[D/2], from a small per-thread cache
-  // keyed by (this table, coord): a decode row's coordinate is the same in every layer, and the
-  // 2·(D/2) double-precision cos/sin cost more than a layer's RoPE itself. The pointer is valid
-  // until this thread's next call.
-  const float* CachedCosSin(const RopeCoord& coord) const;
+  // The same values as CosSin, as cos[D/2] followed by sin[D/2], from a small cache keyed by
+  // coord that the caller keeps in `cache` (its participant's ScratchArena::rope): a decode
+  // row's coordinate is the same in every layer, and the 2·(D/2) double-precision cos/sin cost
+  // more than a layer's RoPE itself. A cache filled by another table is reset first. The
+  // pointer is valid until the next call with `cache`.
+  const float* CachedCosSin(const RopeCoord& coord, kernels::ScratchBuffer& cache) const;
 
   // Which axis (0=T, 1=H, 2=W) drives frequency slot j in [0, D/2).
   int AxisOfSlot(int j) const { return slot_axis_[static_cast<size_t>(j)]; }
@@ -32,7 +34,7 @@ class Rope {
  private:
   std::vector<double> inv_freq_;  // [D/2]: 1 / theta^(2j/D)
   std::vector<int> slot_axis_;    // [D/2]
-  uint64_t id_;                   // unique per table in this process: the cache key
+  uint64_t id_;                   // unique per table in this process: owner of a cache
 };
 
 }  // namespace vls
