@@ -27,28 +27,42 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr char kUsage[] =
-    "usage: vlstack batch --model DIR --requests REQS.jsonl [options]\n"
-    "  --slots B              batch slots (default 4)\n"
-    "  --capacity C           per-slot context (default: the largest prompt + max_new_tokens)\n"
-    "  --precision f32|bf16|int8   matmul precision (default f32)\n"
-    "  --kv-cache f32|bf16    KV cache element type (default f32 at f32, else bf16)\n"
-    "  --threads T            kernel threads (0 = all cores)\n"
-    "  --artifact FILE        prepared weights from `vlstack compile` (same precision,\n"
-    "                         capacity and slots)\n"
-    "  --prefill-chunk N      prompt rows prefilled per step, interleaved with the other\n"
-    "                         slots' decode (default 256; 0 = whole prompts at once)\n"
-    "  --no-prefix-reuse      never admit a request onto a slot's kept prefix\n"
-    "Each input line: {\"id\":…, \"input\":\"file.safetensors\" (relative to the JSONL file),\n"
-    "  \"max_new_tokens\":N, \"ignore_eos\":bool, \"cancel_after_tokens\":k, \"temperature\":T,\n"
-    "  \"top_k\", \"top_p\", \"min_p\", \"repetition_penalty\", \"presence_penalty\",\n"
-    "  \"frequency_penalty\", \"seed\":S, \"stop\":[\"…\"]}\n"
-    "Each output line, in input order: {\"id\", \"tokens\", \"finish_reason\":\n"
-    "  stop|length|cancelled|error, \"cached_tokens\" (prompt tokens served from prefix reuse),\n"
-    "  \"text\" (with \"stop\": decoded with the model folder's tokenizer.json, special\n"
-    "  tokens and the finishing EOS left out, cut before the first stop string; finish_reason\n"
-    "  stop when one matched; tokens end with the one that completed it), \"error\"}.\n"
-    "Requests are admitted in input order, so a later one can reuse an earlier one's prefix.\n";
+CommandSpec BatchSpec() {
+  CommandSpec spec;
+  spec.name = "batch";
+  spec.usage =
+      "usage: vlstack batch --model DIR --requests REQS.jsonl [options]\n"
+      "\n"
+      "Runs the requests of a JSONL file through the continuous-batch engine (CONTRACTS §6) and\n"
+      "prints one JSON line per request, in input order. Requests are admitted in input order,\n"
+      "so a later one can reuse the prefix an earlier one left in a free slot.\n"
+      "\n"
+      "Each input line: {\"id\":…, \"input\":\"file.safetensors\" (relative to the JSONL file,\n"
+      "the tensors of `vlstack forward`), \"max_new_tokens\":N, \"ignore_eos\":bool,\n"
+      "\"cancel_after_tokens\":k, \"temperature\", \"top_k\", \"top_p\", \"min_p\",\n"
+      "\"repetition_penalty\", \"presence_penalty\", \"frequency_penalty\", \"seed\",\n"
+      "\"stop\":[\"…\"]}.\n"
+      "Each output line: {\"id\", \"tokens\", \"finish_reason\": stop|length|cancelled|error,\n"
+      "\"cached_tokens\" (prompt tokens served from prefix reuse), \"text\", \"error\"}. \"text\"\n"
+      "comes with \"stop\": decoded with the model folder's tokenizer.json (special tokens and\n"
+      "the finishing EOS left out) and cut before the first stop string; finish_reason is stop\n"
+      "when one matched, and tokens end with the one that completed it. A bad request gets an\n"
+      "error line; the others still complete.\n"
+      "\n"
+      "  --model DIR          model folder (required)\n"
+      "  --requests FILE      the JSONL requests (required)\n"
+      "  --slots B            batch slots (default 4)\n"
+      "  --capacity C         per-slot context in tokens (default: the largest prompt plus its\n"
+      "                       max_new_tokens, at least the config's DeepStack Nmax)\n"
+      "  --prefill-chunk N    prompt rows prefilled per engine step, interleaved with the other\n"
+      "                       slots' decode; 0 for whole prompts (default 256)\n"
+      "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n" +
+      LoadFlagsHelp("f32") + "  --help               this text\n";
+  spec.value_flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.bool_flags = {"no-prefix-reuse"};
+  return spec;
+}
 
 struct Line {
   Json id;  // as given (null when the line could not be parsed)
@@ -146,8 +160,9 @@ StatusOr<GenerationRequest> BuildRequest(const Line& line, const Qwen3Model& mod
 }
 
 Status Batch(const Args& args) {
-  VLS_ASSIGN_OR_RETURN(std::string model_dir, args.Require("model"));
+  VLS_RETURN_IF_ERROR(args.Require("model").status());
   VLS_ASSIGN_OR_RETURN(std::string reqs_path, args.Require("requests"));
+  VLS_ASSIGN_OR_RETURN(std::string model_dir, ModelDirFlag(args));
   VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", 4, 1, 1024));
   EngineOptions eo;
   VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", eo.prefill_chunk, 0, 1 << 24));
@@ -267,18 +282,6 @@ Status Batch(const Args& args) {
 
 }  // namespace
 
-int RunBatch(int argc, char** argv) {
-  std::set<std::string> flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args = Args::Parse(argc, argv, flags, {"no-prefix-reuse", "help"});
-  if (!args.ok()) return Fail("batch", args.status());
-  if (args->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  Status s = Batch(*args);
-  if (!s.ok()) return Fail("batch", s);
-  return 0;
-}
+int RunBatch(int argc, char** argv) { return RunCommand(BatchSpec(), argc, argv, Batch); }
 
 }  // namespace vls::cli

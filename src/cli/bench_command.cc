@@ -40,30 +40,68 @@ using bench::Stats;
 using bench::StatsJson;
 using bench::Summarise;
 
-constexpr char kUsage[] =
-    "usage: vlstack bench --model DIR [load options] [mode] [options]\n"
-    "load options: --precision bf16|int8|f32 (default bf16) --kv-cache f32|bf16 --threads T\n"
-    "              --artifact FILE --capacity C (default: what the mode needs)\n"
-    "engine:       --prefill-chunk N (prompt rows per step, 0 = whole prompts; default 256)\n"
-    "              --no-prefix-reuse\n"
-    "throughput (default): --prompt-tokens 512 --gen-tokens 128 --reps 3 --slots 1\n"
-    "              [--baseline-slots B0] [--kernel-loop] [--json]\n"
-    "    --slots requests run together through the engine; prompt tok/s over the prefill\n"
-    "    phase, generation tok/s over the decode phase (aggregate), time to first token.\n"
-    "    --baseline-slots also runs B0 requests in every repetition and reports the ratio.\n"
-    "    --kernel-loop times a direct loop on the model instead of the engine.\n"
-    "serving:      --serve --requests 16 --rate R|inf (req/s, Poisson arrivals) --seed 0\n"
-    "              --prompt-tokens P --gen-tokens G --slots B [--json]\n"
-    "    the engine on its own thread, requests submitted at their arrival times; request and\n"
-    "    output token throughput, TTFT, inter-token latency and end-to-end latency (mean, p50,\n"
-    "    p99).\n"
-    "scenarios:    --scenario prefix-reuse --prompt-tokens 2000 --gen-tokens 4 --turn-tokens 30\n"
-    "    a conversation's second turn (turn 1's prompt and reply plus --turn-tokens new tokens):\n"
-    "    its time to first token with prefix reuse and without, paired per repetition.\n"
-    "              --scenario chunked-prefill --streams 8 --stream-prompt-tokens 32\n"
-    "              --prompt-tokens 4096 --window-tokens 16 --prefill-chunk 0,64,256\n"
-    "    --streams requests decoding, then one long prompt arrives: the streams' inter-token\n"
-    "    latency (median, p99) around its prefill, once per chunk size in the list.\n";
+CommandSpec BenchSpec() {
+  CommandSpec spec;
+  spec.name = "bench";
+  spec.usage =
+      "usage: vlstack bench --model DIR [options]\n"
+      "\n"
+      "Throughput, serving and scenario benchmarks of a model through the batch engine and\n"
+      "sampler that serve (CONTRACTS §6). Prompts are pseudo-random ordinary tokens that\n"
+      "generate exactly --gen-tokens greedy tokens each (EOS ignored); every event is\n"
+      "timestamped as the engine delivers it.\n"
+      "\n"
+      "Throughput (the default): --slots requests run together, --reps times on a fresh engine;\n"
+      "prompt tokens/s over the prefill phase, generation tokens/s (aggregate) over the steps\n"
+      "after every request has its first token, the first request's time to first token.\n"
+      "  --model DIR          model folder (required)\n"
+      "  --prompt-tokens N    prompt length (default 512; scenarios: 2000 and 4096)\n"
+      "  --gen-tokens N       tokens generated per request (default 128; scenarios: 4)\n"
+      "  --reps N             repetitions (default 3)\n"
+      "  --slots B            batch slots: requests run together (default 1)\n"
+      "  --baseline-slots B0  also run B0 slots in every repetition (before the B-slot run in\n"
+      "                       even ones, after it in odd ones) and report their generation\n"
+      "                       tokens/s and the per-rep ratio (default: off)\n"
+      "  --kernel-loop        time the direct loop on the model instead of the engine (no\n"
+      "                       sampler, no scheduling; default off)\n"
+      "  --capacity C         per-slot context in tokens (default: what the mode needs)\n"
+      "  --prefill-chunk N    prompt rows prefilled per engine step, interleaved with the\n"
+      "                       other slots' decode; 0 for whole prompts (default 256)\n"
+      "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n"
+      "  --json               one JSON object instead of the text report\n" +
+      LoadFlagsHelp("bf16") +
+      "\n"
+      "Serving (--serve), as vLLM's benchmark_serving: the engine steps on its own thread, a\n"
+      "client submits the requests at their arrival times; reports request and output token\n"
+      "throughput, time to first token, inter-token latency (gaps between a request's\n"
+      "consecutive tokens) and end-to-end latency: mean, p50, p99, max.\n"
+      "  --serve              the serving benchmark\n"
+      "  --requests N         requests (default 16)\n"
+      "  --rate R             arrivals per second, Poisson, or inf for all at once (default inf)\n"
+      "  --seed S             seed of the arrival times and prompts (default 0)\n"
+      "\n"
+      "Scenarios (--scenario NAME):\n"
+      "  prefix-reuse         a conversation's second turn (turn 1's --prompt-tokens and its\n"
+      "                       --gen-tokens reply plus --turn-tokens new ones): its time to first\n"
+      "                       token with prefix reuse and without, paired per repetition\n"
+      "  --turn-tokens N      new tokens in turn 2 (default 30)\n"
+      "  chunked-prefill      --streams requests decode, then a --prompt-tokens prompt arrives:\n"
+      "                       the streams' inter-token latency (median, p99) around its prefill,\n"
+      "                       once per size in --prefill-chunk (a comma-separated list here)\n"
+      "  --streams N          decoding streams (default 8; --slots at least N + 1)\n"
+      "  --stream-prompt-tokens N   the streams' prompt length (default 32)\n"
+      "  --window-tokens N    stream tokens before the arrival and after the prompt's first\n"
+      "                       token (default 16)\n"
+      "  --help               this text\n";
+  spec.value_flags = {
+      "model",        "prompt-tokens",  "gen-tokens",    "reps",     "slots",
+      "capacity",     "baseline-slots", "prefill-chunk", "requests", "rate",
+      "seed",         "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
+      "window-tokens"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.bool_flags = {"json", "kernel-loop", "no-prefix-reuse", "serve"};
+  return spec;
+}
 
 double PeakRssMb() { return bench::PeakRssMb(); }
 
@@ -287,7 +325,7 @@ struct ModeFlags {
 };
 
 Status Bench(const Args& args) {
-  VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
+  VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));
   LoadOptions base;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &base));
   const std::string scenario = args.Get("scenario").value_or("");
@@ -352,23 +390,6 @@ Status Bench(const Args& args) {
 
 }  // namespace
 
-int RunBench(int argc, char** argv) {
-  std::set<std::string> flags = {
-      "model",        "prompt-tokens",  "gen-tokens",    "reps",     "slots",
-      "capacity",     "baseline-slots", "prefill-chunk", "requests", "rate",
-      "seed",         "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
-      "window-tokens"};
-  flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
-  auto args =
-      Args::Parse(argc, argv, flags, {"json", "kernel-loop", "no-prefix-reuse", "serve", "help"});
-  if (!args.ok()) return Fail("bench", args.status());
-  if (args->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  Status s = Bench(*args);
-  if (!s.ok()) return Fail("bench", s);
-  return 0;
-}
+int RunBench(int argc, char** argv) { return RunCommand(BenchSpec(), argc, argv, Bench); }
 
 }  // namespace vls::cli

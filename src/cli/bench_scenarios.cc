@@ -12,7 +12,9 @@
 // `--window-tokens` tokens after its first token. Reported per chunk size: the streams'
 // inter-token latencies over the window (from the step where the last stream started decoding
 // to the end): median, p99 and max, their median before the arrival ("steady"), and the long
-// prompt's time to first token.
+// prompt's time to first token. The window's median is the issue's yardstick ("p99 within 3x
+// the median"); with small chunks most of the window's gaps are chunk steps, so p99 against the
+// steady median is reported beside it as the stricter one.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -250,10 +252,11 @@ Status RunChunkedPrefillScenario(const Args& args, const Loader& load) {
       char buf[200];
       std::snprintf(buf, sizeof(buf),
                     "%s{\"prefill_chunk\":%d,\"long_ttft_ms\":%.1f,\"steps\":%lld,"
-                    "\"p99_over_median\":%.3f,\"within_3x\":%s,",
+                    "\"p99_over_median\":%.3f,\"within_3x\":%s,\"p99_over_steady\":%.3f,",
                     rows.empty() ? "" : ",", r.chunk, r.long_ttft_ms,
                     static_cast<long long>(r.steps), r.window.p99 / r.window.p50,
-                    r.window.p99 <= 3 * r.window.p50 ? "true" : "false");
+                    r.window.p99 <= 3 * r.window.p50 ? "true" : "false",
+                    r.window.p99 / r.steady.p50);
       rows += buf;
       rows += "\"itl_ms\":" + DistributionJson(r.window) +
               ",\"steady_itl_ms\":" + DistributionJson(r.steady) + "}";
@@ -270,12 +273,13 @@ Status RunChunkedPrefillScenario(const Args& args, const Loader& load) {
       "model %s precision %s threads %d: %lld streams decoding, a %lld-token prompt "
       "arrives\n",
       setup.model_dir.c_str(), setup.precision.c_str(), setup.threads, streams, long_prompt);
-  std::printf("%8s %12s %10s %10s %10s %10s %9s %14s\n", "chunk", "steady p50", "ITL p50",
-              "ITL p99", "ITL max", "p99/p50", "<= 3x", "long ttft ms");
+  std::printf("%8s %12s %10s %10s %10s %10s %9s %12s %14s\n", "chunk", "steady p50", "ITL p50",
+              "ITL p99", "ITL max", "p99/p50", "<= 3x", "p99/steady", "long ttft ms");
   for (const Interference& r : results) {
-    std::printf("%8d %12.1f %10.1f %10.1f %10.1f %10.2f %9s %14.0f\n", r.chunk, r.steady.p50,
+    std::printf("%8d %12.1f %10.1f %10.1f %10.1f %10.2f %9s %12.2f %14.0f\n", r.chunk, r.steady.p50,
                 r.window.p50, r.window.p99, r.window.max, r.window.p99 / r.window.p50,
-                r.window.p99 <= 3 * r.window.p50 ? "yes" : "no", r.long_ttft_ms);
+                r.window.p99 <= 3 * r.window.p50 ? "yes" : "no", r.window.p99 / r.steady.p50,
+                r.long_ttft_ms);
   }
   return Status::Ok();
 }
