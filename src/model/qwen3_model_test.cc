@@ -3,6 +3,7 @@
 #include "model/qwen3_model.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +26,10 @@ ModelOptions Options(int threads, kernels::Precision precision, const kernels::K
 
 std::string TinyModelDir() {
   static const std::string dir = [] {
-    std::string d = (std::filesystem::temp_directory_path() / "vls_qwen3_model_test_tiny").string();
+    // One folder per process: CTest runs this binary's tests as concurrent processes.
+    std::string d = (std::filesystem::temp_directory_path() /
+                     ("vls_qwen3_model_test_tiny_" + std::to_string(::getpid())))
+                        .string();
     TestModelSpec spec;
     spec.arch = "qwen3";
     spec.vision = false;
