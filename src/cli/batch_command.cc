@@ -55,7 +55,7 @@ CommandSpec BatchSpec() {
       "  --capacity C         per-slot context in tokens (default: the largest prompt plus its\n"
       "                       max_new_tokens, at least the config's DeepStack Nmax)\n"
       "  --prefill-chunk N    prompt rows prefilled per engine step, interleaved with the other\n"
-      "                       slots' decode; 0 for whole prompts (default 256)\n"
+      "                       slots' decode; 0 for whole prompts (default 64)\n"
       "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n" +
       LoadFlagsHelp("f32") + "  --help               this text\n";
   spec.value_flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};

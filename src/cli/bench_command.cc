@@ -66,7 +66,7 @@ CommandSpec BenchSpec() {
       "                       sampler, no scheduling; default off)\n"
       "  --capacity C         per-slot context in tokens (default: what the mode needs)\n"
       "  --prefill-chunk N    prompt rows prefilled per engine step, interleaved with the\n"
-      "                       other slots' decode; 0 for whole prompts (default 256)\n"
+      "                       other slots' decode; 0 for whole prompts (default 64)\n"
       "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n"
       "  --json               one JSON object instead of the text report\n" +
       LoadFlagsHelp("bf16") +

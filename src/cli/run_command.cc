@@ -51,7 +51,7 @@ constexpr const char* kHelp =
     "  --seed S             sampling seed (default: fixed per request)\n"
     "  --stop STR           (repeatable) stop string: the reply ends right before it\n"
     "  --capacity C         context capacity in tokens (default 4096)\n"
-    "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 256; 0: the\n"
+    "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 64; 0: the\n"
     "                       whole prompt at once)\n"
     "  --precision P        f32, bf16 or int8 (default bf16)\n"
     "  --kv-cache K         f32 or bf16 (default: f32 at --precision f32, else bf16)\n"

@@ -34,7 +34,7 @@ REQUIRED = {
 }
 # Commands that do not parse through RunCommand (src/cli/args.h) yet: their flag errors do not
 # point to --help and their usage need not list --help. Empty this as they move over.
-OWN_PARSER = {"batch", "bench"}
+OWN_PARSER = set()
 FAILURES = []
 
 
