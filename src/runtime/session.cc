@@ -8,6 +8,25 @@
 
 namespace vls {
 
+namespace {
+
+// Runs an entry, turning anything it throws (out of memory, a worker's exception carried back by
+// the thread pool) into a status that names the pass.
+Status RunEntry(const Entry& entry, EntryRun& run, const char* pass) {
+  try {
+    entry.Run(run);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(std::string(pass) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string(pass) + " failed: " + e.what());
+  } catch (...) {
+    return Internal(std::string(pass) + " failed");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Session::Session(const LoadedModel& model)
     : lm_(model), capacity_(model.bounds().capacity), cache_(model.model().NewCache(capacity_)) {}
 
@@ -38,15 +57,7 @@ Status Session::RunRange(const Entry& entry, EntryRun& run, const PromptView& pr
   length_ = 0;
   rope_delta_ = 0;
   valid_rows_ = begin;
-  try {
-    entry.Run(run);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted("prefill: out of memory");
-  } catch (const std::exception& e) {
-    return Internal(std::string("prefill failed: ") + e.what());
-  } catch (...) {
-    return Internal("prefill failed");
-  }
+  VLS_RETURN_IF_ERROR(RunEntry(entry, run, "prefill"));
   valid_rows_ = end;
   if (end == prompt.length()) {
     // Nothing can fail past validation: commit the new sequence state.
@@ -201,15 +212,7 @@ Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const 
   }
   // A throw leaves every session as it was: only row length() of each cache was being written,
   // and no length moves.
-  try {
-    lm.entries().Find(kEntryDecode)->Run(run);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted("decode: out of memory");
-  } catch (const std::exception& e) {
-    return Internal(std::string("decode failed: ") + e.what());
-  } catch (...) {
-    return Internal("decode failed");
-  }
+  VLS_RETURN_IF_ERROR(RunEntry(*lm.entries().Find(kEntryDecode), run, "decode"));
   for (Session* s : sessions) {
     ++s->length_;
     s->valid_rows_ = s->length_;
