@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "base/checked_math.h"
+#include "io/untrusted_json.h"
 
 namespace vls {
 namespace {
@@ -26,7 +27,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;  // Hugging Face's limit
-constexpr int kMaxJsonDepth = 64;
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::string_view kIndexName = "model.safetensors.index.json";
 constexpr std::string_view kSingleFileName = "model.safetensors";
@@ -66,81 +66,10 @@ std::string Bytes(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + "," + std::to_string(end) + ")";
 }
 
-// First pass over untrusted JSON: reports syntax errors with their position, bounds nesting and
-// rejects a key repeated inside one object (nlohmann::json would keep the last one silently).
-// Returning false from a callback stops the parse without an exception.
-class JsonChecker {
- public:
-  bool null() { return true; }
-  bool boolean(bool /*value*/) { return true; }
-  bool number_integer(Json::number_integer_t /*value*/) { return true; }
-  bool number_unsigned(Json::number_unsigned_t /*value*/) { return true; }
-  bool number_float(Json::number_float_t /*value*/, const Json::string_t& /*text*/) { return true; }
-  bool string(Json::string_t& /*value*/) { return true; }
-  bool binary(Json::binary_t& /*value*/) { return true; }
-  bool start_object(size_t /*elements*/) {
-    keys_.emplace_back();
-    return Enter();
-  }
-  bool key(Json::string_t& k) {
-    if (keys_.back().insert(k).second) return true;
-    error_ = keys_.size() == 1 ? "tensor " + Quote(k) + " appears twice in the JSON header"
-                               : "duplicate key " + Quote(k) + " inside a JSON object";
-    return false;
-  }
-  bool end_object() {
-    keys_.pop_back();
-    --depth_;
-    return true;
-  }
-  bool start_array(size_t /*elements*/) { return Enter(); }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
-  bool parse_error(size_t /*position*/, const std::string& /*last_token*/,
-                   const Json::exception& e) {
-    error_ = std::string("invalid JSON: ") + e.what();
-    return false;
-  }
-
-  const std::string& error() const { return error_; }
-
- private:
-  bool Enter() {
-    if (++depth_ <= kMaxJsonDepth) return true;
-    error_ = "JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
-    return false;
-  }
-
-  int depth_ = 0;
-  std::vector<std::unordered_set<std::string>> keys_;
-  std::string error_;
-};
-
-// Parses untrusted JSON without letting an exception escape. `label` prefixes error messages.
-// The parser reports errors through the checker, but it can still throw bad_alloc.
+// Parses untrusted JSON (io/untrusted_json.h: no NUL, no trailing bytes, bounded nesting, no
+// repeated key); `label` prefixes error messages.
 Status ParseJson(std::string_view label, const char* begin, const char* end, Json* out) {
-  // nlohmann's lexer takes a NUL byte for the end of input, which would let "{}\0garbage" pass;
-  // valid JSON never holds a raw NUL.
-  if (const void* nul = std::memchr(begin, 0, end - begin)) {
-    return DataLoss(std::string(label) + ": invalid JSON: NUL byte at offset " +
-                    std::to_string(static_cast<const char*>(nul) - begin));
-  }
-  try {
-    JsonChecker checker;
-    if (!Json::sax_parse(begin, end, &checker, Json::input_format_t::json, /*strict=*/true)) {
-      return DataLoss(std::string(label) + ": " +
-                      (checker.error().empty() ? "invalid JSON" : checker.error()));
-    }
-    *out = Json::parse(begin, end, nullptr, /*allow_exceptions=*/false);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted(std::string(label) + ": out of memory while parsing JSON");
-  } catch (const std::exception& e) {
-    return DataLoss(std::string(label) + ": invalid JSON: " + e.what());
-  }
-  if (out->is_discarded()) return DataLoss(std::string(label) + ": invalid JSON");
-  return Status::Ok();
+  return ParseUntrustedJson(label, std::string_view(begin, end - begin), out);
 }
 
 // Reads a JSON integer in [0, max]; false for negatives, fractions and non-numbers.

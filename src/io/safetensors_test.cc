@@ -364,7 +364,7 @@ TEST_F(SafetensorsTest, DuplicateTensorKey) {
   ExpectOpenError(RawFile(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                           R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                           "xxxx"),
-                  StatusCode::kDataLoss, {"tensor 'w' appears twice"});
+                  StatusCode::kDataLoss, {"key 'w' appears twice"});
 }
 
 TEST_F(SafetensorsTest, MetadataWithNonStringValue) {
@@ -508,7 +508,7 @@ TEST_F(SafetensorsCheckpointTest, MalformedIndex) {
   WriteIndex(R"({"a":1})");
   ExpectCheckpointError(StatusCode::kDataLoss, {"tensor 'a'", "shard file name"});
   WriteIndex(R"({"a":"s1.safetensors","a":"s2.safetensors"})");
-  ExpectCheckpointError(StatusCode::kDataLoss, {"duplicate key 'a'"});
+  ExpectCheckpointError(StatusCode::kDataLoss, {"key 'a' appears twice"});
 }
 
 }  // namespace
