@@ -1,18 +1,17 @@
-// A main() for the fuzz target when libFuzzer is not available (the `safetensors_fuzz_replay`
-// ctest): runs LLVMFuzzerTestOneInput over every file in the directories or files given on the
-// command line, then over deterministic random mutations (fixed seed) of a valid file built in
-// memory and of each corpus file. A crash, sanitizer report or abort fails the test.
+// A main() for every fuzz target when libFuzzer is not available (the NAME_fuzz_replay ctests):
+// runs LLVMFuzzerTestOneInput over every file in the directories or files given on the command
+// line, then over deterministic random mutations (fixed seed) of each corpus file. A crash,
+// sanitizer report or abort fails the test. VLS_FUZZ_MUTATIONS overrides the mutations per file.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
 #include <vector>
-
-#include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -26,26 +25,6 @@ void Run(const Bytes& input) {
   // A fresh heap copy, so reads past the end are caught by ASan.
   Bytes copy = input;
   LLVMFuzzerTestOneInput(copy.empty() ? nullptr : copy.data(), copy.size());
-}
-
-// A valid file with all four dtypes, a zero-element tensor and metadata.
-Bytes ValidSeed() {
-  vls::HostTensor f32 = vls::HostTensor::FromF32({2, 2}, std::vector<float>{1, 2, 3, 4});
-  vls::HostTensor i32 = vls::HostTensor::FromI32({3}, std::vector<int32_t>{5, 6, 7});
-  vls::HostTensor bf16 = vls::FromF32As(vls::DType::kBF16, {3}, std::vector<float>{1, 2, 3});
-  vls::HostTensor f16 = vls::FromF32As(vls::DType::kF16, {1, 2}, std::vector<float>{4, 5});
-  vls::HostTensor empty(vls::DType::kF32, {0, 3});
-  auto image = vls::SerializeSafetensors({{"w.f32", f32.view()},
-                                          {"w.i32", i32.view()},
-                                          {"w.bf16", bf16.view()},
-                                          {"w.f16", f16.view()},
-                                          {"w.empty", empty.view()}},
-                                         {{"format", "pt"}});
-  if (!image.ok()) {
-    std::fprintf(stderr, "cannot build the seed: %s\n", image.status().ToString().c_str());
-    std::exit(1);
-  }
-  return Bytes(image->begin(), image->end());
 }
 
 Bytes Mutate(Bytes b, std::mt19937_64& rng) {
@@ -134,14 +113,18 @@ int main(int argc, char** argv) {
   std::vector<Bytes> seeds = ReadCorpus(argc, argv);
   const size_t corpus_files = seeds.size();
   for (const Bytes& b : seeds) Run(b);
-  seeds.push_back(ValidSeed());
+  if (seeds.empty()) {
+    std::fprintf(stderr, "no corpus files given\n");
+    return 1;
+  }
+  int mutations = kMutationsPerSeed;
+  if (const char* env = std::getenv("VLS_FUZZ_MUTATIONS")) mutations = std::atoi(env);
   std::mt19937_64 rng(0x5afe7e9501ull);
   size_t runs = corpus_files;
   for (const Bytes& seed : seeds) {
     Run(seed);
-    for (int i = 0; i < kMutationsPerSeed; ++i, ++runs) Run(Mutate(seed, rng));
+    for (int i = 0; i < mutations; ++i, ++runs) Run(Mutate(seed, rng));
   }
-  std::printf("safetensors_fuzz_replay: %zu corpus files, %zu inputs, no crash\n", corpus_files,
-              runs);
+  std::printf("%s: %zu corpus files, %zu inputs, no crash\n", argv[0], corpus_files, runs);
   return 0;
 }

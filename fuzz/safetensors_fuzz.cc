@@ -3,16 +3,9 @@
 // Every input must give either a Status or a file whose views lie inside the input; a file that
 // is accepted must also serialise and parse back to the same tensors and metadata.
 //
-// Real fuzzing with libFuzzer (clang), from the repository root:
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc
-//     fuzz/safetensors_fuzz.cc src/io/safetensors.cc src/tensor/dtype.cc src/tensor/tensor.cc
-//     src/base/status.cc src/base/file.cc -o /tmp/safetensors_fuzz
-//   mkdir -p /tmp/st_corpus
-//   /tmp/safetensors_fuzz -max_total_time=600 -max_len=4096 /tmp/st_corpus tests/corpus/safetensors
-// (one command line each; the first is wrapped here).
-// or configure with CXX=clang++ -DVLS_LIBFUZZER=ON and build the `safetensors_fuzz` target.
-// Without libFuzzer, `safetensors_fuzz_replay` (replay_main.cc, a ctest) runs this target over
-// tests/corpus/safetensors and deterministic mutations of it.
+// Real fuzzing: scripts/fuzz.sh 600 safetensors. Without libFuzzer, `safetensors_fuzz_replay`
+// (replay_main.cc, a ctest) runs this target over tests/corpus/safetensors and deterministic
+// mutations of it.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

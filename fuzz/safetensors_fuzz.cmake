@@ -1,0 +1,1 @@
+vls_add_fuzz_target(safetensors SOURCES safetensors_fuzz.cc LIBS vls_io CORPUS safetensors)
