@@ -41,7 +41,46 @@ class MappedFile {
 };
 
 StatusOr<std::string> ReadFileToString(const std::string& path);
-// Writes to `path.tmp` then renames, so a reader never sees a half-written file.
+
+// A file being written to an output path the user named. The rule, by what `path` is when
+// Open looks at it:
+//   * nothing: a temporary file is created next to it (a fresh random name, O_CREAT|O_EXCL, so
+//     nothing already there is followed or clobbered), written, and renamed onto `path` by
+//     Commit, so a reader never sees a half-written file;
+//   * a regular file: the same, the new file taking the old one's permission bits;
+//   * a symbolic link: written through: the link is resolved (every level) and the rules apply
+//     to the file it names, so the link stays and its target gets the bytes (a dangling link
+//     is refused);
+//   * a character device (/dev/null) or a FIFO: written in place (opened O_WRONLY, never
+//     replaced by a regular file); a FIFO nobody reads is refused rather than waited for;
+//   * a directory, a socket or a block device: refused.
+// Errors are IoError naming the path. Thread safety: one owner.
+class OutputFile {
+ public:
+  static StatusOr<std::unique_ptr<OutputFile>> Open(const std::string& path);
+  // Removes the temporary file when Commit did not succeed.
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  Status Append(const void* data, size_t n);
+  // Flushes and closes; renames the temporary file onto the target. Nothing may follow.
+  Status Commit();
+
+  // The file the bytes go to (the link's target for a symbolic link).
+  const std::string& target() const { return target_; }
+
+ private:
+  OutputFile(std::string path, std::string target, std::string tmp, int fd)
+      : path_(std::move(path)), target_(std::move(target)), tmp_(std::move(tmp)), fd_(fd) {}
+  std::string path_;    // as the caller named it
+  std::string target_;  // what is written (resolved)
+  std::string tmp_;     // the temporary file renamed onto target_; empty when written in place
+  int fd_;
+  bool committed_ = false;
+};
+
+// Writes `contents` to `path` through OutputFile (the rule above).
 Status WriteStringToFile(const std::string& path, std::string_view contents);
 
 // Joins a directory and a relative name ("dir" + "/" + "name"); absolute names are returned as is.

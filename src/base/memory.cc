@@ -1,9 +1,14 @@
 #include "base/memory.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace vls {
@@ -58,6 +63,75 @@ void AdviseWillNeed(const void* p, size_t n) {
   const auto end = reinterpret_cast<uintptr_t>(p) + n;
   // NOLINTNEXTLINE(performance-no-int-to-ptr): madvise takes the page-aligned address back.
   (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+}
+
+namespace {
+
+// The "<key>: <n> kB" line of a /proc file, in bytes; kUnknown when absent or unreadable.
+uint64_t ProcKiB(const char* file, const char* key) {
+  std::FILE* f = std::fopen(file, "re");
+  if (f == nullptr) return MemoryAvailability::kUnknown;
+  char line[256];
+  uint64_t out = MemoryAvailability::kUnknown;
+  const size_t key_len = std::strlen(key);
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, key, key_len) != 0 || line[key_len] != ':') continue;
+    uint64_t kib = 0;
+    if (std::sscanf(line + key_len + 1, "%" SCNu64, &kib) == 1 && kib < (UINT64_MAX >> 10)) {
+      out = kib << 10;
+    }
+    break;
+  }
+  std::fclose(f);
+  return out;
+}
+
+}  // namespace
+
+uint64_t MemoryAvailability::available() const {
+  uint64_t space = kUnknown;
+  if (address_space_limit != kUnknown) {
+    space = address_space_limit > address_space_used ? address_space_limit - address_space_used : 0;
+  }
+  return std::min(mem_available, space);
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  char buf[64];
+  if (bytes == UINT64_MAX) return "more than 16 EiB (the size overflows)";
+  std::snprintf(buf, sizeof(buf), "%.1f GiB (%" PRIu64 " bytes)",
+                static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30), bytes);
+  return buf;
+}
+
+std::string MemoryAvailability::Describe() const {
+  std::string out;
+  if (mem_available != kUnknown) out = "MemAvailable " + FormatBytes(mem_available);
+  if (address_space_limit != kUnknown) {
+    if (!out.empty()) out += ", ";
+    out += "address-space limit (ulimit -v) " + FormatBytes(address_space_limit) + " with " +
+           FormatBytes(address_space_used) + " in use";
+  }
+  return out.empty() ? "no limit known" : out;
+}
+
+MemoryAvailability QueryMemoryAvailability() {
+  MemoryAvailability m;
+  m.mem_available = ProcKiB("/proc/meminfo", "MemAvailable");
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    m.address_space_limit = static_cast<uint64_t>(rl.rlim_cur);
+    const uint64_t used = ProcKiB("/proc/self/status", "VmSize");
+    m.address_space_used = used == MemoryAvailability::kUnknown ? 0 : used;
+  }
+  return m;
+}
+
+Status CheckMemoryFits(std::string_view what, uint64_t bytes, const MemoryAvailability& avail) {
+  const uint64_t have = avail.available();
+  if (bytes != UINT64_MAX && bytes <= have) return Status::Ok();
+  return ResourceExhausted(std::string(what) + " needs " + FormatBytes(bytes) + " of memory but " +
+                           FormatBytes(have) + " is available (" + avail.Describe() + ")");
 }
 
 }  // namespace vls

@@ -8,7 +8,10 @@
 #define VLSTACK_BASE_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -44,6 +47,28 @@ void ReleaseFilePages(const void* p, size_t n);
 
 // Asks the kernel to read [p, p + n) of a file mapping ahead (MADV_WILLNEED); best effort.
 void AdviseWillNeed(const void* p, size_t n);
+
+// How much more memory this process can take now: the smaller of what the system can give
+// (MemAvailable of /proc/meminfo) and what its address-space limit leaves (RLIMIT_AS minus the
+// VmSize of /proc/self/status). A figure that cannot be read counts as unlimited.
+struct MemoryAvailability {
+  static constexpr uint64_t kUnknown = UINT64_MAX;
+  uint64_t mem_available = kUnknown;        // bytes
+  uint64_t address_space_limit = kUnknown;  // bytes; kUnknown when unlimited
+  uint64_t address_space_used = 0;          // bytes
+  uint64_t available() const;
+  // "MemAvailable 21.3 GiB, address-space limit 4.0 GiB with 1.2 GiB in use" (the known parts).
+  std::string Describe() const;
+};
+MemoryAvailability QueryMemoryAvailability();
+
+// "1.5 GiB (1610612736 bytes)": a byte count for error messages.
+std::string FormatBytes(uint64_t bytes);
+
+// ResourceExhausted when `bytes` (what `what` needs) exceed avail.available(); the message gives
+// both figures and where the limit comes from. Callers compute `bytes` with checked arithmetic
+// (base/checked_math.h) and pass UINT64_MAX on overflow.
+Status CheckMemoryFits(std::string_view what, uint64_t bytes, const MemoryAvailability& avail);
 
 }  // namespace vls
 

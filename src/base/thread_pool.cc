@@ -1,6 +1,10 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
 #include <utility>
 
 namespace vls {
@@ -33,9 +37,49 @@ int ThreadPool::HardwareThreads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-ThreadPool::ThreadPool(int threads) : threads_(threads > 0 ? threads : HardwareThreads()) {
+namespace {
+std::string ThreadsOutOfRange(int threads) {
+  return "threads: " + std::to_string(threads) + " is outside [0, " + std::to_string(kMaxThreads) +
+         "] (0: all hardware threads)";
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int threads, const ThreadStarter& start)
+    : threads_(threads > 0 ? threads : HardwareThreads()) {
+  if (threads < 0 || threads_ > kMaxThreads)
+    throw std::invalid_argument(ThreadsOutOfRange(threads));
   workers_.reserve(static_cast<size_t>(threads_ - 1));
-  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  for (int i = 1; i < threads_; ++i) {
+    try {
+      std::function<void()> body = [this, i] { WorkerLoop(i); };
+      workers_.push_back(start ? start(std::move(body)) : std::thread(std::move(body)));
+    } catch (const std::system_error& e) {
+      // The destructor does not run for a constructor that throws: stop the workers that did
+      // start (a joinable std::thread destroyed would terminate the process).
+      StopWorkers();
+      throw std::system_error(e.code(), "cannot start kernel thread " + std::to_string(i + 1) +
+                                            " of " + std::to_string(threads_) + " (" +
+                                            std::to_string(i) + " running)");
+    } catch (...) {
+      StopWorkers();
+      throw;
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int threads, const ThreadStarter& start) {
+  if (threads < 0 || threads > kMaxThreads) return InvalidArgument(ThreadsOutOfRange(threads));
+  try {
+    return std::make_unique<ThreadPool>(threads, start);
+  } catch (const std::system_error& e) {
+    return ResourceExhausted(std::string(e.what()) +
+                             "; lower --threads or raise the process limits (ulimit -u, -v)");
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory starting " + std::to_string(threads) +
+                             " kernel threads");
+  } catch (const std::exception& e) {
+    return InvalidArgument(e.what());
+  }
 }
 
 namespace {
@@ -50,13 +94,18 @@ uint64_t StateGeneration(uint64_t generation) { return (generation & 0xffffffffu
 
 }  // namespace
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { StopWorkers(); }
+
+void ThreadPool::StopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     published_.store(kStop, std::memory_order_release);
   }
   wake_.notify_all();
-  for (std::thread& t : workers_) t.join();
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+  workers_.clear();
 }
 
 ThreadPool::Lease::Lease(ThreadPool& pool) : pool_(&pool) {

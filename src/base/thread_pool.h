@@ -10,11 +10,23 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/status.h"
+
 namespace vls {
+
+// The most participants a pool may have (--threads, LoadOptions::threads, the C ABI's
+// vls_model_options::threads). Far above any machine this runs on; a larger request is a typo or
+// an attack, and each thread reserves a stack (8 MiB of address space by default).
+inline constexpr int kMaxThreads = 1024;
+
+// Starts one worker thread running `body` (the default is std::thread's constructor). Throws
+// std::system_error when the system refuses, as std::thread does. Tests inject failures here.
+using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
 
 // One iteration of a spin-wait (x86 `pause`): the pool's workers and callers spin with it, and
 // so does anything that waits on a peer inside a ParallelFor body.
@@ -41,8 +53,14 @@ inline void CpuRelax() {
 class ThreadPool {
  public:
   // `threads` participants in total including the calling thread; 0 means all hardware
-  // threads.
-  explicit ThreadPool(int threads);
+  // threads. InvalidArgument when threads is outside [0, kMaxThreads]; ResourceExhausted (naming
+  // how many threads started) when the system refuses a thread (ulimit -u, an address-space
+  // limit too small for the stacks): the workers already started are stopped and joined.
+  static StatusOr<std::unique_ptr<ThreadPool>> Create(int threads,
+                                                      const ThreadStarter& start = nullptr);
+  // The same, throwing: std::invalid_argument for a bad count, std::system_error (after joining
+  // the workers already started) when a thread cannot start. Prefer Create.
+  explicit ThreadPool(int threads, const ThreadStarter& start = nullptr);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -91,6 +109,8 @@ class ThreadPool {
   using Body = std::function<void(int64_t, int64_t, int)>;
 
   void WorkerLoop(int thread);
+  // Tells the workers to exit and joins them.
+  void StopWorkers();
   void RunChunks(int thread);
   // Records the first exception of the current loop and stops handing out chunks.
   void Fail(std::exception_ptr e);

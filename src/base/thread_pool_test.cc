@@ -1,11 +1,15 @@
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -286,6 +290,72 @@ TEST(ThreadPoolTest, ExceptionsOfInlineNestedAndExclusiveRunsPropagate) {
   other.join();
   ExpectNormalLoop(pool, 500);
 }
+
+TEST(ThreadPoolTest, CountsOutsideTheBoundAreRefused) {
+  for (int threads : {-1, kMaxThreads + 1, 100000}) {
+    auto pool = ThreadPool::Create(threads);
+    ASSERT_FALSE(pool.ok()) << threads;
+    EXPECT_EQ(pool.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(pool.status().message().find("threads: " + std::to_string(threads) + " is outside"),
+              std::string::npos)
+        << pool.status().message();
+  }
+  EXPECT_THROW(ThreadPool(kMaxThreads + 1), std::invalid_argument);
+  auto ok = ThreadPool::Create(3);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)->threads(), 3);
+}
+
+// A thread the system refuses (simulated: the starter throws as std::thread does under a low
+// ulimit -u) fails the creation cleanly: an error naming the thread, and the workers already
+// started are stopped and joined (none keeps running, nothing terminates or deadlocks).
+TEST(ThreadPoolTest, AThreadThatCannotStartFailsCreationCleanly) {
+  std::atomic<int> started{0}, running{0};
+  const ThreadStarter refuse_fifth = [&](std::function<void()> body) {
+    if (started.load() == 4) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "pthread_create");
+    }
+    ++started;
+    return std::thread([&running, body = std::move(body)] {
+      ++running;
+      body();
+      --running;
+    });
+  };
+  auto pool = ThreadPool::Create(8, refuse_fifth);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(pool.status().message().find("cannot start kernel thread 6 of 8 (5 running)"),
+            std::string::npos)
+      << pool.status().message();
+  EXPECT_EQ(started.load(), 4);
+  EXPECT_EQ(running.load(), 0);  // every started worker has returned and been joined
+  // The constructor reports the same by throwing, with the same cleanup.
+  started = 0;
+  EXPECT_THROW(ThreadPool(8, refuse_fifth), std::system_error);
+  EXPECT_EQ(running.load(), 0);
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// The real thing in a child process: under a 256 MiB address-space limit, kMaxThreads stacks do
+// not fit; creation returns ResourceExhausted instead of aborting.
+TEST(ThreadPoolTest, ThreadsBeyondTheAddressSpaceLimitAreAnError) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rlimit rl {};
+    rl.rlim_cur = rl.rlim_max = rlim_t{256} << 20;
+    if (::setrlimit(RLIMIT_AS, &rl) != 0) ::_exit(3);
+    auto pool = ThreadPool::Create(kMaxThreads);
+    ::_exit(!pool.ok() && pool.status().code() == StatusCode::kResourceExhausted ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+#endif
 
 }  // namespace
 }  // namespace vls
