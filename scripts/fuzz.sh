@@ -21,8 +21,12 @@ else
     targets+=("$n")
   done
 fi
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLS_LIBFUZZER=ON \
-  -DVLS_BUILD_TESTS=OFF >/dev/null
+  -DVLS_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
 cmake --build "$dir" -j"${VLS_JOBS:-2}" --target "${targets[@]/%/_fuzz}"
 
 run_one() {
