@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include "io/untrusted_json.h"
 
 namespace vls::tok {
 namespace {
@@ -12,23 +13,45 @@ bool Exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// "chat_template" of a tokenizer_config.json / chat_template.json, read with the shared
+// untrusted-JSON parser and strict typed reads: a wrong type is an error naming the field.
 StatusOr<std::string> FromConfigJson(const std::string& path) {
   VLS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return DataLoss(path + ": not a JSON object");
-  if (!j.contains("chat_template")) return NotFound(path + ": no \"chat_template\"");
-  const auto& t = j["chat_template"];
-  if (t.is_string()) return t.get<std::string>();
-  if (t.is_array()) {
-    for (const auto& e : t) {
-      if (e.is_object() && e.value("name", std::string()) == "default" && e.contains("template") &&
-          e["template"].is_string()) {
-        return e["template"].get<std::string>();
+  nlohmann::json j;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(path, text, &j));
+  if (!j.is_object()) return DataLoss(path + ": not a JSON object but " + JsonTypeName(j));
+  const auto it = j.find("chat_template");
+  if (it == j.end()) return NotFound(path + ": no \"chat_template\"");
+  std::string source;
+  if (it->is_array()) {
+    // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+    for (size_t i = 0; i < it->size(); ++i) {
+      const nlohmann::json& e = (*it)[i];
+      const std::string what = "chat_template[" + std::to_string(i) + "]";
+      if (!e.is_object()) {
+        return DataLoss(path + ": " + what + " must be an object, not " + JsonTypeName(e));
       }
+      const auto name = e.find("name");
+      const auto tmpl = e.find("template");
+      if (name == e.end() || tmpl == e.end()) {
+        return DataLoss(path + ": " + what + " needs \"name\" and \"template\"");
+      }
+      std::string entry_name;
+      Status st = ReadJsonString(*name, what + ".name", &entry_name);
+      if (st.ok() && entry_name == "default")
+        st = ReadJsonString(*tmpl, what + ".template", &source);
+      if (!st.ok()) return Status(StatusCode::kDataLoss, path + ": " + st.message());
+      if (entry_name == "default") return source;
     }
     return NotFound(path + ": \"chat_template\" list has no entry named \"default\"");
   }
-  return DataLoss(path + ": \"chat_template\" must be a string or a list");
+  if (!it->is_string()) {
+    return DataLoss(path + ": \"chat_template\" must be a string or a list, not " +
+                    JsonTypeName(*it));
+  }
+  Status st = ReadJsonString(*it, "chat_template", &source);
+  if (!st.ok()) return Status(StatusCode::kDataLoss, path + ": " + st.message());
+  return source;
 }
 
 }  // namespace
@@ -49,29 +72,49 @@ StatusOr<std::string> LoadChatTemplateFile(const std::string& path) {
   return ReadFileToString(path);
 }
 
-StatusOr<std::string> RenderChat(const jinja::Template& tmpl,
-                                 const nlohmann::ordered_json& request) {
-  if (!request.is_object()) return InvalidArgument("chat request must be a JSON object");
-  if (!request.contains("messages") || !request["messages"].is_array()) {
-    return InvalidArgument("chat request needs \"messages\": [...]");
-  }
-  jinja::ValueDict globals;
-  globals.emplace_back("messages", jinja::Value::FromJson(request["messages"]));
-  globals.emplace_back("tools", request.contains("tools") ? jinja::Value::FromJson(request["tools"])
-                                                          : jinja::Value::None());
-  globals.emplace_back("documents", request.contains("documents")
-                                        ? jinja::Value::FromJson(request["documents"])
-                                        : jinja::Value::None());
-  globals.emplace_back("add_generation_prompt",
-                       jinja::Value::Bool(request.value("add_generation_prompt", false)));
-  for (const auto& [key, value] : request.items()) {
-    if (key == "messages" || key == "tools" || key == "documents" ||
-        key == "add_generation_prompt") {
-      continue;
+StatusOr<std::string> RenderChat(const jinja::Template& tmpl, const nlohmann::ordered_json& request,
+                                 const jinja::RenderLimits& limits) {
+  try {
+    if (!request.is_object()) return InvalidArgument("chat request must be a JSON object");
+    const auto messages = request.find("messages");
+    if (messages == request.end() || !messages->is_array()) {
+      return InvalidArgument("chat request needs \"messages\": [...]");
     }
-    globals.emplace_back(key, jinja::Value::FromJson(value));
+    // Template variables from the request; each is held to kMaxValueDepth and
+    // kMaxTemplateInputValues (Value::FromJson).
+    auto variable = [&request](const char* key) -> StatusOr<jinja::Value> {
+      const auto it = request.find(key);
+      if (it == request.end()) return jinja::Value::None();
+      return jinja::Value::FromJson(*it, std::string("chat request \"") + key + "\"");
+    };
+    jinja::ValueDict globals;
+    VLS_ASSIGN_OR_RETURN(jinja::Value msgs, variable("messages"));
+    globals.emplace_back("messages", std::move(msgs));
+    VLS_ASSIGN_OR_RETURN(jinja::Value tools, variable("tools"));
+    globals.emplace_back("tools", std::move(tools));
+    VLS_ASSIGN_OR_RETURN(jinja::Value documents, variable("documents"));
+    globals.emplace_back("documents", std::move(documents));
+    bool add_generation_prompt = false;  // absent or null: Python's None, falsy
+    if (const auto it = request.find("add_generation_prompt");
+        it != request.end() && !it->is_null()) {
+      VLS_RETURN_IF_ERROR(ReadJsonBool(*it, "add_generation_prompt", &add_generation_prompt));
+    }
+    globals.emplace_back("add_generation_prompt", jinja::Value::Bool(add_generation_prompt));
+    for (const auto& [key, value] : request.items()) {
+      if (key == "messages" || key == "tools" || key == "documents" ||
+          key == "add_generation_prompt") {
+        continue;
+      }
+      VLS_ASSIGN_OR_RETURN(jinja::Value v,
+                           jinja::Value::FromJson(value, "chat request \"" + key + "\""));
+      globals.emplace_back(key, std::move(v));
+    }
+    return tmpl.Render(globals, limits);
+  } catch (const std::exception& e) {
+    // Nothing above throws by design (typed reads are checked first); this keeps a bug or an
+    // allocation failure from leaving the API as an exception.
+    return Internal(std::string("rendering the chat template: ") + e.what());
   }
-  return tmpl.Render(globals);
 }
 
 StatusOr<std::vector<int32_t>> ExpandVisualPads(std::span<const int32_t> ids, int32_t pad_id,

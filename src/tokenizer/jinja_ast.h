@@ -31,7 +31,7 @@ enum class NodeKind {
   // Statements.
   kOutput,       // data text in name, or children[0] = expression to print
   kBody,         // children = statements
-  kIf,           // children = test, body, else-body (null if absent); elif = nested kIf
+  kIf,           // children = test0, body0, test1, body1 (elif), ..., else-body (if present)
   kFor,          // targets in names; children = iter, body, else-body|null, filter|null
   kSet,          // targets in names (or children[1] = attribute target); children[0] = value
   kSetBlock,     // names[0]; children[0] = body; children[1] = filter chain|null
@@ -54,8 +54,30 @@ struct Node {
   bool negated = false;
 
   Node(NodeKind k, int l) : kind(k), line(l) {}
+  // Frees the subtree without recursion, so that a tree too deep for the parser's depth check
+  // (which refuses it after building it) cannot overflow the stack on its way out.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
 };
 using NodePtr = std::unique_ptr<Node>;
+
+inline Node::~Node() {
+  std::vector<NodePtr> pending;
+  auto take = [&pending](Node& n) {
+    for (auto* v : {&n.children, &n.args, &n.kwargs}) {
+      for (NodePtr& c : *v) {
+        if (c) pending.push_back(std::move(c));
+      }
+    }
+  };
+  take(*this);
+  while (!pending.empty()) {
+    NodePtr n = std::move(pending.back());
+    pending.pop_back();
+    take(*n);
+  }  // `n` is destroyed here with no children left
+}
 
 }  // namespace vls::jinja
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tokenizer/jinja_budget.h"
 #include "tokenizer/jinja_template.h"
 #include "tokenizer/utf8.h"
 
@@ -56,6 +57,34 @@ std::string Strip(const std::string& s, const Value* chars, bool left, bool righ
   return FromU32(std::u32string_view(u).substr(b, e - b));
 }
 
+std::string Reversed(std::string_view s) { return std::string(s.rbegin(), s.rend()); }
+
+// haystack.rfind(needle) in linear time: a forward search of the reversed strings.
+size_t RFindBytes(std::string_view haystack, std::string_view needle) {
+  if (needle.size() > haystack.size()) return std::string::npos;
+  const size_t at = FindBytes(Reversed(haystack), Reversed(needle), 0);
+  return at == std::string::npos ? at : haystack.size() - at - needle.size();
+}
+
+// Python str.split(sep, maxsplit) with a non-empty separator; every part is charged to the
+// budget as it is made, so "a" * 10**7 split on "a" stops at the budget, not at 10**7 parts.
+Status SplitOn(const std::string& s, const std::string& d, int64_t maxsplit,
+               std::vector<std::string>* out) {
+  size_t pos = 0;
+  while (true) {
+    VLS_RETURN_IF_ERROR(CheckItems(1, "split()"));
+    const size_t at = (maxsplit >= 0 && static_cast<int64_t>(out->size()) >= maxsplit)
+                          ? std::string::npos
+                          : FindBytes(s, d, pos);
+    if (at == std::string::npos) {
+      out->push_back(s.substr(pos));
+      return Status::Ok();
+    }
+    out->push_back(s.substr(pos, at - pos));
+    pos = at + d.size();
+  }
+}
+
 StatusOr<Value> Split(const std::string& s, const CallArgs& a, bool from_right) {
   const Value* sep = a.positional.empty() ? nullptr : &a.positional[0];
   int64_t maxsplit = a.positional.size() > 1 ? a.positional[1].as_int() : -1;
@@ -80,6 +109,7 @@ StatusOr<Value> Split(const std::string& s, const CallArgs& a, bool from_right) 
           break;
         }
         while (b > 0 && !IsPySpace(u[b - 1])) --b;
+        VLS_RETURN_IF_ERROR(CheckItems(1, "rsplit()"));
         words.push_back(u.substr(b, e - b));
         e = b;
       }
@@ -96,6 +126,7 @@ StatusOr<Value> Split(const std::string& s, const CallArgs& a, bool from_right) 
         }
         size_t b = i;
         while (i < u.size() && !IsPySpace(u[i])) ++i;
+        VLS_RETURN_IF_ERROR(CheckItems(1, "split()"));
         words.push_back(u.substr(b, i - b));
       }
     }
@@ -107,32 +138,11 @@ StatusOr<Value> Split(const std::string& s, const CallArgs& a, bool from_right) 
   if (d.empty()) return InvalidArgument("empty separator");
   std::vector<std::string> out;
   if (!from_right) {
-    size_t pos = 0;
-    while (true) {
-      const size_t at = (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit)
-                            ? std::string::npos
-                            : s.find(d, pos);
-      if (at == std::string::npos) {
-        out.push_back(s.substr(pos));
-        break;
-      }
-      out.push_back(s.substr(pos, at - pos));
-      pos = at + d.size();
-    }
+    VLS_RETURN_IF_ERROR(SplitOn(s, d, maxsplit, &out));
   } else {
-    size_t end = s.size();
-    while (true) {
-      const size_t at =
-          (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) || end < d.size()
-              ? std::string::npos
-              : s.rfind(d, end - d.size());
-      if (at == std::string::npos) {
-        out.push_back(s.substr(0, end));
-        break;
-      }
-      out.push_back(s.substr(at + d.size(), end - at - d.size()));
-      end = at;
-    }
+    // Splitting from the right is splitting the reversed string from the left.
+    VLS_RETURN_IF_ERROR(SplitOn(Reversed(s), Reversed(d), maxsplit, &out));
+    for (std::string& part : out) part = Reversed(part);
     std::reverse(out.begin(), out.end());
   }
   for (auto& p : out) parts.push_back(Value::String(std::move(p)));
@@ -157,8 +167,24 @@ StatusOr<bool> StartsEnds(const std::string& s, const Value& arg, bool starts) {
                          " first arg must be str or a tuple of str, not " + arg.TypeName());
 }
 
-std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count) {
+// Python str.replace; the result's size is checked before it is built.
+StatusOr<std::string> Replace(const std::string& s, const std::string& from, const std::string& to,
+                              int64_t count) {
+  uint64_t matches = 0;
+  if (from.empty()) {
+    matches = ToU32(s).size() + 1;
+  } else {
+    for (size_t p = FindBytes(s, from, 0); p != std::string::npos;
+         p = FindBytes(s, from, p + from.size())) {
+      ++matches;
+    }
+  }
+  if (count >= 0) matches = std::min(matches, static_cast<uint64_t>(count));
+  const uint64_t removed = from.size() * matches;
+  const uint64_t added =
+      to.size() > UINT64_MAX / std::max<uint64_t>(1, matches) ? UINT64_MAX : to.size() * matches;
+  VLS_RETURN_IF_ERROR(CheckString(
+      added > UINT64_MAX - s.size() ? UINT64_MAX : s.size() - removed + added, "replace()"));
   if (from.empty()) {
     // Python inserts `to` between every character (and at both ends).
     std::u32string u = ToU32(s);
@@ -177,7 +203,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   size_t pos = 0;
   int64_t n = 0;
   while (count < 0 || n < count) {
-    const size_t at = s.find(from, pos);
+    const size_t at = FindBytes(s, from, pos);
     if (at == std::string::npos) break;
     out.append(s, pos, at - pos);
     out += to;
@@ -196,8 +222,11 @@ const Value* Arg(const CallArgs& a, size_t i, const char* name) {
   return nullptr;
 }
 
-Value StringMethod(const std::string& s, const std::string& name) {
-  auto fn = [s, name](CallArgs& a) -> StatusOr<Value> {
+// `obj` (a string) is held by the bound method; copying it is O(1) (the text is shared).
+Value StringMethod(const Value& obj, const std::string& name) {
+  auto fn = [obj, name](CallArgs& a) -> StatusOr<Value> {
+    const std::string& s = obj.str();
+    SpendBytes(s.size());  // every method scans the string at least once
     const Value* a0 = Arg(a, 0, "");
     if (name == "startswith" || name == "endswith") {
       if (a0 == nullptr) return InvalidArgument(name + "() takes at least 1 argument");
@@ -218,19 +247,21 @@ Value StringMethod(const std::string& s, const std::string& name) {
       if (a0 == nullptr || b == nullptr || !a0->is_string() || !b->is_string()) {
         return InvalidArgument("replace() takes two strings");
       }
-      return Value::String(Replace(s, a0->str(), b->str(), c != nullptr ? c->as_int() : -1));
+      VLS_ASSIGN_OR_RETURN(std::string r,
+                           Replace(s, a0->str(), b->str(), c != nullptr ? c->as_int() : -1));
+      return Value::String(std::move(r));
     }
     if (name == "find" || name == "rfind" || name == "index" || name == "count") {
       if (a0 == nullptr || !a0->is_string()) return InvalidArgument(name + "() takes a string");
       if (name == "count") {
         if (a0->str().empty()) return Value::Int(static_cast<int64_t>(ToU32(s).size()) + 1);
         int64_t n = 0;
-        for (size_t p = s.find(a0->str()); p != std::string::npos;
-             p = s.find(a0->str(), p + a0->str().size()))
+        for (size_t p = FindBytes(s, a0->str(), 0); p != std::string::npos;
+             p = FindBytes(s, a0->str(), p + a0->str().size()))
           ++n;
         return Value::Int(n);
       }
-      const size_t at = name == "rfind" ? s.rfind(a0->str()) : s.find(a0->str());
+      const size_t at = name == "rfind" ? RFindBytes(s, a0->str()) : FindBytes(s, a0->str(), 0);
       if (at == std::string::npos) {
         if (name == "index") return InvalidArgument("substring not found");
         return Value::Int(-1);
@@ -240,14 +271,20 @@ Value StringMethod(const std::string& s, const std::string& name) {
     if (name == "join") {
       if (a0 == nullptr) return InvalidArgument("join() takes an iterable");
       VLS_ASSIGN_OR_RETURN(ValueList items, Iterate(*a0));
-      std::string out;
+      uint64_t total = 0;
       for (size_t i = 0; i < items.size(); ++i) {
         if (!items[i].is_string())
           return InvalidArgument("sequence item " + std::to_string(i) + ": expected str instance");
+        total += items[i].str().size() + (i > 0 ? s.size() : 0);
+      }
+      VLS_RETURN_IF_ERROR(CheckString(total, "join()"));
+      std::string out;
+      out.reserve(total);
+      for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out += s;
         out += items[i].str();
       }
-      return Value::String(out);
+      return Value::String(std::move(out));
     }
     if (name == "title" || name == "capitalize") {
       std::u32string u = ToU32(s);
@@ -295,13 +332,17 @@ Value StringMethod(const std::string& s, const std::string& name) {
 
 StatusOr<ValueList> Iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kList: return v.list();
+    case Value::Kind::kList:
+      VLS_RETURN_IF_ERROR(CheckItems(v.list().size(), "iterating a list"));
+      return v.list();
     case Value::Kind::kDict: {
+      VLS_RETURN_IF_ERROR(CheckItems(v.dict().size(), "iterating a dict"));
       ValueList keys;
       for (const auto& kv : v.dict()) keys.push_back(Value::String(kv.first));
       return keys;
     }
     case Value::Kind::kString: {
+      VLS_RETURN_IF_ERROR(CheckItems(v.str().size(), "iterating a string"));
       ValueList chars;
       std::u32string u = ToU32(v.str());
       for (char32_t c : u) chars.push_back(Value::String(FromU32(std::u32string(1, c))));
@@ -317,38 +358,51 @@ StatusOr<int64_t> Length(const Value& v) {
     case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
     case Value::Kind::kDict:
     case Value::Kind::kNamespace: return static_cast<int64_t>(v.dict().size());
-    case Value::Kind::kString: return static_cast<int64_t>(ToU32(v.str()).size());
+    case Value::Kind::kString:
+      SpendBytes(v.str().size());
+      return static_cast<int64_t>(ToU32(v.str()).size());
     case Value::Kind::kUndefined: return 0;
     default: return InvalidArgument("object of type '" + v.TypeName() + "' has no len()");
   }
 }
 
 Value GetAttribute(const Value& obj, const std::string& name) {
+  if (obj.is_dict()) SpendSteps(static_cast<int64_t>(obj.dict().size()));  // a linear lookup
   const std::string missing = "'" + obj.TypeName() + " object' has no attribute '" + name + "'";
   switch (obj.kind()) {
     case Value::Kind::kDict: {
       if (name == "items" || name == "keys" || name == "values") {
-        return Value::Function("dict." + name, [d = obj, name](CallArgs&) -> StatusOr<Value> {
-          ValueList out;
-          for (const auto& kv : d.dict()) {
-            if (name == "keys") {
-              out.push_back(Value::String(kv.first));
-            } else if (name == "values") {
-              out.push_back(kv.second);
-            } else {
-              out.push_back(Value::List({Value::String(kv.first), kv.second}));
-            }
-          }
-          return Value::List(std::move(out));
-        });
+        return Value::Function(
+            "dict." + name,
+            [d = obj, name](CallArgs&) -> StatusOr<Value> {
+              VLS_RETURN_IF_ERROR(
+                  CheckItems(d.dict().size() * (name == "items" ? 3 : 1), "dict." + name + "()"));
+              ValueList out;
+              for (const auto& kv : d.dict()) {
+                if (name == "keys") {
+                  out.push_back(Value::String(kv.first));
+                } else if (name == "values") {
+                  out.push_back(kv.second);
+                } else {
+                  out.push_back(Value::List({Value::String(kv.first), kv.second}));
+                }
+              }
+              return Value::List(std::move(out));
+            },
+            &obj);
       }
       if (name == "get") {
-        return Value::Function("dict.get", [d = obj](CallArgs& a) -> StatusOr<Value> {
-          if (a.positional.empty()) return InvalidArgument("get expected at least 1 argument");
-          const Value* v = a.positional[0].is_string() ? d.Find(a.positional[0].str()) : nullptr;
-          if (v != nullptr) return *v;
-          return a.positional.size() > 1 ? a.positional[1] : Value::None();
-        });
+        return Value::Function(
+            "dict.get",
+            [d = obj](CallArgs& a) -> StatusOr<Value> {
+              if (a.positional.empty()) return InvalidArgument("get expected at least 1 argument");
+              SpendSteps(static_cast<int64_t>(d.dict().size()));
+              const Value* v =
+                  a.positional[0].is_string() ? d.Find(a.positional[0].str()) : nullptr;
+              if (v != nullptr) return *v;
+              return a.positional.size() > 1 ? a.positional[1] : Value::None();
+            },
+            &obj);
       }
       if (name == "pop" || name == "popitem" || name == "update" || name == "clear" ||
           name == "setdefault") {
@@ -367,7 +421,7 @@ Value GetAttribute(const Value& obj, const std::string& name) {
           "lower",      "replace",  "find",    "rfind",   "index",   "count",   "join",   "title",
           "capitalize", "isdigit",  "isalpha", "isspace", "isalnum", "isupper", "islower"};
       for (const char* m : kMethods) {
-        if (name == m) return StringMethod(obj.str(), name);
+        if (name == m) return StringMethod(obj, name);
       }
       return Value::Undefined(missing);
     }
@@ -384,14 +438,32 @@ Value GetItem(const Value& obj, const Value& key) {
     return obj.list()[i];
   }
   if (obj.is_string() && key.is_number() && key.kind() != Value::Kind::kFloat) {
-    std::u32string u = ToU32(obj.str());
-    int64_t i = key.as_int();
-    const auto n = static_cast<int64_t>(u.size());
-    if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value::Undefined("string index out of range");
-    return Value::String(FromU32(std::u32string(1, u[i])));
+    // Walks |index| code points from the start or the end: no copy of the string.
+    const std::string& str = obj.str();
+    const int64_t i = key.as_int();
+    size_t pos = 0;
+    if (i >= 0) {
+      for (int64_t k = 0; k < i && pos < str.size(); ++k) tok::NextCodePoint(str, &pos);
+    } else {
+      // -1 is the last code point: step back over -i code point starts.
+      const uint64_t back = static_cast<uint64_t>(-(i + 1)) + 1;
+      uint64_t k = 0;
+      pos = str.size();
+      while (k < back && pos > 0) {
+        --pos;
+        while (pos > 0 && (static_cast<unsigned char>(str[pos]) & 0xC0) == 0x80) --pos;
+        ++k;
+      }
+      if (k < back) pos = str.size();  // fewer code points than that: out of range
+    }
+    if (!SpendBytes(i >= 0 ? pos : str.size() - pos)) return Value::Undefined("out of budget");
+    if (pos >= str.size()) return Value::Undefined("string index out of range");
+    size_t end = pos;
+    tok::NextCodePoint(str, &end);
+    return Value::String(str.substr(pos, end - pos));
   }
   if (obj.is_dict() && key.is_string()) {
+    SpendSteps(static_cast<int64_t>(obj.dict().size()));
     const Value* v = obj.Find(key.str());
     if (v != nullptr) return *v;
   }

@@ -1,8 +1,10 @@
 // Evaluator of the Jinja template engine: scopes as Jinja2 compiles them (a for loop body gets
 // a fresh scope per iteration, `if` none, macros their own), Python operator semantics.
 #include <cmath>
+#include <cstring>
 #include <ctime>
 
+#include "tokenizer/jinja_budget.h"
 #include "tokenizer/jinja_lexer.h"
 #include "tokenizer/jinja_parser.h"
 #include "tokenizer/jinja_template.h"
@@ -46,8 +48,12 @@ StatusOr<Value> Arith(const std::string& op, const Value& a, const Value& b) {
                            "' and '" + b.TypeName() + "'");
   };
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      VLS_RETURN_IF_ERROR(CheckString(a.str().size() + b.str().size(), "'+'"));
+      return Value::String(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list()) {
+      VLS_RETURN_IF_ERROR(CheckItems(a.list().size() + b.list().size(), "'+'"));
       ValueList l = a.list();
       l.insert(l.end(), b.list().begin(), b.list().end());
       return Value::List(std::move(l));
@@ -55,15 +61,21 @@ StatusOr<Value> Arith(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "*" &&
       ((a.is_string() || a.is_list()) && b.is_number() && b.kind() != Value::Kind::kFloat)) {
-    const int64_t n = b.as_int();
-    if (n > 1000000) return ResourceExhausted("sequence repetition is too large");
+    // The size is checked before anything is built: len * n may not even fit in 64 bits.
+    const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(0, b.as_int()));
+    const uint64_t len = a.is_string() ? a.str().size() : a.list().size();
+    const uint64_t total = len == 0 ? 0 : (n > UINT64_MAX / len ? UINT64_MAX : len * n);
     if (a.is_string()) {
+      VLS_RETURN_IF_ERROR(CheckString(total, "'*' (string repetition)"));
       std::string s;
-      for (int64_t i = 0; i < n; ++i) s += a.str();
+      s.reserve(total);
+      for (uint64_t i = 0; i < n && len > 0; ++i) s += a.str();
       return Value::String(std::move(s));
     }
+    VLS_RETURN_IF_ERROR(CheckItems(total, "'*' (list repetition)"));
     ValueList l;
-    for (int64_t i = 0; i < n; ++i) l.insert(l.end(), a.list().begin(), a.list().end());
+    l.reserve(total);
+    for (uint64_t i = 0; i < n && len > 0; ++i) l.insert(l.end(), a.list().begin(), a.list().end());
     return Value::List(std::move(l));
   }
   if (op == "%" && a.is_string())
@@ -109,9 +121,14 @@ StatusOr<Value> Arith(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (y < 0) return Value::Float(std::pow(static_cast<double>(x), static_cast<double>(y)));
+    // Square and multiply: at most 2 * 63 multiplications whatever y is (1 ** 10**18 included).
     int64_t acc = 1;
-    for (int64_t i = 0; i < y; ++i) {
-      if (__builtin_mul_overflow(acc, x, &acc)) return OutOfRange("integer overflow in **");
+    int64_t base = x;
+    for (int64_t e = y; e > 0; e >>= 1) {
+      if ((e & 1) != 0 && __builtin_mul_overflow(acc, base, &acc))
+        return OutOfRange("integer overflow in **");
+      if (e > 1 && __builtin_mul_overflow(base, base, &base))
+        return OutOfRange("integer overflow in **");
     }
     return Value::Int(acc);
   }
@@ -125,11 +142,15 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
       return InvalidArgument("'in <string>' requires string as left operand, not " +
                              item.TypeName());
     }
-    return container.str().find(item.str()) != std::string::npos;
+    return FindBytes(container.str(), item.str(), 0) != std::string::npos;
   }
-  if (container.is_dict()) return item.is_string() && container.Find(item.str()) != nullptr;
+  if (container.is_dict()) {
+    SpendSteps(static_cast<int64_t>(container.dict().size()));
+    return item.is_string() && container.Find(item.str()) != nullptr;
+  }
   if (container.is_undefined()) return false;
   if (container.is_list()) {
+    SpendSteps(static_cast<int64_t>(container.list().size()));
     for (const Value& v : container.list()) {
       if (Equal(v, item)) return true;
     }
@@ -140,7 +161,59 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
 
 class Evaluator {
  public:
+  explicit Evaluator(RenderBudget* budget) : budget_(budget), limits_(budget->limits()) {}
+
   Status Exec(const Node& n, const ScopePtr& s, std::string* out) {
+    VLS_RETURN_IF_ERROR(Enter(n));
+    Status st = ExecImpl(n, s, out);
+    --depth_;
+    if (st.ok() && budget_->exhausted()) return Err(n, budget_->status());
+    return st;
+  }
+
+  StatusOr<Value> Eval(const Node& n, const ScopePtr& s) {
+    VLS_RETURN_IF_ERROR(Enter(n));
+    StatusOr<Value> r = EvalImpl(n, s);
+    --depth_;
+    if (!r.ok()) return r;
+    if (budget_->exhausted()) return Err(n, budget_->status());
+    // Every value leaving an expression is held to the limits, so no string or nesting can grow
+    // past them by steps the filters do not check themselves.
+    if (r->is_string() && r->str().size() > static_cast<uint64_t>(limits_.max_output_bytes)) {
+      return Err(n, CheckString(r->str().size(), "an expression"));
+    }
+    if (r->depth() > kMaxValueDepth) {
+      return Err(n, ResourceExhausted("a value nests deeper than kMaxValueDepth (" +
+                                      std::to_string(kMaxValueDepth) + ")"));
+    }
+    return r;
+  }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+  // Steps of one loop iteration: it builds a scope and the 12 `loop` variables.
+  static constexpr int64_t kLoopIterationSteps = 8;
+
+  // One node: a step, one level of recursion.
+  Status Enter(const Node& n) {
+    if (!budget_->Spend(1)) return Err(n, budget_->status());
+    if (++depth_ > limits_.max_depth) {
+      --depth_;
+      return Err(n, ResourceExhausted("evaluation nested deeper than kMaxRenderDepth (" +
+                                      std::to_string(limits_.max_depth) + ")"));
+    }
+    return Status::Ok();
+  }
+
+  // Appends to an output (the render's, a block's or a macro's), held to kMaxRenderOutputBytes.
+  static Status Append(const Node& n, std::string_view text, std::string* out) {
+    Status st = CheckGrowString(out->size() + text.size(), "the output", text.size());
+    if (!st.ok()) return Err(n, st);
+    out->append(text);
+    return Status::Ok();
+  }
+
+  Status ExecImpl(const Node& n, const ScopePtr& s, std::string* out) {
     switch (n.kind) {
       case NodeKind::kBody:
         for (const auto& c : n.children) {
@@ -149,18 +222,20 @@ class Evaluator {
         }
         return Status::Ok();
       case NodeKind::kOutput:
-        if (n.children.empty()) {
-          *out += n.name;
-          return Status::Ok();
-        } else {
+        if (n.children.empty()) return Append(n, n.name, out);
+        {
           VLS_ASSIGN_OR_RETURN(Value v, Eval(*n.children[0], s));
-          *out += v.ToString();
-          return Status::Ok();
+          if (v.is_string()) return Append(n, v.str(), out);
+          return Append(n, v.ToString(), out);
         }
       case NodeKind::kIf: {
-        VLS_ASSIGN_OR_RETURN(Value t, Eval(*n.children[0], s));
-        if (t.Truthy()) return Exec(*n.children[1], s, out);
-        if (n.children[2]) return Exec(*n.children[2], s, out);
+        // children: test, body pairs (if, elif...), then the else body if there is one.
+        size_t i = 0;
+        for (; i + 1 < n.children.size(); i += 2) {
+          VLS_ASSIGN_OR_RETURN(Value t, Eval(*n.children[i], s));
+          if (t.Truthy()) return Exec(*n.children[i + 1], s, out);
+        }
+        if (i < n.children.size()) return Exec(*n.children[i], s, out);
         return Status::Ok();
       }
       case NodeKind::kFor: return ExecFor(n, s, out);
@@ -173,6 +248,9 @@ class Evaluator {
             return Err(n, "cannot assign attribute on non-namespace object '" +
                               target.children[0]->name + "'");
           }
+          // A namespace holding a namespace could hold itself: a reference cycle that would
+          // leak, and nesting whose depth nothing tracks once either changes.
+          if (v.holds_namespace()) return Err(n, "a namespace attribute cannot hold a namespace");
           ValueDict& d = ns->mutable_namespace();
           for (auto& kv : d) {
             if (kv.first == target.name) {
@@ -200,8 +278,7 @@ class Evaluator {
         VLS_RETURN_IF_ERROR(Exec(*n.children[0], s, &body));
         VLS_ASSIGN_OR_RETURN(Value v,
                              EvalFilterChain(*n.children[1], Value::String(std::move(body)), s));
-        *out += v.ToString();
-        return Status::Ok();
+        return Append(n, v.ToString(), out);
       }
       case NodeKind::kMacro: s->Set(n.name, MakeMacro(n, s)); return Status::Ok();
       case NodeKind::kBreak:
@@ -213,22 +290,13 @@ class Evaluator {
     }
   }
 
-  StatusOr<Value> Eval(const Node& n, const ScopePtr& s) {
-    if (++depth_ > kMaxDepth) {
-      --depth_;
-      return Err(n, "evaluation is nested too deeply");
-    }
-    auto r = EvalImpl(n, s);
-    --depth_;
-    return r;
-  }
-
- private:
-  enum class Flow { kNormal, kBreak, kContinue };
-  static constexpr int kMaxDepth = 400;
-
   static Status Err(const Node& n, const std::string& msg) {
     return InvalidArgument("template line " + std::to_string(n.line) + ": " + msg);
+  }
+  // `st` with the template line in front (once: errors from inside a macro already have one).
+  static Status Err(const Node& n, const Status& st) {
+    if (st.message().rfind("template line ", 0) == 0) return st;
+    return Status(st.code(), "template line " + std::to_string(n.line) + ": " + st.message());
   }
 
   Status Assign(const Node& n, const std::vector<std::string>& names, const Value& v, Scope* s) {
@@ -248,23 +316,39 @@ class Evaluator {
   Status ExecFor(const Node& n, const ScopePtr& s, std::string* out) {
     VLS_ASSIGN_OR_RETURN(Value seq, Eval(*n.children[0], s));
     if (seq.is_undefined() && !seq.str().empty()) return UndefinedError(seq);
-    auto items = Iterate(seq);
-    if (!items.ok()) return Err(n, items.status().message());
-    ValueList list = std::move(*items);
+    // A list is iterated in place (lists are immutable and shared); dict keys and string
+    // characters are materialised (and charged) by Iterate.
+    ValueList storage;
+    const ValueList* items = &storage;
+    if (seq.is_list()) {
+      items = &seq.list();
+    } else {
+      auto made = Iterate(seq);
+      if (!made.ok()) return Err(n, made.status());
+      storage = std::move(*made);
+    }
     if (n.children[3]) {  // {% for x in xs if cond %}: filter before loop.length is known
       ValueList kept;
-      for (const Value& item : list) {
+      for (const Value& item : *items) {
         auto scope = std::make_shared<Scope>();
         scope->parent = s;
         VLS_RETURN_IF_ERROR(Assign(n, n.names, item, scope.get()));
         VLS_ASSIGN_OR_RETURN(Value keep, Eval(*n.children[3], scope));
         if (keep.Truthy()) kept.push_back(item);
       }
-      list = std::move(kept);
+      storage = std::move(kept);
+      items = &storage;
     }
+    const ValueList& list = *items;
     const auto len = static_cast<int64_t>(list.size());
     ++loop_depth_;
+    static const Value kNoPrevious = Value::Undefined("there is no previous item");
+    static const Value kNoNext = Value::Undefined("there is no next item");
     for (int64_t i = 0; i < len; ++i) {
+      if (!budget_->Spend(kLoopIterationSteps)) {
+        --loop_depth_;
+        return Err(n, budget_->status());
+      }
       auto scope = std::make_shared<Scope>();
       scope->parent = s;
       VLS_RETURN_IF_ERROR(Assign(n, n.names, list[i], scope.get()));
@@ -278,8 +362,8 @@ class Evaluator {
           {"length", Value::Int(len)},
           {"depth", Value::Int(loop_depth_)},
           {"depth0", Value::Int(loop_depth_ - 1)},
-          {"previtem", i > 0 ? list[i - 1] : Value::Undefined("there is no previous item")},
-          {"nextitem", i + 1 < len ? list[i + 1] : Value::Undefined("there is no next item")},
+          {"previtem", i > 0 ? list[i - 1] : kNoPrevious},
+          {"nextitem", i + 1 < len ? list[i + 1] : kNoNext},
       };
       loop.emplace_back("cycle", Value::Function("loop.cycle", [i](CallArgs& a) -> StatusOr<Value> {
                           if (a.positional.empty())
@@ -309,9 +393,11 @@ class Evaluator {
         return InvalidArgument("macro '" + node->name + "' takes not more than " +
                                std::to_string(node->names.size()) + " argument(s)");
       }
-      if (++macro_depth_ > 64) {
+      if (++macro_depth_ > limits_.max_macro_depth) {
         --macro_depth_;
-        return InvalidArgument("macro '" + node->name + "' recursion is too deep");
+        return ResourceExhausted("macro '" + node->name +
+                                 "' calls nest deeper than kMaxMacroDepth (" +
+                                 std::to_string(limits_.max_macro_depth) + ")");
       }
       auto scope = std::make_shared<Scope>();
       scope->parent = parent;
@@ -382,7 +468,7 @@ class Evaluator {
     CallArgs a;
     VLS_RETURN_IF_ERROR(EvalArgs(f, s, &a));
     auto r = ApplyFilter(f.name, operand, a);
-    if (!r.ok()) return Err(f, r.status().message());
+    if (!r.ok()) return Err(f, r.status());
     return r;
   }
 
@@ -443,7 +529,7 @@ class Evaluator {
           a.positional.push_back(v);
         }
         auto r = ApplyFilter("__slice__", obj, a);
-        if (!r.ok()) return Err(n, r.status().message());
+        if (!r.ok()) return Err(n, r.status());
         return r;
       }
       case NodeKind::kCall: {
@@ -454,7 +540,7 @@ class Evaluator {
         CallArgs a;
         VLS_RETURN_IF_ERROR(EvalArgs(n, s, &a));
         auto r = f.fn()(a);
-        if (!r.ok()) return Err(n, r.status().message());
+        if (!r.ok()) return Err(n, r.status());
         return r;
       }
       case NodeKind::kFilter: {
@@ -462,7 +548,7 @@ class Evaluator {
         CallArgs a;
         VLS_RETURN_IF_ERROR(EvalArgs(n, s, &a));
         auto r = ApplyFilter(n.name, operand, a);
-        if (!r.ok()) return Err(n, r.status().message());
+        if (!r.ok()) return Err(n, r.status());
         return r;
       }
       case NodeKind::kTest: {
@@ -470,7 +556,7 @@ class Evaluator {
         CallArgs a;
         VLS_RETURN_IF_ERROR(EvalArgs(n, s, &a));
         auto r = ApplyTest(n.name, operand, a);
-        if (!r.ok()) return Err(n, r.status().message());
+        if (!r.ok()) return Err(n, r.status());
         return Value::Bool(*r != n.negated);
       }
       case NodeKind::kUnary: {
@@ -489,9 +575,15 @@ class Evaluator {
         if (n.name == "and") return a.Truthy() ? Eval(*n.children[1], s) : StatusOr<Value>(a);
         if (n.name == "or") return a.Truthy() ? StatusOr<Value>(a) : Eval(*n.children[1], s);
         VLS_ASSIGN_OR_RETURN(Value b, Eval(*n.children[1], s));
-        if (n.name == "~") return Value::String(a.ToString() + b.ToString());
+        if (n.name == "~") {
+          std::string left = a.ToString();
+          std::string right = b.ToString();
+          Status st = CheckString(left.size() + right.size(), "'~'");
+          if (!st.ok()) return Err(n, st);
+          return Value::String(std::move(left) + right);
+        }
         auto r = Arith(n.name, a, b);
-        if (!r.ok()) return Err(n, r.status().message());
+        if (!r.ok()) return Err(n, r.status());
         return r;
       }
       case NodeKind::kCompare: {
@@ -521,7 +613,7 @@ class Evaluator {
               if (r.ok()) r = !*r;
             }
           }
-          if (!r.ok()) return Err(n, r.status().message());
+          if (!r.ok()) return Err(n, r.status());
           if (!*r) return Value::Bool(false);
           left = std::move(right);
         }
@@ -538,6 +630,8 @@ class Evaluator {
     }
   }
 
+  RenderBudget* budget_;
+  const RenderLimits& limits_;
   Flow flow_ = Flow::kNormal;
   int loop_depth_ = 0;
   int depth_ = 0;
@@ -559,6 +653,10 @@ ValueDict Builtins() {
                      d = a.positional[0].dict();
                    }
                    for (auto& kv : a.keyword) d.emplace_back(kv.first, kv.second);
+                   for (const auto& kv : d) {
+                     if (kv.second.holds_namespace())
+                       return InvalidArgument("a namespace attribute cannot hold a namespace");
+                   }
                    return Value::Namespace(std::move(d));
                  }));
   g.emplace_back("dict", Value::Function("dict", [](CallArgs& a) -> StatusOr<Value> {
@@ -590,11 +688,24 @@ ValueDict Builtins() {
                      return InvalidArgument("range expected at least 1 argument");
                    }
                    if (step == 0) return InvalidArgument("range() arg 3 must not be zero");
+                   // Python's len(range(...)), computed (in unsigned 64-bit: the distance
+                   // between two int64 fits) before anything is built, so that the budget
+                   // refuses range(10**18) without materialising it.
+                   const bool up = step > 0;
+                   const bool empty = up ? start >= stop : start <= stop;
+                   const uint64_t span =
+                       empty ? 0
+                       : up  ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start)
+                             : static_cast<uint64_t>(start) - static_cast<uint64_t>(stop);
+                   const uint64_t abs_step =
+                       up ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+                   const uint64_t count = span / abs_step + (span % abs_step != 0 ? 1 : 0);
+                   VLS_RETURN_IF_ERROR(CheckItems(count, "range()"));
                    ValueList l;
-                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                     if (l.size() >= 100000)
-                       return ResourceExhausted("range() is too long (max 100000 items)");
-                     l.push_back(Value::Int(i));
+                   l.reserve(count);
+                   for (uint64_t k = 0; k < count; ++k) {
+                     l.push_back(Value::Int(static_cast<int64_t>(static_cast<uint64_t>(start) +
+                                                                 k * static_cast<uint64_t>(step))));
                    }
                    return Value::List(std::move(l));
                  }));
@@ -616,23 +727,42 @@ ValueDict Builtins() {
 }  // namespace
 
 StatusOr<Template> Template::Parse(std::string_view source) {
-  VLS_ASSIGN_OR_RETURN(std::vector<Token> tokens, Lex(source, LexOptions{}));
-  VLS_ASSIGN_OR_RETURN(NodePtr root, jinja::Parse(tokens));
-  Template t;
-  t.root_ = std::shared_ptr<const Node>(std::move(root));
-  return t;
+  try {
+    VLS_ASSIGN_OR_RETURN(std::vector<Token> tokens, Lex(source, LexOptions{}));
+    VLS_ASSIGN_OR_RETURN(NodePtr root, jinja::Parse(tokens));
+    Template t;
+    t.root_ = std::shared_ptr<const Node>(std::move(root));
+    return t;
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory while parsing the chat template");
+  }
 }
 
-StatusOr<std::string> Template::Render(const ValueDict& globals) const {
-  auto builtins = std::make_shared<Scope>();
-  builtins->vars = Builtins();
-  auto top = std::make_shared<Scope>();
-  top->parent = builtins;
-  top->vars = globals;
-  Evaluator ev;
-  std::string out;
-  VLS_RETURN_IF_ERROR(ev.Exec(*root_, top, &out));
-  return out;
+StatusOr<std::string> Template::Render(const ValueDict& globals, const RenderLimits& limits) const {
+  if (!root_) return FailedPrecondition("Template::Render on a template that was not parsed");
+  RenderBudget budget(limits);
+  for (const auto& kv : globals) {
+    if (kv.second.depth() > kMaxValueDepth) {
+      return ResourceExhausted("template variable '" + kv.first +
+                               "' nests deeper than kMaxValueDepth (" +
+                               std::to_string(kMaxValueDepth) + ")");
+    }
+  }
+  try {
+    auto builtins = std::make_shared<Scope>();
+    builtins->vars = Builtins();
+    auto top = std::make_shared<Scope>();
+    top->parent = builtins;
+    top->vars = globals;
+    Evaluator ev(&budget);
+    std::string out;
+    VLS_RETURN_IF_ERROR(ev.Exec(*root_, top, &out));
+    VLS_RETURN_IF_ERROR(budget.status());
+    return out;
+  } catch (const std::bad_alloc&) {
+    // The budgets keep a render far below any sane memory limit; this is the last line.
+    return ResourceExhausted("out of memory while rendering the chat template");
+  }
 }
 
 }  // namespace vls::jinja

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tokenizer/jinja_budget.h"
 #include "tokenizer/jinja_template.h"
 #include "tokenizer/utf8.h"
 
@@ -147,8 +148,12 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& a
     const Value* indent = Arg(a, 1, "indent");
     const Value* seps = Arg(a, 2, "separators");
     const Value* sort = Arg(a, 3, "sort_keys");
+    // Python indents by max(0, n) spaces per level; anything past the string limit cannot
+    // be written (ToJson checks each indentation before writing it).
     const int ind =
-        indent != nullptr && !indent->is_none() ? static_cast<int>(indent->as_int()) : -1;
+        indent != nullptr && !indent->is_none()
+            ? static_cast<int>(std::clamp<int64_t>(indent->as_int(), 0, int64_t{1} << 30))
+            : -1;
     std::string item_sep = ind >= 0 ? "," : ", ";
     std::string key_sep = ": ";
     if (seps != nullptr && seps->is_list() && seps->list().size() == 2) {
@@ -196,12 +201,22 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& a
     const Value* sep = Arg(a, 0, "d");
     const Value* attr = Arg(a, 1, "attribute");
     VLS_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
-    std::string out;
+    const std::string separator = sep != nullptr ? sep->ToString() : std::string();
+    std::vector<std::string> parts;
+    parts.reserve(items.size());
+    uint64_t total = 0;
     for (size_t i = 0; i < items.size(); ++i) {
-      if (i > 0 && sep != nullptr) out += sep->ToString();
-      out += (attr != nullptr ? Attr(items[i], attr->ToString()) : items[i]).ToString();
+      parts.push_back((attr != nullptr ? Attr(items[i], attr->ToString()) : items[i]).ToString());
+      total += parts.back().size() + (i > 0 ? separator.size() : 0);
+      VLS_RETURN_IF_ERROR(CheckString(total, "join"));
     }
-    return Value::String(out);
+    std::string out;
+    out.reserve(total);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i > 0) out += separator;
+      out += parts[i];
+    }
+    return Value::String(std::move(out));
   }
   if (name == "list") {
     VLS_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
@@ -243,6 +258,10 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& a
     VLS_ASSIGN_OR_RETURN(ValueList items, Iterate(v));
     ValueList out;
     for (const Value& x : items) {
+      // Quadratic: Equal spends a step per comparison; stop as soon as the budget is gone.
+      if (RenderBudget* b = RenderBudget::Current(); b != nullptr && b->exhausted()) {
+        return b->status();
+      }
       if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return Equal(x, y); }))
         out.push_back(x);
     }
@@ -302,6 +321,7 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& a
   if (name == "abs") {
     if (!v.is_number()) return InvalidArgument("bad operand type for abs()");
     if (v.kind() == Value::Kind::kFloat) return Value::Float(std::fabs(v.as_float()));
+    if (v.as_int() == INT64_MIN) return OutOfRange("integer overflow in abs()");
     return Value::Int(v.as_int() < 0 ? -v.as_int() : v.as_int());
   }
   if (name == "safe") return v;
@@ -309,13 +329,38 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, CallArgs& a
     const Value* width = Arg(a, 0, "width");
     const Value* first = Arg(a, 1, "first");
     const Value* blank = Arg(a, 2, "blank");
-    const std::string pad =
-        width == nullptr ? std::string(4, ' ')
-        : width->is_string()
-            ? width->str()
-            : std::string(static_cast<size_t>(std::max<int64_t>(0, width->as_int())), ' ');
     const std::string s = v.ToString();
+    // The pad and the result are sized before anything is built: indent(10**9) must not
+    // allocate a gigabyte of spaces first.
+    const uint64_t pad_size = width == nullptr ? 4
+                              : width->is_string()
+                                  ? width->str().size()
+                                  : static_cast<uint64_t>(std::max<int64_t>(0, width->as_int()));
+    VLS_RETURN_IF_ERROR(CheckString(pad_size, "indent"));
+    uint64_t padded_lines = 0;
+    {
+      size_t start = 0;
+      bool first_line = true;
+      while (start <= s.size()) {
+        const size_t nl = s.find('\n', start);
+        const bool empty = nl == start || (nl == std::string::npos && start == s.size());
+        if (first_line ? (first != nullptr && first->Truthy())
+                       : (!empty || (blank != nullptr && blank->Truthy()))) {
+          ++padded_lines;
+        }
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+        first_line = false;
+      }
+    }
+    const uint64_t total = padded_lines > 0 && pad_size > UINT64_MAX / padded_lines
+                               ? UINT64_MAX
+                               : s.size() + pad_size * padded_lines;
+    VLS_RETURN_IF_ERROR(CheckString(total, "indent"));
+    const std::string pad =
+        width != nullptr && width->is_string() ? width->str() : std::string(pad_size, ' ');
     std::string out;
+    out.reserve(total);
     size_t start = 0;
     bool first_line = true;
     while (start <= s.size()) {

@@ -2,6 +2,9 @@
 
 #include <initializer_list>
 #include <string_view>
+#include <utility>
+
+#include "tokenizer/jinja_template.h"
 
 namespace vls::jinja {
 namespace {
@@ -14,11 +17,43 @@ class Parser {
     std::string end;
     VLS_ASSIGN_OR_RETURN(NodePtr body, ParseBody({}, &end));
     if (Cur().kind != TokKind::kEof) return Error("unexpected tokens after the template end");
+    VLS_RETURN_IF_ERROR(CheckTreeDepth(*body));
     return body;
   }
 
  private:
-  static constexpr int kMaxDepth = 200;
+  // Operator, filter and attribute chains are parsed by loops but build trees one level deeper
+  // per link; this walks the finished tree without recursion and refuses one deeper than
+  // kMaxTemplateTreeDepth, so that the evaluator's recursion stays bounded.
+  static Status CheckTreeDepth(const Node& root) {
+    std::vector<std::pair<const Node*, int>> stack = {{&root, 1}};
+    while (!stack.empty()) {
+      auto [n, depth] = stack.back();
+      stack.pop_back();
+      if (depth > kMaxTemplateTreeDepth) {
+        return ResourceExhausted("template line " + std::to_string(n->line) +
+                                 ": syntax tree deeper than kMaxTemplateTreeDepth (" +
+                                 std::to_string(kMaxTemplateTreeDepth) +
+                                 " levels; long operator, filter or attribute chains count)");
+      }
+      for (const auto* v : {&n->children, &n->args, &n->kwargs}) {
+        for (const NodePtr& c : *v) {
+          if (c) stack.emplace_back(c.get(), depth + 1);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // One more level of syntax nesting (callers undo it with --depth_ on success; an error ends
+  // the parse).
+  Status Deeper() {
+    if (++depth_ <= kMaxTemplateNesting) return Status::Ok();
+    return ResourceExhausted("template line " + std::to_string(Cur().line) +
+                             ": nesting deeper than kMaxTemplateNesting (" +
+                             std::to_string(kMaxTemplateNesting) +
+                             " levels of brackets, unary operators and blocks)");
+  }
 
   const Token& Cur() const { return t_[pos_]; }
   const Token& Peek(size_t n = 1) const { return t_[std::min(pos_ + n, t_.size() - 1)]; }
@@ -66,7 +101,7 @@ class Parser {
   // Parses statements until a block whose keyword is in `ends`; leaves pos_ after that keyword
   // and stores it in *end.
   StatusOr<NodePtr> ParseBody(std::initializer_list<std::string_view> ends, std::string* end) {
-    if (++depth_ > kMaxDepth) return Error("template nesting is too deep");
+    VLS_RETURN_IF_ERROR(Deeper());
     NodePtr body = Make(NodeKind::kBody);
     while (true) {
       const Token& t = Cur();
@@ -144,27 +179,21 @@ class Parser {
     return Error("unsupported template statement '" + kw + "'");
   }
 
+  // if / elif... / else in one node (a loop, so a long elif chain does not recurse).
   StatusOr<NodePtr> ParseIf() {
     NodePtr n = Make(NodeKind::kIf);
-    VLS_ASSIGN_OR_RETURN(NodePtr test, ParseTuple(false));
-    VLS_RETURN_IF_ERROR(ExpectBlockEnd());
-    std::string end;
-    VLS_ASSIGN_OR_RETURN(NodePtr body, ParseBody({"elif", "else", "endif"}, &end));
-    n->children.push_back(std::move(test));
-    n->children.push_back(std::move(body));
-    if (end == "elif") {
-      VLS_ASSIGN_OR_RETURN(NodePtr elif, ParseIf());
-      NodePtr wrap = Make(NodeKind::kBody);
-      wrap->children.push_back(std::move(elif));
-      n->children.push_back(std::move(wrap));
-      return n;
+    std::string end = "elif";
+    while (end == "elif") {
+      VLS_ASSIGN_OR_RETURN(NodePtr test, ParseTuple(false));
+      VLS_RETURN_IF_ERROR(ExpectBlockEnd());
+      VLS_ASSIGN_OR_RETURN(NodePtr body, ParseBody({"elif", "else", "endif"}, &end));
+      n->children.push_back(std::move(test));
+      n->children.push_back(std::move(body));
     }
     if (end == "else") {
       VLS_RETURN_IF_ERROR(ExpectBlockEnd());
       VLS_ASSIGN_OR_RETURN(NodePtr els, ParseBody({"endif"}, &end));
       n->children.push_back(std::move(els));
-    } else {
-      n->children.push_back(nullptr);
     }
     VLS_RETURN_IF_ERROR(ExpectBlockEnd());
     return n;
@@ -290,7 +319,7 @@ class Parser {
   }
 
   StatusOr<NodePtr> ParseExpression(bool with_condexpr) {
-    if (++depth_ > kMaxDepth) return Error("expression nesting is too deep");
+    VLS_RETURN_IF_ERROR(Deeper());
     auto r = with_condexpr ? ParseCondExpr() : ParseOr();
     --depth_;
     return r;
@@ -303,7 +332,9 @@ class Parser {
       VLS_ASSIGN_OR_RETURN(NodePtr test, ParseOr());
       NodePtr els;
       if (SkipName("else")) {
+        VLS_RETURN_IF_ERROR(Deeper());
         VLS_ASSIGN_OR_RETURN(els, ParseCondExpr());
+        --depth_;
       }
       n->children.push_back(std::move(expr));
       n->children.push_back(std::move(test));
@@ -339,7 +370,7 @@ class Parser {
   }
   StatusOr<NodePtr> ParseNot() {
     if (SkipName("not")) {
-      if (++depth_ > kMaxDepth) return Error("expression nesting is too deep");
+      VLS_RETURN_IF_ERROR(Deeper());
       NodePtr n = Make(NodeKind::kUnary);
       n->name = "not";
       VLS_ASSIGN_OR_RETURN(NodePtr e, ParseNot());
@@ -415,7 +446,7 @@ class Parser {
   StatusOr<NodePtr> ParseUnary(bool with_filter) {
     NodePtr node;
     if (IsOp("-") || IsOp("+")) {
-      if (++depth_ > kMaxDepth) return Error("expression nesting is too deep");
+      VLS_RETURN_IF_ERROR(Deeper());
       node = Make(NodeKind::kUnary);
       node->name = t_[pos_++].text;
       VLS_ASSIGN_OR_RETURN(NodePtr e, ParseUnary(false));

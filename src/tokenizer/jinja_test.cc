@@ -14,7 +14,8 @@ std::string Render(const std::string& src, const std::string& ctx_json = "{}") {
   auto t = jinja::Template::Parse(src);
   if (!t.ok()) return "PARSE: " + t.status().message();
   auto ctx = jinja::Value::FromJson(nlohmann::ordered_json::parse(ctx_json));
-  auto out = t->Render(ctx.dict());
+  if (!ctx.ok()) return "INPUT: " + ctx.status().message();
+  auto out = t->Render(ctx->dict());
   if (!out.ok()) return "RENDER: " + out.status().message();
   return *out;
 }
@@ -64,11 +65,11 @@ TEST(JinjaUntrustedTest, BadTemplatesFailCleanly) {
   fails("{{ raise_exception('boom') }}", "boom");
   fails("{{ undefined_var.attr }}", "undefined_var");
   fails("{{ 1 // 0 }}", "zero");
-  fails("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "recursion");
+  fails("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "kMaxMacroDepth");
   fails("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "deep");
   fails("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}", "deep");
-  fails("{{ 'a' * 100000000 }}", "too large");
-  fails("{{ range(10000000) }}", "too long");
+  fails("{{ 'a' * 100000000 }}", "kMaxRenderOutputBytes");
+  fails("{{ range(10000000) }}", "kMaxRenderAllocBytes");
   fails("\xff{{ x }}", "UTF-8");
 }
 

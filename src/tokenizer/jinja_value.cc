@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
+#include "tokenizer/jinja_budget.h"
 #include "tokenizer/utf8.h"
 
 namespace vls::jinja {
@@ -68,37 +70,51 @@ std::string StringRepr(const std::string& s) {
   return out;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
+// Appends the JSON text of `s`; stops (returning false) once `out` passes `max` bytes.
+bool AppendJsonString(const std::string& s, size_t max, std::string* out) {
+  out->push_back('"');
   for (char ch : s) {
+    if (out->size() > max) return false;
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"': *out += "\\\""; break;
+      case '\\': *out += "\\\\"; break;
+      case '\n': *out += "\\n"; break;
+      case '\r': *out += "\\r"; break;
+      case '\t': *out += "\\t"; break;
+      case '\b': *out += "\\b"; break;
+      case '\f': *out += "\\f"; break;
       default:
         if (c < 0x20) {
-          out += "\\u";
-          AppendHex(c, 4, &out);
+          *out += "\\u";
+          AppendHex(c, 4, out);
         } else {
-          out.push_back(ch);
+          out->push_back(ch);
         }
     }
   }
-  out.push_back('"');
-  return out;
+  out->push_back('"');
+  return out->size() <= max;
 }
 
+Status TooLong(size_t max) {
+  return ResourceExhausted("tojson would build a string past kMaxRenderOutputBytes (" +
+                           std::to_string(max) + " bytes)");
+}
+
+// Recursion is bounded by the value's depth (kMaxValueDepth); the text by `max` bytes, checked
+// before each indentation is written (indent * level can be large).
 Status ToJsonImpl(const Value& v, int indent, bool sort_keys, const std::string& item_sep,
-                  const std::string& key_sep, int level, std::string* out) {
-  auto newline = [&](int lvl) {
-    if (indent < 0) return;
+                  const std::string& key_sep, int level, size_t max, std::string* out) {
+  if (out->size() > max) return TooLong(max);
+  if (!SpendSteps(1)) return Status::Ok();  // the render fails with the budget's error
+  auto newline = [&](int lvl) -> Status {
+    if (indent < 0) return Status::Ok();
+    const uint64_t pad = static_cast<uint64_t>(indent) * static_cast<uint64_t>(lvl);
+    if (pad > max || out->size() + 1 + pad > max) return TooLong(max);
     out->push_back('\n');
-    out->append(static_cast<size_t>(indent) * lvl, ' ');
+    out->append(pad, ' ');
+    return Status::Ok();
   };
   switch (v.kind()) {
     case Value::Kind::kNone: *out += "null"; return Status::Ok();
@@ -115,7 +131,9 @@ Status ToJsonImpl(const Value& v, int indent, bool sort_keys, const std::string&
       }
       return Status::Ok();
     }
-    case Value::Kind::kString: *out += JsonString(v.str()); return Status::Ok();
+    case Value::Kind::kString:
+      if (!AppendJsonString(v.str(), max, out)) return TooLong(max);
+      return Status::Ok();
     case Value::Kind::kList: {
       if (v.list().empty()) {
         *out += "[]";
@@ -124,11 +142,11 @@ Status ToJsonImpl(const Value& v, int indent, bool sort_keys, const std::string&
       out->push_back('[');
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i > 0) *out += item_sep;
-        newline(level + 1);
+        VLS_RETURN_IF_ERROR(newline(level + 1));
         VLS_RETURN_IF_ERROR(
-            ToJsonImpl(v.list()[i], indent, sort_keys, item_sep, key_sep, level + 1, out));
+            ToJsonImpl(v.list()[i], indent, sort_keys, item_sep, key_sep, level + 1, max, out));
       }
-      newline(level);
+      VLS_RETURN_IF_ERROR(newline(level));
       out->push_back(']');
       return Status::Ok();
     }
@@ -146,13 +164,13 @@ Status ToJsonImpl(const Value& v, int indent, bool sort_keys, const std::string&
       out->push_back('{');
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += item_sep;
-        newline(level + 1);
-        *out += JsonString(items[i]->first);
+        VLS_RETURN_IF_ERROR(newline(level + 1));
+        if (!AppendJsonString(items[i]->first, max, out)) return TooLong(max);
         *out += key_sep;
-        VLS_RETURN_IF_ERROR(
-            ToJsonImpl(items[i]->second, indent, sort_keys, item_sep, key_sep, level + 1, out));
+        VLS_RETURN_IF_ERROR(ToJsonImpl(items[i]->second, indent, sort_keys, item_sep, key_sep,
+                                       level + 1, max, out));
       }
-      newline(level);
+      VLS_RETURN_IF_ERROR(newline(level));
       out->push_back('}');
       return Status::Ok();
     }
@@ -164,9 +182,14 @@ Status ToJsonImpl(const Value& v, int indent, bool sort_keys, const std::string&
 
 }  // namespace
 
+const std::string& Value::EmptyString() {
+  static const std::string* const kEmpty = new std::string();
+  return *kEmpty;
+}
+
 Value Value::Undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 Value Value::None() {
@@ -195,68 +218,110 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::List(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
+  for (const Value& i : items) {
+    v.depth_ = std::max(v.depth_, i.depth_);
+    v.holds_namespace_ = v.holds_namespace_ || i.holds_namespace_;
+  }
+  ++v.depth_;
   v.list_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
 Value Value::Dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::kDict;
+  for (const auto& kv : items) {
+    v.depth_ = std::max(v.depth_, kv.second.depth_);
+    v.holds_namespace_ = v.holds_namespace_ || kv.second.holds_namespace_;
+  }
+  ++v.depth_;
   v.dict_ = std::make_shared<ValueDict>(std::move(items));
   return v;
 }
 Value Value::Namespace(ValueDict items) {
+  // Its attributes change later (never to hold a namespace: jinja_eval.cc), so its depth is
+  // that of its creation; what is assigned later is held to kMaxValueDepth on its own.
   Value v = Dict(std::move(items));
   v.kind_ = Kind::kNamespace;
+  v.holds_namespace_ = true;
   return v;
 }
-Value Value::Function(std::string name, NativeFn fn) {
+Value Value::Function(std::string name, NativeFn fn, const Value* bound) {
   Value v;
   v.kind_ = Kind::kFunction;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<const NativeFn>(std::move(fn));
+  if (bound != nullptr) {
+    v.depth_ = bound->depth_ + 1;
+    v.holds_namespace_ = bound->holds_namespace_;
+  }
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+namespace {
+
+// JSON -> Value with an explicit depth (the recursion bound) and a count of values made.
+StatusOr<Value> FromJsonImpl(const nlohmann::ordered_json& j, std::string_view what, int depth,
+                             int max_depth, int64_t* count) {
+  using J = nlohmann::ordered_json;
+  if (++*count > kMaxTemplateInputValues) {
+    return ResourceExhausted(std::string(what) + " holds more than kMaxTemplateInputValues (" +
+                             std::to_string(kMaxTemplateInputValues) + ") values");
+  }
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return None();
-    case nlohmann::ordered_json::value_t::boolean: return Bool(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
+    case J::value_t::null: return Value::None();
+    case J::value_t::boolean: return Value::Bool(j.get<bool>());
+    case J::value_t::number_integer: return Value::Int(j.get<int64_t>());
+    case J::value_t::number_unsigned: {
       const auto u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return Float(static_cast<double>(u));
-      return Int(static_cast<int64_t>(u));
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::Float(static_cast<double>(u));
+      return Value::Int(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return String(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      ValueList items;
-      items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
-      return List(std::move(items));
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      ValueDict items;
-      for (const auto& entry : j.items()) {
-        const std::string& key = entry.key();
-        // A repeated key keeps its first position and its last value, as Python's json does.
-        auto it = std::find_if(items.begin(), items.end(),
-                               [&key](const auto& kv) { return kv.first == key; });
-        if (it != items.end()) {
-          it->second = FromJson(entry.value());
-        } else {
-          items.emplace_back(key, FromJson(entry.value()));
-        }
+    case J::value_t::number_float: return Value::Float(j.get<double>());
+    case J::value_t::string: return Value::String(j.get<std::string>());
+    case J::value_t::array:
+    case J::value_t::object: {
+      if (depth >= max_depth) {
+        return ResourceExhausted(std::string(what) + " nests deeper than kMaxValueDepth (" +
+                                 std::to_string(max_depth) + ")");
       }
-      return Dict(std::move(items));
+      if (j.is_array()) {
+        ValueList items;
+        items.reserve(j.size());
+        for (const auto& e : j) {
+          VLS_ASSIGN_OR_RETURN(Value v, FromJsonImpl(e, what, depth + 1, max_depth, count));
+          items.push_back(std::move(v));
+        }
+        return Value::List(std::move(items));
+      }
+      // ordered_json keeps one entry per key (the last value), as Python's json does.
+      ValueDict items;
+      items.reserve(j.size());
+      for (const auto& entry : j.items()) {
+        VLS_ASSIGN_OR_RETURN(Value v,
+                             FromJsonImpl(entry.value(), what, depth + 1, max_depth, count));
+        items.emplace_back(entry.key(), std::move(v));
+      }
+      return Value::Dict(std::move(items));
     }
-    default: return None();
+    default: return Value::None();
+  }
+}
+
+}  // namespace
+
+StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& j, std::string_view what,
+                                int max_depth) {
+  int64_t count = 0;
+  try {
+    return FromJsonImpl(j, what, 0, max_depth, &count);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(std::string(what) + ": out of memory converting JSON");
   }
 }
 
@@ -267,7 +332,7 @@ bool Value::Truthy() const {
     case Kind::kBool: return b_;
     case Kind::kInt: return i_ != 0;
     case Kind::kFloat: return f_ != 0;
-    case Kind::kString: return !s_.empty();
+    case Kind::kString: return !str().empty();
     case Kind::kList: return !list_->empty();
     case Kind::kDict: return !dict_->empty();
     default: return true;
@@ -313,10 +378,48 @@ std::string FloatRepr(double f) {
 std::string Value::ToString() const {
   switch (kind_) {
     case Kind::kUndefined: return "";
-    case Kind::kString: return s_;
+    case Kind::kString: return str();
     default: return Repr();
   }
 }
+
+namespace {
+
+// Appends repr(v), stopping once `out` passes `max` bytes (recursion: the value's depth).
+void AppendRepr(const Value& v, size_t max, std::string* out) {
+  if (out->size() > max || !SpendSteps(1)) return;
+  switch (v.kind()) {
+    case Value::Kind::kList:
+      out->push_back('[');
+      for (size_t i = 0; i < v.list().size() && out->size() <= max; ++i) {
+        if (i > 0) *out += ", ";
+        AppendRepr(v.list()[i], max, out);
+      }
+      out->push_back(']');
+      return;
+    case Value::Kind::kDict:
+      out->push_back('{');
+      for (size_t i = 0; i < v.dict().size() && out->size() <= max; ++i) {
+        if (i > 0) *out += ", ";
+        *out += StringRepr(v.dict()[i].first);
+        *out += ": ";
+        AppendRepr(v.dict()[i].second, max, out);
+      }
+      out->push_back('}');
+      return;
+    case Value::Kind::kString:
+      // repr of one string is at most 10 bytes per input byte (\U0001xxxx for 4 bytes).
+      if (v.str().size() > max) {  // too long for any repr: fill to max + 1 bytes
+        out->append(max + 1 - out->size(), '.');
+        return;
+      }
+      *out += StringRepr(v.str());
+      return;
+    default: *out += v.Repr(); return;
+  }
+}
+
+}  // namespace
 
 std::string Value::Repr() const {
   switch (kind_) {
@@ -325,25 +428,15 @@ std::string Value::Repr() const {
     case Kind::kBool: return b_ ? "True" : "False";
     case Kind::kInt: return std::to_string(i_);
     case Kind::kFloat: return FloatRepr(f_);
-    case Kind::kString: return StringRepr(s_);
-    case Kind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += (*list_)[i].Repr();
-      }
-      return out + "]";
-    }
+    case Kind::kString:
+    case Kind::kList:
     case Kind::kDict: {
-      std::string out = "{";
-      for (size_t i = 0; i < dict_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr();
-      }
-      return out + "}";
+      std::string out;
+      AppendRepr(*this, MaxStringBytes(), &out);
+      return out;
     }
     case Kind::kNamespace: return "<Namespace>";
-    case Kind::kFunction: return "<function " + s_ + ">";
+    case Kind::kFunction: return "<function " + str() + ">";
   }
   return "";
 }
@@ -375,12 +468,14 @@ const Value* Value::Find(std::string_view key) const {
 StatusOr<std::string> Value::ToJson(int indent, bool sort_keys, const std::string& item_sep,
                                     const std::string& key_sep) const {
   std::string out;
-  VLS_RETURN_IF_ERROR(ToJsonImpl(*this, indent, sort_keys, item_sep, key_sep, 0, &out));
+  VLS_RETURN_IF_ERROR(
+      ToJsonImpl(*this, indent, sort_keys, item_sep, key_sep, 0, MaxStringBytes(), &out));
   return out;
 }
 
 bool Equal(const Value& a, const Value& b) {
   using K = Value::Kind;
+  if (!SpendSteps(1)) return false;
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
@@ -389,7 +484,9 @@ bool Equal(const Value& a, const Value& b) {
   switch (a.kind()) {
     case K::kUndefined:
     case K::kNone: return true;
-    case K::kString: return a.str() == b.str();
+    case K::kString:
+      SpendBytes(std::min(a.str().size(), b.str().size()));
+      return a.str() == b.str();
     case K::kList:
       if (a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
@@ -408,13 +505,17 @@ bool Equal(const Value& a, const Value& b) {
 }
 
 StatusOr<bool> Less(const Value& a, const Value& b) {
+  if (!SpendSteps(1)) return false;
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) {
       return a.as_float() < b.as_float();
     }
     return a.as_int() < b.as_int();
   }
-  if (a.is_string() && b.is_string()) return a.str() < b.str();
+  if (a.is_string() && b.is_string()) {
+    SpendBytes(std::min(a.str().size(), b.str().size()));
+    return a.str() < b.str();
+  }
   if (a.is_list() && b.is_list()) {
     const size_t n = std::min(a.list().size(), b.list().size());
     for (size_t i = 0; i < n; ++i) {
@@ -424,6 +525,15 @@ StatusOr<bool> Less(const Value& a, const Value& b) {
   }
   return InvalidArgument("'<' not supported between instances of '" + a.TypeName() + "' and '" +
                          b.TypeName() + "'");
+}
+
+size_t FindBytes(std::string_view haystack, std::string_view needle, size_t pos) {
+  if (pos > haystack.size()) return std::string::npos;
+  if (needle.empty()) return pos;
+  const void* at =
+      memmem(haystack.data() + pos, haystack.size() - pos, needle.data(), needle.size());
+  return at == nullptr ? std::string::npos
+                       : static_cast<size_t>(static_cast<const char*>(at) - haystack.data());
 }
 
 bool IsPySpace(char32_t c) {
