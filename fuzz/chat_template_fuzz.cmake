@@ -1,0 +1,1 @@
+vls_add_fuzz_target(chat_template SOURCES chat_template_fuzz.cc LIBS vls_tokenizer CORPUS chat_template)
