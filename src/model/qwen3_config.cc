@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
 #include "base/file.h"
+#include "io/untrusted_json.h"
 
 namespace vls {
 namespace {
@@ -24,6 +26,7 @@ struct Obj {
   Status Err(const std::string& k, const std::string& what) const {
     return InvalidArgument(label + ": " + Key(k) + ": " + what);
   }
+  // The value of key `k`, or nullptr when it is absent or null (HF writes None as null).
   const Json* Get(const std::string& k) const {
     auto it = j->find(k);
     if (it == j->end() || it->is_null()) return nullptr;
@@ -31,19 +34,11 @@ struct Obj {
   }
 };
 
-constexpr int64_t kMaxDim = 1 << 24;
-
+// Strict integer read (no 2.7, true or "3"; 2^32+1 is out of range, never wrapped): the error
+// names the file, the key, the bound and the value.
 StatusOr<int> ReadInt(const Json& v, const Obj& o, const std::string& k, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) return o.Err(k, "expected an integer, got " + v.dump());
-  int64_t x = v.get<int64_t>();
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return o.Err(k,
-                 v.dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  if (x < lo || x > hi) {
-    return o.Err(k, std::to_string(x) + " is outside [" + std::to_string(lo) + ", " +
-                        std::to_string(hi) + "]");
-  }
+  int64_t x = 0;
+  VLS_RETURN_IF_ERROR(ReadJsonInt(v, o.label + ": " + o.Key(k), lo, hi, &x));
   return static_cast<int>(x);
 }
 
@@ -60,40 +55,55 @@ StatusOr<int> OptionalInt(const Obj& o, const std::string& k, int def, int64_t l
   return ReadInt(*v, o, k, lo, hi);
 }
 
-StatusOr<double> OptionalNumber(const Obj& o, const std::string& k, double def) {
+StatusOr<double> OptionalNumber(const Obj& o, const std::string& k, double def, double lo,
+                                double hi) {
   const Json* v = o.Get(k);
   if (!v) return def;
-  if (!v->is_number()) return o.Err(k, "expected a number, got " + v->dump());
-  double x = v->get<double>();
-  if (!std::isfinite(x)) return o.Err(k, "must be finite");
+  double x = 0;
+  VLS_RETURN_IF_ERROR(ReadJsonNumber(*v, o.label + ": " + o.Key(k), lo, hi, &x));
   return x;
 }
 
 StatusOr<std::optional<bool>> OptionalBool(const Obj& o, const std::string& k) {
   const Json* v = o.Get(k);
   if (!v) return std::optional<bool>();
-  if (!v->is_boolean()) return o.Err(k, "expected true or false, got " + v->dump());
-  return std::optional<bool>(v->get<bool>());
+  bool b = false;
+  VLS_RETURN_IF_ERROR(ReadJsonBool(*v, o.label + ": " + o.Key(k), &b));
+  return std::optional<bool>(b);
 }
 
-// eos_token_id may be an int or a list of ints.
+StatusOr<std::string> RequireString(const Obj& o, const std::string& k) {
+  const Json* v = o.Get(k);
+  if (!v) return o.Err(k, "required string key is missing");
+  std::string s;
+  VLS_RETURN_IF_ERROR(ReadJsonString(*v, o.label + ": " + o.Key(k), &s));
+  return s;
+}
+
+// eos_token_id may be an int or a list of at most kMaxEosTokenIds ints.
 StatusOr<std::vector<int>> ReadIdList(const Obj& o, const std::string& k) {
   std::vector<int> ids;
   const Json* v = o.Get(k);
   if (!v) return ids;
+  constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
   if (v->is_array()) {
+    if (v->size() > static_cast<size_t>(kMaxEosTokenIds)) {
+      return o.Err(k, "lists " + std::to_string(v->size()) + " ids; at most " +
+                          std::to_string(kMaxEosTokenIds) + " are allowed");
+    }
     for (const Json& e : *v) {
-      VLS_ASSIGN_OR_RETURN(int id, ReadInt(e, o, k, 0, std::numeric_limits<int32_t>::max()));
+      VLS_ASSIGN_OR_RETURN(int id, ReadInt(e, o, k, 0, kMaxId));
       ids.push_back(id);
     }
   } else {
-    VLS_ASSIGN_OR_RETURN(int id, ReadInt(*v, o, k, 0, std::numeric_limits<int32_t>::max()));
+    VLS_ASSIGN_OR_RETURN(int id, ReadInt(*v, o, k, 0, kMaxId));
     ids.push_back(id);
   }
   return ids;
 }
 
-// Appends the ids of `from` that `to` does not hold yet, in order.
+// Appends the ids of `from` that `to` does not hold yet, in order (both hold at most
+// 3 * kMaxEosTokenIds ids, so the scan stays small).
 void AddIds(const std::vector<int>& from, std::vector<int>* to) {
   for (int id : from) {
     if (std::find(to->begin(), to->end(), id) == to->end()) to->push_back(id);
@@ -101,16 +111,179 @@ void AddIds(const std::vector<int>& from, std::vector<int>* to) {
 }
 
 // Reads `k` from the text object, falling back to (and cross-checking) the root object:
-// Qwen3-VL files repeat some keys at both levels; differing values are refused.
+// Qwen3-VL files repeat some keys at both levels; differing values are refused. (The comparison
+// recurses, within ParseUntrustedJson's nesting bound.)
 StatusOr<const Json*> TextOrRoot(const Obj& text, const Obj& root, const std::string& k) {
   const Json* t = text.Get(k);
   if (text.j == root.j) return t;
   const Json* r = root.Get(k);
   if (t && r && *t != *r) {
-    return InvalidArgument(text.label + ": " + text.Key(k) + " (" + t->dump() + ") contradicts " +
-                           root.Key(k) + " (" + r->dump() + ")");
+    return InvalidArgument(text.label + ": " + text.Key(k) + " (" + JsonSnippet(*t) +
+                           ") contradicts " + root.Key(k) + " (" + JsonSnippet(*r) + ")");
   }
   return t ? t : r;
+}
+
+// a * b for sizes already bounded (so it cannot overflow int64; checked all the same).
+StatusOr<int64_t> Product(const std::string& what, std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    if (__builtin_mul_overflow(p, f, &p)) return InvalidArgument(what + " overflows int64");
+  }
+  return p;
+}
+
+// The weight shapes the sizes imply, each against kMaxWeightElements, and the parameter sum
+// against kMaxModelParameters, before anything is allocated from them.
+Status CheckWeightSizes(const Obj& text, const Qwen3Config& c) {
+  const int64_t H = c.hidden, I = c.intermediate, D = c.head_dim, V = c.vocab;
+  struct Matrix {
+    const char* name;
+    std::initializer_list<int64_t> dims;
+  };
+  const std::string t = text.label + ": " + text.path;
+  const Matrix matrices[] = {
+      {"vocab_size x hidden_size (embed_tokens)", {V, H}},
+      {"num_attention_heads x head_dim x hidden_size (q_proj)", {c.heads, D, H}},
+      {"num_key_value_heads x head_dim x hidden_size (k_proj)", {c.kv_heads, D, H}},
+      {"intermediate_size x hidden_size (gate_proj)", {I, H}},
+  };
+  for (const Matrix& m : matrices) {
+    VLS_ASSIGN_OR_RETURN(int64_t n, Product(t + m.name, m.dims));
+    if (n > kMaxWeightElements) {
+      return InvalidArgument(t + m.name + " = " + std::to_string(n) +
+                             " elements in one weight matrix exceeds the bound " +
+                             std::to_string(kMaxWeightElements) + " (kMaxWeightElements)");
+    }
+  }
+  const int64_t q = int64_t{c.heads} * D, kv = int64_t{c.kv_heads} * D;
+  // Per layer: q, k, v, o projections, three MLP matrices, four norms.
+  const int64_t per_layer = H * (2 * q + 2 * kv) + 3 * H * I + 2 * H + 2 * D;
+  VLS_ASSIGN_OR_RETURN(int64_t layers, Product(t + "parameters", {per_layer, c.layers}));
+  const int64_t total = layers + V * H * (c.tied ? 1 : 2) + H;
+  if (total > kMaxModelParameters) {
+    return InvalidArgument(text.label + ": the sizes declare " + std::to_string(total) +
+                           " language-model parameters, over the bound " +
+                           std::to_string(kMaxModelParameters) + " (kMaxModelParameters)");
+  }
+  return Status::Ok();
+}
+
+// The vision tower's sizes (read nowhere else yet, but bounded like the text sizes so that no
+// later reader trusts them unchecked).
+Status CheckVisionSizes(const Obj& v) {
+  struct Bound {
+    const char* key;
+    int max;
+  };
+  static constexpr Bound kBounds[] = {
+      {"depth", kMaxHiddenLayers},
+      {"hidden_size", kMaxHiddenSize},
+      {"intermediate_size", kMaxIntermediateSize},
+      {"num_heads", kMaxAttentionHeads},
+      {"in_channels", 16},
+      {"patch_size", 1024},
+      {"temporal_patch_size", 64},
+      {"num_position_embeddings", kMaxContextPositions},
+  };
+  int64_t got[std::size(kBounds)] = {};
+  for (size_t i = 0; i < std::size(kBounds); ++i) {
+    VLS_ASSIGN_OR_RETURN(int x, OptionalInt(v, kBounds[i].key, 1, 1, kBounds[i].max));
+    got[i] = x;
+  }
+  const int64_t depth = got[0], hidden = got[1], inter = got[2], channels = got[4], patch = got[5],
+                temporal = got[6], positions = got[7];
+  struct Matrix {
+    const char* name;
+    std::initializer_list<int64_t> dims;
+  };
+  const Matrix matrices[] = {
+      {"intermediate_size x hidden_size", {inter, hidden}},
+      {"hidden_size x in_channels x temporal_patch_size x patch_size^2 (patch_embed)",
+       {hidden, channels, temporal, patch, patch}},
+      {"num_position_embeddings x hidden_size (pos_embed)", {positions, hidden}},
+  };
+  for (const Matrix& m : matrices) {
+    VLS_ASSIGN_OR_RETURN(int64_t n, Product(v.label + ": " + v.path + m.name, m.dims));
+    if (n > kMaxWeightElements) {
+      return InvalidArgument(v.label + ": " + v.path + m.name + " = " + std::to_string(n) +
+                             " elements in one weight matrix exceeds the bound " +
+                             std::to_string(kMaxWeightElements) + " (kMaxWeightElements)");
+    }
+  }
+  VLS_ASSIGN_OR_RETURN(int64_t per_block, Product(v.label + ": " + v.path + "depth",
+                                                  {4 * hidden * hidden + 2 * hidden * inter}));
+  if (per_block * depth > kMaxModelParameters) {
+    return InvalidArgument(v.label + ": " + v.path +
+                           "depth x block size = " + std::to_string(per_block * depth) +
+                           " vision parameters exceeds the bound " +
+                           std::to_string(kMaxModelParameters) + " (kMaxModelParameters)");
+  }
+  return Status::Ok();
+}
+
+// Special token ids: every id inside [0, vocab) and the multimodal ids distinct from each other
+// and from bos/eos (an image placeholder that is also the end of the sequence would make the
+// model misread a prompt). bos may equal an eos id: Qwen's <|endoftext|> is both.
+Status CheckTokenIds(const std::string& label, const Qwen3Config& c,
+                     const std::vector<int>& eos_ids) {
+  struct Id {
+    const char* key;
+    int id;
+  };
+  const Id multimodal[] = {{"image_token_id", c.image_token_id},
+                           {"video_token_id", c.video_token_id},
+                           {"vision_start_token_id", c.vision_start_token_id},
+                           {"vision_end_token_id", c.vision_end_token_id}};
+  auto in_vocab = [&](const char* key, int id) -> Status {
+    if (id >= c.vocab) {
+      return InvalidArgument(label + ": " + key + " " + std::to_string(id) +
+                             " is outside the vocabulary of " + std::to_string(c.vocab) +
+                             " (ids lie in [0, vocab_size))");
+    }
+    return Status::Ok();
+  };
+  for (const Id& m : multimodal) VLS_RETURN_IF_ERROR(in_vocab(m.key, m.id));
+  VLS_RETURN_IF_ERROR(in_vocab("bos_token_id", c.bos_token_id));
+  for (int id : eos_ids) VLS_RETURN_IF_ERROR(in_vocab("eos_token_id", id));
+  for (size_t i = 0; i < std::size(multimodal); ++i) {
+    const Id& m = multimodal[i];
+    if (m.id < 0) continue;
+    auto clash = [&](const std::string& other) {
+      return InvalidArgument(label + ": " + m.key + " " + std::to_string(m.id) + " is also " +
+                             other + "; every special token needs an id of its own");
+    };
+    for (size_t j = 0; j < i; ++j) {
+      if (multimodal[j].id == m.id) return clash(multimodal[j].key);
+    }
+    if (m.id == c.bos_token_id) return clash("bos_token_id");
+    if (std::find(eos_ids.begin(), eos_ids.end(), m.id) != eos_ids.end()) {
+      return clash("an eos_token_id");
+    }
+  }
+  return Status::Ok();
+}
+
+// Reads a config file of at most kMaxConfigJsonBytes without trusting its size (a FIFO or a
+// device never ends): the read stops one byte past the bound.
+StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ReadFileToString(path).status();  // the usual NotFound / IoError text
+  std::string text;
+  constexpr size_t kChunk = size_t{64} << 10;
+  while (text.size() <= kMaxConfigJsonBytes) {
+    const size_t old = text.size();
+    text.resize(old + kChunk);
+    in.read(text.data() + old, static_cast<std::streamsize>(kChunk));
+    text.resize(old + static_cast<size_t>(in.gcount()));
+    if (in.bad()) return IoError(path + ": cannot read");
+    if (!in) break;  // end of file
+  }
+  if (text.size() > kMaxConfigJsonBytes) {
+    return DataLoss(path + ": larger than " + std::to_string(kMaxConfigJsonBytes) +
+                    " bytes (kMaxConfigJsonBytes)");
+  }
+  return text;
 }
 
 Status ParseRope(const Obj& text, Qwen3Config& cfg) {
@@ -122,32 +295,31 @@ Status ParseRope(const Obj& text, Qwen3Config& cfg) {
   }
   const Json* rope = scaling ? scaling : params;
   std::string rope_key = scaling ? "rope_scaling" : "rope_parameters";
-  VLS_ASSIGN_OR_RETURN(cfg.rope_theta, OptionalNumber(text, "rope_theta", 0.0));
+  constexpr double kMaxTheta = 1e15;
+  VLS_ASSIGN_OR_RETURN(cfg.rope_theta, OptionalNumber(text, "rope_theta", 0.0, 0.0, kMaxTheta));
   bool mrope_type = false;
   const Json* sections = nullptr;
   if (rope) {
     if (!rope->is_object()) return text.Err(rope_key, "expected an object");
     Obj r{rope, text.path + rope_key + ".", text.label};
     if (const Json* th = r.Get("rope_theta")) {
-      VLS_ASSIGN_OR_RETURN(double t2, OptionalNumber(r, "rope_theta", 0.0));
+      VLS_ASSIGN_OR_RETURN(double t2, OptionalNumber(r, "rope_theta", 0.0, 0.0, kMaxTheta));
       if (cfg.rope_theta != 0.0 && t2 != cfg.rope_theta) {
-        return r.Err("rope_theta", th->dump() + " contradicts " + text.Key("rope_theta"));
+        return r.Err("rope_theta", JsonSnippet(*th) + " contradicts " + text.Key("rope_theta"));
       }
       cfg.rope_theta = t2;
     }
     std::string type = "default";
-    const Json* tj = r.Get("rope_type");
-    if (!tj) tj = r.Get("type");
-    if (tj) {
-      if (!tj->is_string()) return r.Err("rope_type", "expected a string");
-      type = tj->get<std::string>();
+    const char* type_key = r.Get("rope_type") ? "rope_type" : "type";
+    if (r.Get(type_key)) {
+      VLS_ASSIGN_OR_RETURN(type, RequireString(r, type_key));
     }
     if (type == "mrope") {
       mrope_type = true;
     } else if (type != "default") {
       return Status(StatusCode::kUnimplemented,
-                    text.label + ": " + r.Key("rope_type") + ": '" + type +
-                        "' is not supported (supported: default, mrope)");
+                    text.label + ": " + r.Key(type_key) + ": " + JsonSnippet(Json(type)) +
+                        " is not supported (supported: default, mrope)");
     }
     sections = r.Get("mrope_section");
     VLS_ASSIGN_OR_RETURN(std::optional<bool> inter, OptionalBool(r, "mrope_interleaved"));
@@ -159,12 +331,13 @@ Status ParseRope(const Obj& text, Qwen3Config& cfg) {
     if (sections) {
       if (!sections->is_array() || sections->size() != 3) {
         return r.Err("mrope_section",
-                     "expected a list of 3 integers [T, H, W], got " + sections->dump());
+                     "expected a list of 3 integers [T, H, W], got " + JsonTypeName(*sections) +
+                         (sections->is_array() ? " of " + std::to_string(sections->size()) : ""));
       }
       int sum = 0;
       for (size_t i = 0; i < 3; ++i) {
         VLS_ASSIGN_OR_RETURN(cfg.mrope_section[i],
-                             ReadInt((*sections)[i], r, "mrope_section", 0, kMaxDim));
+                             ReadInt((*sections)[i], r, "mrope_section", 0, kMaxHeadDim));
         sum += cfg.mrope_section[i];
       }
       if (sum != cfg.head_dim / 2) {
@@ -174,8 +347,10 @@ Status ParseRope(const Obj& text, Qwen3Config& cfg) {
       cfg.position_mode = PositionMode::kMrope;
     }
   }
-  if (cfg.rope_theta == 0.0) return text.Err("rope_theta", "required key is missing");
-  if (cfg.rope_theta <= 0.0) return text.Err("rope_theta", "must be positive");
+  if (cfg.rope_theta == 0.0) {
+    return text.Get("rope_theta") ? text.Err("rope_theta", "must be positive")
+                                  : text.Err("rope_theta", "required key is missing");
+  }
   if (cfg.model_type == "qwen3_vl" && cfg.position_mode != PositionMode::kMrope) {
     return text.Err("rope_scaling", "qwen3_vl requires rope_scaling.mrope_section");
   }
@@ -198,24 +373,40 @@ Status ParseDeepStack(const Obj& root, const Obj& text, const Obj* vision, Qwen3
                       "DeepStack layer indices and max visual positions must be declared together");
   }
   DeepStackConfig ds;
+  std::string key;
   if (li) {
     ds.explicit_keys = true;
+    key = where->Key("deepstack_language_layer_indices");
     if (!li->is_array()) return where->Err("deepstack_language_layer_indices", "expected a list");
     for (const Json& e : *li) {
-      VLS_ASSIGN_OR_RETURN(int l,
-                           ReadInt(e, *where, "deepstack_language_layer_indices", 0, kMaxDim));
+      // Below num_hidden_layers and strictly increasing, checked as read: a long list stops at
+      // its first bad entry.
+      VLS_ASSIGN_OR_RETURN(
+          int l, ReadInt(e, *where, "deepstack_language_layer_indices", 0, cfg.layers - 1));
+      if (!ds.target_layers.empty() && l <= ds.target_layers.back()) {
+        return InvalidArgument(text.label + ": " + key +
+                               ": DeepStack target layers must be strictly increasing");
+      }
       ds.target_layers.push_back(l);
     }
-    VLS_ASSIGN_OR_RETURN(ds.max_visual_positions,
-                         ReadInt(*mx, *where, "deepstack_max_visual_positions", 1,
-                                 std::numeric_limits<int32_t>::max()));
+    VLS_ASSIGN_OR_RETURN(
+        ds.max_visual_positions,
+        ReadInt(*mx, *where, "deepstack_max_visual_positions", 1, kMaxContextPositions));
   } else if (vision && vision->Get("deepstack_visual_indexes")) {
+    key = vision->Key("deepstack_visual_indexes");
     const Json* vi = vision->Get("deepstack_visual_indexes");
     if (!vi->is_array()) return vision->Err("deepstack_visual_indexes", "expected a list");
     if (vi->empty()) return Status::Ok();  // no DeepStack taps declared
+    if (vi->size() > static_cast<size_t>(cfg.layers)) {
+      return InvalidArgument(text.label + ": " + key + ": " + std::to_string(vi->size()) +
+                             " DeepStack taps but only " + std::to_string(cfg.layers) +
+                             " language layers to receive them");
+    }
+    VLS_ASSIGN_OR_RETURN(int depth,
+                         OptionalInt(*vision, "depth", kMaxHiddenLayers, 1, kMaxHiddenLayers));
     for (size_t k = 0; k < vi->size(); ++k) {
       VLS_ASSIGN_OR_RETURN(int unused,
-                           ReadInt((*vi)[k], *vision, "deepstack_visual_indexes", 0, kMaxDim));
+                           ReadInt((*vi)[k], *vision, "deepstack_visual_indexes", 0, depth - 1));
       (void)unused;
       // The vision indexes name ViT blocks; the language targets are layers 0..K-1.
       ds.target_layers.push_back(static_cast<int>(k));
@@ -223,21 +414,8 @@ Status ParseDeepStack(const Obj& root, const Obj& text, const Obj* vision, Qwen3
   } else {
     return Status::Ok();
   }
-  const std::string key = ds.explicit_keys ? where->Key("deepstack_language_layer_indices")
-                                           : vision->Key("deepstack_visual_indexes");
   if (ds.target_layers.empty()) {
     return InvalidArgument(text.label + ": " + key + ": DeepStack target layer list is empty");
-  }
-  for (size_t i = 0; i < ds.target_layers.size(); ++i) {
-    if (ds.target_layers[i] >= cfg.layers) {
-      return InvalidArgument(text.label + ": " + key + ": layer " +
-                             std::to_string(ds.target_layers[i]) + " is outside [0," +
-                             std::to_string(cfg.layers) + ")");
-    }
-    if (i > 0 && ds.target_layers[i] <= ds.target_layers[i - 1]) {
-      return InvalidArgument(text.label + ": " + key +
-                             ": DeepStack target layers must be strictly increasing");
-    }
   }
   cfg.deepstack = std::move(ds);
   return Status::Ok();
@@ -250,14 +428,16 @@ const char* PositionModeName(PositionMode mode) {
 }
 
 StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::string& label) {
-  Json root_json = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (root_json.is_discarded()) return InvalidArgument(label + ": not valid JSON");
+  if (json_text.size() > kMaxConfigJsonBytes) {
+    return DataLoss(label + ": larger than " + std::to_string(kMaxConfigJsonBytes) +
+                    " bytes (kMaxConfigJsonBytes)");
+  }
+  Json root_json;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, json_text, &root_json));
   if (!root_json.is_object()) return InvalidArgument(label + ": top level must be a JSON object");
   Obj root{&root_json, "", label};
   Qwen3Config cfg;
-  const Json* mt = root.Get("model_type");
-  if (!mt || !mt->is_string()) return root.Err("model_type", "required string key is missing");
-  cfg.model_type = mt->get<std::string>();
+  VLS_ASSIGN_OR_RETURN(cfg.model_type, RequireString(root, "model_type"));
   Obj text = root;
   std::optional<Obj> vision;
   if (cfg.model_type == "qwen3_vl") {
@@ -273,21 +453,23 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   } else if (cfg.model_type == "qwen3") {
     cfg.weight_prefix = "model.";
   } else {
-    return Status(StatusCode::kUnimplemented, label + ": model_type '" + cfg.model_type +
-                                                  "' is not supported (qwen3, qwen3_vl)");
+    return Status(StatusCode::kUnimplemented, label + ": model_type " +
+                                                  JsonSnippet(Json(cfg.model_type)) +
+                                                  " is not supported (qwen3, qwen3_vl)");
   }
 
-  VLS_ASSIGN_OR_RETURN(cfg.hidden, RequireInt(text, "hidden_size", 1, kMaxDim));
-  VLS_ASSIGN_OR_RETURN(cfg.layers, RequireInt(text, "num_hidden_layers", 1, 4096));
-  VLS_ASSIGN_OR_RETURN(cfg.heads, RequireInt(text, "num_attention_heads", 1, 4096));
-  VLS_ASSIGN_OR_RETURN(cfg.kv_heads, OptionalInt(text, "num_key_value_heads", cfg.heads, 1, 4096));
-  VLS_ASSIGN_OR_RETURN(cfg.head_dim, RequireInt(text, "head_dim", 2, 4096));
-  VLS_ASSIGN_OR_RETURN(cfg.intermediate, RequireInt(text, "intermediate_size", 1, kMaxDim));
-  VLS_ASSIGN_OR_RETURN(cfg.vocab, RequireInt(text, "vocab_size", 1, kMaxDim));
-  VLS_ASSIGN_OR_RETURN(cfg.rms_norm_eps, OptionalNumber(text, "rms_norm_eps", 1e-6));
-  VLS_ASSIGN_OR_RETURN(
-      cfg.max_position_embeddings,
-      OptionalInt(text, "max_position_embeddings", 0, 0, std::numeric_limits<int32_t>::max()));
+  VLS_ASSIGN_OR_RETURN(cfg.hidden, RequireInt(text, "hidden_size", 1, kMaxHiddenSize));
+  VLS_ASSIGN_OR_RETURN(cfg.layers, RequireInt(text, "num_hidden_layers", 1, kMaxHiddenLayers));
+  VLS_ASSIGN_OR_RETURN(cfg.heads, RequireInt(text, "num_attention_heads", 1, kMaxAttentionHeads));
+  VLS_ASSIGN_OR_RETURN(cfg.kv_heads,
+                       OptionalInt(text, "num_key_value_heads", cfg.heads, 1, kMaxAttentionHeads));
+  VLS_ASSIGN_OR_RETURN(cfg.head_dim, RequireInt(text, "head_dim", 2, kMaxHeadDim));
+  VLS_ASSIGN_OR_RETURN(cfg.intermediate,
+                       RequireInt(text, "intermediate_size", 1, kMaxIntermediateSize));
+  VLS_ASSIGN_OR_RETURN(cfg.vocab, RequireInt(text, "vocab_size", 1, kMaxVocabSize));
+  VLS_ASSIGN_OR_RETURN(cfg.rms_norm_eps, OptionalNumber(text, "rms_norm_eps", 1e-6, 0.0, 1.0));
+  VLS_ASSIGN_OR_RETURN(cfg.max_position_embeddings,
+                       OptionalInt(text, "max_position_embeddings", 0, 0, kMaxContextPositions));
   if (cfg.rms_norm_eps <= 0) return text.Err("rms_norm_eps", "must be positive");
   if (cfg.head_dim % 2 != 0) return text.Err("head_dim", "must be even for rotary embeddings");
   if (cfg.heads % cfg.kv_heads != 0) {
@@ -297,7 +479,7 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   }
   if (const Json* act = text.Get("hidden_act"); act && *act != "silu") {
     return Status(StatusCode::kUnimplemented, label + ": " + text.Key("hidden_act") + ": " +
-                                                  act->dump() + " is not supported (silu)");
+                                                  JsonSnippet(*act) + " is not supported (silu)");
   }
   VLS_ASSIGN_OR_RETURN(std::optional<bool> bias, OptionalBool(text, "attention_bias"));
   if (bias.value_or(false)) {
@@ -313,9 +495,10 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
 
   VLS_ASSIGN_OR_RETURN(const Json* tie, TextOrRoot(text, root, "tie_word_embeddings"));
   if (tie) {
-    if (!tie->is_boolean()) return text.Err("tie_word_embeddings", "expected true or false");
-    cfg.tied = tie->get<bool>();
+    VLS_RETURN_IF_ERROR(
+        ReadJsonBool(*tie, label + ": " + text.Key("tie_word_embeddings"), &cfg.tied));
   }
+  VLS_RETURN_IF_ERROR(CheckWeightSizes(text, cfg));
 
   // Token ids: top level for qwen3_vl (text_config may repeat bos/eos).
   auto read_id = [&](const std::string& k, int* out) -> Status {
@@ -335,18 +518,14 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
     cfg.eos_token_ids = eos;
     if (text.j != root.j) AddIds(teos, &cfg.eos_token_ids);
   }
-  for (int id : {cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id,
-                 cfg.vision_end_token_id}) {
-    if (id >= cfg.vocab) {
-      return InvalidArgument(label + ": multimodal token id " + std::to_string(id) +
-                             " is outside the vocabulary of " + std::to_string(cfg.vocab));
-    }
-  }
+  VLS_RETURN_IF_ERROR(CheckTokenIds(label, cfg, cfg.eos_token_ids));
   if (vision) {
+    VLS_RETURN_IF_ERROR(CheckVisionSizes(*vision));
     VLS_ASSIGN_OR_RETURN(cfg.spatial_merge_size,
                          OptionalInt(*vision, "spatial_merge_size", 2, 1, 64));
     if (const Json* oh = vision->Get("out_hidden_size")) {
-      VLS_ASSIGN_OR_RETURN(int out_hidden, ReadInt(*oh, *vision, "out_hidden_size", 1, kMaxDim));
+      VLS_ASSIGN_OR_RETURN(int out_hidden,
+                           ReadInt(*oh, *vision, "out_hidden_size", 1, kMaxHiddenSize));
       if (out_hidden != cfg.hidden) {
         return vision->Err("out_hidden_size", std::to_string(out_hidden) +
                                                   " contradicts text_config.hidden_size " +
@@ -358,37 +537,37 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   return cfg;
 }
 
+Status MergeGenerationConfig(const std::string& json_text, const std::string& label,
+                             Qwen3Config* cfg) {
+  if (json_text.size() > kMaxConfigJsonBytes) {
+    return DataLoss(label + ": larger than " + std::to_string(kMaxConfigJsonBytes) +
+                    " bytes (kMaxConfigJsonBytes)");
+  }
+  Json g;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, json_text, &g));
+  if (!g.is_object()) return InvalidArgument(label + ": top level must be a JSON object");
+  Obj go{&g, "", label};
+  // The union, generation_config.json's ids first. transformers' generate() stops on
+  // generation_config's eos_token_id alone; vLLM stops on it plus the tokenizer's eos token
+  // (config.json's, in the models we know). A token that config.json calls the end of the
+  // sequence ends it whichever file names it, so the engine stops on both lists. Models ship
+  // generation_config lists that hold config.json's (Qwen3-VL: 151645 in config, [151645,
+  // 151643] in generation_config), where the union is transformers' set exactly.
+  VLS_ASSIGN_OR_RETURN(std::vector<int> eos, ReadIdList(go, "eos_token_id"));
+  VLS_RETURN_IF_ERROR(CheckTokenIds(label, *cfg, eos));
+  AddIds(cfg->eos_token_ids, &eos);
+  cfg->eos_token_ids = std::move(eos);
+  return Status::Ok();
+}
+
 StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir) {
   const std::string path = JoinPath(dir, "config.json");
-  VLS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  VLS_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
   VLS_ASSIGN_OR_RETURN(Qwen3Config cfg, ParseQwen3Config(text, path));
-  auto check_vocab = [&cfg](const std::vector<int>& ids, const std::string& file) -> Status {
-    for (int id : ids) {
-      if (id >= cfg.vocab) {
-        return InvalidArgument(file + ": eos_token_id " + std::to_string(id) +
-                               " is outside the vocabulary of " + std::to_string(cfg.vocab));
-      }
-    }
-    return Status::Ok();
-  };
-  VLS_RETURN_IF_ERROR(check_vocab(cfg.eos_token_ids, path));
   const std::string gen_path = JoinPath(dir, "generation_config.json");
-  auto gen = ReadFileToString(gen_path);
+  auto gen = ReadConfigFile(gen_path);
   if (gen.ok()) {
-    Json g = Json::parse(*gen, nullptr, false);
-    if (g.is_discarded() || !g.is_object())
-      return InvalidArgument(gen_path + ": not a JSON object");
-    Obj go{&g, "", gen_path};
-    // The union, generation_config.json's ids first. transformers' generate() stops on
-    // generation_config's eos_token_id alone; vLLM stops on it plus the tokenizer's eos token
-    // (config.json's, in the models we know). A token that config.json calls the end of the
-    // sequence ends it whichever file names it, so the engine stops on both lists. Models ship
-    // generation_config lists that hold config.json's (Qwen3-VL: 151645 in config, [151645,
-    // 151643] in generation_config), where the union is transformers' set exactly.
-    VLS_ASSIGN_OR_RETURN(std::vector<int> eos, ReadIdList(go, "eos_token_id"));
-    VLS_RETURN_IF_ERROR(check_vocab(eos, gen_path));
-    AddIds(cfg.eos_token_ids, &eos);
-    cfg.eos_token_ids = std::move(eos);
+    VLS_RETURN_IF_ERROR(MergeGenerationConfig(*gen, gen_path, &cfg));
   } else if (gen.status().code() != StatusCode::kNotFound) {
     return gen.status();
   }

@@ -7,6 +7,8 @@
 #define VLSTACK_MODEL_QWEN3_CONFIG_H_
 
 #include <array>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,26 @@
 #include "base/status.h"
 
 namespace vls {
+
+// Bounds on what a model folder's config.json and generation_config.json may declare (issue 15).
+// Every size is checked against its bound, and the weight shapes it implies against
+// kMaxWeightElements and kMaxModelParameters, before anything is sized from it; a refusal names
+// the key, the value and the bound ("config.json: text_config.hidden_size must be an integer in
+// [1, 65536], not 100000"). The bounds sit far above every released Qwen3 / Qwen3-VL model
+// (largest dense: hidden 5120, intermediate 25600, 64 layers, 64 heads, head_dim 128, vocab
+// 151936, 262144 positions) and keep every product of two or three of them inside int64.
+inline constexpr size_t kMaxConfigJsonBytes = size_t{16} << 20;  // config / generation_config
+inline constexpr int kMaxHiddenSize = 1 << 16;                   // hidden_size (text and vision)
+inline constexpr int kMaxIntermediateSize = 1 << 18;  // intermediate_size (text and vision)
+inline constexpr int kMaxHiddenLayers = 1024;         // num_hidden_layers, vision depth
+inline constexpr int kMaxAttentionHeads = 1024;       // num_attention_heads, num_key_value_heads
+inline constexpr int kMaxHeadDim = 1024;              // head_dim
+inline constexpr int kMaxVocabSize = 1 << 24;         // vocab_size (= the tokenizer's id bound)
+// max_position_embeddings and deepstack_max_visual_positions: 16x the longest Qwen3-VL context.
+inline constexpr int kMaxContextPositions = 1 << 22;
+inline constexpr int64_t kMaxWeightElements = int64_t{1} << 34;   // one weight matrix
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 40;  // the language model's sum
+inline constexpr int kMaxEosTokenIds = 64;  // entries of one eos_token_id list
 
 // Carried explicitly through every API; never guessed from a tensor's rank (CONTRACTS §3).
 enum class PositionMode : int { k1D = 0, kMrope = 1 };
@@ -63,12 +85,20 @@ struct Qwen3Config {
   std::optional<DeepStackConfig> deepstack;
 };
 
-// Parses config.json text. `label` names the file in error messages.
+// Parses config.json text (under ParseUntrustedJson's rules and the bounds above). `label` names
+// the file in error messages. Special token ids (image, video, vision start/end, bos, eos) must
+// lie in [0, vocab_size) and the multimodal ones must differ from each other and from bos/eos.
 StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::string& label);
 
 // Reads `dir/config.json` and, if present, the eos ids of `dir/generation_config.json` (joined
-// to config.json's: Qwen3Config::eos_token_ids). Every eos id must lie inside the vocabulary.
+// to config.json's: Qwen3Config::eos_token_ids). Every eos id must lie inside the vocabulary and
+// differ from the multimodal token ids. Files over kMaxConfigJsonBytes are refused unread.
 StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir);
+
+// Joins the eos ids of generation_config.json text (`label` names it) to cfg->eos_token_ids:
+// generation_config's first, then cfg's it does not list. Its other keys are not read.
+Status MergeGenerationConfig(const std::string& json_text, const std::string& label,
+                             Qwen3Config* cfg);
 
 // The rule Nmax <= capacity, checked only once the capacity is chosen (CONTRACTS §2).
 Status ValidateDeepStackCapacity(const DeepStackConfig& ds, int capacity);

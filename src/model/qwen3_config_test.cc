@@ -151,6 +151,197 @@ TEST(Qwen3ConfigTest, CanonicalTextDiffersWithDeepStack) {
   EXPECT_NE(CanonicalConfigText(*Parse(a)), CanonicalConfigText(*Parse(b)));
 }
 
+// --- Hostile config.json (issue 15): every case is refused with an error naming the key, never
+// a crash, a wrapped value or an allocation sized from the file. -----------------------------
+
+void ExpectTextError(const std::string& text, const std::string& needle) {
+  auto c = ParseQwen3Config(text, "config.json");
+  ASSERT_FALSE(c.ok()) << "expected an error mentioning " << needle;
+  EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
+}
+
+TEST(Qwen3ConfigHostileTest, DeepNestingIsRefusedWithoutRecursion) {
+  const std::string deep = std::string(200000, '[') + "1" + std::string(200000, ']');
+  const std::string good = VlConfig().dump();
+  ExpectTextError(good.substr(0, good.size() - 1) + ", \"x\": " + deep + "}", "nests deeper");
+  ExpectTextError(deep, "nests deeper");
+}
+
+TEST(Qwen3ConfigHostileTest, TrailingBytesAfterNulAreRefused) {
+  std::string text = VlConfig().dump();
+  ASSERT_TRUE(ParseQwen3Config(text, "config.json").ok());
+  text += std::string("\0garbage", 8);
+  ExpectTextError(text, "NUL byte");
+  ExpectTextError(VlConfig().dump() + " {}", "config.json");
+}
+
+TEST(Qwen3ConfigHostileTest, DuplicateKeysAreRefused) {
+  const std::string good = VlConfig().dump();
+  ExpectTextError(good.substr(0, good.size() - 1) + ", \"image_token_id\": 7}", "appears twice");
+}
+
+TEST(Qwen3ConfigHostileTest, NoSilentCoercion) {
+  for (const Json& bad : {Json(4294967297LL), Json(2.7), Json(true), Json("64"), Json(-64),
+                          Json::array({64}), Json::object()}) {
+    Json j = VlConfig();
+    j["text_config"]["hidden_size"] = bad;
+    ExpectError(j, "text_config.hidden_size");
+  }
+  Json j = VlConfig();
+  j["image_token_id"] = 4294967797LL;  // 2^32 + 501: wraps to 501 in get<int>()
+  ExpectError(j, "image_token_id");
+  j = VlConfig();
+  j["text_config"]["rope_scaling"]["mrope_interleaved"] = 1;
+  ExpectError(j, "mrope_interleaved");
+  j = VlConfig();
+  j["tie_word_embeddings"] = "true";
+  j["text_config"]["tie_word_embeddings"] = "true";
+  ExpectError(j, "tie_word_embeddings");
+  j = VlConfig();
+  j["text_config"]["rope_scaling"]["rope_type"] = 5;
+  ExpectError(j, "rope_type");
+  j = VlConfig();
+  j["model_type"] = 5;
+  ExpectError(j, "model_type");
+  j = VlConfig();
+  j["text_config"]["rms_norm_eps"] = "1e-6";
+  ExpectError(j, "rms_norm_eps");
+  j = VlConfig();
+  j["text_config"]["rope_theta"] = -1;
+  ExpectError(j, "rope_theta");
+  j = VlConfig();
+  j["text_config"]["eos_token_id"] = {511, 2.5};
+  ExpectError(j, "eos_token_id");
+}
+
+TEST(Qwen3ConfigHostileTest, SpecialTokenIdsMustBeDistinctAndInVocabulary) {
+  Json j = VlConfig();
+  j["video_token_id"] = 500;  // == image_token_id
+  ExpectError(j, "video_token_id 500 is also image_token_id");
+  j = VlConfig();
+  j["vision_end_token_id"] = 502;  // == vision_start_token_id
+  ExpectError(j, "vision_end_token_id");
+  j = VlConfig();
+  j["image_token_id"] = 511;  // == eos
+  ExpectError(j, "image_token_id 511 is also an eos_token_id");
+  j = VlConfig();
+  j["bos_token_id"] = 503;
+  ExpectError(j, "bos_token_id");
+  j = VlConfig();
+  j["bos_token_id"] = 512;
+  ExpectError(j, "bos_token_id 512 is outside the vocabulary of 512");
+  j = VlConfig();
+  j["text_config"]["eos_token_id"] = 512;
+  ExpectError(j, "eos_token_id 512 is outside the vocabulary");
+  j = VlConfig();
+  j["image_token_id"] = -1;
+  ExpectError(j, "image_token_id");
+  // bos may be an eos id (Qwen's <|endoftext|> is both).
+  j = VlConfig();
+  j["bos_token_id"] = 511;
+  EXPECT_TRUE(Parse(j).ok());
+  // Too many eos ids.
+  j = VlConfig();
+  j["text_config"]["eos_token_id"] = Json::array();
+  for (int i = 0; i < kMaxEosTokenIds + 1; ++i) j["text_config"]["eos_token_id"].push_back(i);
+  ExpectError(j, "at most 64");
+}
+
+TEST(Qwen3ConfigHostileTest, SizesAreBoundedBeforeUse) {
+  struct Case {
+    const char* key;
+    int64_t value;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"hidden_size", int64_t{kMaxHiddenSize} + 1, "text_config.hidden_size"},
+      {"intermediate_size", int64_t{kMaxIntermediateSize} + 1, "text_config.intermediate_size"},
+      {"num_hidden_layers", int64_t{kMaxHiddenLayers} + 1, "text_config.num_hidden_layers"},
+      {"num_attention_heads", int64_t{kMaxAttentionHeads} + 1, "num_attention_heads"},
+      {"num_key_value_heads", 0, "num_key_value_heads"},
+      {"head_dim", int64_t{kMaxHeadDim} + 2, "text_config.head_dim"},
+      {"vocab_size", int64_t{kMaxVocabSize} + 1, "text_config.vocab_size"},
+      {"vocab_size", 0, "text_config.vocab_size"},
+      {"max_position_embeddings", int64_t{kMaxContextPositions} + 1, "max_position_embeddings"},
+  };
+  for (const Case& c : cases) {
+    Json j = VlConfig();
+    j["text_config"][c.key] = c.value;
+    auto r = Parse(j);
+    ASSERT_FALSE(r.ok()) << c.key;
+    // The error names the key, the bound and the value.
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::to_string(c.value)), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("an integer in ["), std::string::npos)
+        << r.status().message();
+  }
+  // The attacker's case: an Nmax of 2^31-1 sized buffers; now refused by the config.
+  Json j = VlConfig();
+  j["deepstack_language_layer_indices"] = {0};
+  j["deepstack_max_visual_positions"] = 2147483647;
+  ExpectError(j, "deepstack_max_visual_positions must be an integer in [1, 4194304]");
+  // Products: each factor within its bound but the embedding table over kMaxWeightElements.
+  j = VlConfig();
+  j["text_config"]["vocab_size"] = kMaxVocabSize;
+  j["text_config"]["hidden_size"] = kMaxHiddenSize;
+  j["vision_config"].erase("out_hidden_size");
+  ExpectError(j, "vocab_size x hidden_size (embed_tokens) = 1099511627776 elements");
+  j = VlConfig();
+  j["text_config"]["num_hidden_layers"] = kMaxHiddenLayers;
+  j["text_config"]["hidden_size"] = 1 << 15;
+  j["text_config"]["intermediate_size"] = 1 << 18;
+  j["vision_config"].erase("out_hidden_size");
+  ExpectError(j, "kMaxModelParameters");
+  // Vision sizes.
+  j = VlConfig();
+  j["vision_config"]["depth"] = 4294967297LL;
+  ExpectError(j, "vision_config.depth");
+  j = VlConfig();
+  j["vision_config"]["patch_size"] = 1024;
+  j["vision_config"]["hidden_size"] = 1 << 16;
+  j["vision_config"]["in_channels"] = 16;
+  ExpectError(j, "patch_embed");
+  j = VlConfig();
+  j["vision_config"]["depth"] = 10;
+  j["vision_config"]["deepstack_visual_indexes"] = {5, 11, 17};
+  ExpectError(j, "vision_config.deepstack_visual_indexes");
+  j = VlConfig();
+  j["vision_config"]["deepstack_visual_indexes"] = Json::array({0, 1, 2, 3, 4});
+  ExpectError(j, "only 4 language layers");
+}
+
+TEST(Qwen3ConfigHostileTest, OversizedTextIsRefusedUnparsed) {
+  std::string big = VlConfig().dump();
+  big.insert(big.size() - 1, ", \"pad\": \"" + std::string(kMaxConfigJsonBytes, 'x') + "\"");
+  ExpectTextError(big, "kMaxConfigJsonBytes");
+}
+
+TEST(Qwen3ConfigHostileTest, GenerationConfigIsParsedStrictly) {
+  auto base = Parse(VlConfig());
+  ASSERT_TRUE(base.ok());
+  auto merge = [&](const std::string& text) {
+    Qwen3Config c = *base;
+    return MergeGenerationConfig(text, "generation_config.json", &c);
+  };
+  EXPECT_TRUE(merge(R"({"eos_token_id": [510, 511], "temperature": 0.7})").ok());
+  for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "nests deeper"},
+           {std::string("{\"eos_token_id\": 510}\0garbage", 29), "NUL byte"},
+           {R"({"eos_token_id": 510, "eos_token_id": 509})", "appears twice"},
+           {R"({"eos_token_id": 4294967807})", "eos_token_id"},
+           {R"({"eos_token_id": true})", "eos_token_id"},
+           {R"({"eos_token_id": [500]})", "is also an eos_token_id"},
+           {R"({"eos_token_id": [512]})", "eos_token_id 512 is outside the vocabulary"},
+           {R"([1])", "JSON object"},
+       }) {
+    Status s = merge(text);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("generation_config.json"), std::string::npos) << s.message();
+  }
+}
+
 // LoadQwen3Config on a folder of this process's own (removed when the test ends).
 class LoadQwen3ConfigTest : public ::testing::Test {
  protected:
@@ -233,6 +424,25 @@ TEST_F(LoadQwen3ConfigTest, EosIdsOutsideTheVocabularyNameTheirFile) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("config.json: eos_token_id 600"), std::string::npos)
       << c.status().message();
+}
+
+// Files are read only up to kMaxConfigJsonBytes: a larger (or endless) one is refused by size.
+TEST_F(LoadQwen3ConfigTest, OversizedFilesAreRefused) {
+  Write("config.json", VlConfig());
+  ASSERT_TRUE(WriteStringToFile(JoinPath(dir_, "generation_config.json"),
+                                std::string(kMaxConfigJsonBytes + 1, ' '))
+                  .ok());
+  auto c = LoadQwen3Config(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("generation_config.json: larger than 16777216 bytes"),
+            std::string::npos)
+      << c.status().message();
+  ASSERT_TRUE(WriteStringToFile(JoinPath(dir_, "generation_config.json"),
+                                std::string("{\"eos_token_id\": 510}\0x", 23))
+                  .ok());
+  c = LoadQwen3Config(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("NUL byte"), std::string::npos) << c.status().message();
 }
 
 }  // namespace
