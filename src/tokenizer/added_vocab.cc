@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tokenizer/json_fields.h"
 #include "tokenizer/utf8.h"
 
 namespace vls::tok {
@@ -31,50 +32,76 @@ char32_t LastChar(std::string_view s) {
 
 StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const nlohmann::json& j) {
   AddedVocabulary v;
-  v.by_first_byte_[0].resize(256);
-  v.by_first_byte_[1].resize(256);
   if (j.is_null()) return v;
-  if (!j.is_array()) return InvalidArgument("added_tokens must be an array");
+  if (!j.is_array())
+    return InvalidArgument("added_tokens must be an array, not " + JsonTypeName(j));
+  if (j.size() > kMaxAddedTokens) {
+    return InvalidArgument("added_tokens has " + std::to_string(j.size()) +
+                           " entries, over the bound " + std::to_string(kMaxAddedTokens) +
+                           " (kMaxAddedTokens)");
+  }
+  v.tokens_.reserve(j.size());
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];
     const std::string where = "added_tokens[" + std::to_string(i) + "]";
-    if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer() ||
-        !e.contains("content") || !e["content"].is_string()) {
+    const nlohmann::json* id_json = e.is_object() ? Field(e, "id") : nullptr;
+    const nlohmann::json* content = e.is_object() ? Field(e, "content") : nullptr;
+    if (id_json == nullptr || content == nullptr) {
       return InvalidArgument(where + " needs an integer \"id\" and a string \"content\"");
     }
     AddedToken t;
-    const int64_t id = e["id"].get<int64_t>();
-    if (id < 0 || id >= (1 << 24)) return OutOfRange(where + ".id is outside [0, 2^24)");
+    int64_t id = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*id_json, where + ".id", 0, kMaxTokenId - 1, &id));
     t.id = static_cast<int32_t>(id);
-    t.content = e["content"].get<std::string>();
+    VLS_RETURN_IF_ERROR(ReadJsonString(*content, where + ".content", &t.content));
     if (t.content.empty()) return InvalidArgument(where + ".content is empty");
+    if (t.content.size() > kMaxAddedTokenBytes) {
+      return InvalidArgument(where + ".content has " + std::to_string(t.content.size()) +
+                             " bytes, over the bound " + std::to_string(kMaxAddedTokenBytes) +
+                             " (kMaxAddedTokenBytes)");
+    }
     if (!IsValidUtf8(t.content)) return InvalidArgument(where + ".content is not valid UTF-8");
-    auto flag = [&](const char* k) {
-      return e.contains(k) && e[k].is_boolean() && e[k].get<bool>();
-    };
-    t.special = flag("special");
-    t.lstrip = flag("lstrip");
-    t.rstrip = flag("rstrip");
-    t.single_word = flag("single_word");
-    t.normalized = flag("normalized");
+    VLS_RETURN_IF_ERROR(OptionalBool(e, where, "special", &t.special));
+    VLS_RETURN_IF_ERROR(OptionalBool(e, where, "lstrip", &t.lstrip));
+    VLS_RETURN_IF_ERROR(OptionalBool(e, where, "rstrip", &t.rstrip));
+    VLS_RETURN_IF_ERROR(OptionalBool(e, where, "single_word", &t.single_word));
+    VLS_RETURN_IF_ERROR(OptionalBool(e, where, "normalized", &t.normalized));
     if (v.by_id_.count(t.id) != 0)
       return InvalidArgument(where + ": id " + std::to_string(id) + " twice");
+    if (!v.by_content_.emplace(t.content, t.id).second) {
+      return InvalidArgument(where + ": content " + JsonSnippet(*content) +
+                             " is already added token " + std::to_string(v.by_content_[t.content]));
+    }
     v.by_id_[t.id] = v.tokens_.size();
-    v.by_content_[t.content] = t.id;
     v.tokens_.push_back(std::move(t));
   }
   for (size_t i = 0; i < v.tokens_.size(); ++i) {
     const AddedToken& t = v.tokens_[i];
-    v.by_first_byte_[t.normalized ? 1 : 0][static_cast<unsigned char>(t.content[0])].push_back(i);
-  }
-  for (auto& table : v.by_first_byte_) {
-    for (auto& bucket : table) {
-      std::stable_sort(bucket.begin(), bucket.end(), [&](size_t a, size_t b) {
-        return v.tokens_[a].content.size() > v.tokens_[b].content.size();
-      });
+    Trie& trie = v.tries_[t.normalized ? 1 : 0];
+    int32_t node = 0;
+    for (char c : t.content) {
+      const uint64_t key = static_cast<uint64_t>(node) * 256 + static_cast<unsigned char>(c);
+      auto [it, added] = trie.edges.emplace(key, static_cast<int32_t>(trie.terminal.size()));
+      if (added) trie.terminal.push_back(-1);
+      node = it->second;
     }
+    trie.terminal[node] = static_cast<int32_t>(i);  // contents are distinct
   }
   return v;
+}
+
+const AddedToken* AddedVocabulary::LongestAt(const Trie& trie, std::string_view text,
+                                             size_t pos) const {
+  const AddedToken* best = nullptr;
+  int32_t node = 0;
+  for (size_t k = pos; k < text.size(); ++k) {
+    auto it =
+        trie.edges.find(static_cast<uint64_t>(node) * 256 + static_cast<unsigned char>(text[k]));
+    if (it == trie.edges.end()) break;
+    node = it->second;
+    if (trie.terminal[node] >= 0) best = &tokens_[trie.terminal[node]];
+  }
+  return best;
 }
 
 const AddedToken* AddedVocabulary::Find(int32_t id) const {
@@ -89,19 +116,16 @@ int32_t AddedVocabulary::IdOf(std::string_view content) const {
 
 void AddedVocabulary::Split(std::string_view text, bool normalized,
                             std::vector<Segment>* out) const {
-  const auto& table = by_first_byte_[normalized ? 1 : 0];
+  const Trie& trie = tries_[normalized ? 1 : 0];
+  if (trie.terminal.size() == 1) {  // no tokens
+    if (!text.empty()) out->push_back({text, -1});
+    return;
+  }
   size_t emitted = 0;  // end of what has been pushed
   size_t pos = 0;      // where the search for the next match resumes
   while (pos < text.size()) {
-    const auto& bucket = table[static_cast<unsigned char>(text[pos])];
-    const AddedToken* hit = nullptr;
-    for (size_t idx : bucket) {
-      const AddedToken& t = tokens_[idx];
-      if (text.compare(pos, t.content.size(), t.content) == 0) {
-        hit = &t;
-        break;
-      }
-    }
+    // Leftmost, then longest (contents are distinct, so the longest is unique).
+    const AddedToken* hit = LongestAt(trie, text, pos);
     if (hit == nullptr) {
       ++pos;
       continue;

@@ -34,11 +34,14 @@ struct Segment {
 class AddedVocabulary {  // NOLINT(bugprone-reserved-identifier): clang-tidy 14 flags the implicit
                          // array copy
  public:
+  // At most kMaxAddedTokens tokens with distinct ids in [0, kMaxTokenId) and distinct contents
+  // of 1 to kMaxAddedTokenBytes bytes of valid UTF-8; flags must be booleans.
   static StatusOr<AddedVocabulary> FromJson(const nlohmann::json& added_tokens);
 
-  // Splits `text` on tokens whose `normalized` flag equals `normalized`.
+  // Splits `text` on tokens whose `normalized` flag equals `normalized`. Cost: at most
+  // kMaxAddedTokenBytes steps of a byte trie per byte of text, whatever the tokens.
   void Split(std::string_view text, bool normalized, std::vector<Segment>* out) const;
-  bool has_normalized_tokens() const { return !by_first_byte_[1].empty(); }
+  bool has_normalized_tokens() const { return tries_[1].terminal.size() > 1; }
 
   const AddedToken* Find(int32_t id) const;
   int32_t IdOf(std::string_view content) const;  // -1 if absent
@@ -48,8 +51,16 @@ class AddedVocabulary {  // NOLINT(bugprone-reserved-identifier): clang-tidy 14 
   std::vector<AddedToken> tokens_;
   std::unordered_map<int32_t, size_t> by_id_;
   std::unordered_map<std::string, int32_t> by_content_;
-  // [normalized][first byte] -> indices into tokens_, longest content first.
-  std::vector<std::vector<size_t>> by_first_byte_[2];
+  // A byte trie of the contents per `normalized` flag: node 0 is the root; an edge is keyed
+  // node * 256 + byte; terminal_[node] is the index into tokens_ of the content ending there,
+  // or -1.
+  struct Trie {
+    std::unordered_map<uint64_t, int32_t> edges;
+    std::vector<int32_t> terminal{-1};
+  };
+  // The longest token of `trie` that starts at text[pos], or nullptr.
+  const AddedToken* LongestAt(const Trie& trie, std::string_view text, size_t pos) const;
+  Trie tries_[2];
 };
 
 }  // namespace vls::tok

@@ -1,8 +1,10 @@
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
 #include <queue>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_fields.h"
 
 namespace vls::tok {
 namespace {
@@ -11,52 +13,83 @@ uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
-bool EmptyOrNull(const nlohmann::json& m, const char* key) {
-  if (!m.contains(key) || m[key].is_null()) return true;
-  return m[key].is_string() && m[key].get<std::string>().empty();
+// Options of the BPE model that we cannot honour: absent, null or "" is fine; another string
+// is refused by name; another type is a type error.
+Status RefuseNonEmptyString(const nlohmann::json& m, const char* key) {
+  std::string v;
+  VLS_RETURN_IF_ERROR(OptionalString(m, "model", key, &v));
+  if (!v.empty()) return Unimplemented(std::string("BPE ") + key + " is not supported");
+  return Status::Ok();
 }
+
+// A token's text for an error message: cut and with invalid UTF-8 replaced.
+std::string Shown(const std::string& token) { return JsonSnippet(nlohmann::json(token), 40); }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& m) {
-  if (!m.is_object()) return InvalidArgument("model must be an object");
-  const std::string type = m.value("type", std::string("BPE"));
-  if (type != "BPE") return Unimplemented("model type \"" + type + "\" is not supported");
-  if (m.contains("dropout") && !m["dropout"].is_null()) {
-    return Unimplemented("BPE dropout is not supported");
+  if (!m.is_object()) return InvalidArgument("model must be an object, not " + JsonTypeName(m));
+  std::string type = "BPE";
+  VLS_RETURN_IF_ERROR(OptionalString(m, "model", "type", &type));
+  if (type != "BPE") {
+    return Unimplemented("model type " + JsonSnippet(nlohmann::json(type)) + " is not supported");
   }
-  if (!EmptyOrNull(m, "continuing_subword_prefix")) {
-    return Unimplemented("BPE continuing_subword_prefix is not supported");
-  }
-  if (!EmptyOrNull(m, "end_of_word_suffix")) {
-    return Unimplemented("BPE end_of_word_suffix is not supported");
-  }
-  if (m.value("byte_fallback", false)) return Unimplemented("BPE byte_fallback is not supported");
-  if (!EmptyOrNull(m, "unk_token")) return Unimplemented("BPE unk_token is not supported");
-  if (!m.contains("vocab") || !m["vocab"].is_object()) {
+  if (Field(m, "dropout") != nullptr) return Unimplemented("BPE dropout is not supported");
+  VLS_RETURN_IF_ERROR(RefuseNonEmptyString(m, "continuing_subword_prefix"));
+  VLS_RETURN_IF_ERROR(RefuseNonEmptyString(m, "end_of_word_suffix"));
+  VLS_RETURN_IF_ERROR(RefuseNonEmptyString(m, "unk_token"));
+  bool byte_fallback = false;
+  VLS_RETURN_IF_ERROR(OptionalBool(m, "model", "byte_fallback", &byte_fallback));
+  if (byte_fallback) return Unimplemented("BPE byte_fallback is not supported");
+  const nlohmann::json* vocab = Field(m, "vocab");
+  if (vocab == nullptr || !vocab->is_object()) {
     return InvalidArgument("model.vocab must be an object of token -> id");
   }
-  if (!m.contains("merges") || !m["merges"].is_array()) {
+  const nlohmann::json* merges = Field(m, "merges");
+  if (merges == nullptr || !merges->is_array()) {
     return InvalidArgument("model.merges must be an array");
   }
+  if (vocab->size() > static_cast<size_t>(kMaxTokenId)) {
+    return InvalidArgument("model.vocab has " + std::to_string(vocab->size()) +
+                           " tokens, over the bound " + std::to_string(kMaxTokenId) +
+                           " (kMaxTokenId)");
+  }
+  if (merges->size() > kMaxMerges) {
+    return InvalidArgument("model.merges has " + std::to_string(merges->size()) +
+                           " entries, over the bound " + std::to_string(kMaxMerges) +
+                           " (kMaxMerges)");
+  }
   std::unique_ptr<BpeModel> bpe(new BpeModel());
-  bpe->ignore_merges_ = m.value("ignore_merges", false);
-  constexpr int64_t kMaxId = 1 << 24;
-  for (const auto& [token, id_json] : m["vocab"].items()) {
-    if (!id_json.is_number_integer()) {
-      return InvalidArgument("model.vocab[\"" + token + "\"] is not an integer id");
+  VLS_RETURN_IF_ERROR(OptionalBool(m, "model", "ignore_merges", &bpe->ignore_merges_));
+
+  // First pass: every id checked, so the id tables below are sized from checked numbers only.
+  int64_t max_id = -1;
+  for (const auto& [token, id_json] : vocab->items()) {
+    int64_t id = 0;
+    VLS_RETURN_IF_ERROR(
+        ReadJsonInt(id_json, "model.vocab[" + Shown(token) + "]", 0, kMaxTokenId - 1, &id));
+    if (token.size() > kMaxTokenBytes) {
+      return InvalidArgument("model.vocab[" + Shown(token) + "] has " +
+                             std::to_string(token.size()) + " bytes, over the bound " +
+                             std::to_string(kMaxTokenBytes) + " (kMaxTokenBytes)");
     }
-    const int64_t id = id_json.get<int64_t>();
-    if (id < 0 || id >= kMaxId) {
-      return OutOfRange("model.vocab[\"" + token + "\"] = " + std::to_string(id) +
-                        " is outside [0, 2^24)");
-    }
-    if (static_cast<size_t>(id) >= bpe->id_to_token_.size()) {
-      bpe->id_to_token_.resize(id + 1);
-      bpe->has_id_.resize(id + 1, false);
-    }
-    if (bpe->has_id_[id])
+    max_id = std::max(max_id, id);
+  }
+  const int64_t dense_limit = 2 * static_cast<int64_t>(vocab->size()) + kMaxVocabIdSlack;
+  if (max_id >= dense_limit) {
+    return InvalidArgument("model.vocab: id " + std::to_string(max_id) + " with only " +
+                           std::to_string(vocab->size()) +
+                           " tokens; ids must be dense (below 2 x tokens + " +
+                           std::to_string(kMaxVocabIdSlack) + ", kMaxVocabIdSlack)");
+  }
+  bpe->id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  bpe->has_id_.resize(static_cast<size_t>(max_id + 1), false);
+  bpe->vocab_.reserve(vocab->size());
+  for (const auto& [token, id_json] : vocab->items()) {
+    const auto id = id_json.get<int64_t>();  // checked above
+    if (bpe->has_id_[id]) {
       return InvalidArgument("model.vocab: id " + std::to_string(id) + " twice");
+    }
     bpe->id_to_token_[id] = token;
     bpe->has_id_[id] = true;
     bpe->vocab_.emplace(token, static_cast<int32_t>(id));
@@ -67,38 +100,39 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& m) 
     auto it = bpe->vocab_.find(ch);
     bpe->byte_ids_[b] = it == bpe->vocab_.end() ? -1 : it->second;
   }
-  const auto& merges = m["merges"];
-  bpe->merges_.reserve(merges.size());
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& e = merges[rank];
-    std::string a;
-    std::string b;
+  bpe->merges_.reserve(merges->size());
+  std::string a;
+  std::string b;
+  for (size_t rank = 0; rank < merges->size(); ++rank) {
+    const auto& e = (*merges)[rank];
+    const std::string where = "model.merges[" + std::to_string(rank) + "]";
     if (e.is_string()) {
-      const std::string s = e.get<std::string>();
+      const auto& s = e.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return InvalidArgument("model.merges[" + std::to_string(rank) + "] = \"" + s +
-                               "\" is not two tokens separated by one space");
+        return InvalidArgument(where + " = " + JsonSnippet(e) +
+                               " is not two tokens separated by one space");
       }
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
+      a.assign(s, 0, sp);
+      b.assign(s, sp + 1);
     } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
+      a = e[0].get_ref<const std::string&>();
+      b = e[1].get_ref<const std::string&>();
     } else {
-      return InvalidArgument("model.merges[" + std::to_string(rank) +
-                             "] is neither \"a b\" nor [\"a\", \"b\"]");
+      return InvalidArgument(where + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
     auto ia = bpe->vocab_.find(a);
     auto ib = bpe->vocab_.find(b);
-    auto inew = bpe->vocab_.find(a + b);
-    if (ia == bpe->vocab_.end() || ib == bpe->vocab_.end() || inew == bpe->vocab_.end()) {
-      std::string msg = "model.merges[" + std::to_string(rank) + "] (\"";
-      msg += a;
-      msg += "\", \"";
-      msg += b;
-      msg += "\") uses a token that is not in the vocabulary";
-      return InvalidArgument(std::move(msg));
+    if (ia == bpe->vocab_.end() || ib == bpe->vocab_.end() ||
+        a.size() + b.size() > kMaxTokenBytes) {
+      return InvalidArgument(where + " (" + Shown(a) + ", " + Shown(b) +
+                             ") uses a token that is not in the vocabulary");
+    }
+    a += b;  // the merged token
+    auto inew = bpe->vocab_.find(a);
+    if (inew == bpe->vocab_.end()) {
+      return InvalidArgument(where + " (" + Shown(a) +
+                             ") makes a token that is not in the vocabulary");
     }
     // A later duplicate of a pair keeps the first (lowest) rank, as tokenizers does.
     bpe->merges_.emplace(PairKey(ia->second, ib->second),

@@ -22,6 +22,7 @@ class BpeModel {
  public:
   // Parses tokenizer.json's "model" (type "BPE"); merges may be ["a","b"] pairs or "a b"
   // strings. Options it cannot honour (dropout, subword prefixes, byte fallback) are refused.
+  // Linear in the document; ids, token lengths and counts within tokenizer_limits.h.
   static StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& model);
 
   // Appends the ids of one pre-tokenized piece of raw bytes.

@@ -4,19 +4,20 @@
 #include <unicode/normalizer2.h>
 #include <unicode/stringpiece.h>
 
+#include "tokenizer/json_fields.h"
+
 namespace vls::tok {
 namespace {
 
 StatusOr<Normalizer::Form> ParseForm(const nlohmann::json& j) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return InvalidArgument("normalizer: each entry must be an object with a string \"type\"");
-  }
-  const std::string type = j["type"].get<std::string>();
+  std::string type;
+  VLS_RETURN_IF_ERROR(ComponentType(j, "normalizer", &type));
   if (type == "NFC") return Normalizer::Form::kNfc;
   if (type == "NFD") return Normalizer::Form::kNfd;
   if (type == "NFKC") return Normalizer::Form::kNfkc;
   if (type == "NFKD") return Normalizer::Form::kNfkd;
-  return Unimplemented("normalizer type \"" + type + "\" is not supported");
+  return Unimplemented("normalizer type " + JsonSnippet(nlohmann::json(type)) +
+                       " is not supported");
 }
 
 const icu::Normalizer2* Instance(Normalizer::Form form, UErrorCode* err) {
@@ -34,18 +35,12 @@ const icu::Normalizer2* Instance(Normalizer::Form form, UErrorCode* err) {
 StatusOr<Normalizer> Normalizer::FromJson(const nlohmann::json& j) {
   Normalizer n;
   if (j.is_null()) return n;
-  if (j.is_object() && j.value("type", std::string()) == "Sequence") {
-    if (!j.contains("normalizers") || !j["normalizers"].is_array()) {
-      return InvalidArgument("normalizer Sequence: \"normalizers\" must be an array");
-    }
-    for (const auto& e : j["normalizers"]) {
-      VLS_ASSIGN_OR_RETURN(Form f, ParseForm(e));
-      n.forms_.push_back(f);
-    }
-    return n;
+  std::vector<const nlohmann::json*> steps;
+  VLS_RETURN_IF_ERROR(FlattenSequence(j, "normalizer", "normalizers", &steps));
+  for (const nlohmann::json* e : steps) {
+    VLS_ASSIGN_OR_RETURN(Form f, ParseForm(*e));
+    n.forms_.push_back(f);
   }
-  VLS_ASSIGN_OR_RETURN(Form f, ParseForm(j));
-  n.forms_.push_back(f);
   return n;
 }
 

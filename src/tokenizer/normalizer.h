@@ -16,8 +16,8 @@ class Normalizer {
  public:
   enum class Form { kNfc, kNfd, kNfkc, kNfkd };
 
-  // Accepts null, {"type":"NFC"|"NFD"|"NFKC"|"NFKD"} and a "Sequence" of those; refuses every
-  // other type by name.
+  // Accepts null, {"type":"NFC"|"NFD"|"NFKC"|"NFKD"} and (nested) "Sequence"s of those, within
+  // kMaxPipelineSteps and kMaxSequenceNesting; refuses every other type by name.
   static StatusOr<Normalizer> FromJson(const nlohmann::json& j);
 
   bool empty() const { return forms_.empty(); }

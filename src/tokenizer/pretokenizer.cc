@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "tokenizer/json_fields.h"
+
 namespace vls::tok {
 namespace {
 
@@ -126,52 +128,58 @@ Status SplitRegex::Split(std::string_view text, std::vector<std::string_view>* o
 }
 
 StatusOr<PreTokenizer> PreTokenizer::FromJson(const nlohmann::json& j) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return InvalidArgument("pre_tokenizer must be an object with a string \"type\"");
-  }
-  std::vector<nlohmann::json> steps;
-  if (j["type"] == "Sequence") {
-    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) {
-      return InvalidArgument("pre_tokenizer Sequence: \"pretokenizers\" must be an array");
-    }
-    for (const auto& s : j["pretokenizers"]) steps.push_back(s);
-  } else {
-    steps.push_back(j);
-  }
+  std::vector<const nlohmann::json*> steps;
+  VLS_RETURN_IF_ERROR(FlattenSequence(j, "pre_tokenizer", "pretokenizers", &steps));
   PreTokenizer pt;
   bool saw_byte_level = false;
-  for (const auto& s : steps) {
-    if (!s.is_object() || !s.contains("type") || !s["type"].is_string()) {
-      return InvalidArgument("pre_tokenizer step must be an object with a string \"type\"");
-    }
-    const std::string type = s["type"].get<std::string>();
+  for (const nlohmann::json* step : steps) {
+    const nlohmann::json& s = *step;
+    std::string type;
+    VLS_RETURN_IF_ERROR(ComponentType(s, "pre_tokenizer", &type));
+    const std::string shown = JsonSnippet(nlohmann::json(type));
     if (saw_byte_level) {
-      return Unimplemented("pre_tokenizer step \"" + type + "\" after ByteLevel is not supported");
+      return Unimplemented("pre_tokenizer step " + shown + " after ByteLevel is not supported");
     }
     if (type == "Split") {
-      const auto& pat = s.value("pattern", nlohmann::json());
-      if (!pat.is_object() || !pat.contains("Regex") || !pat["Regex"].is_string()) {
+      const nlohmann::json* pat = Field(s, "pattern");
+      const nlohmann::json* regex =
+          pat != nullptr && pat->is_object() ? Field(*pat, "Regex") : nullptr;
+      if (regex == nullptr) {
         return Unimplemented("pre_tokenizer Split: only {\"Regex\": ...} patterns are supported");
       }
-      const std::string behavior = s.value("behavior", std::string());
-      if (behavior != "Isolated") {
-        return Unimplemented("pre_tokenizer Split behavior \"" + behavior + "\" is not supported");
+      std::string pattern;
+      VLS_RETURN_IF_ERROR(ReadJsonString(*regex, "pre_tokenizer Split pattern.Regex", &pattern));
+      if (pattern.size() > kMaxSplitRegexBytes) {
+        return InvalidArgument("pre_tokenizer Split pattern.Regex has " +
+                               std::to_string(pattern.size()) + " bytes, over the bound " +
+                               std::to_string(kMaxSplitRegexBytes) + " (kMaxSplitRegexBytes)");
       }
-      if (s.value("invert", false)) return Unimplemented("pre_tokenizer Split invert=true");
-      auto re = SplitRegex::Compile(pat["Regex"].get<std::string>());
+      std::string behavior;
+      VLS_RETURN_IF_ERROR(OptionalString(s, "pre_tokenizer Split", "behavior", &behavior));
+      if (behavior != "Isolated") {
+        return Unimplemented("pre_tokenizer Split behavior " +
+                             JsonSnippet(nlohmann::json(behavior)) + " is not supported");
+      }
+      bool invert = false;
+      VLS_RETURN_IF_ERROR(OptionalBool(s, "pre_tokenizer Split", "invert", &invert));
+      if (invert) return Unimplemented("pre_tokenizer Split invert=true");
+      auto re = SplitRegex::Compile(pattern);
       if (!re.ok()) return re.status().WithContext("pre_tokenizer Split");
       pt.splits_.push_back(std::move(*re));
     } else if (type == "ByteLevel") {
-      if (s.value("add_prefix_space", false)) {
-        return Unimplemented("pre_tokenizer ByteLevel add_prefix_space=true");
-      }
-      if (s.value("use_regex", true)) {
+      bool add_prefix_space = false;
+      bool use_regex = true;
+      VLS_RETURN_IF_ERROR(
+          OptionalBool(s, "pre_tokenizer ByteLevel", "add_prefix_space", &add_prefix_space));
+      VLS_RETURN_IF_ERROR(OptionalBool(s, "pre_tokenizer ByteLevel", "use_regex", &use_regex));
+      if (add_prefix_space) return Unimplemented("pre_tokenizer ByteLevel add_prefix_space=true");
+      if (use_regex) {
         VLS_ASSIGN_OR_RETURN(auto re, SplitRegex::Compile(kGpt2Pattern));
         pt.splits_.push_back(std::move(re));
       }
       saw_byte_level = true;
     } else {
-      return Unimplemented("pre_tokenizer type \"" + type + "\" is not supported");
+      return Unimplemented("pre_tokenizer type " + shown + " is not supported");
     }
   }
   if (!saw_byte_level) return Unimplemented("pre_tokenizer without a ByteLevel step");

@@ -41,7 +41,9 @@ StatusOr<std::string> TranslateOnigPattern(std::string_view pattern);
 class PreTokenizer {
  public:
   // Accepts Split(Regex, behavior "Isolated", invert false) steps followed by one
-  // ByteLevel(add_prefix_space false) step, alone or in a "Sequence"; refuses the rest by name.
+  // ByteLevel(add_prefix_space false) step, alone or in (nested) "Sequence"s within
+  // kMaxPipelineSteps and kMaxSequenceNesting; patterns of at most kMaxSplitRegexBytes. Refuses
+  // the rest by name.
   static StatusOr<PreTokenizer> FromJson(const nlohmann::json& j);
 
   // Pieces of raw bytes that the BPE model encodes one by one.

@@ -2,8 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
+
 #include "base/file.h"
+#include "io/untrusted_json.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_fields.h"
 #include "tokenizer/utf8.h"
 
 namespace vls::tok {
@@ -11,52 +15,77 @@ namespace {
 
 // Both the decoder and the post-processor must be ByteLevel (or absent): anything else changes
 // the text or the ids and is refused by name.
-Status CheckByteLevelOnly(const nlohmann::json& j, const char* what) {
-  if (j.is_null()) return Status::Ok();
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return InvalidArgument(std::string(what) + " must be an object with a string \"type\"");
-  }
-  const std::string type = j["type"].get<std::string>();
-  if (type == "ByteLevel") return Status::Ok();
-  if (type == "Sequence") {
-    const char* key = std::string_view(what) == "decoder" ? "decoders" : "processors";
-    if (!j.contains(key) || !j[key].is_array()) {
-      return InvalidArgument(std::string(what) + " Sequence: \"" + key + "\" must be an array");
+Status CheckByteLevelOnly(const nlohmann::json* j, const char* what, const char* list_key) {
+  if (j == nullptr) return Status::Ok();
+  std::vector<const nlohmann::json*> steps;
+  VLS_RETURN_IF_ERROR(FlattenSequence(*j, what, list_key, &steps));
+  for (const nlohmann::json* step : steps) {
+    std::string type;
+    VLS_RETURN_IF_ERROR(ComponentType(*step, what, &type));
+    if (type != "ByteLevel") {
+      return Unimplemented(std::string(what) + " type " + JsonSnippet(nlohmann::json(type)) +
+                           " is not supported");
     }
-    for (const auto& e : j[key]) VLS_RETURN_IF_ERROR(CheckByteLevelOnly(e, what));
-    return Status::Ok();
   }
-  return Unimplemented(std::string(what) + " type \"" + type + "\" is not supported");
+  return Status::Ok();
+}
+
+// Reads a tokenizer.json of at most kMaxTokenizerJsonBytes without trusting its size (a FIFO or
+// a device never ends): the read stops one byte past the bound.
+StatusOr<std::string> ReadTokenizerFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ReadFileToString(path).status();  // the usual NotFound / IoError text
+  std::string text;
+  constexpr size_t kChunk = size_t{1} << 20;
+  while (text.size() <= kMaxTokenizerJsonBytes) {
+    const size_t old = text.size();
+    text.resize(old + kChunk);
+    in.read(text.data() + old, static_cast<std::streamsize>(kChunk));
+    text.resize(old + static_cast<size_t>(in.gcount()));
+    if (in.bad()) return IoError(path + ": cannot read");
+    if (!in) break;  // end of file
+  }
+  return text;  // FromJson refuses it when over the bound
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_text) {
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return DataLoss("tokenizer.json is not valid JSON");
+  if (json_text.size() > kMaxTokenizerJsonBytes) {
+    return DataLoss("tokenizer.json is larger than " + std::to_string(kMaxTokenizerJsonBytes) +
+                    " bytes (kMaxTokenizerJsonBytes)");
+  }
+  nlohmann::json j;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson("tokenizer.json", json_text, &j));
   if (!j.is_object()) return DataLoss("tokenizer.json must hold a JSON object");
   for (const char* key : {"truncation", "padding"}) {
-    if (j.contains(key) && !j[key].is_null()) {
+    if (Field(j, key) != nullptr) {
       return Unimplemented(std::string("tokenizer.json \"") + key + "\" is not supported");
     }
   }
-  if (!j.contains("model")) return InvalidArgument("tokenizer.json has no \"model\"");
-  if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null()) {
+  const nlohmann::json* model = Field(j, "model");
+  if (model == nullptr) return InvalidArgument("tokenizer.json has no \"model\"");
+  const nlohmann::json* pre_tokenizer = Field(j, "pre_tokenizer");
+  if (pre_tokenizer == nullptr) {
     return Unimplemented("tokenizer.json without a pre_tokenizer is not supported");
   }
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  VLS_ASSIGN_OR_RETURN(t->added_,
-                       AddedVocabulary::FromJson(j.value("added_tokens", nlohmann::json())));
-  auto norm = Normalizer::FromJson(j.value("normalizer", nlohmann::json()));
+  const nlohmann::json* added = Field(j, "added_tokens");
+  auto added_vocab = AddedVocabulary::FromJson(added ? *added : nlohmann::json());
+  if (!added_vocab.ok()) return added_vocab.status().WithContext("tokenizer.json");
+  t->added_ = std::move(*added_vocab);
+  const nlohmann::json* normalizer = Field(j, "normalizer");
+  auto norm = Normalizer::FromJson(normalizer ? *normalizer : nlohmann::json());
   if (!norm.ok()) return norm.status().WithContext("tokenizer.json normalizer");
   t->normalizer_ = std::move(*norm);
-  auto pre = PreTokenizer::FromJson(j["pre_tokenizer"]);
+  auto pre = PreTokenizer::FromJson(*pre_tokenizer);
   if (!pre.ok()) return pre.status().WithContext("tokenizer.json");
   t->pre_tokenizer_ = std::move(*pre);
-  VLS_RETURN_IF_ERROR(CheckByteLevelOnly(j.value("decoder", nlohmann::json()), "decoder"));
   VLS_RETURN_IF_ERROR(
-      CheckByteLevelOnly(j.value("post_processor", nlohmann::json()), "post_processor"));
-  auto bpe = BpeModel::FromJson(j["model"]);
+      CheckByteLevelOnly(Field(j, "decoder"), "decoder", "decoders").WithContext("tokenizer.json"));
+  VLS_RETURN_IF_ERROR(CheckByteLevelOnly(Field(j, "post_processor"), "post_processor", "processors")
+                          .WithContext("tokenizer.json"));
+  auto bpe = BpeModel::FromJson(*model);
   if (!bpe.ok()) return bpe.status().WithContext("tokenizer.json model");
   t->bpe_ = std::move(*bpe);
   t->id_bytes_.resize(t->bpe_->id_limit());
@@ -79,7 +108,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     file = JoinPath(path, "tokenizer.json");
-  VLS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+  VLS_ASSIGN_OR_RETURN(std::string text, ReadTokenizerFile(file));
   auto t = FromJson(text);
   if (!t.ok()) return t.status().WithContext(file);
   return t;

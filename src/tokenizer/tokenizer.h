@@ -18,15 +18,20 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_limits.h"
 
 namespace vls::tok {
 
 // Thread safety: immutable after loading; every method may be called from any thread.
 class Tokenizer {
  public:
-  // Parses a tokenizer.json document. Unknown or unsupported components are refused by name.
+  // Parses a tokenizer.json document under ParseUntrustedJson's rules (no trailing bytes, nesting
+  // bound, no repeated key) and the bounds of tokenizer_limits.h, with strict types: loading is
+  // linear in the document and never throws. Unknown or unsupported components are refused by
+  // name.
   static StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view json_text);
-  // `path` is a tokenizer.json file or a folder that holds one.
+  // `path` is a tokenizer.json file or a folder that holds one; a file over
+  // kMaxTokenizerJsonBytes is refused after reading at most one byte past the bound.
   static StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
 
   // Token ids of `text`; bytes that are not valid UTF-8 are first replaced by U+FFFD.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenizer.h"
@@ -131,6 +132,7 @@ TEST(StreamDecoderTest, HoldsBackIncompleteCharacters) {
   for (char c : text) ids.push_back(static_cast<unsigned char>(c));
   StreamDecoder dec(t.get());
   std::vector<std::string> parts;
+  parts.reserve(ids.size());
   for (int32_t id : ids) parts.push_back(dec.Feed(id));
   EXPECT_EQ(parts[0], "");
   EXPECT_EQ(parts[1], "");
@@ -152,7 +154,7 @@ TEST(TokenizerCorruptTest, RefusesBadDocuments) {
     ASSERT_FALSE(t.ok()) << "accepted: " << json.substr(0, 80);
     EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().ToString();
   };
-  fails_with("{", "not valid JSON");
+  fails_with("{", "invalid JSON");
   fails_with("[]", "JSON object");
   fails_with("{}", "model");
   std::string good = TinyTokenizerJson(R"([["h","e"]])");
@@ -177,12 +179,207 @@ TEST(TokenizerCorruptTest, RefusesBadDocuments) {
   fails_with(j.dump(), "merges[0]");
   j["model"]["merges"] = nlohmann::json::array();
   j["model"]["vocab"]["bad"] = -1;
-  fails_with(j.dump(), "outside");
+  fails_with(j.dump(), "model.vocab[\"bad\"] must be an integer in [0, 16777215], not -1");
   j["model"]["vocab"]["bad"] = "x";
-  fails_with(j.dump(), "not an integer");
+  fails_with(j.dump(), "model.vocab[\"bad\"] must be an integer in [0, 16777215], not the string");
   j["model"]["vocab"].erase("bad");
   j["model"]["type"] = "Unigram";
   fails_with(j.dump(), "Unigram");
+}
+
+// --- Hostile tokenizer.json (issue 15) ---------------------------------------------------------
+
+using Json = nlohmann::json;
+
+Json TinyJson() { return Json::parse(TinyTokenizerJson(R"([["h","e"],["l","l"],["he","ll"]])")); }
+
+void ExpectRefused(const std::string& text, const std::string& needle) {
+  auto t = Tokenizer::FromJson(text);
+  ASSERT_FALSE(t.ok()) << "accepted; expected an error mentioning " << needle;
+  EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().ToString();
+}
+void ExpectRefused(const Json& j, const std::string& needle) { ExpectRefused(j.dump(), needle); }
+
+TEST(TokenizerHostileTest, DeepNestingNulAndDuplicateKeys) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  ExpectRefused("{\"model\": " + deep + "}", "nests deeper than 64");
+  ExpectRefused(deep, "nests deeper than 64");
+  const std::string good = TinyJson().dump();
+  ASSERT_TRUE(Tokenizer::FromJson(good).ok());
+  ExpectRefused(good + std::string("\0garbage", 8), "NUL byte");
+  ExpectRefused(good + "{}", "invalid JSON");
+  ExpectRefused(good.substr(0, good.size() - 1) + ", \"model\": {}}", "'model' appears twice");
+}
+
+TEST(TokenizerHostileTest, WrongTypesAreErrorsNotExceptions) {
+  struct Case {
+    const char* pointer;  // JSON pointer into TinyJson()
+    Json value;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"/model/type", 5, "model.type must be a string, not the integer 5"},
+      {"/model/byte_fallback", 1, "model.byte_fallback must be true or false"},
+      {"/model/ignore_merges", "true", "model.ignore_merges must be true or false"},
+      {"/model/unk_token", 0, "model.unk_token must be a string"},
+      {"/model/vocab/he", 4294967297LL, "model.vocab[\"he\"] must be an integer in [0, 16777215]"},
+      {"/model/vocab/he", 2.5, "model.vocab[\"he\"] must be an integer"},
+      {"/model/vocab/he", true, "model.vocab[\"he\"] must be an integer"},
+      {"/model/merges/0", Json::array({1, 2}), "merges[0] is neither"},
+      {"/model/merges/0", 7, "merges[0] is neither"},
+      {"/model/merges", "h e", "model.merges must be an array"},
+      {"/added_tokens/0/id", 4294967596LL,
+       "added_tokens[0].id must be an integer in [0, 16777215]"},
+      {"/added_tokens/0/id", "300", "added_tokens[0].id must be an integer"},
+      {"/added_tokens/0/content", 5, "added_tokens[0].content must be a string"},
+      {"/added_tokens/0/special", 1, "added_tokens[0].special must be true or false"},
+      {"/added_tokens/1/normalized", "no", "added_tokens[1].normalized must be true or false"},
+      {"/added_tokens/0", "x", "added_tokens[0] needs an integer"},
+      {"/added_tokens", Json::object(), "added_tokens must be an array"},
+      {"/normalizer/type", 7, "normalizer.type must be a string"},
+      {"/normalizer", Json::array(), "normalizer must be an object"},
+      {"/pre_tokenizer/pretokenizers/0/behavior", 5, "Split.behavior must be a string"},
+      {"/pre_tokenizer/pretokenizers/0/invert", 0, "Split.invert must be true or false"},
+      {"/pre_tokenizer/pretokenizers/0/pattern/Regex", Json::array(), "Regex must be a string"},
+      {"/pre_tokenizer/pretokenizers/1/use_regex", "yes", "use_regex must be true or false"},
+      {"/pre_tokenizer/pretokenizers/1/add_prefix_space", 0, "add_prefix_space must be true"},
+      {"/pre_tokenizer/pretokenizers", Json::object(), "\"pretokenizers\" must be an array"},
+      {"/pre_tokenizer/type", Json::array(), "pre_tokenizer.type must be a string"},
+      {"/decoder", Json::object(), "decoder has no \"type\""},
+      {"/decoder", 3, "decoder must be an object"},
+      {"/post_processor/type", false, "post_processor.type must be a string"},
+  };
+  for (const Case& c : cases) {
+    Json j = TinyJson();
+    j[Json::json_pointer(c.pointer)] = c.value;
+    ExpectRefused(j, c.needle);
+  }
+  // null is "absent" (Hugging Face writes None as null): the defaults apply.
+  Json j = TinyJson();
+  j["model"]["byte_fallback"] = nullptr;
+  j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = nullptr;
+  j["added_tokens"][0]["lstrip"] = nullptr;
+  EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok());
+}
+
+TEST(TokenizerHostileTest, SizesAndIdsAreBounded) {
+  // One id near 2^24 in a small vocabulary would size id tables of 2^24 entries.
+  Json j = TinyJson();
+  j["model"]["vocab"]["far"] = kMaxTokenId - 1;
+  ExpectRefused(j, "ids must be dense");
+  // Dense ids near the top are fine.
+  j = TinyJson();
+  j["model"]["vocab"]["near"] = 2 * 260 + kMaxVocabIdSlack - 1;
+  EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok());
+  j = TinyJson();
+  j["model"]["vocab"]["x" + std::string(kMaxTokenBytes, 'y')] = 400;
+  ExpectRefused(j, "bytes, over the bound 1024 (kMaxTokenBytes)");
+  j = TinyJson();
+  j["added_tokens"][0]["content"] = std::string(kMaxAddedTokenBytes + 1, '<');
+  ExpectRefused(j, "added_tokens[0].content has 257 bytes, over the bound 256");
+  j = TinyJson();
+  j["added_tokens"][1]["content"] = "<|end|>";
+  ExpectRefused(j, "added_tokens[1]: content \"<|end|>\" is already added token 300");
+  j = TinyJson();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+      "a" + std::string(kMaxSplitRegexBytes, '|');
+  ExpectRefused(j, "kMaxSplitRegexBytes");
+}
+
+// Sequences flatten (Hugging Face allows them nested) within kMaxSequenceNesting and
+// kMaxPipelineSteps.
+TEST(TokenizerHostileTest, NestedSequencesAreBounded) {
+  auto nest = [](Json leaf, const char* list_key, int depth) {
+    for (int i = 0; i < depth; ++i) leaf = Json{{"type", "Sequence"}, {list_key, {leaf}}};
+    return leaf;
+  };
+  Json j = TinyJson();
+  j["normalizer"] = nest(Json{{"type", "NFC"}}, "normalizers", kMaxSequenceNesting);
+  j["decoder"] = nest(Json{{"type", "ByteLevel"}}, "decoders", kMaxSequenceNesting);
+  j["pre_tokenizer"] = Json{{"type", "Sequence"},
+                            {"pretokenizers",
+                             {nest(j["pre_tokenizer"]["pretokenizers"][0], "pretokenizers", 3),
+                              j["pre_tokenizer"]["pretokenizers"][1]}}};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*(*t)->Encode("hello<|end|>"), *Tiny()->Encode("hello<|end|>"));
+
+  j = TinyJson();
+  j["normalizer"] = nest(Json{{"type", "NFC"}}, "normalizers", kMaxSequenceNesting + 1);
+  ExpectRefused(j, "normalizer Sequences nest deeper than 4");
+  j = TinyJson();
+  j["post_processor"] = nest(Json{{"type", "ByteLevel"}}, "processors", 10);
+  ExpectRefused(j, "post_processor Sequences nest deeper");
+  j = TinyJson();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", Json::array()}};
+  for (int i = 0; i <= kMaxPipelineSteps; ++i)
+    j["normalizer"]["normalizers"].push_back({{"type", "NFD"}});
+  ExpectRefused(j, "normalizer has more than 32 steps");
+  j = TinyJson();
+  j["pre_tokenizer"]["pretokenizers"] = Json::array();
+  for (int i = 0; i <= kMaxPipelineSteps; ++i) {
+    j["pre_tokenizer"]["pretokenizers"].push_back(TinyJson()["pre_tokenizer"]["pretokenizers"][0]);
+  }
+  ExpectRefused(j, "pre_tokenizer has more than 32 steps");
+}
+
+// Loading is linear in the document: 112,896 merges (chains "a b" -> "ab" -> "abc" over a
+// 48-symbol alphabet) load in one pass. (A million, 30 MB, load in about 4 s on top of the
+// JSON parse; the real Qwen3 tokenizer has 151,387.)
+TEST(TokenizerHostileTest, ManyMergesLoadInOnePass) {
+  Json j = TinyJson();
+  Json& vocab = j["model"]["vocab"];
+  Json merges = Json::array();
+  std::vector<std::string> alphabet;
+  for (int c = 0x100; alphabet.size() < 48; ++c) {  // 48 byte-level symbols Ā, ā, ...
+    std::string s;
+    AppendUtf8(static_cast<char32_t>(c), &s);
+    if (!vocab.contains(s)) alphabet.push_back(s);
+  }
+  int next_id = 1000;
+  for (const std::string& s : alphabet) vocab[s] = next_id++;
+  for (const std::string& a : alphabet) {
+    for (const std::string& b : alphabet) {
+      vocab[a + b] = next_id++;
+      merges.push_back(a + " " + b);
+    }
+  }
+  for (const std::string& a : alphabet) {
+    for (const std::string& b : alphabet) {
+      for (const std::string& c : alphabet) {
+        vocab[a + b + c] = next_id++;
+        merges.push_back(Json::array({a + b, c}));
+      }
+    }
+  }
+  j["model"]["merges"] = std::move(merges);
+  const std::string text = j.dump();
+  auto t = Tokenizer::FromJson(text);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->id_limit(), next_id);
+}
+
+// Matching added tokens walks a byte trie: thousands of tokens sharing a long prefix cost at most
+// kMaxAddedTokenBytes steps per byte of text (a scan of every candidate token at every position
+// took minutes here).
+TEST(TokenizerHostileTest, ManyAddedTokensWithASharedPrefixMatchFast) {
+  Json j = TinyJson();
+  const std::string prefix(200, 'a');
+  j["added_tokens"] = Json::array();
+  for (int i = 0; i < 20000; ++i) {
+    j["added_tokens"].push_back(
+        {{"id", 1000 + i}, {"content", prefix + std::to_string(i)}, {"special", true}});
+  }
+  j["added_tokens"].push_back({{"id", 999}, {"content", "a"}, {"special", false}});
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const std::string text = std::string(50000, 'a') + "17";
+  auto ids = (*t)->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  // The longest token wins where it matches: 999 x 49800, then "a...a17" (id 1017).
+  ASSERT_EQ(ids->size(), 49801u);
+  EXPECT_EQ(ids->back(), 1017);
+  EXPECT_EQ((*t)->Decode(*ids), text);
 }
 
 TEST(TokenizerCorruptTest, HostileTextNeverCrashes) {
