@@ -220,8 +220,9 @@ vls_status vls_batch_create(const vls_model* model, vls_batch** out) {
     auto b = std::make_unique<vls_batch>();
     b->model = model;
     vls_batch* raw = b.get();
-    b->engine = std::make_unique<vls::BatchEngine>(
-        *model->lm, [raw](const vls::TokenEvent& e) { return raw->OnEvent(e); });
+    VLS_ASSIGN_OR_RETURN(
+        b->engine, vls::BatchEngine::Create(
+                       *model->lm, [raw](const vls::TokenEvent& e) { return raw->OnEvent(e); }));
     *out = b.release();
     return Status::Ok();
   });

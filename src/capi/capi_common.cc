@@ -12,6 +12,7 @@
 #include "runtime/deepstack.h"
 #include "runtime/loaded_model.h"
 #include "runtime/positions.h"
+#include "tokenizer/utf8.h"
 #include "vlstack/vlstack.h"
 
 namespace vls::capi {
@@ -31,12 +32,24 @@ thread_local std::string g_last_error;
 
 }  // namespace
 
-vls_status Fail(const char* fn, const Status& s) {
-  g_last_error = std::string(fn) + ": " + s.message();
+vls_status Fail(const char* fn, const Status& s) noexcept {
+  // The message may quote input (a request, a file name, an exception's bytes): valid UTF-8 on
+  // the way out. Out of memory here leaves a fixed text rather than throwing out of the ABI.
+  try {
+    g_last_error = tok::SanitizeUtf8(std::string(fn) + ": " + s.message());
+  } catch (...) {
+    g_last_error.clear();
+    g_last_error.shrink_to_fit();
+    static constexpr const char* kNoMemory = "out of memory while reporting an error";
+    try {
+      g_last_error = kNoMemory;
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the error text stays empty
+    }
+  }
   return static_cast<vls_status>(s.code());
 }
 
-vls_status Finish(const char* fn, const Status& s) {
+vls_status Finish(const char* fn, const Status& s) noexcept {
   if (s.ok()) {
     g_last_error.clear();
     return VLS_OK;

@@ -123,23 +123,30 @@ struct vls_batch {
 
 namespace vls::capi {
 
-// Sets the thread's last error to "<fn>: <message>" and returns the status's code.
-vls_status Fail(const char* fn, const Status& s);
+// Sets the thread's last error to "<fn>: <message>" (made valid UTF-8) and returns the
+// status's code. Never throws.
+vls_status Fail(const char* fn, const Status& s) noexcept;
 
 // VLS_OK (clearing the last error) when `s` is OK, otherwise Fail.
-vls_status Finish(const char* fn, const Status& s);
+vls_status Finish(const char* fn, const Status& s) noexcept;
 
-// Runs `body` (returning Status) with every exception turned into a status.
+// Runs `body` (returning Status) with every exception turned into a status. Every exported
+// vls_* function that can fail runs its body through Guard; the few that return no status
+// (vls_*_free, the *_default_options) catch everything themselves.
 template <typename F>
-vls_status Guard(const char* fn, F&& body) {
+vls_status Guard(const char* fn, F&& body) noexcept {
   try {
     return Finish(fn, body());
   } catch (const std::bad_alloc&) {
-    return Fail(fn, ResourceExhausted("out of memory"));
+    return Fail(fn, Status(StatusCode::kResourceExhausted, "out of memory"));
   } catch (const std::exception& e) {
-    return Fail(fn, Internal(std::string("unexpected exception: ") + e.what()));
+    try {
+      return Fail(fn, Internal(std::string("unexpected exception: ") + e.what()));
+    } catch (...) {
+      return Fail(fn, Status(StatusCode::kInternal, "unexpected exception"));
+    }
   } catch (...) {
-    return Fail(fn, Internal("unexpected non-standard exception"));
+    return Fail(fn, Status(StatusCode::kInternal, "unexpected non-standard exception"));
   }
 }
 

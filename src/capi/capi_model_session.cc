@@ -281,7 +281,7 @@ vls_status vls_session_create(const vls_model* model, vls_session** out) {
     if (out == nullptr) return InvalidArgument("out is NULL");
     auto s = std::make_unique<vls_session>();
     s->model = model;
-    s->session = std::make_unique<vls::Session>(*model->lm);
+    VLS_ASSIGN_OR_RETURN(s->session, vls::Session::Create(*model->lm));
     *out = s.release();
     return Status::Ok();
   });

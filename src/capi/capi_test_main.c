@@ -118,6 +118,25 @@ int main(int argc, char** argv) {
     bad.kv_cache = 9;
     RejectedPlain("kv_cache 9", vls_model_load(dir_plain, &bad, &none), VLS_ERR_INVALID_ARGUMENT,
                   "kv_cache");
+    /* Sizes are checked against their maxima and against memory before anything is
+       allocated: an error, never an abort. */
+    bad = opts;
+    bad.threads = 100000;
+    RejectedPlain("threads 100000", vls_model_load(dir_plain, &bad, &none),
+                  VLS_ERR_INVALID_ARGUMENT, "threads 100000 is outside [0, 1024]");
+    bad = opts;
+    bad.capacity = (1 << 24) + 1;
+    RejectedPlain("capacity past the maximum", vls_model_load(dir_plain, &bad, &none),
+                  VLS_ERR_INVALID_ARGUMENT, "capacity 16777217 is outside");
+    bad = opts;
+    bad.slots = 4097;
+    RejectedPlain("slots past the maximum", vls_model_load(dir_plain, &bad, &none),
+                  VLS_ERR_INVALID_ARGUMENT, "slots 4097 is outside");
+    bad = opts;
+    bad.capacity = 1 << 24;
+    bad.slots = 4096; /* within the maxima: far more KV cache than any machine holds */
+    RejectedPlain("KV caches beyond memory", vls_model_load(dir_plain, &bad, &none),
+                  VLS_ERR_RESOURCE_EXHAUSTED, "of memory but");
     bad = opts;
     bad.kv_cache = VLS_KV_CACHE_BF16; /* a BF16 cache at F32 precision is allowed */
     CHECK(vls_model_load(dir_plain, &bad, &m) == VLS_OK && m != NULL, "kv_cache BF16 at F32");

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
+
+#include "tokenizer/utf8.h"
 
 namespace vls::cli {
 
@@ -104,7 +108,12 @@ int ExitCode(const Status& status) {
 }
 
 int Fail(const char* command, const Status& status) {
-  std::fprintf(stderr, "vlstack %s: %s\n", command, status.ToString().c_str());
+  // The message may quote input: valid UTF-8 on the terminal and in logs.
+  try {
+    std::fprintf(stderr, "vlstack %s: %s\n", command, tok::SanitizeUtf8(status.ToString()).c_str());
+  } catch (...) {  // out of memory building the text: the bare message
+    std::fprintf(stderr, "vlstack %s: %s\n", command, status.message().c_str());
+  }
   return ExitCode(status);
 }
 
@@ -133,7 +142,16 @@ int RunCommand(const CommandSpec& spec, int argc, char** argv,
   int rc = 0;
   std::optional<Args> args = ParseCommandLine(spec, argc, argv, &rc);
   if (!args) return rc;
-  const Status s = body(*args);
+  Status s;
+  try {
+    s = body(*args);
+  } catch (const std::bad_alloc&) {
+    s = ResourceExhausted("out of memory");
+  } catch (const std::exception& e) {
+    s = Internal(std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    s = Internal("unexpected non-standard exception");
+  }
   return s.ok() ? 0 : Fail(spec.name.c_str(), s);
 }
 

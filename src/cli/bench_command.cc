@@ -121,8 +121,10 @@ StatusOr<RepResult> RunEngineRep(const LoadedModel& lm, const EngineOptions& eo,
         std::max(gen, 1)));
   }
   bench::EventLog log;
-  BatchEngine engine(
-      lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<BatchEngine> engine_ptr,
+                       BatchEngine::Create(
+                           lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo));
+  BatchEngine& engine = *engine_ptr;
   std::vector<uint64_t> ids;
   const Clock::time_point t0 = Clock::now();
   for (GenerationRequest& r : requests) {
@@ -164,7 +166,8 @@ StatusOr<RepResult> RunEngineRep(const LoadedModel& lm, const EngineOptions& eo,
 // cache (logits for the last row only), then decodes with one row per slot in one forward pass
 // per step, greedy picks spread over the model's pool. Time to first token is the first slot's
 // prefill including its logits.
-RepResult RunKernelRep(const Qwen3Model& model, int prompt, int gen, int slots, uint32_t seed) {
+StatusOr<RepResult> RunKernelRep(const Qwen3Model& model, int prompt, int gen, int slots,
+                                 uint32_t seed) {
   const Qwen3Config& cfg = model.config();
   const int64_t H = cfg.hidden, V = cfg.vocab;
   std::vector<std::unique_ptr<KvCache>> caches;
@@ -172,7 +175,8 @@ RepResult RunKernelRep(const Qwen3Model& model, int prompt, int gen, int slots, 
   std::vector<float> logits(static_cast<size_t>(slots * V));
   double prefill_s = 0, ttft_s = 0;
   for (int s = 0; s < slots; ++s) {
-    caches.push_back(model.NewCache(prompt + gen));
+    VLS_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, model.NewCache(prompt + gen));
+    caches.push_back(std::move(cache));
     const std::vector<int32_t> ids =
         bench::RandomTokens(cfg, prompt, uint64_t{seed} * 1000003 + static_cast<uint64_t>(s));
     std::vector<ForwardRow> rows(static_cast<size_t>(prompt));
@@ -210,8 +214,8 @@ RepResult RunKernelRep(const Qwen3Model& model, int prompt, int gen, int slots, 
     });
   }
   const double gen_s = Seconds(t0, Clock::now());
-  return {static_cast<double>(prompt) * slots / prefill_s,
-          gen > 0 ? static_cast<double>(gen) * slots / gen_s : 0.0, ttft_s * 1e3};
+  return RepResult{static_cast<double>(prompt) * slots / prefill_s,
+                   gen > 0 ? static_cast<double>(gen) * slots / gen_s : 0.0, ttft_s * 1e3};
 }
 
 Status Throughput(const Args& args, const bench::Loader& load) {

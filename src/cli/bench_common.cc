@@ -160,7 +160,7 @@ Status StepUntilIdle(BatchEngine& engine, EventLog& log) {
 StatusOr<int> CapacityFlag(const Args& args, int64_t need) {
   // An artifact's identity includes the capacity: --capacity matches the one it was compiled
   // with.
-  VLS_ASSIGN_OR_RETURN(long long c, args.Int("capacity", need, need, 1 << 24));
+  VLS_ASSIGN_OR_RETURN(long long c, args.Int("capacity", need, need, kMaxCapacity));
   return static_cast<int>(c);
 }
 

@@ -37,8 +37,10 @@ StatusOr<Conversation> RunConversation(const LoadedModel& lm, EngineOptions eo, 
   const Qwen3Config& cfg = lm.config();
   eo.prefix_reuse = reuse;
   EventLog log;
-  BatchEngine engine(
-      lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<BatchEngine> engine_ptr,
+                       BatchEngine::Create(
+                           lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo));
+  BatchEngine& engine = *engine_ptr;
   const auto run_turn = [&](std::vector<int32_t> prompt) -> StatusOr<RequestTrace> {
     GenerationRequest r = TextRequest(cfg, std::move(prompt), gen);
     const Clock::time_point t = Clock::now();
@@ -76,8 +78,10 @@ StatusOr<Interference> RunInterference(const LoadedModel& lm, EngineOptions eo, 
   const Qwen3Config& cfg = lm.config();
   eo.prefill_chunk = chunk;
   EventLog log;
-  BatchEngine engine(
-      lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<BatchEngine> engine_ptr,
+                       BatchEngine::Create(
+                           lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo));
+  BatchEngine& engine = *engine_ptr;
   std::optional<GenerationRequest> long_request =
       TextRequest(cfg, RandomTokens(cfg, long_prompt, seed), long_gen);
   std::set<uint64_t> stream_ids;

@@ -60,8 +60,11 @@ Status RunServe(const Args& args, const Loader& load) {
       ArrivalTimes(static_cast<int>(n), rate, static_cast<uint64_t>(seed));
 
   EventLog log;
-  BatchEngine engine(
-      *setup.model, [&log](const TokenEvent& e) { return log.Record(e); }, setup.engine);
+  VLS_ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchEngine> engine_ptr,
+      BatchEngine::Create(
+          *setup.model, [&log](const TokenEvent& e) { return log.Record(e); }, setup.engine));
+  BatchEngine& engine = *engine_ptr;
   engine.Start();
   Status client_status = Status::Ok();
   const Clock::time_point start = Clock::now();

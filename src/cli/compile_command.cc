@@ -47,9 +47,9 @@ Status Compile(const Args& args) {
   if (args.Has("artifact")) return InvalidArgument("--artifact is an input of other commands");
   LoadOptions o;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &o));
-  VLS_ASSIGN_OR_RETURN(long long cap, args.Int("capacity", o.capacity, 1, 1 << 24));
-  VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", o.slots, 1, 4096));
-  VLS_ASSIGN_OR_RETURN(long long nmax, args.Int("nmax", 0, 0, 1 << 24));
+  VLS_ASSIGN_OR_RETURN(long long cap, args.Int("capacity", o.capacity, 1, kMaxCapacity));
+  VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", o.slots, 1, kMaxSlots));
+  VLS_ASSIGN_OR_RETURN(long long nmax, args.Int("nmax", 0, 0, kMaxCapacity));
   o.capacity = static_cast<int>(cap);
   o.slots = static_cast<int>(slots);
   o.nmax = static_cast<int>(nmax);

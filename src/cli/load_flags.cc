@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/thread_pool.h"
+
 namespace vls::cli {
 
 const std::set<std::string>& LoadFlagNames() {
@@ -31,7 +33,7 @@ std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {
       ")\n"
       "  --kv-cache K         KV cache element type: f32 or bf16 (default: f32 at --precision\n"
       "                       f32, else bf16)\n"
-      "  --threads T          kernel threads, 0 for all cores (default 0)\n";
+      "  --threads T          kernel threads, 0 for all cores, at most 1024 (default 0)\n";
   if (artifact) {
     help +=
         "  --artifact FILE      prepared weights written by `vlstack compile` with the same\n"
@@ -52,7 +54,7 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
   } else {
     return InvalidArgument("--precision must be f32, bf16 or int8, not '" + p + "'");
   }
-  VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, 4096));
+  VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, kMaxThreads));
   o->threads = static_cast<int>(threads);
   o->artifact = args.Get("artifact").value_or("");
   if (const auto kv = args.Get("kv-cache")) {

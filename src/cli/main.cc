@@ -1,6 +1,8 @@
 // vlstack: the command-line front end. The commands are listed in kCommands; each answers
 // --help (cli/args.h).
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <string_view>
 
 #include "cli/commands.h"
@@ -39,6 +41,21 @@ void Usage(std::FILE* out) {
                "failures.\n");
 }
 
+// Runs a command; an exception that escapes it (each command's body already turns its own into
+// a status: cli/args.h RunCommand) is an error message and exit code 1, never std::terminate.
+int RunGuarded(const Command& c, int argc, char** argv) {
+  try {
+    return c.run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "vlstack %s: RESOURCE_EXHAUSTED: out of memory\n", c.name);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vlstack %s: INTERNAL: unexpected exception: %s\n", c.name, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "vlstack %s: INTERNAL: unexpected non-standard exception\n", c.name);
+  }
+  return 1;
+}
+
 const Command* Find(std::string_view name) {
   for (const Command& c : kCommands) {
     if (name == c.name) return &c;
@@ -65,7 +82,7 @@ int main(int argc, char** argv) {
     if (c != nullptr && argc == 3) {
       char help[] = "--help";
       char* args[] = {help, nullptr};
-      return c->run(1, args);
+      return RunGuarded(*c, 1, args);
     }
     if (c == nullptr) {
       std::fprintf(stderr, "vlstack help: unknown command '%s'\n", argv[2]);
@@ -75,7 +92,7 @@ int main(int argc, char** argv) {
     Usage(stderr);
     return 2;
   }
-  if (const Command* c = Find(cmd)) return c->run(argc - 2, argv + 2);
+  if (const Command* c = Find(cmd)) return RunGuarded(*c, argc - 2, argv + 2);
   std::fprintf(stderr, "vlstack: unknown command '%s'\n", argv[1]);
   Usage(stderr);
   return 2;

@@ -9,7 +9,11 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
+#include <string>
 
+#include "base/checked_math.h"
+#include "base/status.h"
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
@@ -26,14 +30,39 @@ enum class KvDType { kF32, kBf16 };
 // Thread safety: none; one owner (a session or a batch slot) at a time.
 class KvCache {
  public:
+  // Bytes a cache of this shape holds (K and V), or nullopt when that overflows 64 bits or a
+  // dimension is negative.
+  static std::optional<uint64_t> Bytes(int layers, int capacity, int kv_heads, int head_dim,
+                                       KvDType dtype) {
+    const int64_t dims[] = {2, layers, capacity, kv_heads, head_dim};
+    return CheckedByteCount(dims, ElementBytes(dtype));
+  }
+
+  // A zeroed cache, or ResourceExhausted (naming the bytes) when its size overflows or the
+  // memory cannot be had. The constructor below throws std::bad_alloc instead.
+  static StatusOr<std::unique_ptr<KvCache>> Create(int layers, int capacity, int kv_heads,
+                                                   int head_dim, KvDType dtype = KvDType::kF32) {
+    const std::optional<uint64_t> bytes = Bytes(layers, capacity, kv_heads, head_dim, dtype);
+    if (!bytes || *bytes > SIZE_MAX / 2) {
+      return ResourceExhausted("KV cache of capacity " + std::to_string(capacity) +
+                               ": its size overflows");
+    }
+    try {
+      return std::make_unique<KvCache>(layers, capacity, kv_heads, head_dim, dtype);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhausted("cannot allocate a KV cache of capacity " +
+                               std::to_string(capacity) + " (" + std::to_string(*bytes) +
+                               " bytes): out of memory");
+    }
+  }
+
   KvCache(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype = KvDType::kF32)
       : layers_(layers),
         capacity_(capacity),
         kv_heads_(kv_heads),
         head_dim_(head_dim),
         dtype_(dtype),
-        elements_(static_cast<size_t>(layers) * static_cast<size_t>(capacity) *
-                  static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim)),
+        elements_(Elements(layers, capacity, kv_heads, head_dim, dtype)),
         k_(Allocate(elements_ * element_bytes())),
         v_(Allocate(elements_ * element_bytes())) {}
 
@@ -97,7 +126,14 @@ class KvCache {
     void operator()(std::byte* p) const { std::free(p); }
   };
   using Buffer = std::unique_ptr<std::byte[], Free>;
+  // layers·capacity·kv_heads·head_dim; throws std::bad_alloc when the cache's bytes overflow.
+  static size_t Elements(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype) {
+    const std::optional<uint64_t> bytes = Bytes(layers, capacity, kv_heads, head_dim, dtype);
+    if (!bytes || *bytes > SIZE_MAX / 2) throw std::bad_alloc();
+    return static_cast<size_t>(*bytes / 2 / ElementBytes(dtype));
+  }
   static Buffer Allocate(size_t n) {
+    if (n > SIZE_MAX - 64) throw std::bad_alloc();
     const size_t bytes = std::max<size_t>(64, (n + 63) / 64 * 64);
     auto* p = static_cast<std::byte*>(std::aligned_alloc(64, bytes));
     if (p == nullptr) throw std::bad_alloc();

@@ -1,9 +1,13 @@
 #include "model/prepared_artifact.h"
 
-#include <cerrno>
+#include <xxhash.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "io/untrusted_json.h"
 
 namespace vls {
 
@@ -11,10 +15,12 @@ namespace {
 
 constexpr char kMagic[8] = {'V', 'L', 'S', 'P', 'R', 'E', 'P', '1'};
 constexpr const char* kFormat = "vlstack-prepared-weights";
-constexpr int kVersion = 1;
 constexpr uint64_t kChunk = uint64_t{64} << 20;
 // A header longer than this is not one vlstack wrote (about 120 bytes per entry).
 constexpr uint64_t kMaxHeader = uint64_t{64} << 20;
+// Bounds and shapes far beyond any model, so the arithmetic on them cannot overflow.
+constexpr int64_t kMaxBound = int64_t{1} << 30;
+constexpr int64_t kMaxDim = int64_t{1} << 40;
 
 nlohmann::json ToJson(const ArtifactHeader& h) {
   nlohmann::json entries = nlohmann::json::array();
@@ -27,48 +33,95 @@ nlohmann::json ToJson(const ArtifactHeader& h) {
                        {"bytes", e.bytes}});
   }
   return {{"format", kFormat},
-          {"version", kVersion},
+          {"version", kArtifactFormatVersion},
           {"identity", h.identity},
           {"precision", h.precision},
           {"bounds", {{"capacity", h.capacity}, {"slots", h.slots}, {"nmax", h.nmax}}},
           {"data_offset", h.data_offset},
           {"data_bytes", h.data_bytes},
+          {"data_xxh3_128", h.data_xxh3_128},
           {"entries", entries}};
 }
 
-bool IsHex64(const std::string& s) {
-  if (s.size() != 64) return false;
+bool IsHex(const std::string& s, size_t digits) {
+  if (s.size() != digits) return false;
   for (char c : s) {
     if ((c < '0' || c > '9') && (c < 'a' || c > 'f')) return false;
   }
   return true;
 }
 
-// Reads header fields; throws nlohmann::json exceptions on wrong types or missing keys.
-ArtifactHeader FromJson(const nlohmann::json& j) {
-  ArtifactHeader h;
-  h.identity = j.at("identity").get<std::string>();
-  h.precision = j.at("precision").get<std::string>();
-  const nlohmann::json& b = j.at("bounds");
-  h.capacity = b.at("capacity").get<int>();
-  h.slots = b.at("slots").get<int>();
-  h.nmax = b.at("nmax").get<int>();
-  h.data_offset = j.at("data_offset").get<uint64_t>();
-  h.data_bytes = j.at("data_bytes").get<uint64_t>();
-  for (const nlohmann::json& e : j.at("entries")) {
-    PreparedEntry p;
-    p.name = e.at("name").get<std::string>();
-    const std::string dt = e.at("dtype").get<std::string>();
-    if (!ParsePreparedStorageName(dt, &p)) {
-      throw std::invalid_argument("entry '" + p.name + "' has unknown dtype '" + dt + "'");
-    }
-    p.rows = e.at("rows").get<int64_t>();
-    p.cols = e.at("cols").get<int64_t>();
-    p.offset = e.at("offset").get<uint64_t>();
-    p.bytes = e.at("bytes").get<uint64_t>();
-    h.entries.push_back(std::move(p));
+// Strict reads of the header's fields: every error is "bad header: <what is wrong>".
+class HeaderReader {
+ public:
+  explicit HeaderReader(std::string what) : what_(std::move(what)) {}
+
+  Status Bad(const std::string& detail) const {
+    return InvalidArgument(what_ + "bad header: " + detail);
   }
-  return h;
+  // The member `key` of object `obj` (named `where`), or an error when it is missing.
+  StatusOr<const nlohmann::json*> Member(const nlohmann::json& obj, const std::string& where,
+                                         const char* key) const {
+    if (!obj.is_object()) return Bad(where + " is " + JsonTypeName(obj) + ", not an object");
+    const auto it = obj.find(key);
+    if (it == obj.end()) return Bad(where + " has no \"" + key + "\"");
+    return &*it;
+  }
+  Status Int(const nlohmann::json& obj, const std::string& where, const char* key, int64_t min,
+             int64_t max, int64_t* out) const {
+    VLS_ASSIGN_OR_RETURN(const nlohmann::json* v, Member(obj, where, key));
+    const Status s = ReadJsonInt(*v, key, min, max, out);
+    return s.ok() ? s : Bad(s.message());
+  }
+  Status Str(const nlohmann::json& obj, const std::string& where, const char* key,
+             std::string* out) const {
+    VLS_ASSIGN_OR_RETURN(const nlohmann::json* v, Member(obj, where, key));
+    const Status s = ReadJsonString(*v, key, out);
+    return s.ok() ? s : Bad(s.message());
+  }
+
+ private:
+  std::string what_;
+};
+
+// The header's fields after format and version have been checked.
+Status ReadHeaderFields(const HeaderReader& r, const nlohmann::json& j, ArtifactHeader* h) {
+  VLS_RETURN_IF_ERROR(r.Str(j, "the header", "identity", &h->identity));
+  VLS_RETURN_IF_ERROR(r.Str(j, "the header", "precision", &h->precision));
+  VLS_ASSIGN_OR_RETURN(const nlohmann::json* b, r.Member(j, "the header", "bounds"));
+  int64_t v = 0;
+  VLS_RETURN_IF_ERROR(r.Int(*b, "bounds", "capacity", 0, kMaxBound, &v));
+  h->capacity = static_cast<int>(v);
+  VLS_RETURN_IF_ERROR(r.Int(*b, "bounds", "slots", 0, kMaxBound, &v));
+  h->slots = static_cast<int>(v);
+  VLS_RETURN_IF_ERROR(r.Int(*b, "bounds", "nmax", 0, kMaxBound, &v));
+  h->nmax = static_cast<int>(v);
+  VLS_RETURN_IF_ERROR(r.Int(j, "the header", "data_offset", 0, INT64_MAX, &v));
+  h->data_offset = static_cast<uint64_t>(v);
+  VLS_RETURN_IF_ERROR(r.Int(j, "the header", "data_bytes", 0, INT64_MAX, &v));
+  h->data_bytes = static_cast<uint64_t>(v);
+  VLS_RETURN_IF_ERROR(r.Str(j, "the header", "data_xxh3_128", &h->data_xxh3_128));
+  VLS_ASSIGN_OR_RETURN(const nlohmann::json* entries, r.Member(j, "the header", "entries"));
+  if (!entries->is_array()) return r.Bad("entries is " + JsonTypeName(*entries));
+  for (size_t i = 0; i < entries->size(); ++i) {
+    const nlohmann::json& e = (*entries)[i];
+    const std::string where = "entry " + std::to_string(i);
+    PreparedEntry p;
+    VLS_RETURN_IF_ERROR(r.Str(e, where, "name", &p.name));
+    std::string dt;
+    VLS_RETURN_IF_ERROR(r.Str(e, where, "dtype", &dt));
+    if (!ParsePreparedStorageName(dt, &p)) {
+      return r.Bad("entry '" + p.name + "' has unknown dtype '" + dt + "'");
+    }
+    VLS_RETURN_IF_ERROR(r.Int(e, where, "rows", 0, kMaxDim, &p.rows));
+    VLS_RETURN_IF_ERROR(r.Int(e, where, "cols", 0, kMaxDim, &p.cols));
+    VLS_RETURN_IF_ERROR(r.Int(e, where, "offset", 0, INT64_MAX, &v));
+    p.offset = static_cast<uint64_t>(v);
+    VLS_RETURN_IF_ERROR(r.Int(e, where, "bytes", 0, INT64_MAX, &v));
+    p.bytes = static_cast<uint64_t>(v);
+    h->entries.push_back(std::move(p));
+  }
+  return Status::Ok();
 }
 
 void PutU64(uint64_t v, char* out) {
@@ -81,19 +134,21 @@ uint64_t GetU64(const std::byte* p) {
   return v;
 }
 
-Status WriteAll(std::FILE* f, const void* data, size_t n, const std::string& path) {
-  if (std::fwrite(data, 1, n, f) != n) {
-    return IoError("cannot write " + path + ": " + std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
+
+std::string Xxh3Hex(const void* data, size_t size) {
+  const XXH128_hash_t h = XXH3_128bits(data, size);
+  char out[33];
+  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return out;
+}
 
 Status WritePreparedArtifact(const std::string& path, ArtifactHeader header,
                              const PreparedWeights& pw, const PrepareProgress& progress) {
   header.entries = pw.entries();
   header.data_bytes = pw.size();
+  header.data_xxh3_128 = Xxh3Hex(pw.data(), pw.size());
   // The header's own length depends on data_offset's digits: size it with a generous guess.
   header.data_offset = 0;
   const uint64_t guess = ToJson(header).dump().size() + 64;
@@ -105,23 +160,16 @@ Status WritePreparedArtifact(const std::string& path, ArtifactHeader header,
   PutU64(json.size(), head.data() + 8);
   std::memcpy(head.data() + 16, json.data(), json.size());
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return IoError("cannot create " + tmp + ": " + std::strerror(errno));
-  Status s = WriteAll(f, head.data(), head.size(), tmp);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path));
+  VLS_RETURN_IF_ERROR(out->Append(head.data(), head.size()));
   const int chunks = static_cast<int>((pw.size() + kChunk - 1) / kChunk);
-  for (int c = 0; s.ok() && c < chunks; ++c) {
+  for (int c = 0; c < chunks; ++c) {
     const uint64_t off = static_cast<uint64_t>(c) * kChunk;
-    s = WriteAll(f, pw.data() + off, static_cast<size_t>(std::min(kChunk, pw.size() - off)), tmp);
-    if (s.ok() && progress) progress(c + 1, chunks);
+    VLS_RETURN_IF_ERROR(
+        out->Append(pw.data() + off, static_cast<size_t>(std::min(kChunk, pw.size() - off))));
+    if (progress) progress(c + 1, chunks);
   }
-  if (std::fclose(f) != 0 && s.ok())
-    s = IoError("cannot write " + tmp + ": " + std::strerror(errno));
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-  }
-  if (!s.ok()) std::remove(tmp.c_str());
-  return s;
+  return out->Commit();
 }
 
 StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std::byte* prefix,
@@ -135,21 +183,40 @@ StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std:
     return InvalidArgument(what + "header length " + std::to_string(len) +
                            " runs past the end of the file");
   }
-  ArtifactHeader h;
-  try {
-    const nlohmann::json j =
-        nlohmann::json::parse(reinterpret_cast<const char*>(prefix) + 16,
-                              reinterpret_cast<const char*>(prefix) + 16 + len);
-    if (j.at("format") != kFormat) return InvalidArgument(what + "format is not " + kFormat);
-    if (j.at("version") != kVersion) {
-      return InvalidArgument(what + "version " + j.at("version").dump() + " is not supported (" +
-                             std::to_string(kVersion) + " is)");
-    }
-    h = FromJson(j);
-  } catch (const std::exception& e) {
-    return InvalidArgument(what + "bad header: " + e.what());
+  const HeaderReader r(what);
+  nlohmann::json j;
+  JsonParseOptions po;
+  po.code = StatusCode::kInvalidArgument;
+  const Status parsed = ParseUntrustedJson(
+      "header",
+      std::string_view(reinterpret_cast<const char*>(prefix) + 16, static_cast<size_t>(len)), &j,
+      po);
+  if (!parsed.ok()) {
+    return Status(parsed.code(), what + "bad header: " + parsed.message());
   }
-  if (!IsHex64(h.identity)) return InvalidArgument(what + "identity is not 64 hex digits");
+  std::string format;
+  VLS_RETURN_IF_ERROR(r.Str(j, "the header", "format", &format));
+  if (format != kFormat) return InvalidArgument(what + "format is not " + kFormat);
+  VLS_ASSIGN_OR_RETURN(const nlohmann::json* version, r.Member(j, "the header", "version"));
+  if (*version != kArtifactFormatVersion) {
+    const std::string v = JsonSnippet(*version);
+    if (version->is_number_integer() && *version >= 1 && *version < kArtifactFormatVersion) {
+      return InvalidArgument(what + "format version " + v +
+                             " is not supported: it was compiled by an older vlstack (this one "
+                             "reads version " +
+                             std::to_string(kArtifactFormatVersion) +
+                             ", which checksums the weights); recompile it with `vlstack "
+                             "compile`");
+    }
+    return InvalidArgument(what + "version " + v + " is not supported (" +
+                           std::to_string(kArtifactFormatVersion) + " is)");
+  }
+  ArtifactHeader h;
+  VLS_RETURN_IF_ERROR(ReadHeaderFields(r, j, &h));
+  if (!IsHex(h.identity, 64)) return InvalidArgument(what + "identity is not 64 hex digits");
+  if (!IsHex(h.data_xxh3_128, 32)) {
+    return InvalidArgument(what + "data_xxh3_128 is not 32 lowercase hex digits");
+  }
   if (h.data_offset % kPreparedAlign != 0 || h.data_offset < 16 + len) {
     return InvalidArgument(what + "data_offset " + std::to_string(h.data_offset) +
                            " is misaligned or overlaps the header");
@@ -160,6 +227,16 @@ StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std:
                            " + " + std::to_string(h.data_bytes) + " (truncated or padded)");
   }
   return h;
+}
+
+Status VerifyArtifactData(const std::string& path, const ArtifactHeader& header,
+                          const std::byte* data, uint64_t size) {
+  const std::string got = Xxh3Hex(data, static_cast<size_t>(size));
+  if (got == header.data_xxh3_128) return Status::Ok();
+  return DataLoss("artifact " + path +
+                  ": the prepared weights do not match their checksum (data_xxh3_128 " +
+                  header.data_xxh3_128 + " in the header, " + got +
+                  " computed): the file is corrupt; compile it again");
 }
 
 StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
@@ -196,8 +273,9 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
   pw->artifact_identity_ = std::move(h.identity);
   pw->artifact_bounds_ = "capacity " + std::to_string(h.capacity) + ", slots " +
                          std::to_string(h.slots) + ", nmax " + std::to_string(h.nmax);
-  // Start reading the region in now rather than on the first token.
+  // Start reading the region in now rather than on the first token; the checksum reads it all.
   AdviseWillNeed(pw->data_, pw->size_);
+  VLS_RETURN_IF_ERROR(VerifyArtifactData(path, h, pw->data_, pw->size_));
   pw->file_ = std::move(file);
   VLS_RETURN_IF_ERROR(pw->BindEntries(cfg).WithContext("artifact " + path));
   return pw;

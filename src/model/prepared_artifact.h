@@ -3,15 +3,23 @@
 //
 //   [0, 8)                 magic "VLSPREP1"
 //   [8, 16)                header length h, u64 little-endian
-//   [16, 16 + h)           header, JSON: {"format":"vlstack-prepared-weights","version":1,
+//   [16, 16 + h)           header, JSON: {"format":"vlstack-prepared-weights","version":2,
 //                          "identity":"<64 hex>","precision":"bf16","bounds":{...},
-//                          "data_offset":X,"data_bytes":N,"entries":[{"name","dtype","rows",
-//                          "cols","offset","bytes"}, ...]}
+//                          "data_offset":X,"data_bytes":N,"data_xxh3_128":"<32 hex>",
+//                          "entries":[{"name","dtype","rows","cols","offset","bytes"}, ...]}
 //   [16 + h, X)            zero padding; X is a multiple of kPreparedAlign
 //   [X, X + N)             the region; the file ends exactly there
 //
 // The identity is the LoadedModel identity (CONTRACTS §1) of the model the artifact was
-// compiled from; the loader recomputes it from the checkpoint and refuses a mismatch.
+// compiled from; the loader recomputes it from the checkpoint and refuses a mismatch. The
+// identity says which weights the file should hold; data_xxh3_128 (XXH3-128 of the region,
+// big-endian hex, checked at every load: about 0.15 s per GB) says that it holds them, so a
+// zeroed or flipped byte is refused (kDataLoss) instead of answering with broken weights.
+//
+// Version history: 1 had no checksum (refused: "recompile"); 2 adds data_xxh3_128.
+//
+// The header is input from outside: it is parsed with ParseUntrustedJson (no duplicate keys,
+// bounded nesting, nothing after the value) and read with the strict typed readers.
 #ifndef VLSTACK_MODEL_PREPARED_ARTIFACT_H_
 #define VLSTACK_MODEL_PREPARED_ARTIFACT_H_
 
@@ -30,18 +38,31 @@ struct ArtifactHeader {
   std::string precision;  // kernels::PrecisionName
   int capacity = 0, slots = 0, nmax = 0;
   uint64_t data_offset = 0, data_bytes = 0;
+  std::string data_xxh3_128;  // 32 lowercase hex digits
   std::vector<PreparedEntry> entries;
 };
 
-// Writes `header` (its data_offset and data_bytes are filled in here) and pw's region to
-// `path` through `path.tmp` and a rename. `progress(done, total)` counts written chunks.
+inline constexpr int kArtifactFormatVersion = 2;
+
+// XXH3-128 of bytes as 32 lowercase hex digits (high half first).
+std::string Xxh3Hex(const void* data, size_t size);
+
+// Writes `header` (its data_offset, data_bytes, checksum and entries are filled in here) and
+// pw's region to `path` through base/file.h's OutputFile (a temporary file renamed onto the
+// path; a symbolic link is written through). `progress(done, total)` counts written chunks.
 Status WritePreparedArtifact(const std::string& path, ArtifactHeader header,
                              const PreparedWeights& pw, const PrepareProgress& progress);
 
 // Parses and checks the header of an artifact file of `file_size` bytes whose first bytes are
-// `prefix` (at least the whole header). Every error names `path` and what is wrong.
+// `prefix` (at least the whole header). Every error names `path` and what is wrong. Only the
+// header: the checksum is verified by PreparedWeights::FromArtifact (VerifyArtifactData).
+// Needs no model, so the fuzz target (fuzz/artifact_header_fuzz.cc) runs it on raw bytes.
 StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std::byte* prefix,
                                              size_t prefix_size, uint64_t file_size);
+
+// DataLoss (naming `path`) when `data[size]` does not hash to the header's data_xxh3_128.
+Status VerifyArtifactData(const std::string& path, const ArtifactHeader& header,
+                          const std::byte* data, uint64_t size);
 
 }  // namespace vls
 

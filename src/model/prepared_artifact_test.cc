@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -123,15 +124,42 @@ TEST_F(PreparedArtifactTest, CorruptFilesAreRefusedByName) {
     if (at != std::string::npos) e.replace(at, from.size(), to);
     return e;
   };
-  expect(edit("\"version\":1", "\"version\":7"), "version 7 is not supported");
+  expect(edit("\"version\":2", "\"version\":7"), "version 7 is not supported");
+  expect(edit("\"version\":2", "\"version\":1"), "recompile it with `vlstack compile`");
   expect(edit("\"precision\":\"bf16\"", "\"precision\":\"f32\" "), "compiled for precision f32");
   expect(edit("\"identity\":\"aaaa", "\"identity\":\"zzzz"), "identity is not 64 hex digits");
   // The same length, so only the entry changes: dense BF16 where the model wants BF16 blocked.
   expect(edit("\"dtype\":\"BF16_BLOCKED\"", "\"dtype\":\"BF16\"        "),
          "does not match this model's layout");
   expect(edit("\"dtype\":\"BF16_BLOCKED\"", "\"dtype\":\"Q99\"         "), "unknown dtype 'Q99'");
-  expect(edit("\"rows\":", "\"rowz\":"), "bad header");
+  expect(edit("\"rows\":", "\"rowz\":"), "bad header: entry 0 has no \"rows\"");
+  expect(edit("\"rows\":", "\"bytes\":"), "bad header");  // a repeated key
+  expect(edit("\"capacity\":16", "\"capacity\":1e9"), "bad header");
+  expect(edit("\"data_xxh3_128\":\"", "\"data_xxh3_128\":\"z"), "bad header");
   expect(edit("\"data_offset\":4096", "\"data_offset\":4095"), "misaligned");
+}
+
+// The header names the right model but the weight bytes are damaged: the checksum refuses the
+// file (kDataLoss) instead of serving broken weights.
+TEST_F(PreparedArtifactTest, DamagedWeightBytesAreRefusedByTheChecksum) {
+  auto expect_data_loss = [&](const std::string& bytes) {
+    const Status s = LoadWith(bytes);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_NE(s.message().find("the prepared weights do not match their checksum"),
+              std::string::npos)
+        << s.ToString();
+    EXPECT_NE(s.message().find(path_ + ".bad"), std::string::npos) << s.ToString();
+  };
+  const size_t n = bytes_.size();
+  std::string zeroed = bytes_;
+  std::fill(zeroed.begin() + static_cast<ptrdiff_t>(n / 2),
+            zeroed.begin() + static_cast<ptrdiff_t>(std::min(n, n / 2 + 4096)), '\0');
+  ASSERT_NE(zeroed, bytes_);
+  expect_data_loss(zeroed);
+  std::string flipped = bytes_;
+  flipped[n - 100] = static_cast<char>(flipped[n - 100] ^ 1);
+  expect_data_loss(flipped);
+  EXPECT_TRUE(LoadWith(bytes_).ok());
 }
 
 TEST_F(PreparedArtifactTest, ArtifactOfAnotherShapeOrPrecisionIsRefused) {

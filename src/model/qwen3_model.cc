@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
+#include <stdexcept>
+#include <system_error>
 #include <vector>
 
+#include "base/checked_math.h"
 #include "base/memory.h"
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
 
@@ -20,20 +25,89 @@ constexpr int64_t kChunkRows = 256;
 
 }  // namespace
 
+KvDType DefaultKvDType(kernels::Precision precision) {
+  return precision == kernels::Precision::kF32 ? KvDType::kF32 : KvDType::kBf16;
+}
+
+std::string ServingMemory::Describe(int slots) const {
+  return std::to_string(slots) + " slot(s) x (KV cache " + FormatBytes(kv_per_slot) + " + " +
+         FormatBytes(other_per_slot) + ") + working buffers " + FormatBytes(working);
+}
+
+StatusOr<ServingMemory> PlanServingMemory(const Qwen3Config& cfg, KvDType kv_dtype, int capacity,
+                                          int slots, int threads) {
+  const auto overflow = [&](const char* what) {
+    return ResourceExhausted(std::string(what) + " of capacity " + std::to_string(capacity) +
+                             " and " + std::to_string(slots) + " slot(s) overflows 64 bits");
+  };
+  if (capacity < 0 || slots < 0 || threads < 0) return overflow("the memory");
+  ServingMemory m;
+  const std::optional<uint64_t> kv =
+      KvCache::Bytes(cfg.layers, capacity, cfg.kv_heads, cfg.head_dim, kv_dtype);
+  if (!kv) return overflow("the KV cache");
+  m.kv_per_slot = *kv;
+  const auto C = static_cast<uint64_t>(capacity), V = static_cast<uint64_t>(cfg.vocab);
+  const auto H = static_cast<uint64_t>(cfg.hidden), I = static_cast<uint64_t>(cfg.intermediate);
+  const auto qd = static_cast<uint64_t>(cfg.heads) * static_cast<uint64_t>(cfg.head_dim);
+  const auto kvd = static_cast<uint64_t>(cfg.kv_heads) * static_cast<uint64_t>(cfg.head_dim);
+  // Per slot: its logits [V] f32, and per row a prefix key (16 bytes) and a prompt id.
+  const std::optional<uint64_t> row_book = CheckedMul(C, 16 + 4);
+  const std::optional<uint64_t> other = row_book ? CheckedAdd(*row_book, V * 4) : std::nullopt;
+  if (!other) return overflow("the slot bookkeeping");
+  m.other_per_slot = *other;
+  // One pass of C rows: the residual stream and a normed copy [C, H] f32, the last row's
+  // logits [V], the layer scratch of one chunk of kChunkRows rows (RunLayerChunk), the BF16 /
+  // Q8 activations of its matmuls, and per participant the attention scores of one query [C].
+  const uint64_t chunk = std::min<uint64_t>(C, kChunkRows);
+  const uint64_t layer_floats =
+      std::max(std::max(H, qd) + std::max(qd + 2 * kvd, H) + qd, H + 3 * I);
+  uint64_t working = chunk * (layer_floats * 4 + std::max(H, I) * 4) + V * 4;
+  const std::optional<uint64_t> rows = CheckedMul(C, 2 * H * 4);
+  const std::optional<uint64_t> scores = CheckedMul(C, 8 * static_cast<uint64_t>(threads) + 8);
+  if (!rows || !scores) return overflow("the working memory");
+  const std::optional<uint64_t> w = CheckedAdd(working, *rows);
+  const std::optional<uint64_t> w2 = w ? CheckedAdd(*w, *scores) : std::nullopt;
+  if (!w2) return overflow("the working memory");
+  m.working = *w2;
+  const std::optional<uint64_t> per_slot = CheckedAdd(m.kv_per_slot, m.other_per_slot);
+  const std::optional<uint64_t> slots_bytes =
+      per_slot ? CheckedMul(*per_slot, static_cast<uint64_t>(slots)) : std::nullopt;
+  const std::optional<uint64_t> total =
+      slots_bytes ? CheckedAdd(*slots_bytes, m.working) : std::nullopt;
+  if (!total) return overflow("the KV caches");
+  m.total = *total;
+  return m;
+}
+
 StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir) {
   return Load(dir, ModelOptions{});
 }
 
 StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
                                                        const ModelOptions& options) {
-  if (options.threads < 0) return InvalidArgument("model options: threads must not be negative");
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    return InvalidArgument("model options: threads " + std::to_string(options.threads) +
+                           " is outside [0, " + std::to_string(kMaxThreads) +
+                           "] (0: all hardware threads)");
+  }
   VLS_ASSIGN_OR_RETURN(Qwen3Config cfg, LoadQwen3Config(dir));
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt,
                        SafetensorsCheckpoint::Open(dir));
   auto w = BindQwen3Weights(cfg, *ckpt);
   if (!w.ok()) return w.status().WithContext(dir);
-  auto ctx =
-      std::make_unique<kernels::Context>(options.threads, options.precision, options.variant);
+  // The context starts the thread pool: a thread the system refuses is an error, not an abort.
+  std::unique_ptr<kernels::Context> ctx;
+  try {
+    ctx = std::make_unique<kernels::Context>(options.threads, options.precision, options.variant);
+  } catch (const std::system_error& e) {
+    return ResourceExhausted(std::string(e.what()) +
+                             "; lower --threads or raise the process limits (ulimit -u, -v)");
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory starting " + std::to_string(options.threads) +
+                             " kernel threads");
+  } catch (const std::invalid_argument& e) {
+    return InvalidArgument(e.what());
+  }
   auto prepared = options.artifact.empty()
                       ? PreparedWeights::Prepare(cfg, *w, *ctx, options.progress)
                       : PreparedWeights::FromArtifact(options.artifact, cfg, *w, options.precision);
@@ -41,13 +115,12 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
   std::unique_ptr<Qwen3Model> model(
       new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), std::move(ctx)));
   model->prepared_ = std::move(*prepared);
-  model->kv_dtype_ = options.kv_dtype.value_or(
-      options.precision == kernels::Precision::kF32 ? KvDType::kF32 : KvDType::kBf16);
+  model->kv_dtype_ = options.kv_dtype.value_or(DefaultKvDType(options.precision));
   return model;
 }
 
-std::unique_ptr<KvCache> Qwen3Model::NewCache(int capacity) const {
-  return std::make_unique<KvCache>(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim, kv_dtype_);
+StatusOr<std::unique_ptr<KvCache>> Qwen3Model::NewCache(int capacity) const {
+  return KvCache::Create(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim, kv_dtype_);
 }
 
 void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {

@@ -46,7 +46,7 @@ class LayerHook {
 
 // How a model executes: its thread pool size and matmul precision (kernels/dispatch.h).
 struct ModelOptions {
-  int threads = 0;  // 0: all hardware threads
+  int threads = 0;  // 0: all hardware threads; at most kMaxThreads (base/thread_pool.h)
   kernels::Precision precision = kernels::Precision::kF32;
   const kernels::KernelVariant* variant = nullptr;  // null: kernels::DefaultVariant()
   PrepareProgress progress;                         // weight preparation progress, may be empty
@@ -57,6 +57,24 @@ struct ModelOptions {
   // path), else BF16 (half the bytes attention streams per decode step).
   std::optional<KvDType> kv_dtype;
 };
+
+// The KV element type a load gets when ModelOptions::kv_dtype is unset.
+KvDType DefaultKvDType(kernels::Precision precision);
+
+// Memory a model needs beside its weights to serve `slots` sequences of `capacity` positions
+// with a pool of `threads` participants (all counted in bytes, with overflow-checked
+// arithmetic; an estimate from above of the buffers, not of the allocator's overhead).
+struct ServingMemory {
+  uint64_t kv_per_slot = 0;     // one KvCache of `capacity`
+  uint64_t other_per_slot = 0;  // a slot's logits [V] and per-row bookkeeping
+  uint64_t working = 0;         // one pass of `capacity` rows: activations, logits, scratch
+  uint64_t total = 0;           // slots · (kv + other) + working
+  // "16 slots x (KV cache 1.0 GiB + 0.1 MiB) + working buffers 0.2 GiB" for error messages.
+  std::string Describe(int slots) const;
+};
+// ResourceExhausted naming the figure when a size overflows 64 bits.
+StatusOr<ServingMemory> PlanServingMemory(const Qwen3Config& cfg, KvDType kv_dtype, int capacity,
+                                          int slots, int threads);
 
 // A loaded model. Immutable after Load apart from its context's scratch arenas; Forward may
 // run concurrently on disjoint caches: the model's thread pool runs one caller at a time, each
@@ -80,8 +98,9 @@ class Qwen3Model {
   // Bytes the scratch arenas of this model's context hold now (its working memory beside the
   // prepared weights and the KV caches). Callable from any thread at any time.
   size_t scratch_bytes() const { return ctx_->ScratchBytes(); }
-  // A zeroed cache of `capacity` positions in kv_dtype().
-  std::unique_ptr<KvCache> NewCache(int capacity) const;
+  // A zeroed cache of `capacity` positions in kv_dtype(); ResourceExhausted (naming the bytes)
+  // when its size overflows or the memory cannot be had.
+  StatusOr<std::unique_ptr<KvCache>> NewCache(int capacity) const;
   KvDType kv_dtype() const { return kv_dtype_; }
 
   // out[S, H] = embedding rows of `tokens`. REQUIRES: every token in [0, V) (checked by callers).

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/test_checkpoint.h"
 
 namespace vls {
@@ -50,7 +51,7 @@ std::vector<int32_t> Greedy(const Qwen3Model& model, int steps, std::vector<floa
   const int64_t H = model.config().hidden, V = model.config().vocab;
   std::vector<int32_t> prompt = {1, 17, 42, 5, 99, 250, 3};
   const int S = static_cast<int>(prompt.size());
-  auto cache = model.NewCache(S + steps);
+  auto cache = model.NewCache(S + steps).value();
   std::vector<ForwardRow> rows;
   rows.reserve(static_cast<size_t>(S));
   for (int p = 0; p < S; ++p) rows.push_back({cache.get(), p, {p, p, p}});
@@ -153,7 +154,7 @@ std::vector<float> PrefillHidden(const Qwen3Model& model, const std::vector<int3
                                  const std::vector<int>& pieces) {
   const int64_t H = model.config().hidden;
   const int S = static_cast<int>(tokens.size());
-  auto cache = model.NewCache(S);
+  auto cache = model.NewCache(S).value();
   std::vector<ForwardRow> rows;
   rows.reserve(static_cast<size_t>(S));
   for (int p = 0; p < S; ++p) rows.push_back({cache.get(), p, {p, p, p}});
@@ -192,9 +193,60 @@ TEST(Qwen3ModelTest, ALongPrefillInRowChunksMatchesSeparatePasses) {
   }
 }
 
-TEST(Qwen3ModelTest, NegativeThreadsAreRefused) {
-  EXPECT_FALSE(
-      Qwen3Model::Load(TinyModelDir(), Options(-1, kernels::Precision::kF32, nullptr)).ok());
+TEST(Qwen3ModelTest, ThreadCountsOutsideTheBoundAreRefused) {
+  for (int threads : {-1, kMaxThreads + 1}) {
+    const Status s =
+        Qwen3Model::Load(TinyModelDir(), Options(threads, kernels::Precision::kF32, nullptr))
+            .status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << threads;
+    EXPECT_NE(s.message().find("threads " + std::to_string(threads) + " is outside [0, 1024]"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+// A cache too large to allocate is a status, not std::bad_alloc out of the constructor.
+TEST(Qwen3ModelTest, ACacheThatCannotBeAllocatedIsResourceExhausted) {
+  auto overflow = KvCache::Create(1 << 30, 1 << 30, 1 << 30, 1 << 30);
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(overflow.status().message().find("overflows"), std::string::npos);
+#if !defined(__SANITIZE_ADDRESS__)
+  // K alone is 1024 x 2^24 x 64 x 256 x 4 bytes = 2^50: beyond the 47-bit user address space,
+  // so no overcommit setting grants it (ASan aborts on such a request by default instead of
+  // returning null, so only here).
+  auto huge = KvCache::Create(1024, 1 << 24, 64, 256);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("cannot allocate a KV cache of capacity 16777216"),
+            std::string::npos)
+      << huge.status().message();
+#endif
+}
+
+TEST(Qwen3ModelTest, ServingMemoryCountsEverySlotsCacheWithoutOverflow) {
+  Qwen3Config cfg;
+  cfg.layers = 28;
+  cfg.kv_heads = 8;
+  cfg.head_dim = 128;
+  cfg.heads = 16;
+  cfg.hidden = 2048;
+  cfg.intermediate = 6144;
+  cfg.vocab = 151936;
+  auto one = PlanServingMemory(cfg, KvDType::kBf16, 4096, 1, 2);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->kv_per_slot, uint64_t{2} * 28 * 4096 * 8 * 128 * 2);  // 448 MiB
+  auto many = PlanServingMemory(cfg, KvDType::kBf16, 4096, 16, 2);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many->total - many->working, 16 * (one->total - one->working));
+  // The documented maxima multiply to far more than 64 bits of bytes would not hold here, but a
+  // config's dimensions can: those overflow to an error.
+  cfg.layers = 1 << 30;
+  cfg.kv_heads = 1 << 30;
+  auto overflow = PlanServingMemory(cfg, KvDType::kF32, 1 << 24, 4096, 2);
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(overflow.status().message().find("overflows 64 bits"), std::string::npos);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <exception>
 #include <new>
 
+#include "tokenizer/utf8.h"
+
 namespace vls {
 namespace {
 
@@ -39,6 +41,19 @@ uint64_t HashBytes(uint64_t seed, const void* data, size_t n) {
 constexpr uint64_t kSeeds[2] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull};
 constexpr uint64_t kTokenRow = 1, kEmbeddingRow = 2;
 
+// The error text of an exception caught in a step (`what` names the work that threw).
+std::string ErrorOf(const char* what, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(std::move(e));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(std::string(what) + ": out of memory").ToString();
+  } catch (const std::exception& x) {
+    return Internal(std::string(what) + " failed: " + x.what()).ToString();
+  } catch (...) {
+    return Internal(std::string(what) + " failed").ToString();
+  }
+}
+
 }  // namespace
 
 const char* FinishReasonName(FinishReason r) {
@@ -52,11 +67,28 @@ const char* FinishReasonName(FinishReason r) {
   return "unknown";
 }
 
+StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::Create(const LoadedModel& model,
+                                                           EventCallback callback,
+                                                           EngineOptions options) {
+  try {
+    return std::make_unique<BatchEngine>(model, std::move(callback), std::move(options));
+  } catch (const std::bad_alloc&) {
+    const StaticBounds& b = model.bounds();
+    return ResourceExhausted("batch engine: out of memory allocating the KV caches of " +
+                             std::to_string(b.slots) + " slot(s) of capacity " +
+                             std::to_string(b.capacity));
+  }
+}
+
 BatchEngine::BatchEngine(const LoadedModel& model, EventCallback callback, EngineOptions options)
-    : model_(model), callback_(std::move(callback)), options_(options) {
+    : model_(model), callback_(std::move(callback)), options_(std::move(options)) {
   std::lock_guard<std::mutex> lock(step_mu_);
   slots_.resize(static_cast<size_t>(model.bounds().slots));
   for (Slot& s : slots_) s.session = std::make_unique<Session>(model);
+}
+
+void BatchEngine::Fault(std::string_view point, uint64_t id) const {
+  if (options_.fault_hook_for_testing) options_.fault_hook_for_testing(point, id);
 }
 
 BatchEngine::~BatchEngine() { Stop(); }
@@ -244,13 +276,14 @@ void BatchEngine::FinishSlot(Slot& slot, FinishReason reason, const std::string&
                              StepResult* out) {
   TokenEvent e = MakeEvent(slot);
   e.finish = reason;
-  e.error = error;
+  e.error = tok::SanitizeUtf8(error);  // it may quote input or an exception's bytes
   out->events.push_back(std::move(e));
   out->finished.push_back(slot.id);
   ReleaseSlot(slot);
 }
 
 void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) {
+  Fault("sample", slot.id);
   const int32_t token = slot.sampler->Sample(logits, slot.request.tokens, slot.generated);
   slot.generated.push_back(token);
   TokenEvent e = MakeEvent(slot);
@@ -290,7 +323,7 @@ void BatchEngine::ApplyCancels(StepResult* out) {
   out->finished.insert(out->finished.end(), ids.begin(), ids.end());
 }
 
-void BatchEngine::Admit() {
+void BatchEngine::Admit(StepResult* out) {
   while (true) {
     std::vector<Slot*> free;
     for (Slot& s : slots_) {
@@ -305,42 +338,66 @@ void BatchEngine::Admit() {
       pending_.pop_front();
       pending_bytes_ -= p.request.bytes();
     }
-    std::vector<RowKey> keys = PromptKeys(p.request);
-    // The free slot whose valid rows share the longest prefix; among equals the least recently
-    // admitted one, so a slot holding a useful prefix is kept for longest.
-    Slot* best = nullptr;
-    size_t best_match = 0;
-    for (Slot* s : free) {
-      size_t match = 0;
-      if (options_.prefix_reuse) {
-        const size_t valid =
-            std::min(s->kept.size(), static_cast<size_t>(s->session->valid_rows()));
-        const size_t n = std::min(valid, keys.size());
-        while (match < n && s->kept[match] == keys[match]) ++match;
+    try {
+      AdmitOne(p, free);
+    } catch (...) {
+      // The request fails alone; a slot it was put in is free again.
+      const std::string error = ErrorOf("admission", std::current_exception());
+      for (Slot& s : slots_) {
+        if (s.phase != Phase::kFree && s.id == p.id) {
+          FinishSlot(s, FinishReason::kError, error, out);
+          return;
+        }
       }
-      if (best == nullptr || match > best_match ||
-          (match == best_match && s->admitted_seq < best->admitted_seq)) {
-        best = s;
-        best_match = match;
-      }
+      TokenEvent e;
+      e.request_id = p.id;
+      e.finish = FinishReason::kError;
+      e.error = tok::SanitizeUtf8(error);
+      e.prompt_tokens = static_cast<int32_t>(p.request.positions.length);
+      out->events.push_back(std::move(e));
+      out->finished.push_back(p.id);
     }
-    Slot& slot = *best;
-    const int64_t S = p.request.positions.length;
-    // At least the last row is computed: its logits give the first token.
-    const int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
-    slot.session->Truncate(cached);
-    slot.kept = std::move(keys);
-    slot.phase = Phase::kPrefill;
-    slot.id = p.id;
-    slot.admitted_seq = ++admit_seq_;
-    slot.prompt_length = S;
-    slot.prefilled = cached;
-    slot.cached = static_cast<int32_t>(cached);
-    slot.sampler = std::make_unique<Sampler>(p.request.sampling, p.id);
-    slot.generated.clear();
-    slot.next_token = -1;
-    slot.request = std::move(p.request);
   }
+}
+
+void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
+  Fault("admit", p.id);
+  std::vector<RowKey> keys = PromptKeys(p.request);
+  // The free slot whose valid rows share the longest prefix; among equals the least recently
+  // admitted one, so a slot holding a useful prefix is kept for longest.
+  Slot* best = nullptr;
+  size_t best_match = 0;
+  for (Slot* s : free) {
+    size_t match = 0;
+    if (options_.prefix_reuse) {
+      const size_t valid = std::min(s->kept.size(), static_cast<size_t>(s->session->valid_rows()));
+      const size_t n = std::min(valid, keys.size());
+      while (match < n && s->kept[match] == keys[match]) ++match;
+    }
+    if (best == nullptr || match > best_match ||
+        (match == best_match && s->admitted_seq < best->admitted_seq)) {
+      best = s;
+      best_match = match;
+    }
+  }
+  Slot& slot = *best;
+  const int64_t S = p.request.positions.length;
+  // At least the last row is computed: its logits give the first token.
+  const int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
+  auto sampler = std::make_unique<Sampler>(p.request.sampling, p.id);
+  // Nothing below throws: the slot changes only once everything it needs is allocated.
+  slot.session->Truncate(cached);
+  slot.kept = std::move(keys);
+  slot.phase = Phase::kPrefill;
+  slot.id = p.id;
+  slot.admitted_seq = ++admit_seq_;
+  slot.prompt_length = S;
+  slot.prefilled = cached;
+  slot.cached = static_cast<int32_t>(cached);
+  slot.sampler = std::move(sampler);
+  slot.generated.clear();
+  slot.next_token = -1;
+  slot.request = std::move(p.request);
 }
 
 void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
@@ -348,17 +405,17 @@ void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
   const int64_t begin = slot.prefilled, end = std::min(S, begin + rows);
   const bool last = end == S;
   std::vector<float> logits;
-  Status st;
+  std::string error;
   try {
-    st = slot.session->PrefillRange(slot.request.prompt(), begin, end, last, &logits);
-  } catch (const std::bad_alloc&) {
-    st = ResourceExhausted("prefill: out of memory");
-  } catch (const std::exception& e) {
-    st = Internal(std::string("prefill failed: ") + e.what());
+    Fault("prefill", slot.id);
+    const Status st = slot.session->PrefillRange(slot.request.prompt(), begin, end, last, &logits);
+    if (!st.ok()) error = st.ToString();
+  } catch (...) {
+    error = ErrorOf("prefill", std::current_exception());
   }
   ++chunks_;
-  if (!st.ok()) {
-    FinishSlot(slot, FinishReason::kError, st.ToString(), out);
+  if (!error.empty()) {
+    FinishSlot(slot, FinishReason::kError, error, out);
     return;
   }
   slot.prefilled = end;
@@ -369,7 +426,11 @@ void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
   slot.request.embeddings = std::vector<float>();
   slot.request.deepstack.reset();
   slot.request.positions = PositionIds();
-  EmitToken(slot, logits, out);
+  try {
+    EmitToken(slot, logits, out);
+  } catch (...) {
+    FinishSlot(slot, FinishReason::kError, ErrorOf("sampling", std::current_exception()), out);
+  }
 }
 
 void BatchEngine::PrefillSlots(int64_t budget, StepResult* out) {
@@ -406,13 +467,21 @@ void BatchEngine::DecodeActive(StepResult* out) {
     s.kept.resize(static_cast<size_t>(index));
     s.kept.push_back(TokenKey(s.next_token, *DecodeCoordinate(index, s.session->rope_delta())));
   };
+  // A row's sampling that throws finishes that row only.
+  auto emit = [&](Slot& s, std::span<const float> row_logits) {
+    try {
+      keep(s);
+      EmitToken(s, row_logits, out);
+    } catch (...) {
+      FinishSlot(s, FinishReason::kError, ErrorOf("sampling", std::current_exception()), out);
+    }
+  };
   std::vector<float> logits;
   Status st = Session::DecodeBatch(sessions, tokens, &logits);
   const size_t V = static_cast<size_t>(model_.config().vocab);
   if (st.ok()) {
     for (size_t b = 0; b < rows.size(); ++b) {
-      keep(*rows[b]);
-      EmitToken(*rows[b], std::span<const float>(logits.data() + b * V, V), out);
+      emit(*rows[b], std::span<const float>(logits.data() + b * V, V));
     }
     return;
   }
@@ -424,17 +493,32 @@ void BatchEngine::DecodeActive(StepResult* out) {
       FinishSlot(*s, FinishReason::kError, rs.ToString(), out);
       continue;
     }
-    keep(*s);
-    EmitToken(*s, one, out);
+    emit(*s, one);
+  }
+}
+
+void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
+  for (Slot& s : slots_) {
+    if (s.phase != Phase::kFree) FinishSlot(s, FinishReason::kError, error, out);
   }
 }
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
   const uint64_t chunks_before = chunks_;
-  ApplyCancels(out);
-  Admit();
-  PrefillSlots(decode && options_.prefill_chunk > 0 ? options_.prefill_chunk : -1, out);
-  if (decode) DecodeActive(out);
+  try {
+    ApplyCancels(out);
+    Admit(out);
+    PrefillSlots(decode && options_.prefill_chunk > 0 ? options_.prefill_chunk : -1, out);
+    if (decode) DecodeActive(out);
+  } catch (...) {
+    // Thrown outside any one request's work (each catches its own): the slots' requests fail,
+    // the queued ones and the engine go on.
+    const std::string error = ErrorOf("engine step", std::current_exception());
+    try {
+      FailOccupied(error, out);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory even for the error events
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (uint64_t id : out->finished) live_.erase(id);
   ++counters_.steps;
@@ -481,7 +565,10 @@ void BatchEngine::Start() {
         work_cv_.wait(wait_lock, [this] { return stopping_ || !IdleLocked(); });
         if (stopping_) return;
       }
-      Step();
+      try {
+        Step();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): Step fails requests, never the thread
+      }
     }
   });
 }

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -75,6 +76,9 @@ struct EngineOptions {
   int prefill_chunk = 64;
   // Admit a request into the free slot whose kept rows share its longest prefix.
   bool prefix_reuse = true;
+  // Tests only: called with "admit", "prefill" or "sample" and the request id at those points
+  // of a step; whatever it throws is treated as that request's failure (fault injection).
+  std::function<void(std::string_view point, uint64_t request_id)> fault_hook_for_testing = nullptr;
 };
 
 // What the engine has done so far (for metrics).
@@ -90,7 +94,13 @@ class BatchEngine {
   // request there and then (nothing more is emitted for it but its cancelled event).
   using EventCallback = std::function<bool(const TokenEvent&)>;
 
-  // Slots and capacity come from the loaded model's static bounds.
+  // Slots and capacity come from the loaded model's static bounds. ResourceExhausted when the
+  // slots' KV caches cannot be allocated.
+  static StatusOr<std::unique_ptr<BatchEngine>> Create(const LoadedModel& model,
+                                                       EventCallback callback = nullptr,
+                                                       EngineOptions options = {});
+  // The same, throwing std::bad_alloc when the KV caches cannot be allocated. Prefer Create.
+  // (LoadedModel::Load has checked that the memory of the bounds is there.)
   explicit BatchEngine(const LoadedModel& model, EventCallback callback = nullptr,
                        EngineOptions options = {});
   ~BatchEngine();
@@ -106,6 +116,11 @@ class BatchEngine {
   Status Cancel(uint64_t id) VLS_EXCLUDES(mu_);
 
   // Runs one engine step on the calling thread and delivers its events. Returns them.
+  //
+  // Failures stay with their requests: whatever a request's admission, prefill chunk, decode
+  // row or sampling throws (out of memory included) finishes that request with an error event
+  // and the others go on; anything thrown outside a request's work fails the requests in the
+  // slots. No exception leaves a step.
   std::vector<TokenEvent> Step() VLS_EXCLUDES(step_mu_, mu_);
   // Admission and the whole prefill of every admitted request (their first tokens), without a
   // shared decode step, so tools and tests can look at the admitted slots.
@@ -114,7 +129,8 @@ class BatchEngine {
   void RunUntilIdle() VLS_EXCLUDES(step_mu_, mu_);
 
   // Runs steps on an engine thread until Stop() (or destruction). Events go to the callback,
-  // or (an engine without a callback) to the queue read by WaitEvents.
+  // or (an engine without a callback) to the queue read by WaitEvents. Throws
+  // std::system_error when the thread cannot start (the engine is then not started).
   void Start() VLS_EXCLUDES(mu_);
   void Stop() VLS_EXCLUDES(mu_);
   // Moves out the events emitted so far, waiting up to `timeout_ms` for at least one.
@@ -166,7 +182,12 @@ class BatchEngine {
 
   // The step's halves, under step_mu_.
   void ApplyCancels(StepResult* out) VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
-  void Admit() VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
+  void Admit(StepResult* out) VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
+  // Admits one request into a free slot (`free` is not empty).
+  void AdmitOne(Pending& p, const std::vector<Slot*>& free) VLS_REQUIRES(step_mu_);
+  // Fails every occupied slot with `error` (a throw outside any one request's work).
+  void FailOccupied(const std::string& error, StepResult* out) VLS_REQUIRES(step_mu_);
+  void Fault(std::string_view point, uint64_t id) const;
   // Prefill chunks within `budget` rows (< 0: unlimited).
   void PrefillSlots(int64_t budget, StepResult* out) VLS_REQUIRES(step_mu_);
   void DecodeActive(StepResult* out) VLS_REQUIRES(step_mu_);

@@ -5,7 +5,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
+#include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "runtime/batch_engine_test_util.h"
@@ -218,6 +221,122 @@ TEST(BatchEngineTest, ConcurrentSubmitAndCancelStress) {
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(static_cast<int>(finishes.size()), submitted.load());
   for (const auto& [id, n] : finishes) EXPECT_EQ(n, 1) << id;
+}
+
+// Fault injection (EngineOptions::fault_hook_for_testing): whatever one request's admission,
+// prefill or sampling throws finishes that request with an error event (valid UTF-8, naming
+// the failure) and the others still get exactly their greedy tokens; the engine keeps serving.
+TEST(BatchEngineTest, AThrowInOneRequestFailsOnlyThatRequest) {
+  auto lm = LoadModel("faults", 3);
+  ASSERT_TRUE(lm);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7}, {8, 9}};
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) alone.push_back(GreedyAlone(*lm, Text(p, 0, 4)));
+  struct Case {
+    const char* point;
+    bool bad_alloc;
+    const char* needle;
+  };
+  for (const Case& c : {Case{"admit", false, "admission failed: injected"},
+                        Case{"prefill", true, "prefill: out of memory"},
+                        Case{"sample", false, "sampling failed: injected"}}) {
+    for (bool threaded : {false, true}) {
+      SCOPED_TRACE(std::string(c.point) + (threaded ? " threaded" : " stepped"));
+      // Ids count from 1 per engine: the second request is the victim. Atomic: the engine
+      // thread reads it.
+      std::atomic<uint64_t> victim{2};
+      std::atomic<int> samples{0};
+      EngineOptions eo;
+      eo.fault_hook_for_testing = [&](std::string_view point, uint64_t id) {
+        // The victim fails at its second sample (mid-decode), else at the first hit.
+        if (point != c.point || id != victim) return;
+        if (point == "sample" && ++samples < 2) return;
+        if (c.bad_alloc) throw std::bad_alloc();
+        throw std::runtime_error("injected \xff fault");  // not valid UTF-8
+      };
+      BatchEngine e(*lm, nullptr, eo);
+      if (threaded) e.Start();
+      std::vector<uint64_t> ids;
+      for (const auto& p : prompts) ids.push_back(e.Submit(Text(p, 0, 4)).value());
+      ASSERT_EQ(ids[1], victim.load());
+      std::map<uint64_t, std::vector<int32_t>> tokens;
+      std::map<uint64_t, TokenEvent> last;
+      auto take = [&](const std::vector<TokenEvent>& events) {
+        for (const TokenEvent& ev : events) {
+          if (ev.token >= 0) tokens[ev.request_id].push_back(ev.token);
+          if (ev.finish != FinishReason::kNone) last[ev.request_id] = ev;
+        }
+      };
+      for (int i = 0; i < 200 && last.size() < ids.size(); ++i) {
+        take(threaded ? e.WaitEvents(100) : e.Step());
+      }
+      ASSERT_EQ(last.size(), ids.size());
+      const TokenEvent& failed = last[ids[1]];
+      EXPECT_EQ(failed.finish, FinishReason::kError);
+      EXPECT_NE(failed.error.find(c.needle), std::string::npos) << failed.error;
+      if (!c.bad_alloc) {
+        EXPECT_NE(failed.error.find("\xEF\xBF\xBD"), std::string::npos)
+            << "the invalid byte is replaced by U+FFFD: " << failed.error;
+      }
+      for (size_t i : {size_t{0}, size_t{2}}) {
+        EXPECT_EQ(last[ids[i]].finish, FinishReason::kLength);
+        EXPECT_EQ(tokens[ids[i]], alone[i]) << "request " << i;
+      }
+      // Still serving: a request after the failure completes.
+      victim = 0;
+      const uint64_t after = e.Submit(Text(prompts[0], 0, 4)).value();
+      last.clear();
+      tokens.clear();
+      for (int i = 0; i < 200 && last.count(after) == 0; ++i) {
+        take(threaded ? e.WaitEvents(100) : e.Step());
+      }
+      EXPECT_EQ(last[after].finish, FinishReason::kLength);
+      EXPECT_EQ(tokens[after], alone[0]);
+      e.Stop();
+    }
+  }
+}
+
+TEST(BatchEngineTest, CreateReturnsTheEngine) {
+  auto lm = LoadModel("create", 2);
+  ASSERT_TRUE(lm);
+  auto e = BatchEngine::Create(*lm);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const uint64_t id = (*e)->Submit(Text({1, 2}, 0, 2)).value();
+  (*e)->RunUntilIdle();
+  EXPECT_FALSE((*e)->SlotOf(id).has_value());
+}
+
+// Sizes are checked before anything is allocated: past the documented maxima an
+// InvalidArgument, within them but beyond memory a ResourceExhausted naming both figures.
+TEST(BatchEngineTest, BoundsBeyondTheMaximaOrMemoryAreRefusedAtLoad) {
+  auto lm = LoadModel("bounds", 1);  // writes the model folder
+  ASSERT_TRUE(lm);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_batch_test_bounds");
+  auto load = [&](int capacity, int slots, int threads) {
+    LoadOptions o;
+    o.capacity = capacity;
+    o.slots = slots;
+    o.threads = threads;
+    return LoadedModel::Load(dir, o).status();
+  };
+  Status s = load(kMaxCapacity + 1, 1, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("capacity 16777217 is outside [1, 16777216]"), std::string::npos)
+      << s.message();
+  s = load(64, kMaxSlots + 1, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("slots 4097 is outside [1, 4096]"), std::string::npos);
+  s = load(64, 1, kMaxThreads + 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("threads 1025 is outside [0, 1024]"), std::string::npos);
+  s = load(kMaxCapacity, kMaxSlots, 2);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("capacity 16777216 with 4096 slot(s) needs"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("of memory but"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("lower the capacity or the slots"), std::string::npos);
 }
 
 }  // namespace

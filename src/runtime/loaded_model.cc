@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/memory.h"
+#include "base/thread_pool.h"
 #include "model/prepared_artifact.h"
 
 namespace vls {
@@ -21,6 +22,25 @@ const char* ComputeText(kernels::Precision p) {
   }
   return "compute=f32 reference kernels, f32 accumulation\n";
 }
+std::string Range(long long lo, long long hi) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+
+// ResourceExhausted when slots KV caches of the capacity and one pass's buffers do not fit in
+// the memory this process can have now.
+Status CheckServingMemory(const std::string& dir, const Qwen3Config& cfg, KvDType kv_dtype,
+                          const LoadOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::HardwareThreads();
+  VLS_ASSIGN_OR_RETURN(ServingMemory plan,
+                       PlanServingMemory(cfg, kv_dtype, o.capacity, o.slots, threads));
+  const Status s = CheckMemoryFits(
+      "capacity " + std::to_string(o.capacity) + " with " + std::to_string(o.slots) + " slot(s)",
+      plan.total, QueryMemoryAvailability());
+  if (s.ok()) return s;
+  return ResourceExhausted(dir + ": " + s.message() + "; it is " + plan.Describe(o.slots) +
+                           ": lower the capacity or the slots");
+}
+
 }  // namespace
 
 std::string Sha256Hex(const void* data, size_t size) {
@@ -38,10 +58,28 @@ std::string Sha256Hex(const void* data, size_t size) {
 
 StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
                                                          const LoadOptions& o) {
-  if (o.capacity <= 0) return InvalidArgument("load options: capacity must be positive");
-  if (o.slots <= 0) return InvalidArgument("load options: slots must be positive");
-  if (o.nmax < 0) return InvalidArgument("load options: nmax must not be negative");
-  if (o.threads < 0) return InvalidArgument("load options: threads must not be negative");
+  if (o.capacity <= 0 || o.capacity > kMaxCapacity) {
+    return InvalidArgument("load options: capacity " + std::to_string(o.capacity) + " is outside " +
+                           Range(1, kMaxCapacity));
+  }
+  if (o.slots <= 0 || o.slots > kMaxSlots) {
+    return InvalidArgument("load options: slots " + std::to_string(o.slots) + " is outside " +
+                           Range(1, kMaxSlots));
+  }
+  if (o.nmax < 0 || o.nmax > kMaxCapacity) {
+    return InvalidArgument("load options: nmax " + std::to_string(o.nmax) + " is outside " +
+                           Range(0, kMaxCapacity));
+  }
+  if (o.threads < 0 || o.threads > kMaxThreads) {
+    return InvalidArgument("load options: threads " + std::to_string(o.threads) + " is outside " +
+                           Range(0, kMaxThreads) + " (0: all cores)");
+  }
+  const KvDType kv_dtype = o.kv_dtype.value_or(DefaultKvDType(o.precision));
+  // Refuse bounds that cannot fit before reading the weights (a config that does not load is
+  // reported by the model load below, with its own message).
+  if (StatusOr<Qwen3Config> cfg = LoadQwen3Config(dir); cfg.ok()) {
+    VLS_RETURN_IF_ERROR(CheckServingMemory(dir, *cfg, kv_dtype, o));
+  }
   ModelOptions mo;
   mo.threads = o.threads;
   mo.precision = o.precision;
@@ -49,6 +87,8 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   mo.artifact = o.artifact;
   mo.kv_dtype = o.kv_dtype;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
+  // Again with the weights in memory: what is left has to hold the caches.
+  VLS_RETURN_IF_ERROR(CheckServingMemory(dir, model->config(), model->kv_dtype(), o));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;

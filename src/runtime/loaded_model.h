@@ -14,13 +14,20 @@ namespace vls {
 
 inline constexpr int kAbiVersion = 1;
 
+// The documented maxima of the load bounds (InvalidArgument beyond them). Within them a load is
+// still refused (ResourceExhausted, with the bytes it would need and those available) when the
+// KV caches of every slot and the working buffers do not fit in the memory the process can
+// have (base/memory.h: MemAvailable and the address-space limit, whichever is smaller).
+inline constexpr int kMaxCapacity = 1 << 24;  // positions per sequence
+inline constexpr int kMaxSlots = 4096;
+
 struct LoadOptions {
-  int capacity = 4096;  // C: per-sequence context capacity
-  int slots = 1;        // B: batch slots
+  int capacity = 4096;  // C: per-sequence context capacity, in [1, kMaxCapacity]
+  int slots = 1;        // B: batch slots, in [1, kMaxSlots]
   // Nmax for DeepStack. 0: the config's deepstack_max_visual_positions, else the capacity.
   // When the config states Nmax, a different non-zero value here is refused.
   int nmax = 0;
-  int threads = 0;  // kernel thread pool size; 0: all cores
+  int threads = 0;  // kernel thread pool size, at most kMaxThreads; 0: all cores
   // Matmul precision: kF32 (exact path; forward and the oracle tests) or kBF16 (fast path).
   kernels::Precision precision = kernels::Precision::kF32;
   PrepareProgress progress;  // called while weights are prepared (may be empty)
@@ -35,6 +42,8 @@ struct LoadOptions {
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
 class LoadedModel {
  public:
+  // Checks the options against the maxima above and the memory of the bounds (before the
+  // weights are read, and again after), then loads.
   static StatusOr<std::unique_ptr<LoadedModel>> Load(const std::string& dir,
                                                      const LoadOptions& options);
 

@@ -25,10 +25,28 @@ Status RunEntry(const Entry& entry, EntryRun& run, const char* pass) {
   return Status::Ok();
 }
 
+std::unique_ptr<KvCache> NewCacheOrThrow(const LoadedModel& model) {
+  StatusOr<std::unique_ptr<KvCache>> cache = model.model().NewCache(model.bounds().capacity);
+  if (!cache.ok()) throw std::bad_alloc();
+  return std::move(*cache);
+}
+
 }  // namespace
 
-Session::Session(const LoadedModel& model)
-    : lm_(model), capacity_(model.bounds().capacity), cache_(model.model().NewCache(capacity_)) {}
+StatusOr<std::unique_ptr<Session>> Session::Create(const LoadedModel& model) {
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
+                       model.model().NewCache(model.bounds().capacity));
+  try {
+    return std::unique_ptr<Session>(new Session(model, std::move(cache)));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("session: out of memory");
+  }
+}
+
+Session::Session(const LoadedModel& model, std::unique_ptr<KvCache> cache)
+    : lm_(model), capacity_(model.bounds().capacity), cache_(std::move(cache)) {}
+
+Session::Session(const LoadedModel& model) : Session(model, NewCacheOrThrow(model)) {}
 
 void Session::Reset() {
   length_ = 0;

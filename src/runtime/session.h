@@ -28,7 +28,11 @@ struct PrefillOptions {
 // Thread safety: one thread at a time per session; the model may be shared.
 class Session {
  public:
-  // The session's KV capacity is the loaded model's static capacity C.
+  // The session's KV capacity is the loaded model's static capacity C. ResourceExhausted
+  // (naming the bytes) when its KV cache cannot be allocated.
+  static StatusOr<std::unique_ptr<Session>> Create(const LoadedModel& model);
+  // The same, throwing std::bad_alloc when the KV cache cannot be allocated. Prefer Create.
+  // (LoadedModel::Load has checked that the memory of `slots` caches is there.)
   explicit Session(const LoadedModel& model);
 
   // Embeddings prefill. embeddings: [S, H] f32; positions in the model's mode with length S.
@@ -94,6 +98,7 @@ class Session {
                   int64_t end, bool all_logits, LayerHook* observer, std::vector<float>* logits);
   Status PrefillWhole(const PromptView& prompt, const PrefillOptions& opts,
                       std::vector<float>* logits);
+  Session(const LoadedModel& model, std::unique_ptr<KvCache> cache);
 
   const LoadedModel& lm_;
   int capacity_;
