@@ -1,0 +1,1 @@
+vls_add_fuzz_target(artifact_header SOURCES artifact_header_fuzz.cc LIBS vls_model CORPUS artifact_header)
