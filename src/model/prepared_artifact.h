@@ -13,8 +13,11 @@
 // The identity is the LoadedModel identity (CONTRACTS §1) of the model the artifact was
 // compiled from; the loader recomputes it from the checkpoint and refuses a mismatch. The
 // identity says which weights the file should hold; data_xxh3_128 (XXH3-128 of the region,
-// big-endian hex, checked at every load: about 0.15 s per GB) says that it holds them, so a
-// zeroed or flipped byte is refused (kDataLoss) instead of answering with broken weights.
+// big-endian hex) says that it holds them, so a zeroed or flipped byte is refused (kDataLoss)
+// instead of answering with broken weights. It is checked at every load, which therefore reads
+// the whole region (measured on a 936 MB bf16 artifact, 2 busy cores: load 0.04 s -> 0.9 s
+// from the page cache, 0.2-0.4 s -> 2.3-3.4 s cold; XXH3 itself runs at 6.5 GB/s in memory,
+// SHA-256 at 0.76 GB/s).
 //
 // Version history: 1 had no checksum (refused: "recompile"); 2 adds data_xxh3_128.
 //
