@@ -109,6 +109,16 @@ TEST(JinjaLimitsTest, LoopsAndRecursionRunOutOfBudget) {
   EXPECT_EQ(RenderStatus("{{ 3 ** 1000000000000000000 }}").code(), StatusCode::kOutOfRange);
 }
 
+// The deepest evaluation the limits allow (deep expressions inside recursive macros) must fit
+// the stack of the ASan/UBSan build as well: kMaxRenderDepth stops it first.
+TEST(JinjaLimitsTest, EvaluationDepthIsBounded) {
+  ExpectLimit("{% macro m(n) %}{{ m(n + 1)" + Repeat(" ~ 'x'", 200) + " }}{% endmacro %}{{ m(0) }}",
+              "kMaxRenderDepth");
+  ExpectLimit("{% macro m(n) %}{{ " + std::string(60, '[') + "m(n + 1)" + std::string(60, ']') +
+                  " }}{% endmacro %}{{ m(0) }}",
+              "kMaxRenderDepth");
+}
+
 TEST(JinjaLimitsTest, StringsAreSizedBeforeTheyAreBuilt) {
   ExpectLimit("{{ 'x' * 1000000000 }}", "kMaxRenderOutputBytes");
   ExpectLimit("{{ 'xy' * 9223372036854775807 }}", "kMaxRenderOutputBytes");
@@ -274,7 +284,7 @@ class ChatTemplateFileTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Write(const std::string& text) {
-    const std::string path = (dir_ / "tokenizer_config.json").string();
+    std::string path = (dir_ / "tokenizer_config.json").string();
     std::ofstream(path, std::ios::binary) << text;
     return path;
   }
