@@ -268,7 +268,10 @@ Status CheckTokenIds(const std::string& label, const Qwen3Config& c,
 // device never ends): the read stops one byte past the bound.
 StatusOr<std::string> ReadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return ReadFileToString(path).status();  // the usual NotFound / IoError text
+  if (!in) {
+    auto plain = ReadFileToString(path);  // the usual NotFound / IoError text
+    return plain.ok() ? IoError(path + ": cannot open") : plain.status();
+  }
   std::string text;
   constexpr size_t kChunk = size_t{64} << 10;
   while (text.size() <= kMaxConfigJsonBytes) {

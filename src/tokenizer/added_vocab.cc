@@ -41,6 +41,7 @@ StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const nlohmann::json& j) {
                            " (kMaxAddedTokens)");
   }
   v.tokens_.reserve(j.size());
+  size_t total_bytes = 0;
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];
     const std::string where = "added_tokens[" + std::to_string(i) + "]";
@@ -61,6 +62,12 @@ StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const nlohmann::json& j) {
                              " (kMaxAddedTokenBytes)");
     }
     if (!IsValidUtf8(t.content)) return InvalidArgument(where + ".content is not valid UTF-8");
+    total_bytes += t.content.size();
+    if (total_bytes > kMaxAddedTokenBytesTotal) {
+      return InvalidArgument(where + ": the added tokens' contents pass " +
+                             std::to_string(kMaxAddedTokenBytesTotal) +
+                             " bytes together (kMaxAddedTokenBytesTotal)");
+    }
     VLS_RETURN_IF_ERROR(OptionalBool(e, where, "special", &t.special));
     VLS_RETURN_IF_ERROR(OptionalBool(e, where, "lstrip", &t.lstrip));
     VLS_RETURN_IF_ERROR(OptionalBool(e, where, "rstrip", &t.rstrip));

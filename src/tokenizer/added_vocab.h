@@ -35,7 +35,8 @@ class AddedVocabulary {  // NOLINT(bugprone-reserved-identifier): clang-tidy 14 
                          // array copy
  public:
   // At most kMaxAddedTokens tokens with distinct ids in [0, kMaxTokenId) and distinct contents
-  // of 1 to kMaxAddedTokenBytes bytes of valid UTF-8; flags must be booleans.
+  // of 1 to kMaxAddedTokenBytes bytes of valid UTF-8 (kMaxAddedTokenBytesTotal together); flags
+  // must be booleans.
   static StatusOr<AddedVocabulary> FromJson(const nlohmann::json& added_tokens);
 
   // Splits `text` on tokens whose `normalized` flag equals `normalized`. Cost: at most

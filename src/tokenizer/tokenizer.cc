@@ -34,7 +34,10 @@ Status CheckByteLevelOnly(const nlohmann::json* j, const char* what, const char*
 // a device never ends): the read stops one byte past the bound.
 StatusOr<std::string> ReadTokenizerFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return ReadFileToString(path).status();  // the usual NotFound / IoError text
+  if (!in) {
+    auto plain = ReadFileToString(path);  // the usual NotFound / IoError text
+    return plain.ok() ? IoError(path + ": cannot open") : plain.status();
+  }
   std::string text;
   constexpr size_t kChunk = size_t{1} << 20;
   while (text.size() <= kMaxTokenizerJsonBytes) {

@@ -11,8 +11,9 @@
 
 namespace vls::tok {
 
-// Size of a tokenizer.json document (the largest Hugging Face ones are about 35 MB).
-inline constexpr size_t kMaxTokenizerJsonBytes = size_t{256} << 20;
+// Size of a tokenizer.json document (the largest Hugging Face ones are about 35 MB). The JSON
+// tree of a document costs up to about 20 times its size, so this also bounds memory.
+inline constexpr size_t kMaxTokenizerJsonBytes = size_t{64} << 20;
 // Every token id (vocabulary and added tokens) lies in [0, kMaxTokenId).
 inline constexpr int32_t kMaxTokenId = 1 << 24;
 // The vocabulary's largest id may exceed twice its token count by at most this much: ids are
@@ -24,6 +25,8 @@ inline constexpr size_t kMaxTokenBytes = 1024;
 // at each position of the text, so it bounds the cost of Encode per input byte).
 inline constexpr size_t kMaxAddedTokens = size_t{1} << 18;
 inline constexpr size_t kMaxAddedTokenBytes = 256;
+// Bytes of all added tokens' contents together: the matching trie holds one node per byte.
+inline constexpr size_t kMaxAddedTokenBytesTotal = size_t{2} << 20;
 // Merges of the BPE model.
 inline constexpr size_t kMaxMerges = size_t{1} << 24;
 // Steps of a normalizer, pre_tokenizer, decoder or post_processor once its "Sequence"s are

@@ -278,6 +278,12 @@ TEST(TokenizerHostileTest, SizesAndIdsAreBounded) {
   j["added_tokens"][0]["content"] = std::string(kMaxAddedTokenBytes + 1, '<');
   ExpectRefused(j, "added_tokens[0].content has 257 bytes, over the bound 256");
   j = TinyJson();
+  for (int i = 0; i < 9000; ++i) {
+    j["added_tokens"].push_back(
+        {{"id", 1000 + i}, {"content", std::to_string(i) + std::string(240, 'x')}});
+  }
+  ExpectRefused(j, "pass 2097152 bytes together (kMaxAddedTokenBytesTotal)");
+  j = TinyJson();
   j["added_tokens"][1]["content"] = "<|end|>";
   ExpectRefused(j, "added_tokens[1]: content \"<|end|>\" is already added token 300");
   j = TinyJson();
@@ -366,7 +372,7 @@ TEST(TokenizerHostileTest, ManyAddedTokensWithASharedPrefixMatchFast) {
   Json j = TinyJson();
   const std::string prefix(200, 'a');
   j["added_tokens"] = Json::array();
-  for (int i = 0; i < 20000; ++i) {
+  for (int i = 0; i < 8000; ++i) {
     j["added_tokens"].push_back(
         {{"id", 1000 + i}, {"content", prefix + std::to_string(i)}, {"special", true}});
   }
