@@ -9,14 +9,19 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
 #include "cli/request_input.h"
+#include "io/untrusted_json.h"
 #include "runtime/batch_engine.h"
 #include "runtime/stop_matcher.h"
 #include "runtime/text_stream.h"
@@ -64,16 +69,11 @@ CommandSpec BatchSpec() {
   return spec;
 }
 
+// One request line and its results.
 struct Line {
-  Json id;  // as given (null when the line could not be parsed)
+  BatchLine req;
   std::string error;
-  std::unique_ptr<SafetensorsFile> input;
   InputLengths lengths;
-  int max_new_tokens = 16;
-  bool ignore_eos = false;
-  std::optional<int64_t> cancel_after;
-  SamplingParams sampling;
-  std::optional<std::vector<std::string>> stop;  // "stop" given: the line carries "text"
   // Results.
   uint64_t engine_id = 0;
   std::vector<int32_t> tokens;
@@ -84,79 +84,97 @@ struct Line {
   FinishReason text_finish = FinishReason::kNone;  // the stream's (kStop when one matched)
 };
 
-template <typename T>
-Status ReadField(const Json& j, const char* key, T* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
+// Runs `fn` and turns whatever escapes it (out of memory, a bug's exception) into a Status, so
+// one line's failure is that line's error and never ends the batch.
+template <typename Fn>
+Status Guarded(Fn&& fn) {
   try {
-    *out = it->get<T>();
-  } catch (const std::exception&) {
-    return InvalidArgument(std::string("field '") + key + "' has the wrong type: " + it->dump());
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory while handling the request");
+  } catch (const std::exception& e) {
+    return Internal(std::string("unexpected error while handling the request: ") + e.what());
   }
-  return Status::Ok();
 }
 
-Status ParseLine(const std::string& text, const std::string& base_dir, Line* line) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("the line is not a JSON object");
-  if (j.contains("id")) line->id = j["id"];
-  std::string input;
-  VLS_RETURN_IF_ERROR(ReadField(j, "input", &input));
-  if (input.empty()) return InvalidArgument("field 'input' is required");
-  VLS_RETURN_IF_ERROR(ReadField(j, "max_new_tokens", &line->max_new_tokens));
-  VLS_RETURN_IF_ERROR(ReadField(j, "ignore_eos", &line->ignore_eos));
-  int64_t cancel = -1;
-  VLS_RETURN_IF_ERROR(ReadField(j, "cancel_after_tokens", &cancel));
-  if (j.contains("cancel_after_tokens") && !j["cancel_after_tokens"].is_null()) {
-    if (cancel < 0) return InvalidArgument("cancel_after_tokens must be >= 0");
-    line->cancel_after = cancel;
-  }
-  SamplingParams& s = line->sampling;
-  VLS_RETURN_IF_ERROR(ReadField(j, "temperature", &s.temperature));
-  VLS_RETURN_IF_ERROR(ReadField(j, "top_k", &s.top_k));
-  VLS_RETURN_IF_ERROR(ReadField(j, "top_p", &s.top_p));
-  VLS_RETURN_IF_ERROR(ReadField(j, "min_p", &s.min_p));
-  VLS_RETURN_IF_ERROR(ReadField(j, "repetition_penalty", &s.repetition_penalty));
-  VLS_RETURN_IF_ERROR(ReadField(j, "presence_penalty", &s.presence_penalty));
-  VLS_RETURN_IF_ERROR(ReadField(j, "frequency_penalty", &s.frequency_penalty));
-  if (j.contains("seed") && !j["seed"].is_null()) {
-    uint64_t seed = 0;
-    VLS_RETURN_IF_ERROR(ReadField(j, "seed", &seed));
-    s.seed = seed;
-  }
-  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    std::vector<std::string> stop;
-    if (it->is_string()) {
-      stop.push_back(it->get<std::string>());
-    } else if (it->is_array() &&
-               std::all_of(it->begin(), it->end(), [](const Json& v) { return v.is_string(); })) {
-      stop = it->get<std::vector<std::string>>();
-    } else {
-      return InvalidArgument("field 'stop' must be a list of strings: " + it->dump());
-    }
-    VLS_RETURN_IF_ERROR(ValidateStopStrings(stop).WithContext("field 'stop'"));
-    line->stop = std::move(stop);
-  }
-  auto file = SafetensorsFile::Open(JoinPath(base_dir, input));
-  if (!file.ok()) return file.status();
-  line->input = std::move(*file);
-  VLS_ASSIGN_OR_RETURN(line->lengths, PeekInput(*line->input));
+// Opens a line's input for as long as `fn` needs it: lines hold no file between steps, so a
+// batch of any length stays within the open-file limit.
+template <typename Fn>
+Status WithInput(const std::string& base_dir, const BatchLine& req, Fn&& fn) {
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                       SafetensorsFile::Open(JoinPath(base_dir, req.input)));
+  return fn(*file);
+}
+
+// First pass over a line: parse it, read its input's lengths, check its token counts against
+// `max_tokens` (named `limit`).
+Status CheckLine(std::string_view label, const std::string& text, const std::string& base_dir,
+                 int64_t max_tokens, std::string_view limit, Line* line) {
+  VLS_RETURN_IF_ERROR(ParseBatchLine(label, text, &line->req));
+  VLS_RETURN_IF_ERROR(WithInput(base_dir, line->req, [&](const SafetensorsFile& in) -> Status {
+    VLS_ASSIGN_OR_RETURN(line->lengths, PeekInput(in));
+    return Status::Ok();
+  }));
   if (line->lengths.decode > 0) return InvalidArgument("decode_tokens is not used by batch");
-  return Status::Ok();
+  return CheckRequestTokens(line->lengths.prompt, line->req.max_new_tokens, "max_new_tokens",
+                            max_tokens, limit);
 }
 
-StatusOr<GenerationRequest> BuildRequest(const Line& line, const Qwen3Model& model) {
-  VLS_ASSIGN_OR_RETURN(RequestInput in, ReadRequestInput(*line.input, model));
-  GenerationRequest r;
-  if (in.has_ids) r.tokens = std::move(in.ids);
-  if (!in.token_only) r.embeddings = std::move(in.embeddings);
-  r.positions = std::move(in.positions);
-  r.rope_delta = in.rope_delta;
-  r.deepstack = std::move(in.deepstack);
-  r.max_new_tokens = line.max_new_tokens;
-  r.ignore_eos = line.ignore_eos;
-  r.sampling = line.sampling;
-  return r;
+// The output line of `l` (CONTRACTS §6). Text from outside (the id, error messages naming
+// files or fields) may hold invalid UTF-8: DumpJsonSafe replaces it rather than throwing.
+std::string OutputLine(const Line& l) {
+  Json out;
+  out["id"] = l.req.id;
+  const bool failed = !l.error.empty();
+  out["tokens"] = failed ? std::vector<int32_t>() : l.tokens;
+  const FinishReason finish = l.text_finish != FinishReason::kNone ? l.text_finish : l.finish;
+  out["finish_reason"] = failed ? "error" : FinishReasonName(finish);
+  out["cached_tokens"] = failed ? 0 : l.cached_tokens;
+  if (l.req.stop && !failed) out["text"] = l.text;
+  if (failed) out["error"] = l.error;
+  return DumpJsonSafe(out);
+}
+
+// The token count a line asks the KV cache for: its prompt plus max_new_tokens.
+int64_t Need(const Line& l) { return l.lengths.prompt + l.req.max_new_tokens; }
+
+// Loads the model for the lines. Without --capacity the capacity is the largest line's need
+// (at least a config-declared Nmax); when the KV caches of that capacity do not fit in memory
+// (ResourceExhausted), the lines that ask for the most fail alone, each with its own error, and
+// the next largest need is tried, so one long request never takes the others down.
+StatusOr<std::unique_ptr<LoadedModel>> LoadForLines(const std::string& model_dir,
+                                                    const Qwen3Config& cfg,
+                                                    std::optional<long long> given_capacity,
+                                                    LoadOptions lo, std::vector<Line>* lines) {
+  if (given_capacity) {
+    lo.capacity = static_cast<int>(*given_capacity);
+    return LoadedModel::Load(model_dir, lo);
+  }
+  std::vector<int64_t> needs;  // distinct, largest first
+  for (const Line& l : *lines) {
+    if (l.error.empty()) needs.push_back(Need(l));
+  }
+  std::sort(needs.begin(), needs.end(), std::greater<>());
+  needs.erase(std::unique(needs.begin(), needs.end()), needs.end());
+  const int64_t nmax = cfg.deepstack ? cfg.deepstack->max_visual_positions : 0;
+  for (size_t i = 0;; ++i) {
+    const int64_t need = i < needs.size() ? needs[i] : 1;
+    lo.capacity = static_cast<int>(std::max<int64_t>({need, nmax, 1}));
+    auto model = LoadedModel::Load(model_dir, lo);
+    if (model.ok() || model.status().code() != StatusCode::kResourceExhausted ||
+        i + 1 >= needs.size()) {
+      return model;
+    }
+    for (Line& l : *lines) {
+      if (l.error.empty() && Need(l) == need) {
+        l.error = OutOfRange("prompt " + std::to_string(l.lengths.prompt) + " + max_new_tokens " +
+                             std::to_string(l.req.max_new_tokens) +
+                             " needs a context capacity whose KV caches do not fit: " +
+                             model.status().message())
+                      .ToString();
+      }
+    }
+  }
 }
 
 Status Batch(const Args& args) {
@@ -170,30 +188,35 @@ Status Batch(const Args& args) {
   eo.prefix_reuse = !args.Has("no-prefix-reuse");
   LoadOptions lo;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
-  std::ifstream in(reqs_path);
+  VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
+  // Each line's prompt + max_new_tokens must fit the capacity when one is given, else the
+  // model's max_position_embeddings: a line over it fails alone and never sizes the KV cache.
+  std::optional<long long> given_capacity;
+  if (args.Has("capacity")) {
+    VLS_ASSIGN_OR_RETURN(given_capacity, args.Int("capacity", 0, 1, 1 << 24));
+  }
+  const int64_t max_tokens = given_capacity ? *given_capacity : MaxRequestTokens(file_cfg);
+  const std::string limit =
+      given_capacity ? "the context capacity" : "the model's max_position_embeddings";
+
+  std::ifstream in(reqs_path, std::ios::binary);
   if (!in) return NotFound("cannot open '" + reqs_path + "'");
   const std::string base = DirName(reqs_path);
   std::vector<Line> lines;
   std::string text;
-  while (std::getline(in, text)) {
+  for (size_t line_no = 1; std::getline(in, text); ++line_no) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Line line;
-    Status s = ParseLine(text, base, &line);
+    Line& line = lines.emplace_back();
+    const std::string label = "line " + std::to_string(line_no);
+    Status s = Guarded([&] { return CheckLine(label, text, base, max_tokens, limit, &line); });
     if (!s.ok()) line.error = s.ToString();
-    lines.push_back(std::move(line));
   }
-  // Capacity: the largest prompt + max_new_tokens (and a config-declared Nmax).
-  VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
-  int64_t need = 1;
-  for (const Line& l : lines) {
-    if (l.error.empty()) need = std::max<int64_t>(need, l.lengths.prompt + l.max_new_tokens);
-  }
-  if (file_cfg.deepstack) need = std::max<int64_t>(need, file_cfg.deepstack->max_visual_positions);
-  VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", need, 1, 1 << 24));
-  lo.capacity = static_cast<int>(capacity);
+  if (in.bad()) return DataLoss("reading '" + reqs_path + "' failed");
   lo.slots = static_cast<int>(slots);
   lo.progress = StderrProgress("batch");
-  VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model, LoadedModel::Load(model_dir, lo));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model,
+                       LoadForLines(model_dir, file_cfg, given_capacity, lo, &lines));
+  const long long capacity = model->bounds().capacity;
   std::fprintf(stderr,
                "[batch] %zu requests, %lld slots, capacity %lld, %s, prefill chunk %d, prefix "
                "reuse %s\n",
@@ -204,7 +227,7 @@ Status Batch(const Args& args) {
   std::unique_ptr<tok::Tokenizer> tokenizer;
   Status tokenizer_status = Status::Ok();
   if (std::any_of(lines.begin(), lines.end(),
-                  [](const Line& l) { return l.error.empty() && l.stop.has_value(); })) {
+                  [](const Line& l) { return l.error.empty() && l.req.stop.has_value(); })) {
     auto t = tok::Tokenizer::FromFile(model_dir);
     if (t.ok()) {
       tokenizer = std::move(*t);
@@ -234,48 +257,52 @@ Status Batch(const Args& args) {
         }
         if (stop_string) return false;  // cancels: nothing after the stop string is generated
         // Cancel as soon as the request has emitted cancel_after_tokens tokens.
-        return !(l->cancel_after && static_cast<int64_t>(l->tokens.size()) >= *l->cancel_after);
+        const auto& cancel = l->req.cancel_after;
+        return !(cancel && static_cast<int64_t>(l->tokens.size()) >= *cancel);
       },
       eo);
-  for (Line& l : lines) {
-    if (!l.error.empty()) continue;
-    if (l.stop) {
+  // Second pass: each line's input is opened, read into its request and closed again.
+  const auto submit = [&](Line& l) -> Status {
+    if (l.req.stop) {
       if (!tokenizer) {
-        l.error = "stop strings need the model folder's tokenizer: " + tokenizer_status.ToString();
-        continue;
+        return FailedPrecondition("stop strings need the model folder's tokenizer: " +
+                                  tokenizer_status.ToString());
       }
-      l.stream = std::make_unique<TextStream>(tokenizer.get(), *l.stop);
+      l.stream = std::make_unique<TextStream>(tokenizer.get(), *l.req.stop);
     }
-    auto req = BuildRequest(l, model->model());
-    if (!req.ok()) {
-      l.error = RenameDeepStackTensors(req.status()).ToString();
-      continue;
-    }
-    if (l.cancel_after && *l.cancel_after == 0) {
+    GenerationRequest req;
+    VLS_RETURN_IF_ERROR(WithInput(base, l.req, [&](const SafetensorsFile& f) -> Status {
+      auto r = BatchRequestFromInput(f, l.req, model->model(), capacity);
+      if (!r.ok()) return RenameDeepStackTensors(r.status());
+      req = std::move(*r);
+      return Status::Ok();
+    }));
+    if (l.req.cancel_after && *l.req.cancel_after == 0) {
       l.finish = FinishReason::kCancelled;  // cancelled before it emitted anything
-      continue;
+      return Status::Ok();
     }
-    auto id = engine.Submit(std::move(*req));
-    if (!id.ok()) {
-      l.error = RenameDeepStackTensors(id.status()).ToString();
-      continue;
-    }
+    auto id = engine.Submit(std::move(req));
+    if (!id.ok()) return RenameDeepStackTensors(id.status());
     l.engine_id = *id;
     by_id[*id] = &l;
-    l.input.reset();
+    return Status::Ok();
+  };
+  for (Line& l : lines) {
+    if (!l.error.empty()) continue;
+    Status s = Guarded([&] { return submit(l); });
+    if (!s.ok()) l.error = s.ToString();
   }
   engine.RunUntilIdle();
   for (const Line& l : lines) {
-    Json out;
-    out["id"] = l.id;
-    out["tokens"] = l.tokens;
-    const bool failed = !l.error.empty();
-    const FinishReason finish = l.text_finish != FinishReason::kNone ? l.text_finish : l.finish;
-    out["finish_reason"] = failed ? "error" : FinishReasonName(finish);
-    out["cached_tokens"] = failed ? 0 : l.cached_tokens;
-    if (l.stop && !failed) out["text"] = l.text;
-    if (failed) out["error"] = l.error;
-    std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+    std::string out;
+    Status s = Guarded([&] {
+      out = OutputLine(l);
+      return Status::Ok();
+    });
+    if (!s.ok())
+      out =
+          R"({"id":null,"tokens":[],"finish_reason":"error","error":"the output line could not be written"})";
+    std::printf("%s\n", out.c_str());
   }
   return Status::Ok();
 }

@@ -69,8 +69,15 @@ Status Forward(const Args& args) {
 
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> in, SafetensorsFile::Open(in_path));
   VLS_ASSIGN_OR_RETURN(InputLengths lengths, PeekInput(*in));
-  // The capacity covers the prompt and the decode tokens (and a config-declared Nmax).
+  // The capacity covers the prompt and the decode tokens (and a config-declared Nmax). Without
+  // --capacity the input may ask for at most the model's max_position_embeddings.
   VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
+  const bool given = args.Has("capacity");
+  VLS_RETURN_IF_ERROR(
+      CheckRequestTokens(lengths.prompt, lengths.decode, "decode tokens",
+                         given ? 1 << 24 : MaxRequestTokens(file_cfg),
+                         given ? "the largest --capacity" : "the model's max_position_embeddings")
+          .WithContext("--input"));
   int64_t min_capacity = lengths.prompt + lengths.decode;
   if (file_cfg.deepstack) {
     min_capacity = std::max<int64_t>(min_capacity, file_cfg.deepstack->max_visual_positions);
@@ -86,7 +93,7 @@ Status Forward(const Args& args) {
   const Qwen3Model* model = &loaded->model();
   const Qwen3Config& cfg = model->config();
   const int64_t H = cfg.hidden;
-  VLS_ASSIGN_OR_RETURN(RequestInput req, ReadRequestInput(*in, *model));
+  VLS_ASSIGN_OR_RETURN(RequestInput req, ReadRequestInput(*in, *model, capacity));
   const int64_t S = req.length;
   const int32_t delta = req.rope_delta;
   const std::vector<int32_t>& decode = req.decode_tokens;

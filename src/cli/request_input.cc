@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <set>
 
+#include "io/untrusted_json.h"
 #include "runtime/session.h"
+#include "runtime/stop_matcher.h"
+#include "tensor/grid_thw.h"
 
 namespace vls::cli {
 namespace {
@@ -30,12 +34,25 @@ StatusOr<const SafetensorsEntry*> Input(const SafetensorsFile& f, const std::str
   return e;
 }
 
-std::vector<GridThw> Grids(const SafetensorsFile& f, const SafetensorsEntry* e) {
+// The rows of an image_grid_thw / video_grid_thw tensor, after its shape: [n,3] with at most
+// `max_rows` rows (each grid takes at least one of the prompt's tokens).
+StatusOr<std::vector<GridThw>> Grids(const SafetensorsFile& f, const SafetensorsEntry* e,
+                                     int64_t max_rows) {
   std::vector<GridThw> g;
   if (e == nullptr) return g;
+  if (e->shape[1] != 3) {
+    return InvalidArgument("input tensor '" + e->name + "' must have shape [n,3], got " +
+                           ShapeToString(e->shape));
+  }
+  if (e->shape[0] > max_rows) {
+    return InvalidArgument("input tensor '" + e->name + "' has " + std::to_string(e->shape[0]) +
+                           " grids but the prompt has only " + std::to_string(max_rows) +
+                           " tokens");
+  }
   const TensorView v = f.View(*e);
-  for (int64_t i = 0; i < e->shape[0]; ++i)
-    g.push_back({v.i32()[3 * i], v.i32()[3 * i + 1], v.i32()[3 * i + 2]});
+  const int32_t* d = v.i32();
+  g.reserve(static_cast<size_t>(e->shape[0]));
+  for (int64_t i = 0; i < e->shape[0]; ++i) g.push_back({d[3 * i], d[3 * i + 1], d[3 * i + 2]});
   return g;
 }
 
@@ -73,9 +90,13 @@ StatusOr<InputLengths> PeekInput(const SafetensorsFile& in) {
   return l;
 }
 
-StatusOr<RequestInput> ReadRequestInput(const SafetensorsFile& file, const Qwen3Model& model) {
+StatusOr<RequestInput> ReadRequestInput(const SafetensorsFile& file, const Qwen3Model& model,
+                                        int64_t max_tokens) {
   const SafetensorsFile* in = &file;
-  VLS_RETURN_IF_ERROR(PeekInput(file).status());
+  VLS_ASSIGN_OR_RETURN(InputLengths lengths, PeekInput(file));
+  // Nothing is sized from the input before its length is known to fit.
+  VLS_RETURN_IF_ERROR(CheckRequestTokens(lengths.prompt, lengths.decode, "decode tokens",
+                                         max_tokens, "the context capacity"));
   const Qwen3Config& cfg = model.config();
   const int64_t H = cfg.hidden;
   VLS_ASSIGN_OR_RETURN(const SafetensorsEntry* ids_e, Input(*in, "input_ids", DType::kI32, 1));
@@ -147,11 +168,14 @@ StatusOr<RequestInput> ReadRequestInput(const SafetensorsFile& file, const Qwen3
                          PositionsFromTensor(cfg.position_mode, pos_e->shape,
                                              {pv.i32(), static_cast<size_t>(pv.numel())}, S));
   } else if (cfg.position_mode == PositionMode::kMrope && ids_e && (img_e || vid_e)) {
-    // As in the reference, get_rope_index takes the vision path only when grids are given.
-    if ((img_e && img_e->shape[1] != 3) || (vid_e && vid_e->shape[1] != 3)) {
-      return InvalidArgument("image_grid_thw / video_grid_thw must have shape [n,3]");
-    }
-    std::vector<GridThw> img = Grids(*in, img_e), vid = Grids(*in, vid_e);
+    // As in the reference, get_rope_index takes the vision path only when grids are given. The
+    // grids are checked against the prompt before it expands them (a video of t groups becomes
+    // t items): together they may describe at most S visual tokens.
+    VLS_ASSIGN_OR_RETURN(std::vector<GridThw> img, Grids(*in, img_e, S));
+    VLS_ASSIGN_OR_RETURN(std::vector<GridThw> vid, Grids(*in, vid_e, S));
+    const int merge = cfg.spatial_merge_size;
+    VLS_ASSIGN_OR_RETURN(int64_t img_tokens, ValidateGridList(img, merge, "image_grid_thw", S));
+    VLS_RETURN_IF_ERROR(ValidateGridList(vid, merge, "video_grid_thw", S - img_tokens).status());
     VLS_ASSIGN_OR_RETURN(RopeIndex ri, GetRopeIndex(cfg, ids, img, vid));
     positions = std::move(ri.positions);
     delta = ri.rope_delta;
@@ -181,6 +205,11 @@ StatusOr<RequestInput> ReadRequestInput(const SafetensorsFile& file, const Qwen3
       layers = in->View(*dsl_e);
     } else {
       const int64_t K = feat.shape.empty() ? 0 : feat.shape[0];
+      if (K > cfg.layers) {
+        return InvalidArgument("deepstack_features: K = " + std::to_string(K) +
+                               " levels but the model has " + std::to_string(cfg.layers) +
+                               " layers (deepstack_layers defaults to 0..K-1)");
+      }
       default_layers = HostTensor(DType::kI32, {K});
       for (int64_t k = 0; k < K; ++k) default_layers.i32()[k] = static_cast<int32_t>(k);
       layers = default_layers.view();
@@ -197,6 +226,170 @@ StatusOr<RequestInput> ReadRequestInput(const SafetensorsFile& file, const Qwen3
   r.positions = std::move(positions);
   r.rope_delta = delta;
   return r;
+}
+
+int64_t MaxRequestTokens(const Qwen3Config& cfg) {
+  return cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : kMaxContextPositions;
+}
+
+Status CheckRequestTokens(int64_t prompt, int64_t new_tokens, std::string_view new_name,
+                          int64_t max_tokens, std::string_view limit) {
+  if (prompt < 1) return InvalidArgument("the input's prompt is empty (S = 0)");
+  if (new_tokens > max_tokens || prompt > max_tokens - new_tokens) {
+    return OutOfRange("prompt " + std::to_string(prompt) + " + " + std::string(new_name) + " " +
+                      std::to_string(new_tokens) + " exceeds " + std::string(limit) + " " +
+                      std::to_string(max_tokens));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kBatchFields[] = {"id",
+                                        "input",
+                                        "max_new_tokens",
+                                        "ignore_eos",
+                                        "cancel_after_tokens",
+                                        "temperature",
+                                        "top_k",
+                                        "top_p",
+                                        "min_p",
+                                        "repetition_penalty",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "seed",
+                                        "stop"};
+
+// A float sampling field: any finite JSON number a float holds.
+Status ReadFloatField(const Json& v, const char* what, float* out) {
+  double d = 0;
+  VLS_RETURN_IF_ERROR(ReadJsonNumber(v, what, -std::numeric_limits<float>::max(),
+                                     std::numeric_limits<float>::max(), &d));
+  *out = static_cast<float>(d);
+  return Status::Ok();
+}
+
+Status ReadBatchFields(const Json& j, BatchLine* line) {
+  for (const auto& [key, value] : j.items()) {
+    if (std::find_if(std::begin(kBatchFields), std::end(kBatchFields),
+                     [&key](const char* k) { return key == k; }) != std::end(kBatchFields)) {
+      continue;
+    }
+    if (key == "images") {
+      return Unimplemented(
+          "field 'images' is not supported by batch yet (give the visual rows "
+          "as visual_embeds in the input file)");
+    }
+    return InvalidArgument("unknown field " + JsonSnippet(Json(key)) +
+                           " (fields: id, input, "
+                           "max_new_tokens, ignore_eos, cancel_after_tokens, temperature, top_k, "
+                           "top_p, min_p, repetition_penalty, presence_penalty, "
+                           "frequency_penalty, seed, stop)");
+  }
+  // Each present, non-null field.
+  auto field = [&j](const char* key) -> const Json* {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  const Json* v = field("input");
+  if (v == nullptr) return InvalidArgument("field 'input' is required");
+  VLS_RETURN_IF_ERROR(ReadJsonString(*v, "input", &line->input));
+  if (line->input.empty()) return InvalidArgument("field 'input' must name a file");
+  if (line->input.find('\0') != std::string::npos) {
+    return InvalidArgument("field 'input' holds a NUL character");
+  }
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  int64_t n = 0;
+  if ((v = field("max_new_tokens"))) {
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, "max_new_tokens", 1, kIntMax, &n));
+    line->max_new_tokens = static_cast<int>(n);
+  }
+  if ((v = field("ignore_eos")))
+    VLS_RETURN_IF_ERROR(ReadJsonBool(*v, "ignore_eos", &line->ignore_eos));
+  if ((v = field("cancel_after_tokens"))) {
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, "cancel_after_tokens", 0, kIntMax, &n));
+    line->cancel_after = n;
+  }
+  SamplingParams& s = line->sampling;
+  const std::pair<const char*, float*> floats[] = {{"temperature", &s.temperature},
+                                                   {"top_p", &s.top_p},
+                                                   {"min_p", &s.min_p},
+                                                   {"repetition_penalty", &s.repetition_penalty},
+                                                   {"presence_penalty", &s.presence_penalty},
+                                                   {"frequency_penalty", &s.frequency_penalty}};
+  for (const auto& [key, out] : floats) {
+    if ((v = field(key))) VLS_RETURN_IF_ERROR(ReadFloatField(*v, key, out));
+  }
+  if ((v = field("top_k"))) {
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, "top_k", 0, kIntMax, &n));
+    s.top_k = static_cast<int>(n);
+  }
+  if ((v = field("seed"))) {
+    // The whole uint64 range: ReadJsonInt stops at 2^63 - 1.
+    if (v->is_number_unsigned()) {
+      s.seed = v->get<uint64_t>();
+    } else {
+      VLS_RETURN_IF_ERROR(ReadJsonInt(*v, "seed", 0, std::numeric_limits<int64_t>::max(), &n));
+      s.seed = static_cast<uint64_t>(n);
+    }
+  }
+  VLS_RETURN_IF_ERROR(ValidateSamplingParams(s));
+  if ((v = field("stop"))) {
+    std::vector<std::string> stop;
+    if (v->is_array()) {
+      stop.reserve(v->size());
+      for (size_t i = 0; i < v->size(); ++i) {
+        VLS_RETURN_IF_ERROR(ReadJsonString((*v)[i], "field 'stop'[" + std::to_string(i) + "]",
+                                           &stop.emplace_back()));
+      }
+    } else if (v->is_string()) {
+      stop.push_back(v->get<std::string>());
+    } else {
+      return InvalidArgument("field 'stop' must be a string or a list of strings, not " +
+                             JsonTypeName(*v));
+    }
+    VLS_RETURN_IF_ERROR(ValidateStopStrings(stop).WithContext("field 'stop'"));
+    line->stop = std::move(stop);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseBatchLine(std::string_view label, std::string_view text, BatchLine* line) {
+  *line = BatchLine();
+  if (text.size() > kMaxBatchLineBytes) {
+    return InvalidArgument(std::string(label) + ": " + std::to_string(text.size()) +
+                           " bytes, more than the " + std::to_string(kMaxBatchLineBytes) +
+                           " a request line may have");
+  }
+  Json j;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, text, &j, {.code = StatusCode::kInvalidArgument}));
+  if (!j.is_object()) {
+    return InvalidArgument(std::string(label) + ": must be a JSON object, not " + JsonTypeName(j));
+  }
+  if (auto it = j.find("id"); it != j.end()) line->id = std::move(*it);
+  return ReadBatchFields(j, line);
+}
+
+StatusOr<GenerationRequest> BatchRequestFromInput(const SafetensorsFile& in, const BatchLine& line,
+                                                  const Qwen3Model& model, int64_t max_tokens) {
+  VLS_ASSIGN_OR_RETURN(RequestInput r, ReadRequestInput(in, model, max_tokens));
+  if (!r.decode_tokens.empty()) return InvalidArgument("decode_tokens is not used by batch");
+  VLS_RETURN_IF_ERROR(CheckRequestTokens(r.length, line.max_new_tokens, "max_new_tokens",
+                                         max_tokens, "the context capacity"));
+  GenerationRequest g;
+  if (r.has_ids) g.tokens = std::move(r.ids);
+  if (!r.token_only) g.embeddings = std::move(r.embeddings);
+  g.positions = std::move(r.positions);
+  g.rope_delta = r.rope_delta;
+  g.deepstack = std::move(r.deepstack);
+  g.max_new_tokens = line.max_new_tokens;
+  g.ignore_eos = line.ignore_eos;
+  g.sampling = line.sampling;
+  return g;
 }
 
 }  // namespace vls::cli

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -11,6 +13,8 @@
 #include "base/status.h"
 #include "cli/args.h"
 #include "cli/load_flags.h"
+#include "io/untrusted_json.h"
+#include "runtime/chat_json.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,8 +48,9 @@ StatusOr<std::string> DecodeBase64(std::string_view in) {
 
 // The text of one tokenize input line: a JSON string or {"bytes_b64": "..."}.
 StatusOr<std::string> TokenizeInput(const std::string& line) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("input is not valid JSON");
+  nlohmann::json j;
+  VLS_RETURN_IF_ERROR(
+      ParseUntrustedJson("input", line, &j, {.code = StatusCode::kInvalidArgument}));
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object() && j.size() == 1 && j.contains("bytes_b64") && j["bytes_b64"].is_string()) {
     return DecodeBase64(j["bytes_b64"].get<std::string>());
@@ -54,23 +59,49 @@ StatusOr<std::string> TokenizeInput(const std::string& line) {
 }
 
 StatusOr<std::vector<int32_t>> DetokenizeInput(const std::string& line) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("input is not valid JSON");
+  nlohmann::json j;
+  VLS_RETURN_IF_ERROR(
+      ParseUntrustedJson("input", line, &j, {.code = StatusCode::kInvalidArgument}));
   if (!j.is_array()) return InvalidArgument("input must be a JSON array of token ids");
   std::vector<int32_t> ids;
   ids.reserve(j.size());
   for (const auto& e : j) {
-    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX) {
-      return InvalidArgument("token ids must be integers in [0, 2^31)");
-    }
-    ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
+    int64_t id = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonInt(e, "token ids", 0, std::numeric_limits<int32_t>::max(), &id));
+    ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
 }
 
-std::string JsonString(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// A chat-template input line: a JSON object whose "messages" is a list. Keys that are template
+// variables pass through as they are; the typed ones are checked here: "add_generation_prompt"
+// and "enable_thinking" are true or false when present (null is refused: it would silently mean
+// false) and "tools" a list or null.
+StatusOr<nlohmann::ordered_json> ChatTemplateInput(const std::string& line) {
+  nlohmann::ordered_json req;
+  VLS_RETURN_IF_ERROR(
+      ParseUntrustedOrderedJson("input", line, &req, {.code = StatusCode::kInvalidArgument}));
+  if (!req.is_object()) {
+    return InvalidArgument("input must be a JSON object, not " + JsonTypeName(req));
+  }
+  auto messages = req.find("messages");
+  if (messages == req.end() || !messages->is_array()) {
+    return InvalidArgument("input needs \"messages\": a list of messages");
+  }
+  for (const char* key : {"add_generation_prompt", "enable_thinking"}) {
+    auto it = req.find(key);
+    if (it == req.end()) continue;
+    bool b = false;
+    VLS_RETURN_IF_ERROR(ReadJsonBool(*it, std::string("\"") + key + "\"", &b));
+  }
+  if (auto tools = req.find("tools");
+      tools != req.end() && !tools->is_null() && !tools->is_array()) {
+    return InvalidArgument("\"tools\" must be a list or null, not " + JsonTypeName(*tools));
+  }
+  return req;
 }
+
+std::string JsonString(const std::string& s) { return DumpJsonSafe(nlohmann::json(s)); }
 
 // Runs `fn` on every stdin line. A bad line prints {"error": ...} in its place; after the other
 // lines the command fails with the first bad line's code (2 for a refused input line).
@@ -84,16 +115,23 @@ Status ForEachLine(const char* cmd, Fn fn) {
   while (std::getline(std::cin, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    StatusOr<std::string> out = fn(line);
+    // Whatever escapes `fn` (out of memory, a bug's exception) is this line's error, never the
+    // end of the command.
+    StatusOr<std::string> out = Internal("no output");
+    try {
+      out = fn(line);
+    } catch (const std::bad_alloc&) {
+      out = ResourceExhausted("out of memory while handling the line");
+    } catch (const std::exception& e) {
+      out = Internal(std::string("unexpected error while handling the line: ") + e.what());
+    }
     if (out.ok()) {
       std::cout << *out << '\n';
       continue;
     }
     const std::string msg = "line " + std::to_string(line_no) + ": " + out.status().message();
     std::fprintf(stderr, "vlstack %s: %s\n", cmd, msg.c_str());
-    std::cout << nlohmann::json{{"error", msg}}.dump(-1, ' ', false,
-                                                     nlohmann::json::error_handler_t::replace)
-              << '\n';
+    std::cout << DumpJsonSafe(nlohmann::json{{"error", msg}}) << '\n';
     if (failed++ == 0) first = Status(out.status().code(), msg);
   }
   std::cout.flush();
@@ -213,9 +251,7 @@ Status ChatTemplate(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string source, ChatTemplateSource(args));
   VLS_ASSIGN_OR_RETURN(jinja::Template tmpl, jinja::Template::Parse(source));
   return ForEachLine("chat-template", [&](const std::string& line) -> StatusOr<std::string> {
-    nlohmann::ordered_json req =
-        nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (req.is_discarded()) return InvalidArgument("input is not valid JSON");
+    VLS_ASSIGN_OR_RETURN(nlohmann::ordered_json req, ChatTemplateInput(line));
     VLS_ASSIGN_OR_RETURN(std::string prompt, tok::RenderChat(tmpl, req));
     return JsonString(prompt);
   });

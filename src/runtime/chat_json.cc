@@ -2,7 +2,10 @@
 
 #include <cmath>
 #include <limits>
+#include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace vls {
 namespace {
@@ -13,44 +16,124 @@ Status Bad(const std::string& key, const std::string& why) {
   return InvalidArgument("chat request: \"" + key + "\" " + why);
 }
 
+// The field `key` when present and not null (null is the same as absent), else nullptr.
+const Json* Field(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A reader's error as the request's: "chat request: \"key\" must be ..., not ...".
+Status Named(Status s) {
+  if (s.ok()) return s;
+  return InvalidArgument("chat request: " + s.message());
+}
+
+std::string Quoted(std::string_view key) { return "\"" + std::string(key) + "\""; }
+
 // Reads an optional field; null or absent leaves *out as is.
 Status ReadFloat(const Json& j, const char* key, float* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number()) return Bad(key, "must be a number");
-  const double v = it->get<double>();
-  if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
-    return Bad(key, "must be a finite number");
-  }
-  *out = static_cast<float>(v);
+  const Json* v = Field(j, key);
+  if (v == nullptr) return Status::Ok();
+  double d = 0;
+  VLS_RETURN_IF_ERROR(Named(ReadJsonNumber(*v, Quoted(key), -std::numeric_limits<float>::max(),
+                                           std::numeric_limits<float>::max(), &d)));
+  *out = static_cast<float>(d);
   return Status::Ok();
 }
 
 Status ReadInt(const Json& j, const char* key, int64_t lo, int64_t hi, int64_t* out, bool* set) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number_integer()) return Bad(key, "must be an integer");
-  const bool negative = it->is_number_unsigned() ? false : it->get<int64_t>() < 0;
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return Bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  const int64_t v = negative ? it->get<int64_t>() : static_cast<int64_t>(it->get<uint64_t>());
-  if (v < lo || v > hi) {
-    return Bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  *out = v;
+  const Json* v = Field(j, key);
+  if (v == nullptr) return Status::Ok();
+  VLS_RETURN_IF_ERROR(Named(ReadJsonInt(*v, Quoted(key), lo, hi, out)));
   if (set != nullptr) *set = true;
   return Status::Ok();
 }
 
 Status ReadBool(const Json& j, const char* key, bool* out, bool* set) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_boolean()) return Bad(key, "must be true or false");
-  *out = it->get<bool>();
+  const Json* v = Field(j, key);
+  if (v == nullptr) return Status::Ok();
+  VLS_RETURN_IF_ERROR(Named(ReadJsonBool(*v, Quoted(key), out)));
   if (set != nullptr) *set = true;
   return Status::Ok();
 }
+
+// A logit_bias key: a token id in [0, 2^31) written in decimal, no sign, no leading zero (so two
+// keys never name one token).
+bool ParseTokenIdKey(const std::string& key, int32_t* id) {
+  if (key.empty() || key.size() > 10 || (key.size() > 1 && key[0] == '0')) return false;
+  int64_t v = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > std::numeric_limits<int32_t>::max()) return false;
+  *id = static_cast<int32_t>(v);
+  return true;
+}
+
+// SAX handler that builds an ordered_json by appending: every key goes to the end of its object
+// with no search (the rules pass already refused repeated keys), so the build is linear.
+class OrderedBuilder {
+ public:
+  explicit OrderedBuilder(Json* root) : root_(root) {}
+
+  bool null() { return Add(Json(nullptr)) != nullptr; }
+  bool boolean(bool v) { return Add(Json(v)) != nullptr; }
+  bool number_integer(Json::number_integer_t v) { return Add(Json(v)) != nullptr; }
+  bool number_unsigned(Json::number_unsigned_t v) { return Add(Json(v)) != nullptr; }
+  bool number_float(Json::number_float_t v, const Json::string_t& /*text*/) {
+    return Add(Json(v)) != nullptr;
+  }
+  bool string(Json::string_t& v) { return Add(Json(std::move(v))) != nullptr; }
+  bool binary(Json::binary_t& v) { return Add(Json::binary(std::move(v))) != nullptr; }
+  bool start_object(size_t /*elements*/) {
+    open_.push_back(Add(Json::object()));
+    return true;
+  }
+  bool key(Json::string_t& k) {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(size_t /*elements*/) {
+    open_.push_back(Add(Json::array()));
+    return true;
+  }
+  bool end_array() {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(size_t /*position*/, const std::string& /*last_token*/,
+                   const Json::exception& /*e*/) {
+    return false;
+  }
+
+ private:
+  // Places `v` in the innermost open container (or as the root) and returns where it now is.
+  // Pointers to open containers stay valid: only the innermost one grows.
+  Json* Add(Json v) {
+    if (open_.empty()) {
+      *root_ = std::move(v);
+      return root_;
+    }
+    Json* top = open_.back();
+    if (top->is_array()) {
+      auto& items = top->get_ref<Json::array_t&>();
+      items.push_back(std::move(v));
+      return &items.back();
+    }
+    auto& items = static_cast<Json::object_t::Container&>(top->get_ref<Json::object_t&>());
+    items.emplace_back(std::move(key_), std::move(v));
+    return &items.back().second;
+  }
+
+  Json* root_;
+  std::vector<Json*> open_;
+  std::string key_;
+};
 
 constexpr const char* kKnown[] = {"messages",
                                   "tools",
@@ -114,11 +197,16 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
   set = false;
   VLS_RETURN_IF_ERROR(ReadInt(j, "top_k", 0, std::numeric_limits<int32_t>::max(), &v, &set));
   if (set) s.top_k = static_cast<int>(v);
-  if (auto seed = j.find("seed"); seed != j.end() && !seed->is_null()) {
-    if (!seed->is_number_unsigned() && !(seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
-      return Bad("seed", "must be a non-negative integer");
+  if (const Json* seed = Field(j, "seed")) {
+    // The whole uint64 range (ReadJsonInt stops at 2^63 - 1).
+    if (seed->is_number_unsigned()) {
+      s.seed = seed->get<uint64_t>();
+    } else {
+      int64_t i = 0;
+      VLS_RETURN_IF_ERROR(
+          Named(ReadJsonInt(*seed, Quoted("seed"), 0, std::numeric_limits<int64_t>::max(), &i)));
+      s.seed = static_cast<uint64_t>(i);
     }
-    s.seed = seed->get<uint64_t>();
   }
   if (auto stop = j.find("stop"); stop != j.end() && !stop->is_null()) {
     if (stop->is_string()) {
@@ -132,14 +220,14 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
       return Bad("stop", "must be a string or a list of strings");
     }
   }
-  if (auto ids = j.find("stop_token_ids"); ids != j.end() && !ids->is_null()) {
+  if (const Json* ids = Field(j, "stop_token_ids")) {
     if (!ids->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
+    r.stop_token_ids.reserve(ids->size());
     for (const Json& x : *ids) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
-          x.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return Bad("stop_token_ids", "must be a list of non-negative token ids");
-      }
-      r.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+      int64_t id = 0;
+      VLS_RETURN_IF_ERROR(Named(ReadJsonInt(x, "each of \"stop_token_ids\"", 0,
+                                            std::numeric_limits<int32_t>::max(), &id)));
+      r.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
   }
   VLS_RETURN_IF_ERROR(ReadBool(j, "ignore_eos", &r.ignore_eos, nullptr));
@@ -149,31 +237,49 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
   if (auto bias = j.find("logit_bias"); bias != j.end() && !bias->is_null()) {
     if (!bias->is_object()) return Bad("logit_bias", "must be an object of token id -> bias");
     for (const auto& [key, value] : bias->items()) {
-      size_t used = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(key, &used);
-      } catch (const std::exception&) {
-        used = 0;
+      int32_t id = 0;
+      if (!ParseTokenIdKey(key, &id)) {
+        return Bad("logit_bias", "key " + JsonSnippet(Json(key)) + " is not a token id");
       }
-      if (used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        return Bad("logit_bias", "key '" + key + "' is not a token id");
-      }
-      if (!value.is_number() || !std::isfinite(value.get<double>())) {
-        return Bad("logit_bias", "value of token " + key + " must be a finite number");
-      }
+      double b = 0;
+      VLS_RETURN_IF_ERROR(Named(ReadJsonNumber(value, "\"logit_bias\" of token " + key,
+                                               -std::numeric_limits<double>::max(),
+                                               std::numeric_limits<double>::max(), &b)));
       // OpenAI clamps biases to [-100, 100].
-      const double b = std::clamp(value.get<double>(), -100.0, 100.0);
-      s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+      s.logit_bias.emplace_back(id, static_cast<float>(std::clamp(b, -100.0, 100.0)));
     }
   }
   return r;
 }
 
+Status ParseUntrustedOrderedJson(std::string_view label, std::string_view text, Json* out,
+                                 const JsonParseOptions& options) {
+  // The rules first (into a std::map DOM: n log n, and it refuses repeated keys), then the
+  // ordered build by appending.
+  nlohmann::json checked;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, text, &checked, options));
+  checked = nullptr;
+  try {
+    Json root;
+    OrderedBuilder builder(&root);
+    if (!Json::sax_parse(text.begin(), text.end(), &builder, Json::input_format_t::json,
+                         /*strict=*/true)) {
+      return Status(options.code, std::string(label) + ": invalid JSON");
+    }
+    *out = std::move(root);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(std::string(label) + ": out of memory while parsing JSON");
+  } catch (const std::exception& e) {
+    return Status(options.code, std::string(label) + ": invalid JSON: " + e.what());
+  }
+  return Status::Ok();
+}
+
 StatusOr<ChatRequest> ChatRequestFromJsonText(std::string_view text,
                                               const SamplingParams& defaults) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("chat request: not valid JSON");
+  Json j;
+  VLS_RETURN_IF_ERROR(
+      ParseUntrustedOrderedJson("chat request", text, &j, {.code = StatusCode::kInvalidArgument}));
   return ChatRequestFromJson(j, defaults);
 }
 

@@ -9,8 +9,9 @@
 //    "logit_bias": {"<token id>": num}?}
 //
 // Sampling fields that are absent (or null) keep `defaults` (the model's generation_config).
-// Every field is type-checked; an unknown field is refused by name, so a typo never silently
-// changes nothing.
+// Every field is read strictly (integers are JSON integers in range, booleans true or false,
+// numbers finite); an unknown field is refused by name, so a typo never silently changes
+// nothing. logit_bias keys are token ids written in decimal without a sign or leading zeros.
 #ifndef VLSTACK_RUNTIME_CHAT_JSON_H_
 #define VLSTACK_RUNTIME_CHAT_JSON_H_
 
@@ -18,13 +19,22 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "io/untrusted_json.h"
 #include "runtime/chat_pipeline.h"
 
 namespace vls {
 
+// ParseUntrustedJson's rules (no NUL or trailing bytes, nesting bound, no repeated key) into an
+// ordered_json, in time linear in the input. nlohmann's own ordered_json parse searches the keys
+// already read for every key it inserts (ordered_map is a vector), which made a request with
+// 100,000 keys take seconds; this builds each object by appending, after the rules have
+// refused repeated keys. For chat requests, whose key order the template sees.
+Status ParseUntrustedOrderedJson(std::string_view label, std::string_view text,
+                                 nlohmann::ordered_json* out, const JsonParseOptions& options = {});
+
 StatusOr<ChatRequest> ChatRequestFromJson(const nlohmann::ordered_json& j,
                                           const SamplingParams& defaults);
-// Parses `text` first (InvalidArgument names the parse failure).
+// Parses `text` first with ParseUntrustedOrderedJson (InvalidArgument names the parse failure).
 StatusOr<ChatRequest> ChatRequestFromJsonText(std::string_view text,
                                               const SamplingParams& defaults);
 

@@ -61,5 +61,93 @@ TEST(ChatJsonTest, BadFieldsAreNamed) {
   }
 }
 
+TEST(ChatJsonTest, TypedFieldsAreNeverCoerced) {
+  const SamplingParams d;
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  const char* cases[][2] = {
+      {R"("max_tokens":true)", "max_tokens"},
+      {R"("max_tokens":2.7)", "max_tokens"},
+      {R"("max_tokens":"3")", "max_tokens"},
+      {R"("top_k":-1)", "top_k"},
+      {R"("top_k":18446744073709551615)", "top_k"},
+      {R"("logprobs":false)", "logprobs"},
+      {R"("add_generation_prompt":1)", "add_generation_prompt"},
+      {R"("enable_thinking":"yes")", "enable_thinking"},
+      {R"("seed":1.5)", "seed"},
+      {R"("seed":true)", "seed"},
+      {R"("stop_token_ids":[1.0])", "stop_token_ids"},
+      {R"("stop_token_ids":[9223372036854775808])", "stop_token_ids"},
+      {R"("logit_bias":{"05":1})", "logit_bias"},
+      {R"("logit_bias":{"+5":1})", "logit_bias"},
+      {R"("logit_bias":{" 5":1})", "logit_bias"},
+      {R"("logit_bias":{"5":true})", "logit_bias"},
+      {R"("temperature":true)", "temperature"},
+  };
+  for (const auto& c : cases) {
+    const std::string text = "{" + m + "," + c[0] + "}";
+    auto r = ChatRequestFromJsonText(text, d);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(r.status().message().find(c[1]), std::string::npos)
+        << text << " -> " << r.status().ToString();
+  }
+  // Null is the same as absent; the whole uint64 range is a seed.
+  auto r = ChatRequestFromJsonText(
+      "{" + m + R"(,"add_generation_prompt":null,"max_tokens":null,"seed":18446744073709551615})",
+      d);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->add_generation_prompt);
+  EXPECT_FALSE(r->max_tokens.has_value());
+  EXPECT_EQ(r->sampling.seed, std::optional<uint64_t>(18446744073709551615ull));
+}
+
+TEST(ChatJsonTest, TextIsParsedUnderTheUntrustedRules) {
+  const SamplingParams d;
+  const std::string m = R"({"messages":[{"role":"user","content":)";
+  const std::pair<std::string, const char*> cases[] = {
+      {m + R"("x"}],"top_k":1,"top_k":2})", "twice"},
+      {m + std::string(62, '[') + std::string(62, ']') + "}]}", "nests deeper"},
+      {m + std::string(200000, '[') + std::string(200000, ']') + "}]}", "nests deeper"},
+      {m + R"("x"}]})" + std::string(1, '\0') + "{}", "NUL"},
+      {m + R"("x"}]} {})", "JSON"},
+      {m + "\"\xff\"}]}", "JSON"},
+  };
+  for (const auto& [text, needle] : cases) {
+    auto r = ChatRequestFromJsonText(text, d);
+    ASSERT_FALSE(r.ok()) << text.substr(0, 80);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
+  }
+  // 64 levels (object, messages, message, 61 lists) are within the bound; 65 above.
+  auto ok = ChatRequestFromJsonText(m + std::string(61, '[') + std::string(61, ']') + "}]}", d);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+// The ordered parse builds objects by appending: every key kept, in input order, with many keys
+// (nlohmann's own ordered parse searches the keys so far for each one: quadratic).
+TEST(ChatJsonTest, ManyKeysKeepTheirOrder) {
+  constexpr int kKeys = 100000;
+  std::string kwargs = "{";
+  for (int i = kKeys - 1; i >= 0; --i) {
+    kwargs += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + (i > 0 ? "," : "}");
+  }
+  auto r = ChatRequestFromJsonText(
+      R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":)" + kwargs + "}",
+      SamplingParams());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->template_kwargs.size(), static_cast<size_t>(kKeys));
+  int expect = kKeys - 1;
+  for (const auto& [key, value] : r->template_kwargs.items()) {
+    ASSERT_EQ(key, "k" + std::to_string(expect));
+    ASSERT_EQ(value.get<int>(), expect);
+    --expect;
+  }
+  nlohmann::ordered_json nested;
+  ASSERT_TRUE(
+      ParseUntrustedOrderedJson("t", R"({"b":[1,{"z":null,"a":[true,2.5,"s"]}],"a":{}})", &nested)
+          .ok());
+  EXPECT_EQ(nested.dump(), R"({"b":[1,{"z":null,"a":[true,2.5,"s"]}],"a":{}})");
+}
+
 }  // namespace
 }  // namespace vls

@@ -1,9 +1,11 @@
 #include "runtime/chat_pipeline.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "base/file.h"
+#include "io/untrusted_json.h"
 #include "model/qwen3_config.h"
 #include "runtime/positions.h"
 #include "runtime/stop_matcher.h"
@@ -14,19 +16,25 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-StatusOr<Json> ReadJsonObject(const std::string& path) {
+// A small JSON file of the model folder (generation_config.json, tokenizer_config.json), read
+// under ParseUntrustedJson's rules; only a few keys are read from it, so key order is not kept.
+StatusOr<nlohmann::json> ReadJsonObject(const std::string& path) {
   VLS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return DataLoss(path + ": not a JSON object");
+  nlohmann::json j;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(path, text, &j));
+  if (!j.is_object()) return DataLoss(path + ": not a JSON object");
   return j;
 }
 
-// The optional number `key` of generation_config.json.
-Status ReadNumber(const Json& j, const std::string& path, const char* key, float* out) {
+// The optional number `key` of generation_config.json: finite and within a float.
+Status ReadNumber(const nlohmann::json& j, const std::string& path, const char* key, float* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number()) return InvalidArgument(path + ": \"" + key + "\" must be a number");
-  *out = it->get<float>();
+  double d = 0;
+  Status s = ReadJsonNumber(*it, std::string("\"") + key + "\"", -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::max(), &d);
+  if (!s.ok()) return s.WithContext(path);
+  *out = static_cast<float>(d);
   return Status::Ok();
 }
 
@@ -40,8 +48,11 @@ StatusOr<SamplingParams> GenerationDefaults(const std::string& dir) {
   }
   auto sample = j->find("do_sample");
   if (sample == j->end() || sample->is_null()) return p;
-  if (!sample->is_boolean()) return InvalidArgument(path + ": \"do_sample\" must be true or false");
-  if (!sample->get<bool>()) return p;
+  bool do_sample = false;
+  if (Status s = ReadJsonBool(*sample, "\"do_sample\"", &do_sample); !s.ok()) {
+    return s.WithContext(path);
+  }
+  if (!do_sample) return p;
   // transformers' GenerationConfig defaults for what the file leaves out.
   p.temperature = 1.0f;
   p.top_k = 50;
@@ -50,10 +61,11 @@ StatusOr<SamplingParams> GenerationDefaults(const std::string& dir) {
   VLS_RETURN_IF_ERROR(ReadNumber(*j, path, "min_p", &p.min_p));
   VLS_RETURN_IF_ERROR(ReadNumber(*j, path, "repetition_penalty", &p.repetition_penalty));
   if (auto k = j->find("top_k"); k != j->end() && !k->is_null()) {
-    if (!k->is_number_integer() || k->get<int64_t>() < 0 || k->get<int64_t>() > (1 << 30)) {
-      return InvalidArgument(path + ": \"top_k\" must be a non-negative integer");
+    int64_t top_k = 0;
+    if (Status s = ReadJsonInt(*k, "\"top_k\"", 0, 1 << 30, &top_k); !s.ok()) {
+      return s.WithContext(path);
     }
-    p.top_k = static_cast<int>(k->get<int64_t>());
+    p.top_k = static_cast<int>(top_k);
   }
   if (Status s = ValidateSamplingParams(p); !s.ok()) return s.WithContext(path);
   return p;
@@ -68,7 +80,7 @@ StatusOr<int32_t> TokenizerEos(const std::string& dir, const tok::Tokenizer& tok
   }
   auto it = j->find("eos_token");
   if (it == j->end()) return -1;
-  const Json* name = &*it;
+  const nlohmann::json* name = &*it;
   if (it->is_object() && it->contains("content")) name = &(*it)["content"];
   if (!name->is_string()) return -1;
   return tokenizer.TokenToId(name->get<std::string>());

@@ -4,6 +4,7 @@
 #define VLSTACK_TENSOR_GRID_THW_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "base/status.h"
@@ -32,6 +33,14 @@ Status ValidateGridThw(const GridThw& g, int merge_size, const std::string& what
 // Tokens the item occupies in the language model after the spatial merge:
 // t * (h / merge) * (w / merge). REQUIRES: ValidateGridThw(g, merge_size, ...) passed.
 int64_t MergedTokens(const GridThw& g, int merge_size);
+
+// Validates every grid of a list (errors name `what`[i]) and returns the tokens they expand to,
+// the sum of MergedTokens, computed with overflow checks. Refuses a list with more grids than
+// `max_tokens`, or whose total passes `max_tokens`, before anything is expanded: callers pass
+// the visual positions the prompt (or the model) can hold, so no grid, however large its t,
+// makes a caller allocate more than that. InvalidArgument names the first grid over the bound.
+StatusOr<int64_t> ValidateGridList(std::span<const GridThw> grids, int merge_size,
+                                   const std::string& what, int64_t max_tokens);
 
 // "[t,h,w]" for messages.
 std::string GridToString(const GridThw& g);

@@ -1,0 +1,1 @@
+vls_add_fuzz_target(chat_request SOURCES chat_request_fuzz.cc LIBS vls_runtime CORPUS chat_request)

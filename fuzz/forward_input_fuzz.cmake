@@ -1,0 +1,1 @@
+vls_add_fuzz_target(forward_input SOURCES forward_input_fuzz.cc LIBS vls_cli_lib CORPUS forward_input)
