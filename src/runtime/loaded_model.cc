@@ -33,7 +33,7 @@ Status CheckServingMemory(const std::string& dir, const Qwen3Config& cfg, KvDTyp
   const int threads = o.threads > 0 ? o.threads : ThreadPool::HardwareThreads();
   VLS_ASSIGN_OR_RETURN(ServingMemory plan,
                        PlanServingMemory(cfg, kv_dtype, o.capacity, o.slots, threads));
-  const Status s = CheckMemoryFits(
+  Status s = CheckMemoryFits(
       "capacity " + std::to_string(o.capacity) + " with " + std::to_string(o.slots) + " slot(s)",
       plan.total, QueryMemoryAvailability());
   if (s.ok()) return s;
