@@ -62,6 +62,7 @@ std::unique_ptr<vls::Qwen3Model> TinyModel() {
 
 std::string File(const std::vector<std::pair<std::string, vls::HostTensor>>& tensors) {
   std::vector<vls::NamedTensor> named;
+  named.reserve(tensors.size());
   for (const auto& [name, t] : tensors) named.push_back({name, t.view()});
   auto image = vls::SerializeSafetensors(named);
   if (!image.ok()) Fail("cannot write a fixture", image.status().ToString());

@@ -247,20 +247,20 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr const char* kBatchFields[] = {"id",
-                                        "input",
-                                        "max_new_tokens",
-                                        "ignore_eos",
-                                        "cancel_after_tokens",
-                                        "temperature",
-                                        "top_k",
-                                        "top_p",
-                                        "min_p",
-                                        "repetition_penalty",
-                                        "presence_penalty",
-                                        "frequency_penalty",
-                                        "seed",
-                                        "stop"};
+constexpr std::string_view kBatchFields[] = {"id",
+                                             "input",
+                                             "max_new_tokens",
+                                             "ignore_eos",
+                                             "cancel_after_tokens",
+                                             "temperature",
+                                             "top_k",
+                                             "top_p",
+                                             "min_p",
+                                             "repetition_penalty",
+                                             "presence_penalty",
+                                             "frequency_penalty",
+                                             "seed",
+                                             "stop"};
 
 // A float sampling field: any finite JSON number a float holds.
 Status ReadFloatField(const Json& v, const char* what, float* out) {
@@ -272,9 +272,10 @@ Status ReadFloatField(const Json& v, const char* what, float* out) {
 }
 
 Status ReadBatchFields(const Json& j, BatchLine* line) {
-  for (const auto& [key, value] : j.items()) {
-    if (std::find_if(std::begin(kBatchFields), std::end(kBatchFields),
-                     [&key](const char* k) { return key == k; }) != std::end(kBatchFields)) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    if (std::find(std::begin(kBatchFields), std::end(kBatchFields), std::string_view(key)) !=
+        std::end(kBatchFields)) {
       continue;
     }
     if (key == "images") {
