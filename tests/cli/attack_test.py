@@ -332,13 +332,13 @@ def template_cases(tmp):
                                   "{% endfor %}{% endfor %}", "budget|limit|steps|iterations"),
         "template_recursive_macro": ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
                                      "recurs|depth|limit"),
-        "template_string_repeat": ('{{ "x" * 1000000000 }}', "size|limit|budget"),
+        "template_string_repeat": ('{{ "x" * 1000000000 }}', "kMaxRenderOutputBytes"),
         "template_string_doubling": ('{% set ns = namespace(s="x") %}{% for i in range(64) %}'
                                      '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}',
-                                     "size|limit|budget"),
-        "template_indent_huge": ('{{ "a\\nb" | indent(1000000000) }}', "size|limit|budget"),
+                                     "kMaxRenderOutputBytes"),
+        "template_indent_huge": ('{{ "a\\nb" | indent(1000000000) }}', "kMaxRenderOutputBytes"),
         "template_tojson_indent": ('{{ messages | tojson(indent=1000000000) }}',
-                                   "size|limit|budget"),
+                                   "kMaxRenderOutputBytes"),
     }
     for name, (source, needle) in templates.items():
         path = os.path.join(tmp, name + ".jinja")
