@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -94,6 +95,26 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) return IoError(ErrnoText("cannot read", path));
   return ss.str();
+}
+
+StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return NotFound(ErrnoText("cannot open", path));
+    return IoError(ErrnoText("cannot open", path));
+  }
+  std::string text;
+  constexpr size_t kChunk = size_t{1} << 20;
+  while (text.size() <= max_bytes) {
+    const size_t old = text.size();
+    const size_t want = std::min(kChunk, max_bytes + 1 - old);
+    text.resize(old + want);
+    in.read(text.data() + old, static_cast<std::streamsize>(want));
+    text.resize(old + static_cast<size_t>(in.gcount()));
+    if (in.bad()) return IoError(ErrnoText("cannot read", path));
+    if (!in) break;  // end of file
+  }
+  return text;
 }
 
 namespace {

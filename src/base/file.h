@@ -42,6 +42,11 @@ class MappedFile {
 
 StatusOr<std::string> ReadFileToString(const std::string& path);
 
+// Reads `path` without trusting its size (a FIFO or a device never ends): at most max_bytes + 1
+// bytes, read in chunks, so a result longer than max_bytes says the file is over the bound
+// (the caller names the bound in its error). NotFound / IoError as ReadFileToString.
+StatusOr<std::string> ReadFileAtMost(const std::string& path, size_t max_bytes);
+
 // A file being written to an output path the user named. The rule, by what `path` is when
 // Open looks at it:
 //   * nothing: a temporary file is created next to it (a fresh random name, O_CREAT|O_EXCL, so

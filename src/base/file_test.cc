@@ -31,6 +31,23 @@ TEST(FileTest, WriteReadAndMap) {
   EXPECT_EQ(static_cast<char>((*m)->data()[4]), 'o');
 }
 
+// A bounded read returns the file, or max_bytes + 1 bytes of one over the bound, and ends on a
+// device that never does.
+TEST(FileTest, ReadFileAtMostStopsOneBytePastTheBound) {
+  const std::string p = TempPath("bounded.txt");
+  ASSERT_TRUE(WriteStringToFile(p, "0123456789").ok());
+  auto all = ReadFileAtMost(p, 10);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all, "0123456789");
+  auto over = ReadFileAtMost(p, 4);
+  ASSERT_TRUE(over.ok());
+  EXPECT_EQ(*over, "01234");
+  auto endless = ReadFileAtMost("/dev/zero", (size_t{3} << 20) + 7);
+  ASSERT_TRUE(endless.ok()) << endless.status().ToString();
+  EXPECT_EQ(endless->size(), (size_t{3} << 20) + 8);
+  EXPECT_EQ(ReadFileAtMost("/nonexistent/x.json", 10).status().code(), StatusCode::kNotFound);
+}
+
 TEST(FileTest, MissingFileIsNotFoundAndNamesPath) {
   auto m = MappedFile::Open("/nonexistent/dir/x.safetensors");
   ASSERT_FALSE(m.ok());

@@ -97,7 +97,8 @@ Status Parse(std::string_view label, std::string_view text, BasicJson* out,
   };
   // nlohmann's lexer takes a NUL byte for the end of input, which would let "{}\0garbage" pass;
   // valid JSON never holds a raw NUL.
-  if (const void* nul = std::memchr(text.data(), 0, text.size())) {
+  const void* nul = text.empty() ? nullptr : std::memchr(text.data(), 0, text.size());
+  if (nul != nullptr) {
     return fail("invalid JSON: NUL byte at offset " +
                 std::to_string(static_cast<const char*>(nul) - text.data()));
   }

@@ -37,6 +37,7 @@ TEST(UntrustedJsonTest, RefusesTrailingBytesAndNul) {
   ExpectError("{} x", "invalid JSON");
   ExpectError(std::string_view("{}\0garbage", 10), "NUL byte at offset 2");
   ExpectError("", "invalid JSON");
+  ExpectError(std::string_view(), "invalid JSON");  // no bytes at all: data() is null
   ExpectError("{\"a\": }", "invalid JSON");
 }
 

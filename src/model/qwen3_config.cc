@@ -264,24 +264,9 @@ Status CheckTokenIds(const std::string& label, const Qwen3Config& c,
   return Status::Ok();
 }
 
-// Reads a config file of at most kMaxConfigJsonBytes without trusting its size (a FIFO or a
-// device never ends): the read stops one byte past the bound.
+// Reads a config file of at most kMaxConfigJsonBytes (a FIFO or a device never ends).
 StatusOr<std::string> ReadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    auto plain = ReadFileToString(path);  // the usual NotFound / IoError text
-    return plain.ok() ? IoError(path + ": cannot open") : plain.status();
-  }
-  std::string text;
-  constexpr size_t kChunk = size_t{64} << 10;
-  while (text.size() <= kMaxConfigJsonBytes) {
-    const size_t old = text.size();
-    text.resize(old + kChunk);
-    in.read(text.data() + old, static_cast<std::streamsize>(kChunk));
-    text.resize(old + static_cast<size_t>(in.gcount()));
-    if (in.bad()) return IoError(path + ": cannot read");
-    if (!in) break;  // end of file
-  }
+  VLS_ASSIGN_OR_RETURN(std::string text, ReadFileAtMost(path, kMaxConfigJsonBytes));
   if (text.size() > kMaxConfigJsonBytes) {
     return DataLoss(path + ": larger than " + std::to_string(kMaxConfigJsonBytes) +
                     " bytes (kMaxConfigJsonBytes)");

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "base/stack.h"
 #include "tokenizer/jinja_budget.h"
 #include "tokenizer/jinja_lexer.h"
 #include "tokenizer/jinja_parser.h"
@@ -201,6 +202,14 @@ class Evaluator {
       --depth_;
       return Err(n, ResourceExhausted("evaluation nested deeper than kMaxRenderDepth (" +
                                       std::to_string(limits_.max_depth) + ")"));
+    }
+    if (const size_t left = stack_.BytesLeft(); left < kMinRenderStackBytes) {
+      --depth_;
+      return Err(n, ResourceExhausted("evaluation nested " + std::to_string(depth_) +
+                                      " levels deep has " + std::to_string(left) +
+                                      " bytes of this thread's stack left, under "
+                                      "kMinRenderStackBytes (" +
+                                      std::to_string(kMinRenderStackBytes) + ")"));
     }
     return Status::Ok();
   }
@@ -632,6 +641,7 @@ class Evaluator {
 
   RenderBudget* budget_;
   const RenderLimits& limits_;
+  StackGuard stack_;
   Flow flow_ = Flow::kNormal;
   int loop_depth_ = 0;
   int depth_ = 0;

@@ -2,6 +2,7 @@
 // refuses its attack with kResourceExhausted and a message naming the limit, before the attack
 // can take the stack, the CPU or the memory. These run under ASan/UBSan in CI (label untrusted).
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -93,9 +94,9 @@ TEST(JinjaLimitsTest, LoopsAndRecursionRunOutOfBudget) {
       "{% for a in range(100000) %}{% for b in range(100000) %}{{ '' }}{% endfor %}{% endfor %}",
       "kMaxRender");
   ExpectLimit("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", "kMaxMacroDepth");
-  // A recursion that fans out: 2^60 calls, each within the depth limit.
+  // A recursion that fans out: 2^40 calls, each within the depth limits.
   ExpectLimit(
-      "{% macro m(n) %}{% if n < 60 %}{{ m(n + 1) }}{{ m(n + 1) }}{% endif %}"
+      "{% macro m(n) %}{% if n < 40 %}{{ m(n + 1) }}{{ m(n + 1) }}{% endif %}"
       "{% endmacro %}{{ m(0) }}",
       "kMaxRenderSteps");
   // range() is sized before it is built.
@@ -110,13 +111,44 @@ TEST(JinjaLimitsTest, LoopsAndRecursionRunOutOfBudget) {
 }
 
 // The deepest evaluation the limits allow (deep expressions inside recursive macros) must fit
-// the stack of the ASan/UBSan build as well: kMaxRenderDepth stops it first.
+// the stack of the ASan/UBSan build as well: kMaxRenderDepth stops it first (or, on a thread
+// with less stack, kMinRenderStackBytes).
 TEST(JinjaLimitsTest, EvaluationDepthIsBounded) {
   ExpectLimit("{% macro m(n) %}{{ m(n + 1)" + Repeat(" ~ 'x'", 200) + " }}{% endmacro %}{{ m(0) }}",
               "kMaxRenderDepth");
   ExpectLimit("{% macro m(n) %}{{ " + std::string(60, '[') + "m(n + 1)" + std::string(60, ']') +
                   " }}{% endmacro %}{{ m(0) }}",
               "kMaxRenderDepth");
+}
+
+struct SmallStackRender {
+  std::string source;
+  Status status;
+};
+
+void* RenderOnThisThread(void* arg) {
+  auto* job = static_cast<SmallStackRender*>(arg);
+  job->status = RenderStatus(job->source);
+  return nullptr;
+}
+
+// A thread with a small stack (here 1 MiB, less than kMaxRenderDepth levels take in the ASan
+// build): the evaluation stops with an error naming kMinRenderStackBytes, not a crash.
+TEST(JinjaLimitsTest, SmallThreadStackStopsEvaluationInTime) {
+  SmallStackRender job{"{% macro m(n) %}{{ m(n + 1)" + Repeat(" ~ 'x'", 200) +
+                           " }}{% endmacro %}{{ m(0) }}",
+                       Status::Ok()};
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t{1} << 20), 0);
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, &attr, RenderOnThisThread, &job), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_EQ(job.status.code(), StatusCode::kResourceExhausted) << job.status.ToString();
+  const bool named = job.status.message().find("kMinRenderStackBytes") != std::string::npos ||
+                     job.status.message().find("kMaxRenderDepth") != std::string::npos;
+  EXPECT_TRUE(named) << job.status.ToString();
 }
 
 TEST(JinjaLimitsTest, StringsAreSizedBeforeTheyAreBuilt) {

@@ -30,25 +30,10 @@ Status CheckByteLevelOnly(const nlohmann::json* j, const char* what, const char*
   return Status::Ok();
 }
 
-// Reads a tokenizer.json of at most kMaxTokenizerJsonBytes without trusting its size (a FIFO or
-// a device never ends): the read stops one byte past the bound.
+// Reads a tokenizer.json of at most kMaxTokenizerJsonBytes (a FIFO or a device never ends);
+// FromJson refuses one over the bound.
 StatusOr<std::string> ReadTokenizerFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    auto plain = ReadFileToString(path);  // the usual NotFound / IoError text
-    return plain.ok() ? IoError(path + ": cannot open") : plain.status();
-  }
-  std::string text;
-  constexpr size_t kChunk = size_t{1} << 20;
-  while (text.size() <= kMaxTokenizerJsonBytes) {
-    const size_t old = text.size();
-    text.resize(old + kChunk);
-    in.read(text.data() + old, static_cast<std::streamsize>(kChunk));
-    text.resize(old + static_cast<size_t>(in.gcount()));
-    if (in.bad()) return IoError(path + ": cannot read");
-    if (!in) break;  // end of file
-  }
-  return text;  // FromJson refuses it when over the bound
+  return ReadFileAtMost(path, kMaxTokenizerJsonBytes);
 }
 
 }  // namespace
