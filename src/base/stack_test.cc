@@ -1,7 +1,6 @@
 #include "base/stack.h"
 
 #include <gtest/gtest.h>
-
 #include <pthread.h>
 
 #include <cstdint>

@@ -76,8 +76,7 @@ TEST(UntrustedJsonTest, ManyKeysParseInLinearTime) {
   const auto start = std::chrono::steady_clock::now();
   Json j;
   ASSERT_TRUE(ParseText(text, &j).ok());
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(j.size(), 200000u);
   EXPECT_LT(s, 10.0);  // about 0.3 s on the CI machine; quadratic work would take minutes
 }

@@ -135,9 +135,9 @@ void* RenderOnThisThread(void* arg) {
 // A thread with a small stack (here 1 MiB, less than kMaxRenderDepth levels take in the ASan
 // build): the evaluation stops with an error naming kMinRenderStackBytes, not a crash.
 TEST(JinjaLimitsTest, SmallThreadStackStopsEvaluationInTime) {
-  SmallStackRender job{"{% macro m(n) %}{{ m(n + 1)" + Repeat(" ~ 'x'", 200) +
-                           " }}{% endmacro %}{{ m(0) }}",
-                       Status::Ok()};
+  SmallStackRender job{
+      "{% macro m(n) %}{{ m(n + 1)" + Repeat(" ~ 'x'", 200) + " }}{% endmacro %}{{ m(0) }}",
+      Status::Ok()};
   pthread_attr_t attr;
   ASSERT_EQ(pthread_attr_init(&attr), 0);
   ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t{1} << 20), 0);
