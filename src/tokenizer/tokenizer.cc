@@ -2,8 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-
 #include "base/file.h"
 #include "io/untrusted_json.h"
 #include "tokenizer/byte_level.h"
