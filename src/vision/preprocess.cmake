@@ -1,0 +1,1 @@
+# Preprocessing: preprocessor_config.json, smart_resize, bicubic resize, patches.

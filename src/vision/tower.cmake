@@ -1,0 +1,1 @@
+# The vision tower and its mergers.

@@ -1,0 +1,1 @@
+// Keeps vls_vision a valid library until its sources land.
