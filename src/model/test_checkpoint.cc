@@ -62,6 +62,31 @@ std::vector<int> DefaultMropeSection(int head_dim) {
   return {half - 2 * hw, hw, hw};
 }
 
+int VisionDepth(const TestModelSpec& s) {
+  return s.vision_depth > 0 ? s.vision_depth : std::max(2, s.deepstack + 1);
+}
+
+std::vector<int> VisionDeepStackIndexes(const TestModelSpec& s) {
+  if (!s.vision_ds_indexes.empty()) return s.vision_ds_indexes;
+  std::vector<int> ds(static_cast<size_t>(s.deepstack));
+  for (int k = 0; k < s.deepstack; ++k) ds[static_cast<size_t>(k)] = k;
+  return ds;
+}
+
+// preprocessor_config.json as Qwen3-VL ships it (qwen3vl-spec §D.3), with the spec's sizes.
+Json MakePreprocessorConfig(const TestModelSpec& s) {
+  Json p;
+  p["size"] = {{"longest_edge", s.max_pixels}, {"shortest_edge", s.min_pixels}};
+  p["patch_size"] = 16;
+  p["temporal_patch_size"] = 2;
+  p["merge_size"] = 2;
+  p["image_mean"] = {0.5, 0.5, 0.5};
+  p["image_std"] = {0.5, 0.5, 0.5};
+  p["processor_class"] = "Qwen3VLProcessor";
+  p["image_processor_type"] = "Qwen2VLImageProcessorFast";
+  return p;
+}
+
 Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& mrope) {
   const char* dtype_name = s.dtype == DType::kBF16  ? "bfloat16"
                            : s.dtype == DType::kF16 ? "float16"
@@ -113,20 +138,19 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
   c["text_config"] = text;
   Json vis;
   vis["model_type"] = "qwen3_vl";
-  vis["depth"] = std::max(2, s.deepstack + 1);
-  vis["hidden_size"] = 32;
-  vis["intermediate_size"] = 64;
-  vis["num_heads"] = 2;
+  vis["depth"] = VisionDepth(s);
+  vis["hidden_size"] = s.vision_hidden;
+  vis["intermediate_size"] = s.vision_intermediate;
+  vis["num_heads"] = s.vision_heads;
   vis["in_channels"] = 3;
   vis["patch_size"] = 16;
   vis["temporal_patch_size"] = 2;
   vis["spatial_merge_size"] = 2;
   vis["out_hidden_size"] = s.hidden;
-  vis["num_position_embeddings"] = 16;
+  vis["num_position_embeddings"] = s.vision_pos_grid * s.vision_pos_grid;
   vis["hidden_act"] = "gelu_pytorch_tanh";
-  std::vector<int> ds(static_cast<size_t>(s.deepstack));
-  for (int k = 0; k < s.deepstack; ++k) ds[static_cast<size_t>(k)] = k;
-  vis["deepstack_visual_indexes"] = ds;
+  vis["initializer_range"] = 0.02;
+  vis["deepstack_visual_indexes"] = VisionDeepStackIndexes(s);
   c["vision_config"] = vis;
   if (!s.ds_layers.empty()) {
     c["deepstack_language_layer_indices"] = s.ds_layers;
@@ -192,7 +216,15 @@ Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
 
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
   TestModelSpec s;
-  if (name == "qwen3-vl-2b-text") {
+  if (name == "qwen3-vl-2b") {
+    // Qwen3-VL-2B (qwen3vl-spec §E): the 2B text decoder and its 24-block vision tower.
+    s.hidden = 2048, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
+    s.intermediate = 6144, s.vocab = 151936;
+    s.vision_depth = 24, s.vision_hidden = 1024, s.vision_heads = 16;
+    s.vision_intermediate = 4096, s.vision_pos_grid = 48;
+    s.vision_ds_indexes = {5, 11, 17};
+    s.min_pixels = 65536, s.max_pixels = 16777216;
+  } else if (name == "qwen3-vl-2b-text") {
     s.hidden = 2048, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
     s.intermediate = 6144, s.vocab = 151936, s.vision = false;
   } else if (name == "qwen3-0.6b") {
@@ -202,7 +234,7 @@ StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
     s.intermediate = 3072, s.vocab = 151936;
   } else if (name != "tiny") {
     return InvalidArgument("unknown model shape '" + name +
-                           "' (known: tiny, qwen3-vl-2b-text, qwen3-0.6b)");
+                           "' (known: tiny, qwen3-vl-2b, qwen3-vl-2b-text, qwen3-0.6b)");
   }
   return s;
 }
@@ -246,34 +278,40 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   g.Norm(p + "norm.weight", H);
   if (!s.tied) g.Matrix("lm_head.weight", V, H, sh);
   if (s.arch == "qwen3-vl" && s.vision) {
-    // A tiny vision tower in the real layout (qwen3vl-spec §A.3); the text decoder ignores it.
+    // The vision tower in the real layout (qwen3vl-spec §A.3, §D); the text decoder ignores
+    // it. Matrices are N(0, 1/fan_in) so every block and merger output stays O(1) and an
+    // image visibly steers the text decoder; norms near 1, biases small.
     const auto& vc = cfg["vision_config"];
     const int64_t Dv = vc["hidden_size"], Iv = vc["intermediate_size"], depth = vc["depth"];
     const std::string vp = "model.visual.";
-    g.Tensor(vp + "patch_embed.proj.weight", {Dv, 3, 2, 16, 16}, 0.02);
+    auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+    g.Tensor(vp + "patch_embed.proj.weight", {Dv, 3, 2, 16, 16}, inv_sqrt(3 * 2 * 16 * 16));
     g.Tensor(vp + "patch_embed.proj.bias", {Dv}, 0.02);
-    g.Tensor(vp + "pos_embed.weight", {vc["num_position_embeddings"].get<int64_t>(), Dv}, 0.02);
+    g.Tensor(vp + "pos_embed.weight", {vc["num_position_embeddings"].get<int64_t>(), Dv}, 0.5);
     for (int64_t b = 0; b < depth; ++b) {
       const std::string bp = vp + "blocks." + std::to_string(b) + ".";
       for (const char* n : {"norm1", "norm2"}) {
         g.Norm(bp + n + ".weight", Dv);
         g.Tensor(bp + n + ".bias", {Dv}, 0.02);
       }
-      g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, 0.02);
+      g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, inv_sqrt(Dv));
       g.Tensor(bp + "attn.qkv.bias", {3 * Dv}, 0.02);
-      g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, 0.02);
+      g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, inv_sqrt(Dv));
       g.Tensor(bp + "attn.proj.bias", {Dv}, 0.02);
-      g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, 0.02);
+      g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, inv_sqrt(Dv));
       g.Tensor(bp + "mlp.linear_fc1.bias", {Iv}, 0.02);
-      g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, 0.02);
+      g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, inv_sqrt(Iv));
       g.Tensor(bp + "mlp.linear_fc2.bias", {Dv}, 0.02);
+      if (verbose && depth >= 8 && (b + 1) % 8 == 0)
+        std::fprintf(stderr, "[make-test-model] vision block %lld/%lld\n",
+                     static_cast<long long>(b + 1), static_cast<long long>(depth));
     }
     auto merger = [&](const std::string& mp, int64_t norm_dim) {
       g.Norm(mp + "norm.weight", norm_dim);
       g.Tensor(mp + "norm.bias", {norm_dim}, 0.02);
-      g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, 0.02);
+      g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, inv_sqrt(4 * Dv));
       g.Tensor(mp + "linear_fc1.bias", {4 * Dv}, 0.02);
-      g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, 0.02);
+      g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, inv_sqrt(4 * Dv));
       g.Tensor(mp + "linear_fc2.bias", {H}, 0.02);
     };
     merger(vp + "merger.", Dv);
@@ -288,6 +326,10 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     gen["pad_token_id"] = ids.endoftext;
     gen["do_sample"] = false;
     st = WriteStringToFile(JoinPath(dir, "generation_config.json"), gen.dump(2) + "\n");
+  }
+  if (st.ok() && s.arch == "qwen3-vl" && s.vision) {
+    st = WriteStringToFile(JoinPath(dir, "preprocessor_config.json"),
+                           MakePreprocessorConfig(s).dump(2) + "\n");
   }
   if (st.ok()) st = WriteCheckpoint(dir, s, g);
   if (!st.ok()) return st;

@@ -26,14 +26,25 @@ struct TestModelSpec {
   int ds_nmax = 0;
   int shards = 0;  // 0: automatic (2 GiB per shard)
   bool vision = true;
+  // The vision tower (qwen3-vl with `vision`): config.json's vision_config, model.visual.*
+  // and preprocessor_config.json.
+  int vision_depth = 0;  // 0: max(2, deepstack + 1)
+  int vision_hidden = 32, vision_heads = 2, vision_intermediate = 64;
+  int vision_pos_grid = 4;             // num_position_embeddings = side²
+  std::vector<int> vision_ds_indexes;  // deepstack_visual_indexes; empty: 0..deepstack-1
+  // preprocessor_config.json size.shortest_edge / longest_edge (min / max pixels): a tiny
+  // model keeps images small (4 to 64 tokens); the named 2B shape ships the real values.
+  int64_t min_pixels = 4096, max_pixels = 65536;
   uint64_t seed = 0;
   double init_scale = 1.0;
 };
 
-// A named shape: "tiny", "qwen3-vl-2b-text" or "qwen3-0.6b" (CONTRACTS §6).
+// A named shape: "tiny", "qwen3-vl-2b" (the released 2B with its vision tower),
+// "qwen3-vl-2b-text" or "qwen3-0.6b" (CONTRACTS §6).
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name);
 
-// Writes config.json, generation_config.json and model.safetensors (or shards plus
+// Writes config.json, generation_config.json (and preprocessor_config.json with a vision
+// tower) and model.safetensors (or shards plus
 // model.safetensors.index.json) into `dir`, creating it. Weights are random normal with
 // fixed-seed splitmix64, so the same spec always gives the same bytes. Progress goes to
 // stderr when `verbose`.
