@@ -1,0 +1,233 @@
+// JPEG through libjpeg-turbo with the settings Pillow 9.4's JpegDecode.c uses (ISLOW DCT, fancy
+// upsampling, no scaling), so the pixels are PIL's byte for byte.
+//
+// libjpeg reports errors by calling error_exit, which must not return: ours longjmps back to
+// RunJpeg. Nothing with a destructor lives in RunJpeg's frame or in the libjpeg frames a longjmp
+// skips; the state it writes is in a JpegState owned by the caller.
+#include <algorithm>
+#include <csetjmp>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "image/codecs.h"
+
+// After <cstdio>: jpeglib.h uses size_t and FILE without including their headers.
+#include <jerror.h>
+#include <jpeglib.h>
+
+namespace vls::image::internal {
+namespace {
+
+// Progressive scans beyond this are refused: each rereads the whole coefficient buffer, so a
+// few KB of scan headers could cost minutes (real encoders write about 10).
+constexpr int kMaxJpegScans = 1000;
+
+enum class Failure { kNone, kLibrary, kTruncated, kTooManyScans, kSize, kComponents };
+
+struct JpegState {
+  jpeg_decompress_struct cinfo{};
+  jpeg_error_mgr err{};
+  jpeg_progress_mgr progress{};
+  std::jmp_buf jump{};
+  Failure failure = Failure::kNone;
+  char message[JMSG_LENGTH_MAX] = {};
+  bool rows_done = false;    // all scanlines read: a missing EOI is no longer an error (as PIL)
+  std::vector<uint8_t> row;  // one decoded row (grey or CMYK)
+  // Filled from the EXIF scan and the header.
+  DecodeLimits limits;
+  int width = 0;
+  int height = 0;
+  int components = 0;
+  RgbImage* out = nullptr;
+};
+
+JpegState* StateOf(j_common_ptr cinfo) { return reinterpret_cast<JpegState*>(cinfo->client_data); }
+
+[[noreturn]] void OnError(j_common_ptr cinfo) {
+  JpegState* s = StateOf(cinfo);
+  cinfo->err->format_message(cinfo, s->message);
+  if (s->failure == Failure::kNone) s->failure = Failure::kLibrary;
+  std::longjmp(s->jump, 1);
+}
+
+// Warnings (msg_level -1) are dropped as PIL drops them (corrupt entropy data decodes to what
+// libjpeg recovers), except running out of data, even for the EOI marker alone: PIL raises
+// "image file is truncated" there. Trace messages (level >= 0) are dropped.
+void OnMessage(j_common_ptr cinfo, int msg_level) {
+  JpegState* s = StateOf(cinfo);
+  if (msg_level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    s->failure = Failure::kTruncated;
+    std::longjmp(s->jump, 1);
+  }
+}
+
+void OnProgress(j_common_ptr cinfo) {
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (d->is_decompressor && d->input_scan_number > kMaxJpegScans) {
+    StateOf(cinfo)->failure = Failure::kTooManyScans;
+    std::longjmp(StateOf(cinfo)->jump, 1);
+  }
+}
+
+// PIL's CMYK;I unpacker inverts each byte, then cmyk2rgb computes nk - MULDIV255(c, nk).
+uint8_t CmykChannel(uint8_t raw_c, uint8_t raw_k) {
+  const int c = 255 - raw_c;
+  const int nk = raw_k;  // 255 - (255 - raw_k)
+  const int t = c * nk + 128;
+  return static_cast<uint8_t>(nk - (((t >> 8) + t) >> 8));
+}
+
+// Everything that can longjmp. Returns false with s->failure set.
+bool RunJpeg(JpegState* s, const uint8_t* data, size_t size) {
+  j_decompress_ptr cinfo = &s->cinfo;
+  if (setjmp(s->jump) != 0) return false;
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(cinfo, TRUE);
+  s->width = static_cast<int>(cinfo->image_width);
+  s->height = static_cast<int>(cinfo->image_height);
+  s->components = cinfo->num_components;
+  const int64_t pixels = static_cast<int64_t>(s->width) * s->height;
+  if (s->width < 1 || s->height < 1 || s->width > s->limits.max_side ||
+      s->height > s->limits.max_side || pixels > s->limits.max_pixels) {
+    s->failure = Failure::kSize;
+    return false;
+  }
+  switch (s->components) {
+    case 1: cinfo->out_color_space = JCS_GRAYSCALE; break;
+    case 3: cinfo->out_color_space = JCS_RGB; break;
+    case 4: cinfo->out_color_space = JCS_CMYK; break;
+    default: s->failure = Failure::kComponents; return false;
+  }
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  // A multi-scan file buffers its coefficients (2 bytes each, 64 a block): bound what libjpeg
+  // may allocate for them by what the pixel limit allows, so it refuses instead.
+  const int64_t cap = std::min<int64_t>(s->limits.max_pixels, int64_t{1} << 36);
+  cinfo->mem->max_memory_to_use =
+      static_cast<long>(8 * cap + (int64_t{64} << 20));  // NOLINT(google-runtime-int)
+  jpeg_start_decompress(cinfo);
+  const size_t w = static_cast<size_t>(s->width);
+  s->out->width = s->width;
+  s->out->height = s->height;
+  s->out->pixels.resize(w * static_cast<size_t>(s->height) * 3);
+  s->row.resize(w * static_cast<size_t>(cinfo->output_components));
+  while (cinfo->output_scanline < cinfo->output_height) {
+    const size_t y = cinfo->output_scanline;
+    uint8_t* dst = s->out->pixels.data() + y * w * 3;
+    if (s->components == 3) {
+      JSAMPROW rows[1] = {dst};
+      jpeg_read_scanlines(cinfo, rows, 1);
+      continue;
+    }
+    JSAMPROW rows[1] = {s->row.data()};
+    jpeg_read_scanlines(cinfo, rows, 1);
+    const uint8_t* src = s->row.data();
+    for (size_t x = 0; x < w; ++x) {
+      if (s->components == 1) {
+        dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = src[x];
+      } else {
+        const uint8_t* p = src + 4 * x;
+        dst[3 * x + 0] = CmykChannel(p[0], p[3]);
+        dst[3 * x + 1] = CmykChannel(p[1], p[3]);
+        dst[3 * x + 2] = CmykChannel(p[2], p[3]);
+      }
+    }
+  }
+  jpeg_finish_decompress(cinfo);
+  return true;
+}
+
+// The EXIF block PIL keeps: the payload of the first APP1 that starts with "Exif\0", found by
+// walking the markers before the first SOS (every length checked). Also whether a JFIF APP0
+// with density unit 1 (which gives PIL a dpi) came before it.
+void FindExif(std::span<const uint8_t> b, Decoded* d) {
+  size_t p = 2;
+  bool dpi = false;
+  while (p + 4 <= b.size()) {
+    if (b[p] != 0xFF) return;
+    const uint8_t marker = b[p + 1];
+    if (marker == 0xFF) {
+      ++p;  // fill byte
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) return;  // SOS / EOI
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {
+      p += 2;
+      continue;
+    }
+    const size_t len = (static_cast<size_t>(b[p + 2]) << 8) | b[p + 3];
+    if (len < 2 || len > b.size() - p - 2) return;
+    const std::span<const uint8_t> payload = b.subspan(p + 4, len - 2);
+    if (marker == 0xE0 && payload.size() >= 12 && std::memcmp(payload.data(), "JFIF", 4) == 0 &&
+        payload[7] == 1) {
+      dpi = true;
+    }
+    if (marker == 0xE1 && payload.size() >= 5 && std::memcmp(payload.data(), "Exif\0", 5) == 0) {
+      d->has_exif = true;
+      d->exif.assign(payload.begin(), payload.end());
+      d->ignore_bad_exif_prefix = !dpi;
+      return;
+    }
+    p += 2 + len;
+  }
+}
+
+}  // namespace
+
+StatusOr<Decoded> DecodeJpeg(std::span<const uint8_t> bytes, const std::string& label,
+                             const DecodeLimits& limits) {
+  Decoded d;
+  JpegState s;
+  s.limits = limits;
+  s.out = &d.image;
+  s.cinfo.err = jpeg_std_error(&s.err);
+  s.err.error_exit = OnError;
+  s.err.emit_message = OnMessage;
+  s.progress.progress_monitor = OnProgress;
+  s.cinfo.client_data = &s;
+  if (setjmp(s.jump) != 0) {  // jpeg_create_decompress can only fail for lack of memory
+    return ResourceExhausted(label + ": libjpeg could not start: " + s.message);
+  }
+  jpeg_create_decompress(&s.cinfo);
+  s.cinfo.progress = &s.progress;
+  bool ok = false;
+  try {
+    ok = RunJpeg(&s, bytes.data(), bytes.size());
+  } catch (const std::bad_alloc&) {
+    jpeg_destroy_decompress(&s.cinfo);
+    return ResourceExhausted(label + ": out of memory for a " + std::to_string(s.width) + " x " +
+                             std::to_string(s.height) + " JPEG");
+  }
+  jpeg_destroy_decompress(&s.cinfo);
+  if (!ok) {
+    switch (s.failure) {
+      case Failure::kTruncated: return DataLoss(label + ": JPEG data is truncated");
+      case Failure::kTooManyScans:
+        return DataLoss(label + ": JPEG has more than " + std::to_string(kMaxJpegScans) +
+                        " scans (kMaxJpegScans)");
+      case Failure::kSize: return CheckImageSize(s.width, s.height, limits, label, "JPEG");
+      case Failure::kComponents:
+        return Unimplemented(label + ": JPEG with " + std::to_string(s.components) +
+                             " components (only 1, 3 and 4 are images)");
+      default:
+        if (std::strstr(s.message, "Unsupported JPEG process") != nullptr ||
+            std::strstr(s.message, "Unsupported JPEG data precision") != nullptr) {
+          return Unimplemented(label + ": " + s.message);
+        }
+        if (std::strstr(s.message, "Insufficient memory") != nullptr ||
+            std::strstr(s.message, "Backing store") != nullptr) {
+          return ResourceExhausted(label +
+                                   ": JPEG needs more memory than its size allows: " + s.message);
+        }
+        return DataLoss(label + ": corrupt JPEG: " + s.message);
+    }
+  }
+  FindExif(bytes, &d);
+  return d;
+}
+
+}  // namespace vls::image::internal
