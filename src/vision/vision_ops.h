@@ -1,0 +1,65 @@
+// Row-parallel helpers of the vision tower's fast path (vision_model.cc): the patch layout
+// (segments and full-resolution coordinates in merge-window order), the interpolated position
+// embedding, the 2-D rotary tables, LayerNorm, GELU and bias loops over a thread pool.
+#ifndef VLSTACK_VISION_VISION_OPS_H_
+#define VLSTACK_VISION_VISION_OPS_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "tensor/grid_thw.h"
+
+namespace vls::vision_internal {
+
+// Where each patch row of one Encode input lies (spec §D.4: rows of an item in the order
+// (t, bh, bw, ih, iw), an m × m merge window every m² rows).
+struct PatchLayout {
+  std::vector<int32_t> item;      // [Np] index of the row's grid
+  std::vector<int32_t> row, col;  // [Np] full-resolution patch coordinates (bh·m+ih, bw·m+iw)
+  // cu_seqlens: segment s (one temporal group of one item, h·w rows) is rows
+  // [segments[s], segments[s+1]). REQUIRES for every function below: grids validated.
+  std::vector<int64_t> segments;
+};
+PatchLayout MakePatchLayout(std::span<const GridThw> grids, int merge);
+
+// The align_corners grid coordinate of index i of n over a table side G: i·(G−1)/(n−1)
+// (0 when n == 1), and its bilinear neighbours and weights. Shared by both paths' callers.
+struct AxisSample {
+  int32_t lo = 0, hi = 0;  // floor, min(floor + 1, G − 1)
+  double frac = 0;         // coordinate − floor
+};
+AxisSample SampleAxis(int64_t i, int64_t n, int64_t side);
+
+// out[Np, D] = bilinear interpolation of table[G², D] at each row's (row, col) on its item's
+// (h, w) grid (weights rounded to f32, four-term sum in f32), over the pool.
+void InterpolatePositions(const PatchLayout& layout, std::span<const GridThw> grids,
+                          const float* table, int64_t side, int64_t D, float* out,
+                          ThreadPool& pool);
+
+// cos/sin [Np, hd/2] of the 2-D rotary: slot i < hd/4 turns by row·inv_freq[i], slot hd/4 + i
+// by col·inv_freq[i], inv_freq[i] = 10000^(−4i/hd); computed in double, rounded to f32.
+void RotaryTables(const PatchLayout& layout, int64_t head_dim, float* cos, float* sin,
+                  ThreadPool& pool);
+
+// out[M, n] = (x − mean) / sqrt(var + eps) · w + b per row (biased variance; double
+// accumulators). `out` may alias `x`.
+void LayerNormRows(const float* x, int64_t M, int64_t n, const float* w, const float* b, float eps,
+                   float* out, ThreadPool& pool);
+
+// y[M, n] += b[n] per row.
+void AddBias(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
+// x[M, n] += y[M, n] + b[n].
+void AddBiasResidual(float* x, const float* y, int64_t M, int64_t n, const float* b,
+                     ThreadPool& pool);
+// y[M, n] = GELU(y + b), tanh approximation (gelu_pytorch_tanh) or exact erf (nn.GELU()).
+void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
+void AddBiasGeluErf(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
+
+float GeluTanh(float x);
+float GeluErf(float x);
+
+}  // namespace vls::vision_internal
+
+#endif  // VLSTACK_VISION_VISION_OPS_H_

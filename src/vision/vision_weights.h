@@ -1,0 +1,131 @@
+// The vision tower's weights: `model.visual.*` of a Qwen3-VL checkpoint, bound by name and
+// exact shape (VisionWeights, views into the mapped checkpoint as stored), and the same
+// converted once at load for the kernels (PreparedVisionWeights).
+//
+// HF names (qwen3vl-spec §D.2, modeling_qwen3_vl.py Qwen3VLVisionModel), Dv hidden, Iv
+// intermediate, m the spatial merge, O the text hidden size:
+//   patch_embed.proj.weight [Dv, C, Tp, P, P] (read as [Dv, C·Tp·P·P]), .bias [Dv]
+//   pos_embed.weight [G², Dv]
+//   blocks.{j}.norm1/norm2.{weight,bias} [Dv]
+//   blocks.{j}.attn.qkv.weight [3Dv, Dv], .bias [3Dv]; attn.proj.weight [Dv, Dv], .bias [Dv]
+//   blocks.{j}.mlp.linear_fc1.weight [Iv, Dv], .bias [Iv]; linear_fc2.weight [Dv, Iv], .bias [Dv]
+//   merger.norm.{weight,bias} [Dv]; deepstack_merger_list.{k}.norm.{weight,bias} [m²Dv]
+//   (merger | deepstack_merger_list.{k}).linear_fc1.weight [m²Dv, m²Dv], .bias [m²Dv]
+//   (merger | deepstack_merger_list.{k}).linear_fc2.weight [O, m²Dv], .bias [O]
+#ifndef VLSTACK_VISION_VISION_WEIGHTS_H_
+#define VLSTACK_VISION_VISION_WEIGHTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/memory.h"
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "kernels/dispatch.h"
+#include "vision/vision_config.h"
+
+namespace vls {
+
+inline constexpr const char* kVisionWeightPrefix = "model.visual.";
+
+// A Linear layer's or LayerNorm's parameters as stored: dense F32/BF16/F16 matrices (a vector
+// is a [1, n] matrix) pointing into the checkpoint mapping.
+struct VisionRawLinear {
+  kernels::Matrix w;  // [out, in]
+  kernels::Matrix b;  // [1, out]
+};
+struct VisionRawNorm {
+  kernels::Matrix w;  // [1, n]
+  kernels::Matrix b;  // [1, n]
+};
+struct VisionRawBlock {
+  VisionRawNorm norm1, norm2;
+  VisionRawLinear qkv;   // [3Dv, Dv]: rows q (heads × hd), then k, then v
+  VisionRawLinear proj;  // [Dv, Dv]
+  VisionRawLinear fc1;   // [Iv, Dv]
+  VisionRawLinear fc2;   // [Dv, Iv]
+};
+struct VisionRawMerger {
+  VisionRawNorm norm;   // [Dv] main merger, [m²Dv] DeepStack mergers
+  VisionRawLinear fc1;  // [m²Dv, m²Dv]
+  VisionRawLinear fc2;  // [O, m²Dv]
+};
+struct VisionWeights {
+  VisionRawLinear patch;  // [Dv, patch_dim]
+  kernels::Matrix pos;    // [G², Dv]
+  std::vector<VisionRawBlock> blocks;
+  VisionRawMerger merger;
+  std::vector<VisionRawMerger> deepstack;  // [K]
+};
+
+// Binds every model.visual.* tensor of `ckpt` for `cfg`: each must exist (NotFound naming it),
+// be F32, BF16 or F16 with exactly the expected shape (InvalidArgument naming the tensor, the
+// expected and the found shape), and no other model.visual.* tensor may exist (InvalidArgument
+// naming it). The views stay valid while `ckpt` lives.
+StatusOr<VisionWeights> BindVisionWeights(const VisionConfig& cfg,
+                                          const SafetensorsCheckpoint& ckpt);
+
+// A prepared Linear: the matrix in the precision's storage (see below) and its bias in f32.
+struct VisionLinear {
+  kernels::Matrix w;         // [out, in]
+  const float* b = nullptr;  // [out]
+};
+struct VisionNorm {
+  const float* w = nullptr;  // [n]
+  const float* b = nullptr;  // [n]
+};
+struct VisionBlock {
+  VisionNorm norm1, norm2;
+  VisionLinear qkv, proj, fc1, fc2;
+};
+struct VisionMerger {
+  VisionNorm norm;
+  VisionLinear fc1, fc2;
+};
+
+// Weights converted once at load, like the text decoder's (model/prepared_weights.h). Matrix
+// storage by ctx.precision(): kF32 the checkpoint's dtype, bytes unchanged (widened to f32 in
+// the kernels, so the path stays exact); kBF16 BF16 blocked (kernels/bf16_blocked.h); kInt8 Q8
+// (kernels/quant.h). Biases, norms and the position table are widened to f32.
+// Thread safety: immutable after Prepare.
+class PreparedVisionWeights {
+ public:
+  static StatusOr<std::unique_ptr<PreparedVisionWeights>> Prepare(const VisionConfig& cfg,
+                                                                  const VisionWeights& w,
+                                                                  const kernels::Context& ctx);
+
+  const VisionLinear& patch() const { return patch_; }
+  const float* pos() const { return pos_; }  // [G², Dv]
+  const VisionBlock& block(int j) const { return blocks_[static_cast<size_t>(j)]; }
+  const VisionMerger& merger() const { return merger_; }
+  const VisionMerger& deepstack(int k) const { return deepstack_[static_cast<size_t>(k)]; }
+  // Bytes of the prepared matrices and f32 vectors.
+  uint64_t bytes() const;
+  // One line per matrix ("name storage [rows, cols]") and per f32 vector.
+  std::string LayoutText() const;
+
+ private:
+  PreparedVisionWeights() = default;
+
+  struct Entry {
+    std::string name;
+    std::string storage;  // "F32" / "BF16" / "F16" / "BF16_BLOCKED" / "Q8"
+    int64_t rows = 0, cols = 0;
+    uint64_t offset = 0, bytes = 0;
+  };
+  std::unique_ptr<HugeRegion> region_;  // the matrices
+  std::vector<float> vectors_;          // biases, norms, the position table
+  std::vector<Entry> entries_;
+  std::vector<Entry> vector_entries_;
+  VisionLinear patch_;
+  const float* pos_ = nullptr;
+  std::vector<VisionBlock> blocks_;
+  VisionMerger merger_;
+  std::vector<VisionMerger> deepstack_;
+};
+
+}  // namespace vls
+
+#endif  // VLSTACK_VISION_VISION_WEIGHTS_H_
