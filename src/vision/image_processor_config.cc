@@ -1,0 +1,158 @@
+#include "vision/image_processor_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "base/file.h"
+#include "io/untrusted_json.h"
+
+namespace vls {
+namespace {
+
+using Json = nlohmann::json;
+
+// The value of `key` in `obj`, or nullptr when absent or null.
+const Json* Get(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// `prefix` + key names the value in errors ("dir/preprocessor_config.json: size.").
+Status ReadOptionalInt(const Json& obj, const char* key, const std::string& prefix, int64_t lo,
+                       int64_t hi, std::optional<int64_t>* out) {
+  const Json* v = Get(obj, key);
+  if (v == nullptr) return Status::Ok();
+  int64_t x = 0;
+  VLS_RETURN_IF_ERROR(ReadJsonInt(*v, prefix + key, lo, hi, &x));
+  *out = x;
+  return Status::Ok();
+}
+
+Status ReadIntKey(const Json& obj, const char* key, const std::string& label, int lo, int hi,
+                  int* out) {
+  std::optional<int64_t> x;
+  VLS_RETURN_IF_ERROR(ReadOptionalInt(obj, key, label + ": ", lo, hi, &x));
+  if (x) *out = static_cast<int>(*x);
+  return Status::Ok();
+}
+
+Status ReadBoolKey(const Json& obj, const char* key, const std::string& label, bool* out) {
+  const Json* v = Get(obj, key);
+  if (v == nullptr) return Status::Ok();
+  return ReadJsonBool(*v, label + ": " + key, out);
+}
+
+// image_mean / image_std: three finite numbers with min_abs <= |x| <= max_abs.
+Status ReadTriple(const Json& obj, const char* key, const std::string& label, double min_abs,
+                  double max_abs, std::array<float, 3>* out) {
+  const Json* v = Get(obj, key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array() || v->size() != 3) {
+    return InvalidArgument(label + ": " + key + ": expected an array of 3 numbers (R, G, B), got " +
+                           JsonSnippet(*v));
+  }
+  for (size_t c = 0; c < 3; ++c) {
+    const std::string what = label + ": " + key + "[" + std::to_string(c) + "]";
+    double x = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonNumber((*v)[c], what, -max_abs, max_abs, &x));
+    if (std::fabs(x) < min_abs) {
+      return InvalidArgument(what + ": " + JsonSnippet((*v)[c]) + " is too close to zero (|x| >= " +
+                             std::to_string(min_abs) + " required)");
+    }
+    (*out)[c] = static_cast<float>(x);
+  }
+  return Status::Ok();
+}
+
+// min_pixels / max_pixels from `size` and the top-level keys (the rule in the header).
+Status ReadPixelLimits(const Json& root, const std::string& label, ImageProcessorConfig* cfg) {
+  std::optional<int64_t> min_top, max_top, shortest, longest;
+  const std::string prefix = label + ": ";
+  VLS_RETURN_IF_ERROR(
+      ReadOptionalInt(root, "min_pixels", prefix, 1, kMaxImageProcessorPixels, &min_top));
+  VLS_RETURN_IF_ERROR(
+      ReadOptionalInt(root, "max_pixels", prefix, 1, kMaxImageProcessorPixels, &max_top));
+  if (const Json* size = Get(root, "size")) {
+    if (!size->is_object()) {
+      return InvalidArgument(label + ": size: expected an object {\"shortest_edge\": min_pixels, " +
+                             "\"longest_edge\": max_pixels}, got " + JsonTypeName(*size));
+    }
+    const std::string size_prefix = label + ": size.";
+    VLS_RETURN_IF_ERROR(ReadOptionalInt(*size, "shortest_edge", size_prefix, 1,
+                                        kMaxImageProcessorPixels, &shortest));
+    VLS_RETURN_IF_ERROR(
+        ReadOptionalInt(*size, "longest_edge", size_prefix, 1, kMaxImageProcessorPixels, &longest));
+    if ((!shortest && !min_top) || (!longest && !max_top)) {
+      return InvalidArgument(label + ": size must contain 'shortest_edge' and 'longest_edge' " +
+                             "(or the file must give min_pixels / max_pixels)");
+    }
+  }
+  if (min_top) {
+    cfg->min_pixels = *min_top;
+  } else if (shortest) {
+    cfg->min_pixels = *shortest;
+  }
+  if (max_top) {
+    cfg->max_pixels = *max_top;
+  } else if (longest) {
+    cfg->max_pixels = *longest;
+  }
+  if (cfg->min_pixels > cfg->max_pixels) {
+    return InvalidArgument(label + ": the minimum pixel count (" + std::to_string(cfg->min_pixels) +
+                           ", size.shortest_edge or min_pixels) is above the maximum (" +
+                           std::to_string(cfg->max_pixels) + ", size.longest_edge or max_pixels)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ImageProcessorConfig> ParseImageProcessorConfig(const std::string& json_text,
+                                                         const std::string& label) {
+  Json root;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, json_text, &root));
+  if (!root.is_object()) {
+    return DataLoss(label + ": expected a JSON object, got " + JsonTypeName(root));
+  }
+  ImageProcessorConfig cfg;
+  VLS_RETURN_IF_ERROR(ReadPixelLimits(root, label, &cfg));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "patch_size", label, 1, kMaxPatchSize, &cfg.patch_size));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "temporal_patch_size", label, 1, kMaxTemporalPatchSize,
+                                 &cfg.temporal_patch_size));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "merge_size", label, 1, kMaxMergeSize, &cfg.merge_size));
+  VLS_RETURN_IF_ERROR(ReadTriple(root, "image_mean", label, 0.0, 1e6, &cfg.image_mean));
+  VLS_RETURN_IF_ERROR(ReadTriple(root, "image_std", label, 1e-6, 1e6, &cfg.image_std));
+  if (const Json* v = Get(root, "rescale_factor")) {
+    VLS_RETURN_IF_ERROR(
+        ReadJsonNumber(*v, label + ": rescale_factor", 1e-9, 1e9, &cfg.rescale_factor));
+  }
+  if (const Json* v = Get(root, "resample")) {
+    int64_t r = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, label + ": resample", 0, 255, &r));
+    if (r != 3) {
+      return Status(StatusCode::kUnimplemented,
+                    label + ": resample: filter " + std::to_string(r) +
+                        " is not supported; only 3 (bicubic, what Qwen-VL ships) is");
+    }
+  }
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_resize", label, &cfg.do_resize));
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_rescale", label, &cfg.do_rescale));
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_normalize", label, &cfg.do_normalize));
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_convert_rgb", label, &cfg.do_convert_rgb));
+  return cfg;
+}
+
+StatusOr<ImageProcessorConfig> LoadImageProcessorConfig(const std::string& dir) {
+  const std::string path = JoinPath(dir, "preprocessor_config.json");
+  VLS_ASSIGN_OR_RETURN(std::string text, ReadFileAtMost(path, kMaxPreprocessorConfigBytes));
+  if (text.size() > kMaxPreprocessorConfigBytes) {
+    return DataLoss(path + ": larger than " + std::to_string(kMaxPreprocessorConfigBytes) +
+                    " bytes (kMaxPreprocessorConfigBytes)");
+  }
+  return ParseImageProcessorConfig(text, path);
+}
+
+}  // namespace vls
