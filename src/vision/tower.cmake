@@ -21,3 +21,7 @@ if(VLS_BUILD_TESTS)
                    --work ${CMAKE_BINARY_DIR}/oracle_vision_work)
   set_tests_properties(oracle_vision oracle_vision_bf16 PROPERTIES LABELS oracle TIMEOUT 900)
 endif()
+
+# End-to-end timing of the tower (bench/vision_bench.cc); built, never run by the tests.
+add_executable(vision_bench ${CMAKE_SOURCE_DIR}/bench/vision_bench.cc)
+target_link_libraries(vision_bench PRIVATE vls_vision)

@@ -58,7 +58,7 @@ std::vector<float> LayerNorm(const std::vector<float>& x, int64_t n, const Visio
 }
 
 // fc2(GELU_erf(fc1(z))) for z [Nv, m²·Dv].
-std::vector<float> MergerMlp(std::vector<float> z, int64_t nv, const VisionRawMerger& m) {
+std::vector<float> MergerMlp(const std::vector<float>& z, int64_t nv, const VisionRawMerger& m) {
   std::vector<float> h = Linear(z, nv, m.fc1);
   for (float& v : h) v = static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
   return Linear(h, nv, m.fc2);
