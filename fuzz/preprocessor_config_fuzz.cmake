@@ -1,0 +1,1 @@
+vls_add_fuzz_target(preprocessor_config SOURCES preprocessor_config_fuzz.cc LIBS vls_vision CORPUS preprocessor_config)
