@@ -19,6 +19,7 @@
 #include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/image_request.h"
 #include "cli/load_flags.h"
 #include "cli/request_input.h"
 #include "io/untrusted_json.h"
@@ -46,7 +47,8 @@ CommandSpec BatchSpec() {
       "the tensors of `vlstack forward`), \"max_new_tokens\":N, \"ignore_eos\":bool,\n"
       "\"cancel_after_tokens\":k, \"temperature\", \"top_k\", \"top_p\", \"min_p\",\n"
       "\"repetition_penalty\", \"presence_penalty\", \"frequency_penalty\", \"seed\",\n"
-      "\"stop\":[\"…\"]}.\n"
+      "\"stop\":[\"…\"], \"images\":[\"a.png\", …] (relative to the JSONL file; input_ids then\n"
+      "holds one image pad per image, which the engine expands, as `forward --image` does)}.\n"
       "Each output line: {\"id\", \"tokens\", \"finish_reason\": stop|length|cancelled|error,\n"
       "\"cached_tokens\" (prompt tokens served from prefix reuse), \"text\", \"error\"}. \"text\"\n"
       "comes with \"stop\": decoded with the model folder's tokenizer.json (special tokens and\n"
@@ -106,15 +108,29 @@ Status WithInput(const std::string& base_dir, const BatchLine& req, Fn&& fn) {
   return fn(*file);
 }
 
+// A line's image files, relative to the JSONL file's folder.
+std::vector<std::string> ImagePaths(const std::string& base_dir, const BatchLine& req) {
+  std::vector<std::string> paths;
+  for (const std::string& f : req.images)
+    paths.push_back(!f.empty() && f[0] == '/' ? f : JoinPath(base_dir, f));
+  return paths;
+}
+
 // First pass over a line: parse it, read its input's lengths, check its token counts against
 // `max_tokens` (named `limit`).
 Status CheckLine(std::string_view label, const std::string& text, const std::string& base_dir,
-                 int64_t max_tokens, std::string_view limit, Line* line) {
+                 const std::string& model_dir, int merge_size, int64_t max_tokens,
+                 std::string_view limit, Line* line) {
   VLS_RETURN_IF_ERROR(ParseBatchLine(label, text, &line->req));
   VLS_RETURN_IF_ERROR(WithInput(base_dir, line->req, [&](const SafetensorsFile& in) -> Status {
     VLS_ASSIGN_OR_RETURN(line->lengths, PeekInput(in));
-    return Status::Ok();
+    return line->req.images.empty() ? Status::Ok() : CheckImageInputTensors(in);
   }));
+  if (!line->req.images.empty()) {
+    VLS_ASSIGN_OR_RETURN(std::vector<GridThw> grids,
+                         PlanImageGrids(model_dir, ImagePaths(base_dir, line->req)));
+    line->lengths.prompt = ExpandedLength(line->lengths.prompt, grids, merge_size);
+  }
   if (line->lengths.decode > 0) return InvalidArgument("decode_tokens is not used by batch");
   return CheckRequestTokens(line->lengths.prompt, line->req.max_new_tokens, "max_new_tokens",
                             max_tokens, limit);
@@ -208,7 +224,10 @@ Status Batch(const Args& args) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     Line& line = lines.emplace_back();
     const std::string label = "line " + std::to_string(line_no);
-    Status s = Guarded([&] { return CheckLine(label, text, base, max_tokens, limit, &line); });
+    Status s = Guarded([&] {
+      return CheckLine(label, text, base, model_dir, file_cfg.spatial_merge_size, max_tokens, limit,
+                       &line);
+    });
     if (!s.ok()) line.error = s.ToString();
   }
   if (in.bad()) return DataLoss("reading '" + reqs_path + "' failed");
@@ -235,6 +254,32 @@ Status Batch(const Args& args) {
       tokenizer_status = t.status();
     }
   }
+
+  // The vision tower, only when some request has images; without one those requests fail.
+  std::unique_ptr<ImageEncoder> encoder;
+  Status encoder_status = Status::Ok();
+  if (std::any_of(lines.begin(), lines.end(),
+                  [](const Line& l) { return l.error.empty() && !l.req.images.empty(); })) {
+    auto e = ImageEncoder::Load(model_dir, *model, ImageEncoderOptions{});
+    if (e.ok()) {
+      encoder = std::move(*e);
+    } else {
+      encoder_status = e.status();
+    }
+  }
+
+  // The request of a line with images: its input_ids, the images encoded and placed.
+  const auto ImageLineRequest = [&](const SafetensorsFile& f, const BatchLine& line,
+                                    GenerationRequest* out) -> Status {
+    if (!encoder) return encoder_status.WithContext("images");
+    VisualFeatures features;
+    auto input = ReadImageRequestInput(f, *model, *encoder, ImagePaths(base, line), &features);
+    if (!input.ok()) return input.status();
+    auto r = BatchRequest(std::move(*input), line, capacity);
+    if (!r.ok()) return r.status();
+    *out = std::move(*r);
+    return Status::Ok();
+  };
 
   std::map<uint64_t, Line*> by_id;
   BatchEngine engine(
@@ -272,6 +317,7 @@ Status Batch(const Args& args) {
     }
     GenerationRequest req;
     VLS_RETURN_IF_ERROR(WithInput(base, l.req, [&](const SafetensorsFile& f) -> Status {
+      if (!l.req.images.empty()) return ImageLineRequest(f, l.req, &req);
       auto r = BatchRequestFromInput(f, l.req, model->model(), capacity);
       if (!r.ok()) return RenameDeepStackTensors(r.status());
       req = std::move(*r);

@@ -14,7 +14,8 @@ int RunInspect(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunBatch(int argc, char** argv);
 int RunCompile(int argc, char** argv);
-int RunRun(int argc, char** argv);  // run_command.cc
+int RunRun(int argc, char** argv);     // run_command.cc
+int RunVision(int argc, char** argv);  // vision_command.cc
 
 }  // namespace vls::cli
 

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/image_request.h"
 #include "cli/load_flags.h"
 #include "cli/request_input.h"
 #include "io/safetensors.h"
@@ -49,9 +50,18 @@ CommandSpec ForwardSpec() {
       "  --all-logits         the logits of every prompt row, [S, V] (default: the last row,\n"
       "                       [1, V])\n"
       "  --capacity C         context capacity in tokens (default: the prompt plus the decode\n"
-      "                       tokens, at least the config's DeepStack Nmax)\n" +
+      "                       tokens, at least the config's DeepStack Nmax)\n"
+      "  --image FILE         an image (JPEG, PNG, WebP; repeat for several, in prompt order).\n"
+      "                       input_ids then holds the prompt with one image pad token per\n"
+      "                       image between vision_start and vision_end: the images are\n"
+      "                       encoded by the vision tower, each pad expanded to its image's\n"
+      "                       tokens, positions derived (get_rope_index) and the prefill runs\n"
+      "                       through the DeepStack entry. Also writes input_ids (expanded),\n"
+      "                       image_grid_thw, position_ids and rope_delta\n"
+      "  --generate N         greedy-decode up to N tokens after the prefill (stopping after an\n"
+      "                       EOS id), written as generated_tokens (not with decode_tokens)\n" +
       LoadFlagsHelp("f32") + "  --help               this text\n";
-  spec.value_flags = {"model", "input", "output", "capacity"};
+  spec.value_flags = {"model", "input", "output", "capacity", "image", "generate"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"diagnostics", "all-logits"};
   return spec;
@@ -66,12 +76,26 @@ Status Forward(const Args& args) {
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   const bool diagnostics = args.Has("diagnostics");
   const bool all_logits = args.Has("all-logits");
+  const std::vector<std::string> image_files = args.GetAll("image");
+  VLS_ASSIGN_OR_RETURN(long long generate, args.Int("generate", 0, 0, 1 << 24));
 
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> in, SafetensorsFile::Open(in_path));
   VLS_ASSIGN_OR_RETURN(InputLengths lengths, PeekInput(*in));
+  if (generate > 0 && lengths.decode > 0) {
+    return InvalidArgument("--generate and the input's decode_tokens exclude each other");
+  }
+  lengths.decode += generate;
+  std::vector<GridThw> planned;
+  if (!image_files.empty()) {
+    VLS_RETURN_IF_ERROR(CheckImageInputTensors(*in).WithContext("--input"));
+    VLS_ASSIGN_OR_RETURN(planned, PlanImageGrids(model_dir, image_files));
+  }
   // The capacity covers the prompt and the decode tokens (and a config-declared Nmax). Without
   // --capacity the input may ask for at most the model's max_position_embeddings.
   VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
+  if (!image_files.empty()) {
+    lengths.prompt = ExpandedLength(lengths.prompt, planned, file_cfg.spatial_merge_size);
+  }
   const bool given = args.Has("capacity");
   VLS_RETURN_IF_ERROR(
       CheckRequestTokens(lengths.prompt, lengths.decode, "decode tokens",
@@ -93,11 +117,20 @@ Status Forward(const Args& args) {
   const Qwen3Model* model = &loaded->model();
   const Qwen3Config& cfg = model->config();
   const int64_t H = cfg.hidden;
-  VLS_ASSIGN_OR_RETURN(RequestInput req, ReadRequestInput(*in, *model, capacity));
+  RequestInput req;
+  VisualFeatures features;
+  if (image_files.empty()) {
+    VLS_ASSIGN_OR_RETURN(req, ReadRequestInput(*in, *model, capacity));
+  } else {
+    VLS_ASSIGN_OR_RETURN(std::unique_ptr<ImageEncoder> encoder,
+                         ImageEncoder::Load(model_dir, *loaded, ImageEncoderOptions{}));
+    VLS_ASSIGN_OR_RETURN(req,
+                         ReadImageRequestInput(*in, *loaded, *encoder, image_files, &features));
+  }
   const int64_t S = req.length;
   const int32_t delta = req.rope_delta;
   const std::vector<int32_t>& decode = req.decode_tokens;
-  const int64_t N = static_cast<int64_t>(decode.size());
+  const auto N = static_cast<int64_t>(decode.size());
 
   Session session(*loaded);
   CaptureHook capture;
@@ -121,6 +154,21 @@ Status Forward(const Args& args) {
     VLS_RETURN_IF_ERROR(session.Decode(t, &step));
     decode_logits.insert(decode_logits.end(), step.begin(), step.end());
   }
+  // --generate: greedy from the last prompt row, stopping after an EOS id.
+  std::vector<int32_t> generated;
+  if (generate > 0) {
+    const int64_t V = cfg.vocab;
+    step.assign(logits.end() - V, logits.end());
+    while (true) {
+      const auto best =
+          static_cast<int32_t>(std::max_element(step.begin(), step.end()) - step.begin());
+      generated.push_back(best);
+      const bool eos = std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), best) !=
+                       cfg.eos_token_ids.end();
+      if (eos || static_cast<long long>(generated.size()) == generate) break;
+      VLS_RETURN_IF_ERROR(session.Decode(best, &step));
+    }
+  }
 
   // Outputs.
   const int64_t V = cfg.vocab;
@@ -132,7 +180,19 @@ Status Forward(const Args& args) {
   };
   keep.reserve(8 + 4 * static_cast<size_t>(cfg.layers));
   add("logits", HostTensor::FromF32({all_logits ? S : 1, V}, logits));
-  if (!decode.empty() || lengths.decode > 0) {
+  if (generate > 0) {
+    add("generated_tokens",
+        HostTensor::FromI32({static_cast<int64_t>(generated.size())}, generated));
+  }
+  if (!image_files.empty()) {
+    add("input_ids", HostTensor::FromI32({S}, req.ids));
+    std::vector<int32_t> g;
+    for (const GridThw& t : features.grids) g.insert(g.end(), {t.t, t.h, t.w});
+    add("image_grid_thw", HostTensor::FromI32({static_cast<int64_t>(features.grids.size()), 3}, g));
+    add("position_ids", HostTensor::FromI32({3, S}, req.positions.data));
+    add("rope_delta", HostTensor::FromI32({1}, std::vector<int32_t>{delta}));
+  }
+  if (!decode.empty() || (lengths.decode > 0 && generate == 0)) {
     add("decode_logits", HostTensor::FromF32({N, V}, decode_logits));
     add("decode_tokens", HostTensor::FromI32({N}, decode));
   }

@@ -20,6 +20,8 @@ constexpr Command kCommands[] = {
     {"run", "chat with a model: prompt in, streamed reply out", vls::cli::RunRun},
     {"forward", "one prefill (+ decode) of the tensors in a safetensors file",
      vls::cli::RunForward},
+    {"vision", "images through the vision tower: patches, merged rows, DeepStack features",
+     vls::cli::RunVision},
     {"batch", "JSONL requests through the continuous-batch engine", vls::cli::RunBatch},
     {"bench", "throughput, latency and serving benchmarks of a model", vls::cli::RunBench},
     {"compile", "prepare a model's weights once into an artifact file", vls::cli::RunCompile},

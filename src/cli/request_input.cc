@@ -260,7 +260,8 @@ constexpr std::string_view kBatchFields[] = {"id",
                                              "presence_penalty",
                                              "frequency_penalty",
                                              "seed",
-                                             "stop"};
+                                             "stop",
+                                             "images"};
 
 // A float sampling field: any finite JSON number a float holds.
 Status ReadFloatField(const Json& v, const char* what, float* out) {
@@ -278,16 +279,11 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
         std::end(kBatchFields)) {
       continue;
     }
-    if (key == "images") {
-      return Unimplemented(
-          "field 'images' is not supported by batch yet (give the visual rows "
-          "as visual_embeds in the input file)");
-    }
     return InvalidArgument("unknown field " + JsonSnippet(Json(key)) +
                            " (fields: id, input, "
                            "max_new_tokens, ignore_eos, cancel_after_tokens, temperature, top_k, "
                            "top_p, min_p, repetition_penalty, presence_penalty, "
-                           "frequency_penalty, seed, stop)");
+                           "frequency_penalty, seed, stop, images)");
   }
   // Each present, non-null field.
   auto field = [&j](const char* key) -> const Json* {
@@ -300,6 +296,25 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
   if (line->input.empty()) return InvalidArgument("field 'input' must name a file");
   if (line->input.find('\0') != std::string::npos) {
     return InvalidArgument("field 'input' holds a NUL character");
+  }
+  if ((v = field("images"))) {
+    if (!v->is_array()) {
+      return InvalidArgument("field 'images' must be a list of image files, not " +
+                             JsonTypeName(*v));
+    }
+    if (v->size() > kMaxBatchLineImages) {
+      return InvalidArgument("field 'images' lists " + std::to_string(v->size()) +
+                             " images, more than the " + std::to_string(kMaxBatchLineImages) +
+                             " a request may have");
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string what = "field 'images'[" + std::to_string(i) + "]";
+      std::string& f = line->images.emplace_back();
+      VLS_RETURN_IF_ERROR(ReadJsonString((*v)[i], what, &f));
+      if (f.empty() || f.find('\0') != std::string::npos) {
+        return InvalidArgument(what + " must name a file");
+      }
+    }
   }
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   int64_t n = 0;
@@ -378,6 +393,11 @@ Status ParseBatchLine(std::string_view label, std::string_view text, BatchLine* 
 StatusOr<GenerationRequest> BatchRequestFromInput(const SafetensorsFile& in, const BatchLine& line,
                                                   const Qwen3Model& model, int64_t max_tokens) {
   VLS_ASSIGN_OR_RETURN(RequestInput r, ReadRequestInput(in, model, max_tokens));
+  return BatchRequest(std::move(r), line, max_tokens);
+}
+
+StatusOr<GenerationRequest> BatchRequest(RequestInput r, const BatchLine& line,
+                                         int64_t max_tokens) {
   if (!r.decode_tokens.empty()) return InvalidArgument("decode_tokens is not used by batch");
   VLS_RETURN_IF_ERROR(CheckRequestTokens(r.length, line.max_new_tokens, "max_new_tokens",
                                          max_tokens, "the context capacity"));

@@ -76,7 +76,12 @@ struct BatchLine {
   std::optional<int64_t> cancel_after;  // cancel_after_tokens
   SamplingParams sampling;
   std::optional<std::vector<std::string>> stop;  // given: the output line carries "text"
+  // Image files (relative to the JSONL file): input_ids then holds one image pad per image.
+  std::vector<std::string> images;
 };
+
+// Most images one batch line may list.
+inline constexpr size_t kMaxBatchLineImages = 256;
 
 // Parses one line under ParseUntrustedJson's rules (no NUL or trailing bytes, nesting <= 64, no
 // repeated key); `label` ("line 3") starts parse errors. Fields are read strictly: integers are
@@ -88,6 +93,10 @@ Status ParseBatchLine(std::string_view label, std::string_view text, BatchLine* 
 
 // Rewrites the payload's tensor names to the CLI names (deepstack_positions, ...).
 Status RenameDeepStackTensors(Status s);
+
+// The engine request of a line from its read input: the line's limits and sampling added.
+StatusOr<GenerationRequest> BatchRequest(RequestInput input, const BatchLine& line,
+                                         int64_t max_tokens);
 
 // The engine request of a parsed line, read from its input file (ReadRequestInput with
 // `max_tokens`, the context capacity) with the line's limits and sampling.

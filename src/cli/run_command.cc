@@ -3,6 +3,7 @@
 // streams to stdout as it is generated, the speeds go to stderr.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -41,7 +42,10 @@ constexpr const char* kHelp =
     "                       of the conversation is reused, so a turn prefills only what is new);\n"
     "                       otherwise the whole of stdin is the prompt (one turn)\n"
     "  --system TEXT        a system message before the conversation\n"
-    "  --image FILE         (repeatable) not supported yet: refused\n"
+    "  --image FILE         (repeatable) an image (JPEG, PNG, WebP) placed before the text of\n"
+    "                       the (first) user turn; the model folder needs its vision tower\n"
+    "                       and preprocessor_config.json. In a chat the picture stays in the\n"
+    "                       conversation and is encoded once (encoder cache)\n"
     "  --max-tokens N       most tokens to generate per turn (default: until an end-of-turn\n"
     "                       token or the context capacity)\n"
     "  --temperature T      0 is greedy. Default: the model's generation_config.json sampling\n"
@@ -61,7 +65,7 @@ constexpr const char* kHelp =
     "\n"
     "The reply is written exactly as generated, special tokens left out; a newline follows it\n"
     "only when stdout is a terminal (and after every turn of a chat). Exit code 2 for invalid\n"
-    "input (a missing model folder, a bad flag, --image), 1 for other failures.\n";
+    "input (a missing model folder, a bad flag, an unreadable image), 1 for other failures.\n";
 
 // Invalid input and missing files are the user's to fix (2); anything else is ours (1).
 int RunFail(const Status& s) { return Fail("run", s); }
@@ -100,12 +104,14 @@ void PrintStats(const Turn& t) {
 
 struct Options {
   std::string system;
-  ChatRequest base;  // sampling, limits and stop strings shared by every turn
+  std::vector<std::string> images;  // --image files, before the first user turn's text
+  ChatRequest base;                 // sampling, limits and stop strings shared by every turn
 };
 
 StatusOr<Options> ParseOptions(const Args& args, const ChatPipeline& pipeline) {
   Options o;
   o.system = args.Get("system").value_or("");
+  o.images = args.GetAll("image");
   ChatRequest& r = o.base;
   r.sampling = pipeline.generation_defaults();
   if (args.Has("temperature")) {
@@ -167,6 +173,15 @@ Json Message(const char* role, const std::string& content) {
   return Json{{"role", role}, {"content", content}};
 }
 
+// A user turn: the images first (as the Qwen3-VL examples place them), then the text.
+Json UserMessage(const std::string& text, const std::vector<std::string>& images) {
+  if (images.empty()) return Message("user", text);
+  Json content = Json::array();
+  for (const std::string& f : images) content.push_back(Json{{"type", "image"}, {"image", f}});
+  content.push_back(Json{{"type", "text"}, {"text", text}});
+  return Json{{"role", "user"}, {"content", content}};
+}
+
 int Chat(BatchEngine& engine, const ChatPipeline& pipeline, const Options& o, Turn*& current) {
   Json messages = Json::array();
   if (!o.system.empty()) messages.push_back(Message("system", o.system));
@@ -182,7 +197,9 @@ int Chat(BatchEngine& engine, const ChatPipeline& pipeline, const Options& o, Tu
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit") break;
     if (line.empty()) continue;
-    messages.push_back(Message("user", line));
+    const bool first = std::none_of(messages.begin(), messages.end(),
+                                    [](const Json& m) { return m["role"] == "user"; });
+    messages.push_back(UserMessage(line, first ? o.images : std::vector<std::string>{}));
     ChatRequest req = o.base;
     req.messages = messages;
     Turn turn;
@@ -201,10 +218,6 @@ int Chat(BatchEngine& engine, const ChatPipeline& pipeline, const Options& o, Tu
 }
 
 int Run(const Args& args) {
-  if (!args.GetAll("image").empty()) {
-    return RunFail(InvalidArgument(
-        "--image: images are not supported yet (vlstack run serves text prompts for now)"));
-  }
   auto dir = args.Require("model");
   if (!dir.ok()) return RunFail(dir.status());
   if (!std::filesystem::is_directory(*dir)) {
@@ -222,7 +235,16 @@ int Run(const Args& args) {
 
   auto model = LoadedModel::Load(*dir, lo);
   if (!model.ok()) return RunFail(model.status());
-  auto pipeline = ChatPipeline::Load(*dir, **model);
+  ChatPipelineOptions po;
+  po.media.allow_files = true;  // the user's own files, named on the command line
+  std::unique_ptr<ImageEncoder> encoder;
+  if (!args.GetAll("image").empty()) {
+    auto e = ImageEncoder::Load(*dir, **model, ImageEncoderOptions{});
+    if (!e.ok()) return RunFail(e.status().WithContext("--image"));
+    encoder = std::move(*e);
+    po.images = encoder.get();
+  }
+  auto pipeline = ChatPipeline::Load(*dir, **model, po);
   if (!pipeline.ok()) return RunFail(pipeline.status());
   auto options = ParseOptions(args, **pipeline);
   if (!options.ok()) return RunFail(options.status());
@@ -270,7 +292,7 @@ int Run(const Args& args) {
   }
   ChatRequest req = options->base;
   if (!options->system.empty()) req.messages.push_back(Message("system", options->system));
-  req.messages.push_back(Message("user", prompt));
+  req.messages.push_back(UserMessage(prompt, options->images));
   Turn turn;
   Status s = RunTurn(engine, **pipeline, req, current, &turn);
   if (!s.ok()) return RunFail(s);

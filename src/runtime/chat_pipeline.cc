@@ -150,6 +150,12 @@ StatusOr<std::vector<MediaItem>> CollectMedia(const Json& messages) {
 
 StatusOr<std::unique_ptr<ChatPipeline>> ChatPipeline::Load(const std::string& model_dir,
                                                            const LoadedModel& model) {
+  return Load(model_dir, model, ChatPipelineOptions{});
+}
+
+StatusOr<std::unique_ptr<ChatPipeline>> ChatPipeline::Load(const std::string& model_dir,
+                                                           const LoadedModel& model,
+                                                           const ChatPipelineOptions& options) {
   const std::string tok_path = JoinPath(model_dir, "tokenizer.json");
   auto tokenizer = tok::Tokenizer::FromFile(tok_path);
   if (!tokenizer.ok()) {
@@ -186,6 +192,7 @@ StatusOr<std::unique_ptr<ChatPipeline>> ChatPipeline::Load(const std::string& mo
   eos.erase(std::remove_if(eos.begin(), eos.end(), [&](int32_t id) { return id >= vocab; }),
             eos.end());
   p->eos_ = std::move(eos);
+  p->options_ = options;
   return p;
 }
 
@@ -212,12 +219,12 @@ StatusOr<std::string> ChatPipeline::Render(const ChatRequest& request) const {
 
 StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
   VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(request.messages));
-  if (!media.empty()) {
-    const MediaItem& m = media.front();
-    const bool video = m.kind == MediaItem::Kind::kVideo;
-    return InvalidArgument("messages[" + std::to_string(m.message_index) + "].content[" +
-                           std::to_string(m.part_index) + "]: " + (video ? "videos" : "images") +
-                           " are not supported yet (this build serves text only)");
+  for (const MediaItem& m : media) {
+    if (m.kind == MediaItem::Kind::kVideo) {
+      return Status(StatusCode::kUnimplemented, "messages[" + std::to_string(m.message_index) +
+                                                    "].content[" + std::to_string(m.part_index) +
+                                                    "]: videos are not supported yet");
+    }
   }
   VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
 
@@ -227,6 +234,25 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
   if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
   const Qwen3Config& cfg = model_.config();
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, cfg.vocab, "prompt"));
+  GenerationRequest& r = out.request;
+  if (!media.empty()) {
+    VLS_ASSIGN_OR_RETURN(out.images, EncodeImages(media));
+    VLS_ASSIGN_OR_RETURN(std::vector<int32_t> expanded,
+                         ExpandImagePads(cfg, ids, out.images.grids));
+    VLS_RETURN_IF_ERROR(BuildImagePrompt(model_, std::move(expanded), out.images, &r));
+    ids = r.tokens;
+  } else {
+    for (size_t s = 0; s < ids.size(); ++s) {
+      if (ids[s] == cfg.image_token_id || ids[s] == cfg.video_token_id) {
+        return InvalidArgument("the prompt holds an image or video pad token at position " +
+                               std::to_string(s) +
+                               " but the request has no image: send images as image parts");
+      }
+    }
+    r.positions = SequentialPositions(cfg.position_mode, static_cast<int64_t>(ids.size()));
+    r.tokens = ids;
+    r.rope_delta = 0;
+  }
 
   const int64_t S = static_cast<int64_t>(ids.size());
   const int64_t capacity = model_.bounds().capacity;
@@ -246,10 +272,6 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
     max_tokens = *request.max_tokens;
   }
 
-  GenerationRequest& r = out.request;
-  r.positions = SequentialPositions(cfg.position_mode, S);
-  r.tokens = std::move(ids);
-  r.rope_delta = 0;
   r.max_new_tokens = static_cast<int>(max_tokens);
   r.ignore_eos = request.ignore_eos;
   r.stop_token_ids = request.stop_token_ids;
@@ -270,6 +292,25 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
   out.stop = request.stop;
   out.media = std::move(media);
   return out;
+}
+
+StatusOr<VisualFeatures> ChatPipeline::EncodeImages(const std::vector<MediaItem>& media) const {
+  std::vector<MediaBytes> images;
+  for (const MediaItem& m : media) {
+    const std::string where = "messages[" + std::to_string(m.message_index) + "].content[" +
+                              std::to_string(m.part_index) + "]";
+    if (options_.images == nullptr) {
+      return InvalidArgument(where +
+                             ": this model was loaded without its vision tower, so it "
+                             "cannot take images");
+    }
+    auto bytes = ReadImagePart(m.part, options_.media);
+    if (!bytes.ok()) return bytes.status().WithContext(where);
+    images.push_back(std::move(*bytes));
+  }
+  auto features = options_.images->EncodeAll(images);
+  if (!features.ok()) return features.status();
+  return features;
 }
 
 TextStream ChatPipeline::NewTextStream(const PreparedChat& chat) const {

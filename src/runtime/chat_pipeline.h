@@ -1,6 +1,7 @@
 // The front half of the request pipeline, shared by the CLI, the C ABI and the server: a chat
 // request (messages, tools, sampling, limits, stop strings) -> the model's chat template ->
-// token ids -> media items (none yet: the vision issue fills them) -> positions -> one
+// token ids -> images (decoded, preprocessed and encoded by an ImageEncoder; each pad expanded
+// to its image's tokens, DeepStack payload built: image_prompt.h) -> positions -> one
 // GenerationRequest, validated once (ValidateRequest) before the engine sees it. The back half
 // is TextStream (text_stream.h), made by NewTextStream for each prepared chat.
 //
@@ -24,7 +25,10 @@
 #include <vector>
 
 #include "base/status.h"
+#include "runtime/image_encoder.h"
+#include "runtime/image_prompt.h"
 #include "runtime/loaded_model.h"
+#include "runtime/media_source.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
 #include "runtime/text_stream.h"
@@ -35,8 +39,8 @@ namespace vls {
 
 struct ChatRequest {
   // As transformers' apply_chat_template takes them: [{"role": ..., "content": ...}, ...] with
-  // content a string, null, or a list of parts {"type": "text", "text": ...} (image, image_url,
-  // video and video_url parts are media items: refused until the vision issue).
+  // content a string, null, or a list of parts {"type": "text", "text": ...} or image parts
+  // (media_source.h names their forms). Video parts are refused (not supported yet).
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;  // null: none; else a list of tool schemas
   bool add_generation_prompt = true;
@@ -52,8 +56,7 @@ struct ChatRequest {
   int logprobs = -1;        // GenerationRequest::logprobs
 };
 
-// One image or video part of a message, in prompt order (the vision issue decodes them and
-// fills the request's embeddings and DeepStack payload).
+// One image or video part of a message, in prompt order.
 struct MediaItem {
   enum class Kind { kImage, kVideo };
   Kind kind = Kind::kImage;
@@ -66,7 +69,14 @@ struct PreparedChat {
   std::string prompt;             // the rendered template
   GenerationRequest request;      // validated against the model
   std::vector<std::string> stop;  // for the TextStream (NewTextStream)
-  std::vector<MediaItem> media;   // always empty until images are supported
+  std::vector<MediaItem> media;   // the image parts, in prompt order
+  VisualFeatures images;          // their grids and features (empty without images)
+};
+
+struct ChatPipelineOptions {
+  // Encodes the images of a request; null: a request with an image is refused.
+  const ImageEncoder* images = nullptr;
+  MediaPolicy media;  // where image bytes may come from (files only when allowed)
 };
 
 class ChatPipeline {
@@ -76,9 +86,14 @@ class ChatPipeline {
   // whose ids do not fit the model's vocabulary is refused.
   static StatusOr<std::unique_ptr<ChatPipeline>> Load(const std::string& model_dir,
                                                       const LoadedModel& model);
+  static StatusOr<std::unique_ptr<ChatPipeline>> Load(const std::string& model_dir,
+                                                      const LoadedModel& model,
+                                                      const ChatPipelineOptions& options);
 
-  // The one entry point: renders, tokenizes and builds the request. InvalidArgument names what
-  // is wrong (the message index of an image, a stop string, the context that is too short).
+  // The one entry point: renders, tokenizes, encodes the images and builds the request.
+  // InvalidArgument names what is wrong (the message index of an image, a stop string, the
+  // context that is too short); a video part is Unimplemented; image pads written as text
+  // without an image, or a template that drops an image, are refused (fail closed).
   StatusOr<PreparedChat> Prepare(const ChatRequest& request) const;
 
   // Renders the chat template only (the text Prepare tokenizes).
@@ -104,8 +119,12 @@ class ChatPipeline {
   const LoadedModel& model_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   jinja::Template template_;
+  // The pixels of the request's image parts, as a prompt's features.
+  StatusOr<VisualFeatures> EncodeImages(const std::vector<MediaItem>& media) const;
+
   SamplingParams defaults_;
   std::vector<int32_t> eos_;
+  ChatPipelineOptions options_;
 };
 
 // The media parts of `messages` in order, after checking the messages' shape (a list of

@@ -122,7 +122,7 @@ def batch_cases(model, work, cfg):
         (dict(ok, id="eos", ignore_eos=1), "ignore_eos"),
         (dict(ok, id="seed", seed=-1), "seed"),
         (dict(ok, id="typo", max_new_token=3), "max_new_token"),
-        (dict(ok, id="images", images=["a.png"]), "images"),
+        (dict(ok, id="images", images="a.png"), "images"),
         (dict(ok, id="stop", stop=[1]), "stop"),
         ('{"id": "dup", "input": "good.safetensors", "max_new_tokens": 2, "max_new_tokens": 900}',
          "twice"),

@@ -147,7 +147,7 @@ def main():
             assert flag in h.stdout, flag
         expect_error([vls, "run", "--prompt", "hi"], "--model")
         expect_error([vls, "run", "--model", f"{work}/missing", "--prompt", "hi"], "not a folder")
-        expect_error(base + ["--prompt", "hi", "--image", "cat.png"], "images are not supported yet")
+        expect_error(base + ["--prompt", "hi", "--image", "cat.png"], "cat.png")
         expect_error(base + ["--prompt", "hi", "--bogus"], "--bogus")
         expect_error(base + ["--prompt", "hi", "--stop", ""], "stop[0] is empty")
         expect_error(base + ["--prompt", "hi", "--max-tokens", "0"], "--max-tokens")

@@ -1,0 +1,143 @@
+#include "runtime/media_source.h"
+
+#include <string>
+
+#include "base/file.h"
+
+namespace vls {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+int Base64Value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+// The source string of a part, or an error naming the keys looked for.
+StatusOr<std::string> PartSource(const Json& part) {
+  const Json* src = nullptr;
+  for (const char* key : {"image", "url", "path"}) {
+    if (auto it = part.find(key); it != part.end()) {
+      src = &*it;
+      break;
+    }
+  }
+  if (src == nullptr) {
+    if (auto it = part.find("image_url"); it != part.end()) {
+      src = &*it;
+      if (it->is_object()) {
+        auto url = it->find("url");
+        if (url == it->end()) return InvalidArgument("image_url has no \"url\"");
+        src = &*url;
+      }
+    }
+  }
+  if (src == nullptr) {
+    return InvalidArgument(
+        "an image part needs \"image\", \"url\", \"path\" or \"image_url\" naming the image");
+  }
+  if (!src->is_string()) return InvalidArgument("the image source must be a string");
+  return src->get<std::string>();
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+StatusOr<MediaBytes> FromDataUrl(std::string_view url, size_t max_bytes) {
+  const size_t comma = url.find(',');
+  if (comma == std::string_view::npos) return InvalidArgument("data URL without a ','");
+  std::string_view meta = url.substr(5, comma - 5);
+  const std::string_view payload = url.substr(comma + 1);
+  constexpr std::string_view kB64 = ";base64";
+  if (meta.size() < kB64.size() || meta.substr(meta.size() - kB64.size()) != kB64) {
+    return InvalidArgument("data URL is not base64 (expected data:image/...;base64,...)");
+  }
+  meta.remove_suffix(kB64.size());
+  if (!meta.empty() && !StartsWith(meta, "image/")) {
+    return InvalidArgument("data URL media type '" + std::string(meta.substr(0, 64)) +
+                           "' is not an image");
+  }
+  VLS_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, DecodeBase64(payload, max_bytes));
+  MediaBytes out;
+  out.label = "data URL (" + (meta.empty() ? std::string("no media type") : std::string(meta)) +
+              ", " + std::to_string(bytes.size()) + " bytes)";
+  out.bytes = std::move(bytes);
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint8_t>> DecodeBase64(std::string_view text, size_t max_bytes) {
+  if (text.size() % 4 != 0) {
+    return InvalidArgument("base64 data has length " + std::to_string(text.size()) +
+                           ", not a multiple of 4");
+  }
+  if (text.size() / 4 * 3 > max_bytes + 2) {
+    return InvalidArgument("base64 data decodes to more than " + std::to_string(max_bytes) +
+                           " bytes");
+  }
+  std::vector<uint8_t> out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    // Padding only at the end: "xx==" or "xxx=".
+    int pad = 0;
+    if (i + 4 == text.size()) {
+      if (text[i + 3] == '=') pad = text[i + 2] == '=' ? 2 : 1;
+    }
+    int v[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 4 - pad; ++j) {
+      v[j] = Base64Value(static_cast<unsigned char>(text[i + static_cast<size_t>(j)]));
+      if (v[j] < 0) {
+        return InvalidArgument("base64 data has an invalid byte at offset " +
+                               std::to_string(i + static_cast<size_t>(j)));
+      }
+    }
+    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
+                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
+    out.push_back(static_cast<uint8_t>(n >> 16));
+    if (pad < 2) out.push_back(static_cast<uint8_t>(n >> 8));
+    if (pad < 1) out.push_back(static_cast<uint8_t>(n));
+  }
+  if (out.size() > max_bytes) {
+    return InvalidArgument("base64 data decodes to more than " + std::to_string(max_bytes) +
+                           " bytes");
+  }
+  return out;
+}
+
+StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) {
+  VLS_ASSIGN_OR_RETURN(std::string src, PartSource(part));
+  if (src.empty()) return InvalidArgument("the image source is empty");
+  if (StartsWith(src, "data:")) return FromDataUrl(src, policy.max_bytes);
+  std::string path = src;
+  if (StartsWith(src, "file://")) {
+    path = src.substr(7);
+  } else if (const size_t colon = src.find("://"); colon != std::string::npos && colon < 16) {
+    return InvalidArgument("image '" + src.substr(0, 80) +
+                           "': remote URLs are not fetched (send the image as a data: URL or, "
+                           "from the command line, a file)");
+  }
+  if (!policy.allow_files) {
+    return InvalidArgument("image '" + src.substr(0, 80) +
+                           "': file paths are not accepted here (send the image as a data: URL)");
+  }
+  if (!path.empty() && path[0] != '/' && !policy.base_dir.empty())
+    path = JoinPath(policy.base_dir, path);
+  VLS_ASSIGN_OR_RETURN(std::string bytes, ReadFileAtMost(path, policy.max_bytes));
+  if (bytes.size() > policy.max_bytes) {
+    return InvalidArgument(path + ": larger than " + std::to_string(policy.max_bytes) +
+                           " bytes (kMaxMediaBytes)");
+  }
+  MediaBytes out;
+  out.label = path;
+  out.bytes.assign(bytes.begin(), bytes.end());
+  return out;
+}
+
+}  // namespace vls

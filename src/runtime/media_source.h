@@ -1,0 +1,48 @@
+// Where the bytes of an image content part come from (chat requests: CLI, C ABI, server).
+//
+// A part names its image the ways transformers and the OpenAI API do:
+//   {"type": "image", "image": SRC}  {"type": "image", "url": SRC}  {"type": "image", "path": SRC}
+//   {"type": "image_url", "image_url": {"url": SRC}}  {"type": "image_url", "image_url": SRC}
+// SRC is a `data:` URL (`data:image/png;base64,...`), a `file://` URL or a plain path. Files are
+// read only when the policy allows it (the CLI does; a server must not by default), relative
+// paths against the policy's base folder. Remote URLs (http, https, ...) are refused: vlstack
+// never fetches from the network.
+#ifndef VLSTACK_RUNTIME_MEDIA_SOURCE_H_
+#define VLSTACK_RUNTIME_MEDIA_SOURCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace vls {
+
+// The largest encoded image a request may carry (64 MiB: a 100-megapixel JPEG is far smaller).
+inline constexpr size_t kMaxMediaBytes = size_t{64} << 20;
+
+struct MediaPolicy {
+  bool allow_files = false;  // read file paths and file:// URLs
+  std::string base_dir;      // relative paths are resolved against this (empty: the cwd)
+  size_t max_bytes = kMaxMediaBytes;
+};
+
+struct MediaBytes {
+  std::string label;           // the path, or "data URL (image/png, 1234 bytes)"
+  std::vector<uint8_t> bytes;  // the encoded image
+};
+
+// The bytes of an image part. InvalidArgument names what is wrong (no source, a malformed data
+// URL, a remote URL, files not allowed); NotFound / IoError for a file that cannot be read.
+StatusOr<MediaBytes> ReadImagePart(const nlohmann::ordered_json& part, const MediaPolicy& policy);
+
+// Strict base64 (RFC 4648, standard alphabet, padding required when the length is not a
+// multiple of 4; no whitespace). InvalidArgument names the offset of the first bad byte.
+StatusOr<std::vector<uint8_t>> DecodeBase64(std::string_view text, size_t max_bytes);
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_MEDIA_SOURCE_H_
