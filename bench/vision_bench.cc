@@ -104,9 +104,10 @@ int Main(int argc, char** argv) {
   // Multiply-adds of the matmuls: blocks (qkv, proj, fc1, fc2), attention (QKᵀ and PV), mergers.
   const double np = static_cast<double>(rows), Dv = cfg.hidden, Iv = cfg.intermediate;
   const double Md = static_cast<double>(cfg.merged_dim()), nv = np / 4;
-  const double macs = cfg.depth * (np * (4 * Dv * Dv + 2 * Dv * Iv) + 2 * np * np * Dv) +
-                      np * Dv * static_cast<double>(cfg.patch_dim()) +
-                      (1 + cfg.deepstack_visual_indexes.size()) * nv * (Md * Md + Md * cfg.out_hidden);
+  const double macs =
+      cfg.depth * (np * (4 * Dv * Dv + 2 * Dv * Iv) + 2 * np * np * Dv) +
+      np * Dv * static_cast<double>(cfg.patch_dim()) +
+      (1 + cfg.deepstack_visual_indexes.size()) * nv * (Md * Md + Md * cfg.out_hidden);
   std::printf(
       "{\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"patches\":%lld,\"load_s\":%.2f,"
       "\"encode_s\":{\"min\":%.3f,\"median\":%.3f,\"max\":%.3f},\"gflops\":%.1f,"

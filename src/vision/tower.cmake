@@ -5,6 +5,13 @@ target_sources(vls_vision PRIVATE
                ${CMAKE_CURRENT_LIST_DIR}/vision_ops.cc
                ${CMAKE_CURRENT_LIST_DIR}/vision_model.cc
                ${CMAKE_CURRENT_LIST_DIR}/vision_reference.cc)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  # Vector loops called only under an AVX-512 kernel variant (kernels/dispatch.h).
+  target_sources(vls_vision PRIVATE ${CMAKE_CURRENT_LIST_DIR}/vision_avx512.cc)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/vision_avx512.cc PROPERTIES COMPILE_OPTIONS
+                              "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-Wno-uninitialized;-Wno-maybe-uninitialized")
+  target_compile_definitions(vls_vision PRIVATE VLS_VISION_AVX512)
+endif()
 vls_add_test(vision_config_test SOURCES vision_config_test.cc LIBS vls_vision LABELS untrusted)
 vls_add_test(vision_model_test SOURCES vision_model_test.cc LIBS vls_vision)
 

@@ -52,7 +52,7 @@ Status CheckConfig(const VisionConfig& c) {
 class FastEncoder {
  public:
   FastEncoder(const VisionConfig& cfg, const PreparedVisionWeights& w, const kernels::Context& ctx)
-      : cfg_(cfg), w_(w), ctx_(ctx) {}
+      : cfg_(cfg), w_(w), ctx_(ctx), avx512_(&ctx.variant() != &kernels::ReferenceVariant()) {}
 
   void Run(std::span<const float> pixels, int64_t np, std::span<const GridThw> grids,
            VisionOutput& out, VisionDiagnostics* diag);
@@ -65,6 +65,8 @@ class FastEncoder {
   const VisionConfig& cfg_;
   const PreparedVisionWeights& w_;
   const kernels::Context& ctx_;
+  // Every variant but the reference is an AVX-512 one, chosen only on CPUs that have it.
+  const bool avx512_;
   int64_t np_ = 0, nv_ = 0;
   PatchLayout layout_;
   std::vector<float> x_, xn_, qkv_, kt_, vt_, h_, cos_, sin_, mh_;
@@ -135,7 +137,7 @@ void FastEncoder::Block(int j) {
   vision_internal::LayerNormRows(x_.data(), np_, Dv, b.norm2.w, b.norm2.b, kLayerNormEps,
                                  xn_.data(), pool);
   ctx_.MatMul(xn_.data(), np_, Dv, b.fc1.w, h_.data());  // [Np, Iv]
-  vision_internal::AddBiasGeluTanh(h_.data(), np_, Iv, b.fc1.b, pool);
+  vision_internal::AddBiasGeluTanh(h_.data(), np_, Iv, b.fc1.b, avx512_, pool);
   ctx_.MatMul(h_.data(), np_, Iv, b.fc2.w, kt_.data());  // [Np, Dv]
   vision_internal::AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.fc2.b, pool);
 }

@@ -140,9 +140,10 @@ void AddBiasResidual(float* x, const float* y, int64_t M, int64_t n, const float
   });
 }
 
+// 0.5·x·(1 + tanh(u)) = x · sigmoid(2u): the form the AVX-512 loop uses too.
 float GeluTanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  return x / (1.0f + std::exp(-2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
 float GeluErf(float x) {
@@ -150,9 +151,19 @@ float GeluErf(float x) {
   return 0.5f * x * (1.0f + std::erf(x * kSqrtHalf));
 }
 
-void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool) {
+void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, bool avx512,
+                     ThreadPool& pool) {
+#ifndef VLS_VISION_AVX512
+  avx512 = false;
+#endif
   pool.ParallelFor(M, RowGrain(n), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
+#ifdef VLS_VISION_AVX512
+      if (avx512) {
+        AddBiasGeluTanhAvx512(y + r * n, b, n);
+        continue;
+      }
+#endif
       float* yr = y + r * n;
       for (int64_t i = 0; i < n; ++i) yr[i] = GeluTanh(yr[i] + b[i]);
     }

@@ -54,10 +54,13 @@ void AddBias(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
 void AddBiasResidual(float* x, const float* y, int64_t M, int64_t n, const float* b,
                      ThreadPool& pool);
 // y[M, n] = GELU(y + b), tanh approximation (gelu_pytorch_tanh) or exact erf (nn.GELU()).
-void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
+// `avx512`: use the AVX-512 loop (REQUIRES: the CPU has AVX-512F; ignored in builds without it).
+void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, bool avx512, ThreadPool& pool);
 void AddBiasGeluErf(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
 
 float GeluTanh(float x);
+// The AVX-512 row loop of AddBiasGeluTanh (vision_avx512.cc): y[n] = GELU_tanh(y + b).
+void AddBiasGeluTanhAvx512(float* y, const float* b, int64_t n);
 float GeluErf(float x);
 
 }  // namespace vls::vision_internal
