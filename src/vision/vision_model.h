@@ -84,7 +84,8 @@ class VisionModel {
  private:
   VisionModel(VisionConfig cfg, const kernels::Context& ctx) : cfg_(std::move(cfg)), ctx_(ctx) {}
 
-  // The input rules above; returns Nv. `need_bytes` is the working set of the caller's path.
+  // The input rules above, and the working set (+ diagnostics) against the memory available;
+  // returns Nv.
   StatusOr<int64_t> Validate(std::span<const float> pixel_values, int64_t rows,
                              std::span<const GridThw> grids, bool diagnostics) const;
 

@@ -25,7 +25,7 @@ struct PatchLayout {
 PatchLayout MakePatchLayout(std::span<const GridThw> grids, int merge);
 
 // The align_corners grid coordinate of index i of n over a table side G: i·(G−1)/(n−1)
-// (0 when n == 1), and its bilinear neighbours and weights. Shared by both paths' callers.
+// (0 when n == 1), and its bilinear neighbours and weight (coordinate − floor).
 struct AxisSample {
   int32_t lo = 0, hi = 0;  // floor, min(floor + 1, G − 1)
   double frac = 0;         // coordinate − floor
