@@ -295,7 +295,7 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
 }
 
 StatusOr<VisualFeatures> ChatPipeline::EncodeImages(const std::vector<MediaItem>& media) const {
-  std::vector<MediaBytes> images;
+  VisualFeatures f;
   for (const MediaItem& m : media) {
     const std::string where = "messages[" + std::to_string(m.message_index) + "].content[" +
                               std::to_string(m.part_index) + "]";
@@ -306,11 +306,15 @@ StatusOr<VisualFeatures> ChatPipeline::EncodeImages(const std::vector<MediaItem>
     }
     auto bytes = ReadImagePart(m.part, options_.media);
     if (!bytes.ok()) return bytes.status().WithContext(where);
-    images.push_back(std::move(*bytes));
+    auto one = options_.images->EncodeAll(std::span<const MediaBytes>(&*bytes, 1));
+    if (!one.ok()) return one.status().WithContext(where);
+    if (f.grids.empty()) {
+      f = std::move(*one);
+    } else {
+      f.Append(one->grids[0], one->tokens, one->embeds, one->deepstack);
+    }
   }
-  auto features = options_.images->EncodeAll(images);
-  if (!features.ok()) return features.status();
-  return features;
+  return f;
 }
 
 TextStream ChatPipeline::NewTextStream(const PreparedChat& chat) const {
