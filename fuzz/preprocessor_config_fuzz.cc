@@ -91,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   CheckBounds(*cfg);
   auto again = vls::ParseImageProcessorConfig(text, kLabel);
-  if (!again.ok() || again->min_pixels != cfg->min_pixels ||
-      again->max_pixels != cfg->max_pixels || again->image_std != cfg->image_std) {
+  if (!again.ok() || again->min_pixels != cfg->min_pixels || again->max_pixels != cfg->max_pixels ||
+      again->image_std != cfg->image_std) {
     Fail("parsing is not deterministic", "");
   }
   CheckPreprocessing(*cfg);

@@ -4,6 +4,9 @@ target_sources(vls_vision PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/smart_resize.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/resize.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/preprocess.cc)
+# resize.cc reproduces torch's float rounding: no fused multiply-adds but the ones it writes.
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/resize.cc PROPERTIES COMPILE_OPTIONS
+                            -ffp-contract=off)
 
 vls_add_test(image_processor_config_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/image_processor_config_test.cc

@@ -51,10 +51,11 @@ AxisFilter ComputeAxis(int in_size, int out_size) {
   f.weights.assign(static_cast<size_t>(out_size) * f.taps, 0.0f);
   for (int i = 0; i < out_size; ++i) {
     const float center = static_cast<float>(scale * (i + 0.5));
-    const int64_t xmin =
-        std::max<int64_t>(static_cast<int64_t>(static_cast<double>(center - support) + 0.5), 0);
-    const int64_t xmax = std::min<int64_t>(
-        static_cast<int64_t>(static_cast<double>(center + support) + 0.5), in_size);
+    // torch truncates (x + 0.5) toward zero here, negative x included: the same bounds.
+    const double lo = static_cast<double>(center - support) + 0.5;
+    const double hi = static_cast<double>(center + support) + 0.5;
+    const int64_t xmin = std::max<int64_t>(static_cast<int64_t>(lo), 0);
+    const int64_t xmax = std::min<int64_t>(static_cast<int64_t>(hi), in_size);
     const int64_t xsize = std::max<int64_t>(0, std::min<int64_t>(xmax - xmin, f.taps));
     float* w = &f.weights[static_cast<size_t>(i) * f.taps];
     float total = 0.0f;
@@ -78,60 +79,149 @@ AxisFilter ComputeAxis(int in_size, int out_size) {
 // remaining (n - 1) % 4 taps go through the scalar loop, where the multiply-add is fused.
 int UnfusedTaps(int n) { return (n - 1) / 4 * 4; }
 
-// Rows [y0, y1) of the horizontal pass: src [H, W_in, 3] -> dst [H, W_out, 3].
-// The products are separate statements: this file is compiled without FP contraction
-// (-std=c++20 without GNU extensions), so they stay rounded as torch's are.
-template <typename T>
-void HorizontalRows(const T* src, int in_w, float* dst, const AxisFilter& f, int out_w, int64_t y0,
-                    int64_t y1) {
+// The two passes are compiled twice: once with the CPU's FMA instruction (x86-64 CPUs that
+// have it, found at run time) and once portable, where std::fma is a library call. Both give
+// the same bits; only the speed differs. The bodies are always inlined into the two entry
+// points so that each copy is compiled for its target. This file is compiled with
+// -ffp-contract=off (preprocess.cmake), so a product written as its own statement stays
+// rounded instead of being fused into the following add.
+#if defined(__GNUC__)
+#define VLS_RESIZE_INLINE inline __attribute__((always_inline))
+#else
+#define VLS_RESIZE_INLINE inline
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VLS_RESIZE_HAVE_FMA_PATH 1
+#define VLS_RESIZE_TARGET_FMA __attribute__((target("fma")))
+#else
+#define VLS_RESIZE_HAVE_FMA_PATH 0
+#endif
+
+// Rows [y0, y1) of the horizontal pass: src [H, W_in, 3] uint8 -> dst [H, W_out, 3] float.
+// The three channels' sums are independent chains advanced together.
+VLS_RESIZE_INLINE void HorizontalRowsImpl(const uint8_t* src, int in_w, float* dst,
+                                          const AxisFilter& f, int out_w, int64_t y0, int64_t y1) {
   for (int64_t y = y0; y < y1; ++y) {
-    const T* row = src + y * in_w * 3;
+    const uint8_t* row = src + y * in_w * 3;
     float* out = dst + y * out_w * 3;
     for (int x = 0; x < out_w; ++x) {
       const float* w = &f.weights[static_cast<size_t>(x) * f.taps];
-      const T* p = row + static_cast<ptrdiff_t>(f.start[x]) * 3;
+      const uint8_t* p = row + static_cast<ptrdiff_t>(f.start[x]) * 3;
       const int n = f.count[x];
       const int unfused = UnfusedTaps(n);
-      for (int c = 0; c < 3; ++c) {
-        float acc = static_cast<float>(p[c]) * w[0];
-        int j = 1;
-        for (; j <= unfused; ++j) {
-          const float prod = static_cast<float>(p[j * 3 + c]) * w[j];
-          acc += prod;
-        }
-        for (; j < n; ++j) acc = std::fma(static_cast<float>(p[j * 3 + c]), w[j], acc);
-        out[x * 3 + c] = acc;
+      float a0 = static_cast<float>(p[0]) * w[0];
+      float a1 = static_cast<float>(p[1]) * w[0];
+      float a2 = static_cast<float>(p[2]) * w[0];
+      int j = 1;
+      for (; j <= unfused; ++j) {
+        const float p0 = static_cast<float>(p[j * 3]) * w[j];
+        const float p1 = static_cast<float>(p[j * 3 + 1]) * w[j];
+        const float p2 = static_cast<float>(p[j * 3 + 2]) * w[j];
+        a0 += p0;
+        a1 += p1;
+        a2 += p2;
       }
+      for (; j < n; ++j) {
+        a0 = std::fma(static_cast<float>(p[j * 3]), w[j], a0);
+        a1 = std::fma(static_cast<float>(p[j * 3 + 1]), w[j], a1);
+        a2 = std::fma(static_cast<float>(p[j * 3 + 2]), w[j], a2);
+      }
+      out[x * 3 + 0] = a0;
+      out[x * 3 + 1] = a1;
+      out[x * 3 + 2] = a2;
     }
   }
 }
 
 // Output rows [y0, y1) of the vertical pass: src [H_in, W, 3] -> dst [H_out, W, 3], a row at a
-// time so the inner loops run over contiguous floats; the same summation as HorizontalRows.
-void VerticalRows(const float* src, int64_t row_len, float* dst, const AxisFilter& f, int64_t y0,
-                  int64_t y1) {
+// time so the inner loops run over contiguous floats; the same summation as the horizontal
+// pass. src and dst never overlap.
+VLS_RESIZE_INLINE void VerticalRowsImpl(const float* __restrict src, int64_t row_len,
+                                        float* __restrict dst, const AxisFilter& f, int64_t y0,
+                                        int64_t y1) {
   for (int64_t y = y0; y < y1; ++y) {
     const float* w = &f.weights[static_cast<size_t>(y) * f.taps];
-    const float* first = src + static_cast<int64_t>(f.start[y]) * row_len;
-    float* out = dst + y * row_len;
+    const float* __restrict first = src + static_cast<int64_t>(f.start[y]) * row_len;
+    float* __restrict out = dst + y * row_len;
     const int n = f.count[y];
     const int unfused = UnfusedTaps(n);
-    for (int64_t k = 0; k < row_len; ++k) out[k] = first[k] * w[0];
+    const float w0 = w[0];
+    // Blocks of kLanes with a fixed inner count: GCC's -O2 cost model vectorizes those
+    // (element-wise, so the bits do not change); the tail runs one by one.
+    constexpr int kLanes = 8;
+    const int64_t blocked = row_len / kLanes * kLanes;
+    for (int64_t k = 0; k < row_len; ++k) out[k] = first[k] * w0;
     int j = 1;
     for (; j <= unfused; ++j) {
-      const float* in = first + j * row_len;
+      const float* __restrict in = first + j * row_len;
       const float wj = w[j];
-      for (int64_t k = 0; k < row_len; ++k) {
+      int64_t k = 0;
+      for (; k < blocked; k += kLanes) {
+        for (int u = 0; u < kLanes; ++u) {
+          const float prod = in[k + u] * wj;
+          out[k + u] += prod;
+        }
+      }
+      for (; k < row_len; ++k) {
         const float prod = in[k] * wj;
         out[k] += prod;
       }
     }
     for (; j < n; ++j) {
-      const float* in = first + j * row_len;
+      const float* __restrict in = first + j * row_len;
       const float wj = w[j];
-      for (int64_t k = 0; k < row_len; ++k) out[k] = std::fma(in[k], wj, out[k]);
+      int64_t k = 0;
+      for (; k < blocked; k += kLanes) {
+        for (int u = 0; u < kLanes; ++u) out[k + u] = std::fma(in[k + u], wj, out[k + u]);
+      }
+      for (; k < row_len; ++k) out[k] = std::fma(in[k], wj, out[k]);
     }
   }
+}
+
+void HorizontalRowsPortable(const uint8_t* src, int in_w, float* dst, const AxisFilter& f,
+                            int out_w, int64_t y0, int64_t y1) {
+  HorizontalRowsImpl(src, in_w, dst, f, out_w, y0, y1);
+}
+void VerticalRowsPortable(const float* src, int64_t row_len, float* dst, const AxisFilter& f,
+                          int64_t y0, int64_t y1) {
+  VerticalRowsImpl(src, row_len, dst, f, y0, y1);
+}
+#if VLS_RESIZE_HAVE_FMA_PATH
+VLS_RESIZE_TARGET_FMA void HorizontalRowsFma(const uint8_t* src, int in_w, float* dst,
+                                             const AxisFilter& f, int out_w, int64_t y0,
+                                             int64_t y1) {
+  HorizontalRowsImpl(src, in_w, dst, f, out_w, y0, y1);
+}
+VLS_RESIZE_TARGET_FMA void VerticalRowsFma(const float* src, int64_t row_len, float* dst,
+                                           const AxisFilter& f, int64_t y0, int64_t y1) {
+  VerticalRowsImpl(src, row_len, dst, f, y0, y1);
+}
+#endif
+
+bool UseFmaPath() {
+#if VLS_RESIZE_HAVE_FMA_PATH
+  static const bool has_fma = __builtin_cpu_supports("fma");
+  return has_fma;
+#else
+  return false;
+#endif
+}
+
+void HorizontalRows(const uint8_t* src, int in_w, float* dst, const AxisFilter& f, int out_w,
+                    int64_t y0, int64_t y1) {
+#if VLS_RESIZE_HAVE_FMA_PATH
+  if (UseFmaPath()) return HorizontalRowsFma(src, in_w, dst, f, out_w, y0, y1);
+#endif
+  HorizontalRowsPortable(src, in_w, dst, f, out_w, y0, y1);
+}
+
+void VerticalRows(const float* src, int64_t row_len, float* dst, const AxisFilter& f, int64_t y0,
+                  int64_t y1) {
+#if VLS_RESIZE_HAVE_FMA_PATH
+  if (UseFmaPath()) return VerticalRowsFma(src, row_len, dst, f, y0, y1);
+#endif
+  VerticalRowsPortable(src, row_len, dst, f, y0, y1);
 }
 
 uint8_t ToU8(float v) {
