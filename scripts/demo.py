@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """vlstack demo. First what a user does first: make a model folder (a small random Qwen3-VL
-checkpoint with the real Qwen3 tokenizer and chat template) and talk to it with `vlstack run`
-(a prompt, piped stdin, a stop string, a second turn that reuses the first turn's KV). Then the
-engine underneath: an image prompt through `vlstack forward` (M-RoPE positions from
-get_rope_index) with greedy decoding, a continuous batch with a DeepStack request, chunked
-prefill, and a compiled BF16 artifact benchmarked through the batch engine.
+checkpoint with its vision tower, the real Qwen3 tokenizer and chat template) and talk to it with
+`vlstack run`: a question about a picture, a prompt, piped stdin, a stop string. Then the engine
+underneath: the picture through the vision tower (`vlstack vision`), an image prompt through
+`vlstack forward --image` (pads expanded, M-RoPE positions from get_rope_index, DeepStack entry)
+with greedy decoding, a continuous batch with an image request, and a compiled BF16 artifact
+benchmarked through the batch engine.
 
 Usage: demo.py --vlstack PATH --work DIR [--tokens N]
 """
@@ -53,15 +54,35 @@ def run(cmd):
     subprocess.run(cmd, check=True)
 
 
+def picture(path, w=120, h=80):
+    """A small sunrise: a sky gradient, a sun and the sea (PNG)."""
+    from PIL import Image, ImageDraw
+    img = Image.new("RGB", (w, h))
+    px = img.load()
+    for y in range(h):
+        for x in range(w):
+            px[x, y] = (255, 120 + y, 60 + 2 * y) if y < h * 2 // 3 else (20, 60, 120 + y % 7 * 9)
+    ImageDraw.Draw(img).ellipse((w // 2 - 14, h * 2 // 3 - 14, w // 2 + 14, h * 2 // 3 + 14),
+                                fill=(255, 230, 80))
+    img.save(path)
+    return path
+
+
 def chat(a):
     """`vlstack run` on a model folder the way a user meets it."""
     model = os.path.join(a.work, "chat-qwen3-vl")
     print("[demo] a model folder: random Qwen3-VL weights (hidden 64, 4 layers, the real 151936-token"
-          " vocabulary), the Qwen3 tokenizer and the Qwen3-VL chat template")
+          " vocabulary, a small vision tower), the Qwen3 tokenizer, the Qwen3-VL chat template and"
+          " preprocessor_config.json")
     run([a.vlstack, "make-test-model", "--out", model, "--vocab", "151936", "--hidden", "64",
          "--layers", "4", "--untied", "--seed", "11"])
-    print("\n[demo] ask it something: the reply streams to stdout (random weights: random words),"
-          " speed and time to first token go to stderr")
+    sunrise = picture(os.path.join(a.work, "sunrise.png"))
+    print("\n[demo] ask about a picture: the image is decoded, resized as the model's processor says,"
+          " encoded by the vision tower and placed in the prompt (with its DeepStack features);"
+          " the reply streams to stdout (random weights: random words)")
+    run([a.vlstack, "run", "--model", model, "--image", sunrise, "--prompt",
+         "What is in this picture?", "--max-tokens", "24", "--temperature", "0.8", "--seed", "1"])
+    print("\n[demo] ask it something without a picture: speed and time to first token go to stderr")
     run([a.vlstack, "run", "--model", model, "--prompt", "Describe a sunrise in one sentence.",
          "--max-tokens", "32", "--temperature", "0.8", "--seed", "1"])
     print("\n[demo] the prompt can come from a pipe; --stop cuts the reply right before a stop string")
@@ -93,62 +114,46 @@ def main():
     run([a.vlstack, "make-test-model", "--out", model, "--seed", "7", "--untied"])
     cfg = json.load(open(os.path.join(model, "config.json")))
     vs, ve, img = cfg["vision_start_token_id"], cfg["vision_end_token_id"], cfg["image_token_id"]
-    # A prompt with one image of grid [1,4,6] (6 merged visual tokens) between text tokens.
-    prompt = [11, 12, 13, vs] + [img] * 6 + [ve, 14, 15]
-    grid = np.array([[1, 4, 6]], dtype=np.int32)
-    rng = np.random.default_rng(0)
-    visual = rng.standard_normal((6, cfg["text_config"]["hidden_size"])).astype(np.float32)
-    eos = set(json.load(open(os.path.join(model, "generation_config.json")))["eos_token_id"])
+    sunrise = os.path.join(a.work, "sunrise.png")
 
-    print(f"\n[demo] prompt: {len(prompt)} tokens with one image (grid 1x4x6 -> 6 visual tokens)")
-    generated = []
-    for step in range(a.tokens):
-        inp = os.path.join(a.work, "input.safetensors")
-        out = os.path.join(a.work, "output.safetensors")
-        tensors = {"input_ids": np.array(prompt, np.int32), "image_grid_thw": grid,
-                   "visual_embeds": visual}
-        if generated:
-            tensors["decode_tokens"] = np.array(generated, np.int32)
-        write_safetensors(inp, tensors)
-        cmd = [a.vlstack, "forward", "--model", model, "--input", inp, "--output", out]
-        if step == 0:
-            cmd.append("--diagnostics")
-        run(cmd)
-        res = read_safetensors(out)
-        if step == 0:
-            print(f"[demo] prefill logits {res['logits'].shape}, "
-                  f"{sum(k.startswith('hidden_after_layer') for k in res)} per-layer hidden states, "
-                  f"K cache {res['k_cache.0'].shape}")
-        last = res["decode_logits"][-1] if generated else res["logits"][-1]
-        tok = int(np.argmax(last))
-        generated.append(tok)
-        print(f"[demo] step {step}: greedy token {tok} (logit {last[tok]:.4f})")
-        if tok in eos:
-            print("[demo] end of sequence")
-            break
-    print(f"\n[demo] generated {len(generated)} tokens: {generated}")
+    print("\n[demo] the picture through the vision tower: patches, merged rows, DeepStack features")
+    vis = os.path.join(a.work, "vision.safetensors")
+    run([a.vlstack, "vision", "--model", model, "--image", sunrise, "--output", vis])
+    v = read_safetensors(vis)
+    print(f"[demo] pixel_values {v['pixel_values'].shape}, grid {v['image_grid_thw'].tolist()}, "
+          f"visual_embeds {v['visual_embeds'].shape}, deepstack_features "
+          f"{v['deepstack_features'].shape}")
 
-    # The same prompt with DeepStack features, plus two text prompts, through the
-    # continuous-batch engine with 2 slots (3 requests: one waits for a free slot).
-    pad_positions = np.array([i for i, t in enumerate(prompt) if t == img], np.int32)
-    k = len(cfg["vision_config"]["deepstack_visual_indexes"])
-    feats = rng.standard_normal((k, len(pad_positions), visual.shape[1])).astype(np.float32)
-    write_safetensors(os.path.join(a.work, "req_ds.safetensors"),
-                      {"input_ids": np.array(prompt, np.int32), "image_grid_thw": grid,
-                       "visual_embeds": visual, "deepstack_positions": pad_positions,
-                       "deepstack_features": feats})
+    # A prompt with one image pad between text tokens: forward --image expands it.
+    prompt = [11, 12, 13, vs, img, ve, 14, 15]
+    inp = os.path.join(a.work, "input.safetensors")
+    out = os.path.join(a.work, "output.safetensors")
+    write_safetensors(inp, {"input_ids": np.array(prompt, np.int32)})
+    print(f"\n[demo] forward --image: the pad expanded to the image's tokens, positions from "
+          f"get_rope_index, the DeepStack entry, then {a.tokens} greedy tokens")
+    run([a.vlstack, "forward", "--model", model, "--input", inp, "--image", sunrise, "--output",
+         out, "--generate", str(a.tokens), "--diagnostics"])
+    res = read_safetensors(out)
+    print(f"[demo] expanded prompt {len(res['input_ids'])} tokens, grid "
+          f"{res['image_grid_thw'].tolist()}, rope_delta {int(res['rope_delta'][0])}, "
+          f"{sum(k.startswith('hidden_after_layer') for k in res)} per-layer hidden states, "
+          f"generated {res['generated_tokens'].tolist()}")
+
+    # The same image prompt plus two text prompts through the continuous-batch engine with
+    # 2 slots (3 requests: one waits for a free slot).
     write_safetensors(os.path.join(a.work, "req_text1.safetensors"),
                       {"input_ids": np.array([21, 22, 23], np.int32)})
     write_safetensors(os.path.join(a.work, "req_text2.safetensors"),
                       {"input_ids": np.array([31, 32, 33, 34, 35], np.int32)})
-    reqs = [{"id": "deepstack-image", "input": "req_ds.safetensors", "max_new_tokens": 6},
+    reqs = [{"id": "image", "input": "input.safetensors", "images": ["sunrise.png"],
+             "max_new_tokens": 6},
             {"id": "text-1", "input": "req_text1.safetensors", "max_new_tokens": 4},
             {"id": "text-2", "input": "req_text2.safetensors", "max_new_tokens": 5,
              "cancel_after_tokens": 2}]
     jsonl = os.path.join(a.work, "requests.jsonl")
     with open(jsonl, "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in reqs))
-    print("\n[demo] continuous batch: 3 requests (DeepStack image, text, text cancelled after 2 tokens), 2 slots")
+    print("\n[demo] continuous batch: 3 requests (an image, text, text cancelled after 2 tokens), 2 slots")
     print("$ " + " ".join([a.vlstack, "batch", "--model", model, "--requests", jsonl, "--slots", "2"]), flush=True)
     out = subprocess.run([a.vlstack, "batch", "--model", model, "--requests", jsonl, "--slots", "2"],
                          check=True, capture_output=True, text=True).stdout
@@ -162,9 +167,9 @@ def main():
          "--capacity", "48"])
     run([a.vlstack, "bench", "--model", model, "--artifact", art, "--precision", "bf16",
          "--prompt-tokens", "32", "--gen-tokens", "16", "--capacity", "48", "--reps", "3"])
-    print("[demo] done: forward with M-RoPE image positions, visual embeddings, diagnostics, "
-          "greedy decoding, a DeepStack request in the batch engine, and a compiled "
-          "BF16 artifact ran end to end")
+    print("[demo] done: a question about a picture, the vision tower, an image prompt through the "
+          "DeepStack entry with greedy decoding, an image request in the batch engine, and a "
+          "compiled BF16 artifact ran end to end")
 
 
 if __name__ == "__main__":

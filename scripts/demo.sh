@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, then talk to a generated model folder with
-# `vlstack run` (a prompt, piped input, a stop string), then the engine underneath on a tiny
-# Qwen3-VL checkpoint (forward with an image prompt and M-RoPE, greedy decoding, a batch with a
-# DeepStack request, then a compiled BF16 artifact benchmarked).
+# `vlstack run` (a question about a picture, a prompt, piped input, a stop string), then the
+# engine underneath on a tiny Qwen3-VL checkpoint (the vision tower, forward with an image and
+# M-RoPE through the DeepStack entry, greedy decoding, a batch with an image request, then a
+# compiled BF16 artifact benchmarked).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/install_deps.sh"
