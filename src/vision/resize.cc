@@ -208,18 +208,18 @@ bool UseFmaPath() {
 #endif
 }
 
-void HorizontalRows(const uint8_t* src, int in_w, float* dst, const AxisFilter& f, int out_w,
-                    int64_t y0, int64_t y1) {
+void HorizontalRows(bool fma, const uint8_t* src, int in_w, float* dst, const AxisFilter& f,
+                    int out_w, int64_t y0, int64_t y1) {
 #if VLS_RESIZE_HAVE_FMA_PATH
-  if (UseFmaPath()) return HorizontalRowsFma(src, in_w, dst, f, out_w, y0, y1);
+  if (fma) return HorizontalRowsFma(src, in_w, dst, f, out_w, y0, y1);
 #endif
   HorizontalRowsPortable(src, in_w, dst, f, out_w, y0, y1);
 }
 
-void VerticalRows(const float* src, int64_t row_len, float* dst, const AxisFilter& f, int64_t y0,
-                  int64_t y1) {
+void VerticalRows(bool fma, const float* src, int64_t row_len, float* dst, const AxisFilter& f,
+                  int64_t y0, int64_t y1) {
 #if VLS_RESIZE_HAVE_FMA_PATH
-  if (UseFmaPath()) return VerticalRowsFma(src, row_len, dst, f, y0, y1);
+  if (fma) return VerticalRowsFma(src, row_len, dst, f, y0, y1);
 #endif
   VerticalRowsPortable(src, row_len, dst, f, y0, y1);
 }
@@ -240,7 +240,8 @@ void Run(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)
 }  // namespace
 
 image::RgbImage ResizeBicubicAntialias(const image::RgbImage& in, int out_height, int out_width,
-                                       ThreadPool* pool) {
+                                       ThreadPool* pool, bool allow_fma_instruction) {
+  const bool fma = allow_fma_instruction && UseFmaPath();
   const int in_h = in.height;
   const int in_w = in.width;
   image::RgbImage out;
@@ -255,7 +256,7 @@ image::RgbImage ResizeBicubicAntialias(const image::RgbImage& in, int out_height
   if (in_w != out_width) {
     const AxisFilter fx = ComputeAxis(in_w, out_width);
     Run(pool, in_h, [&](int64_t a, int64_t b) {
-      HorizontalRows(in.pixels.data(), in_w, wide.data(), fx, out_width, a, b);
+      HorizontalRows(fma, in.pixels.data(), in_w, wide.data(), fx, out_width, a, b);
     });
   } else {
     std::transform(in.pixels.begin(), in.pixels.end(), wide.begin(),
@@ -267,8 +268,9 @@ image::RgbImage ResizeBicubicAntialias(const image::RgbImage& in, int out_height
   if (in_h != out_height) {
     tall.resize(static_cast<size_t>(out_height) * row_len);
     const AxisFilter fy = ComputeAxis(in_h, out_height);
-    Run(pool, out_height,
-        [&](int64_t a, int64_t b) { VerticalRows(wide.data(), row_len, tall.data(), fy, a, b); });
+    Run(pool, out_height, [&](int64_t a, int64_t b) {
+      VerticalRows(fma, wide.data(), row_len, tall.data(), fy, a, b);
+    });
     result = &tall;
   }
   out.pixels.resize(result->size());

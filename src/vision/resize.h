@@ -28,9 +28,12 @@ namespace vls {
 //
 // REQUIRES: in.width, in.height >= 1, in.pixels.size() == 3 * width * height, out_height and
 // out_width >= 1 (callers size images through SmartResize). `pool` may be null (one thread).
+// The fused multiply-adds use the CPU's FMA instruction when it has one, else std::fma; both
+// give the same bits, and allow_fma_instruction = false forces the second (tests).
 // Cost: O((out_w * in_h + out_h * out_w) * taps), taps = 4 * max(1, in/out) per axis.
 image::RgbImage ResizeBicubicAntialias(const image::RgbImage& in, int out_height, int out_width,
-                                       ThreadPool* pool = nullptr);
+                                       ThreadPool* pool = nullptr,
+                                       bool allow_fma_instruction = true);
 
 }  // namespace vls
 

@@ -114,5 +114,22 @@ TEST(ResizeTest, ThreadPoolGivesTheSameBytes) {
   }
 }
 
+TEST(ResizeTest, PortablePathGivesTheSameBytes) {
+  // Without the FMA instruction std::fma computes the same fused results (slower).
+  RgbImage in = Make(97, 131, [](int y, int x, int c) {
+    return static_cast<uint8_t>((y * 7919 + x * 104729 + c * 31) % 251);
+  });
+  for (auto [h, w] : {std::pair{32, 64}, std::pair{96, 128}, std::pair{320, 416}, std::pair{97, 33},
+                      std::pair{16, 131}}) {
+    EXPECT_EQ(ResizeBicubicAntialias(in, h, w).pixels,
+              ResizeBicubicAntialias(in, h, w, nullptr, /*allow_fma_instruction=*/false).pixels)
+        << h << "x" << w;
+  }
+  // Against the golden too.
+  const RgbImage pattern = Make(5, 7, Pattern);
+  EXPECT_EQ(ResizeBicubicAntialias(pattern, 9, 11, nullptr, false).pixels,
+            ResizeBicubicAntialias(pattern, 9, 11).pixels);
+}
+
 }  // namespace
 }  // namespace vls
