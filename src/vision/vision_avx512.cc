@@ -3,9 +3,11 @@
 // dispatch.cc picks only on CPUs that have it.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/avx512_math.h"
+#include "vision/vision_attention.h"
 #include "vision/vision_ops.h"
 
 namespace vls::vision_internal {
@@ -26,6 +28,41 @@ void AddBiasGeluTanhAvx512(float* y, const float* b, int64_t n) {
     const __m512 e = Exp(_mm512_mul_ps(c, _mm512_fmadd_ps(k, x3, x)));  // exp(−2u)
     _mm512_mask_storeu_ps(y + i, m, _mm512_div_ps(x, _mm512_add_ps(one, e)));
   }
+}
+
+}  // namespace vls::vision_internal
+
+namespace vls::vision_internal {
+
+// Two passes over the row: the max, then exp, BF16 rounding (nearest even; the values are
+// finite, in (0, 1]) and the sum of the rounded values.
+float SoftmaxRowToBf16Avx512(const float* s, int64_t n, float scale, uint16_t* p) {
+  using kernels::avx512_internal::Exp;
+  const auto mask = [n](int64_t i) {
+    return n - i >= 16 ? static_cast<__mmask16>(0xffff)
+                       : static_cast<__mmask16>((1u << (n - i)) - 1u);
+  };
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    mx = _mm512_mask_max_ps(mx, mask(i), mx, _mm512_maskz_loadu_ps(mask(i), s + i));
+  }
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  const __m512 sc = _mm512_set1_ps(scale);
+  const __m512i round = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = mask(i);
+    const __m512 e = Exp(_mm512_mul_ps(sc, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), m)));
+    const __m512i b = _mm512_castps_si512(e);
+    const __m512i r = _mm512_add_epi32(
+        b, _mm512_add_epi32(round, _mm512_and_si512(_mm512_srli_epi32(b, 16), one)));
+    const __m512i hi = _mm512_srli_epi32(r, 16);
+    _mm256_mask_storeu_epi16(p + i, k, _mm512_cvtepi32_epi16(hi));
+    sum =
+        _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16))));
+  }
+  return _mm512_reduce_add_ps(sum);
 }
 
 }  // namespace vls::vision_internal

@@ -2,17 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <new>
 
 #include "base/checked_math.h"
 #include "base/memory.h"
 #include "kernels/kernels.h"
+#include "vision/vision_attention.h"
 #include "vision/vision_ops.h"
 
 namespace vls {
 namespace {
 
 using vision_internal::PatchLayout;
+using vision_internal::PhaseTimer;
 
 constexpr float kLayerNormEps = 1e-6f;
 // Query rows per attention work item (one head each: the tower has no grouped KV heads).
@@ -52,7 +55,12 @@ Status CheckConfig(const VisionConfig& c) {
 class FastEncoder {
  public:
   FastEncoder(const VisionConfig& cfg, const PreparedVisionWeights& w, const kernels::Context& ctx)
-      : cfg_(cfg), w_(w), ctx_(ctx), avx512_(&ctx.variant() != &kernels::ReferenceVariant()) {}
+      : cfg_(cfg),
+        w_(w),
+        ctx_(ctx),
+        avx512_(&ctx.variant() != &kernels::ReferenceVariant()),
+        gemm_attention_(ctx.precision() != kernels::Precision::kF32 &&
+                        vision_internal::GemmAttentionAvailable(ctx)) {}
 
   void Run(std::span<const float> pixels, int64_t np, std::span<const GridThw> grids,
            VisionOutput& out, VisionDiagnostics* diag);
@@ -60,13 +68,26 @@ class FastEncoder {
  private:
   void Block(int j);
   void Attention();
+  // The f32 attention (the blocked kernel, or the reference variant's loops); `rotated`: q and
+  // k in qkv_ are rotated already.
+  void FloatAttention(bool rotated, double attention_flops);
   void Merger(const VisionMerger& m, bool postshuffle, float* out);
+  // ctx_.MatMul timed as phase `p`.
+  void MatMul(vision_internal::EncodePhase p, const float* x, int64_t M, int64_t K,
+              const kernels::Matrix& w, float* y) const {
+    const PhaseTimer t(
+        p, 2.0 * static_cast<double>(M) * static_cast<double>(K) * static_cast<double>(w.rows));
+    ctx_.MatMul(x, M, K, w, y);
+  }
 
   const VisionConfig& cfg_;
   const PreparedVisionWeights& w_;
   const kernels::Context& ctx_;
   // Every variant but the reference is an AVX-512 one, chosen only on CPUs that have it.
   const bool avx512_;
+  // Attention as BF16 GEMMs (vision_attention.h) in the BF16 and int8 precisions; the f32
+  // precision keeps the f32 kernel.
+  const bool gemm_attention_;
   int64_t np_ = 0, nv_ = 0;
   PatchLayout layout_;
   std::vector<float> x_, xn_, qkv_, kt_, vt_, h_, cos_, sin_, mh_;
@@ -91,7 +112,8 @@ void FastEncoder::Run(std::span<const float> pixels, int64_t np, std::span<const
   mh_.resize(static_cast<size_t>(nv_ * Md));
 
   // Patch embedding [Np, Dv] = pixels [Np, patch_dim] · Wᵀ + b, then the positions.
-  ctx_.MatMul(pixels.data(), np, cfg_.patch_dim(), w_.patch().w, x_.data());
+  MatMul(vision_internal::kPhasePatch, pixels.data(), np, cfg_.patch_dim(), w_.patch().w,
+         x_.data());
   vision_internal::AddBias(x_.data(), np, Dv, w_.patch().b, pool);
   vision_internal::InterpolatePositions(layout_, grids, w_.pos(), cfg_.pos_grid_side(), Dv,
                                         xn_.data(), pool);
@@ -123,23 +145,39 @@ void FastEncoder::Run(std::span<const float> pixels, int64_t np, std::span<const
 
 // x = x + proj(Attn(LN1(x))); x = x + fc2(gelu_tanh(fc1(LN2(x)))).
 void FastEncoder::Block(int j) {
+  using namespace vision_internal;  // NOLINT(google-build-using-namespace): phase names
   ThreadPool& pool = ctx_.pool();
   const VisionBlock& b = w_.block(j);
   const int64_t Dv = cfg_.hidden, Iv = cfg_.intermediate;
-  vision_internal::LayerNormRows(x_.data(), np_, Dv, b.norm1.w, b.norm1.b, kLayerNormEps,
-                                 xn_.data(), pool);
-  ctx_.MatMul(xn_.data(), np_, Dv, b.qkv.w, qkv_.data());  // [Np, 3·Dv]: q | k | v
-  vision_internal::AddBias(qkv_.data(), np_, 3 * Dv, b.qkv.b, pool);
-  Attention();                                             // -> xn_ [Np, Dv]
-  ctx_.MatMul(xn_.data(), np_, Dv, b.proj.w, kt_.data());  // kt_ reused as [Np, Dv]
-  vision_internal::AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.proj.b, pool);
-
-  vision_internal::LayerNormRows(x_.data(), np_, Dv, b.norm2.w, b.norm2.b, kLayerNormEps,
-                                 xn_.data(), pool);
-  ctx_.MatMul(xn_.data(), np_, Dv, b.fc1.w, h_.data());  // [Np, Iv]
-  vision_internal::AddBiasGeluTanh(h_.data(), np_, Iv, b.fc1.b, avx512_, pool);
-  ctx_.MatMul(h_.data(), np_, Iv, b.fc2.w, kt_.data());  // [Np, Dv]
-  vision_internal::AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.fc2.b, pool);
+  {
+    const PhaseTimer t(kPhaseNorm, 0);
+    LayerNormRows(x_.data(), np_, Dv, b.norm1.w, b.norm1.b, kLayerNormEps, xn_.data(), pool);
+  }
+  MatMul(kPhaseQkv, xn_.data(), np_, Dv, b.qkv.w, qkv_.data());  // [Np, 3·Dv]: q | k | v
+  {
+    const PhaseTimer t(kPhaseBias, 0);
+    AddBias(qkv_.data(), np_, 3 * Dv, b.qkv.b, pool);
+  }
+  Attention();                                                    // -> xn_ [Np, Dv]
+  MatMul(kPhaseProj, xn_.data(), np_, Dv, b.proj.w, kt_.data());  // kt_ reused as [Np, Dv]
+  {
+    const PhaseTimer t(kPhaseBias, 0);
+    AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.proj.b, pool);
+  }
+  {
+    const PhaseTimer t(kPhaseNorm, 0);
+    LayerNormRows(x_.data(), np_, Dv, b.norm2.w, b.norm2.b, kLayerNormEps, xn_.data(), pool);
+  }
+  MatMul(kPhaseFc1, xn_.data(), np_, Dv, b.fc1.w, h_.data());  // [Np, Iv]
+  {
+    const PhaseTimer t(kPhaseGelu, 0);
+    AddBiasGeluTanh(h_.data(), np_, Iv, b.fc1.b, avx512_, pool);
+  }
+  MatMul(kPhaseFc2, h_.data(), np_, Iv, b.fc2.w, kt_.data());  // [Np, Dv]
+  {
+    const PhaseTimer t(kPhaseBias, 0);
+    AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.fc2.b, pool);
+  }
 }
 
 // qkv_ [Np, 3, heads, hd] -> rotary on q and k -> per-segment bidirectional attention of each
@@ -147,6 +185,47 @@ void FastEncoder::Block(int j) {
 void FastEncoder::Attention() {
   ThreadPool& pool = ctx_.pool();
   const int64_t Dv = cfg_.hidden, hd = cfg_.head_dim(), heads = cfg_.heads, half = hd / 2;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  double attention_flops = 0;
+  for (size_t s = 0; s + 1 < layout_.segments.size(); ++s) {
+    const auto L = static_cast<double>(layout_.segments[s + 1] - layout_.segments[s]);
+    attention_flops += 4.0 * L * L * static_cast<double>(Dv);
+  }
+  if (gemm_attention_) {
+    // BF16 q, k [heads, Np, hd] in kt_'s storage, V transposed per segment in vt_'s.
+    const vision_internal::HeadsBf16 hb{.q = reinterpret_cast<uint16_t*>(kt_.data()),
+                                        .k = reinterpret_cast<uint16_t*>(kt_.data()) + np_ * Dv,
+                                        .vt = reinterpret_cast<uint16_t*>(vt_.data())};
+    {
+      const PhaseTimer t(vision_internal::kPhaseRope, 0);
+      pool.ParallelFor(np_, std::max<int64_t>(1, 256 / heads), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          float* row = qkv_.data() + r * 3 * Dv;
+          const float* c = cos_.data() + r * half;
+          const float* s = sin_.data() + r * half;
+          for (int64_t h = 0; h < 2 * heads; ++h) ctx_.ApplyRope(row + h * hd, c, s, hd);
+        }
+      });
+      vision_internal::PackHeadsBf16(qkv_.data(), np_, heads, hd, layout_.segments, hb, ctx_);
+    }
+    const PhaseTimer t(vision_internal::kPhaseAttention, attention_flops);
+    const Status s = vision_internal::GemmAttention(hb, np_, heads, hd, layout_.segments, scale,
+                                                    xn_.data(), ctx_);
+    if (s.ok()) return;
+    // oneDNN refused (it does not on the CPUs it reported available for): the f32 kernel.
+    std::fprintf(stderr, "vlstack: vision attention through oneDNN failed (%s); using f32\n",
+                 s.ToString().c_str());
+    // q and k were rotated in place; undo nothing: rotate only v's copy below.
+    FloatAttention(/*rotated=*/true, attention_flops);
+    return;
+  }
+  FloatAttention(/*rotated=*/false, attention_flops);
+}
+
+void FastEncoder::FloatAttention(bool rotated, double attention_flops) {
+  ThreadPool& pool = ctx_.pool();
+  const int64_t Dv = cfg_.hidden, hd = cfg_.head_dim(), heads = cfg_.heads, half = hd / 2;
+  const PhaseTimer timer(vision_internal::kPhaseAttention, attention_flops);
   // Rotate q in place; rotate k and copy k, v per head into contiguous [heads, Np, hd].
   pool.ParallelFor(np_, std::max<int64_t>(1, 256 / heads), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -154,8 +233,10 @@ void FastEncoder::Attention() {
       const float* c = cos_.data() + r * half;
       const float* s = sin_.data() + r * half;
       for (int64_t h = 0; h < heads; ++h) {
-        ctx_.ApplyRope(row + h * hd, c, s, hd);
-        ctx_.ApplyRope(row + Dv + h * hd, c, s, hd);
+        if (!rotated) {
+          ctx_.ApplyRope(row + h * hd, c, s, hd);
+          ctx_.ApplyRope(row + Dv + h * hd, c, s, hd);
+        }
         std::copy_n(row + Dv + h * hd, hd, kt_.data() + (h * np_ + r) * hd);
         std::copy_n(row + 2 * Dv + h * hd, hd, vt_.data() + (h * np_ + r) * hd);
       }
@@ -223,6 +304,7 @@ void FastEncoder::Attention() {
 // over m²·Dv after the concatenation (DeepStack, "postshuffle") or over Dv per patch before it
 // (main merger). Rows of a window are consecutive, so [Np, Dv] is [Nv, m²·Dv] in place.
 void FastEncoder::Merger(const VisionMerger& m, bool postshuffle, float* out) {
+  const PhaseTimer timer(vision_internal::kPhaseMerger, 0);
   ThreadPool& pool = ctx_.pool();
   const int64_t Dv = cfg_.hidden, Md = cfg_.merged_dim(), O = cfg_.out_hidden;
   if (postshuffle) {

@@ -9,7 +9,17 @@ namespace {
 // Rows per ParallelFor chunk for row-wise loops: enough work per chunk to amortise the dispatch.
 int64_t RowGrain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n)); }
 
+EncodeProfile* g_profile = nullptr;
+
 }  // namespace
+
+const char* EncodePhaseName(int phase) {
+  static constexpr const char* kNames[kPhaseCount] = {
+      "patch", "norm", "qkv", "bias", "rope", "attention", "proj", "fc1", "gelu", "fc2", "merger"};
+  return phase >= 0 && phase < kPhaseCount ? kNames[phase] : "?";
+}
+void SetEncodeProfile(EncodeProfile* profile) { g_profile = profile; }
+EncodeProfile* CurrentEncodeProfile() { return g_profile; }
 
 PatchLayout MakePatchLayout(std::span<const GridThw> grids, int merge) {
   PatchLayout L;

@@ -4,6 +4,7 @@
 #ifndef VLSTACK_VISION_VISION_OPS_H_
 #define VLSTACK_VISION_VISION_OPS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -59,9 +60,61 @@ void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, bool avx512
 void AddBiasGeluErf(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
 
 float GeluTanh(float x);
+// The AVX-512 loops below and their scalar forms above agree to f32 rounding (tested).
 // The AVX-512 row loop of AddBiasGeluTanh (vision_avx512.cc): y[n] = GELU_tanh(y + b).
 void AddBiasGeluTanhAvx512(float* y, const float* b, int64_t n);
 float GeluErf(float x);
+
+// Wall time and FLOPs per phase of the fast path, summed over Encode calls while installed
+// (benchmarks: bench/vision_bench.cc --profile). Off (null) by default; costs one load per
+// phase then.
+enum EncodePhase {
+  kPhasePatch,      // patch embedding matmul + positions
+  kPhaseNorm,       // LayerNorm 1 and 2
+  kPhaseQkv,        // qkv matmul [Np, Dv] x [3Dv, Dv]^T
+  kPhaseBias,       // bias adds, residuals
+  kPhaseRope,       // rotary + packing q/k/v per head
+  kPhaseAttention,  // softmax(QK^T)V
+  kPhaseProj,       // proj matmul [Np, Dv] x [Dv, Dv]^T
+  kPhaseFc1,        // fc1 matmul [Np, Dv] x [Iv, Dv]^T
+  kPhaseGelu,       // fc1 bias + GELU
+  kPhaseFc2,        // fc2 matmul [Np, Iv] x [Dv, Iv]^T
+  kPhaseMerger,     // the mergers
+  kPhaseCount
+};
+const char* EncodePhaseName(int phase);
+struct EncodeProfile {
+  double seconds[kPhaseCount] = {};
+  double flops[kPhaseCount] = {};
+};
+// Process-wide; not synchronised: install before encoding, read after.
+void SetEncodeProfile(EncodeProfile* profile);
+EncodeProfile* CurrentEncodeProfile();
+
+// Adds the time from construction to destruction (and `flops`) to phase `p` of the installed
+// profile, if any.
+class PhaseTimer {
+ public:
+  PhaseTimer(EncodePhase p, double flops) : profile_(CurrentEncodeProfile()), phase_(p) {
+    if (profile_ != nullptr) {
+      start_ = std::chrono::steady_clock::now();
+      profile_->flops[p] += flops;
+    }
+  }
+  ~PhaseTimer() {
+    if (profile_ != nullptr) {
+      profile_->seconds[phase_] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  EncodeProfile* profile_;
+  EncodePhase phase_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace vls::vision_internal
 

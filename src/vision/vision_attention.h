@@ -1,0 +1,58 @@
+// The vision tower's bidirectional attention as BF16 GEMMs (the kBF16 and kInt8 paths of
+// VisionModel::Encode): per image segment, head and block of query rows, scores = Q·Kᵀ and
+// out = P·V through oneDNN's BF16 matmul (f32 accumulation; AMX where the CPU has it), the
+// softmax in f32 between them. Q, K and V are rounded to BF16 once per layer (PackHeadsBf16);
+// the probabilities are rounded to BF16 for P·V and normalised by the sum of the rounded
+// values, so the weights applied sum to one. Memory: one [rows, L] f32 score block and its
+// BF16 copy per thread (L the segment length), never [L, L].
+//
+// The f32 path keeps the f32 blocked kernel (kernels/attention.h): this one is within BF16
+// rounding of it (vision_model_test.cc checks both against the reference).
+#ifndef VLSTACK_VISION_VISION_ATTENTION_H_
+#define VLSTACK_VISION_VISION_ATTENTION_H_
+
+#include <cstdint>
+#include <span>
+
+#include "base/status.h"
+#include "kernels/dispatch.h"
+
+namespace vls::vision_internal {
+
+// Query rows per work item of GemmAttention (one oneDNN call each for Q·Kᵀ and P·V).
+inline constexpr int64_t kGemmAttentionRows = 128;
+
+// True when GemmAttention can run on `ctx`: an AVX-512 variant and oneDNN's BF16 matmul
+// (OneDnnBf16Available), in a build with the vision AVX-512 loops.
+bool GemmAttentionAvailable(const kernels::Context& ctx);
+
+// Per-head BF16 operands of one layer, laid out for the GEMMs:
+//   q, k [heads, Np, hd] row-major;
+//   vt   per (head, segment s) the block [hd, L_s] (V transposed) at h·Np·hd + hd·seg_begin.
+struct HeadsBf16 {
+  uint16_t* q = nullptr;
+  uint16_t* k = nullptr;
+  uint16_t* vt = nullptr;
+};
+
+// Rounds qkv [Np, 3·Dv] (q | k | v, heads × hd each; q and k already rotated) into `heads`.
+// `segments`: cu_seqlens (PatchLayout::segments).
+void PackHeadsBf16(const float* qkv, int64_t np, int64_t heads, int64_t hd,
+                   std::span<const int64_t> segments, const HeadsBf16& out,
+                   const kernels::Context& ctx);
+
+// out[Np, heads·hd] = per segment, per head softmax(scale · Q·Kᵀ) · V over the pool.
+// REQUIRES: GemmAttentionAvailable(ctx). Errors: what oneDNN reports (kInternal).
+Status GemmAttention(const HeadsBf16& in, int64_t np, int64_t heads, int64_t hd,
+                     std::span<const int64_t> segments, float scale, float* out,
+                     const kernels::Context& ctx);
+
+// The row step between the GEMMs (vision_avx512.cc): p[n] = BF16(exp(scale·(s[n] − max s)))
+// and returns Σ p (of the rounded values). REQUIRES: AVX-512F, n >= 1.
+float SoftmaxRowToBf16Avx512(const float* s, int64_t n, float scale, uint16_t* p);
+// The scalar reference of SoftmaxRowToBf16Avx512 (the test compares the two).
+float SoftmaxRowToBf16(const float* s, int64_t n, float scale, uint16_t* p);
+
+}  // namespace vls::vision_internal
+
+#endif  // VLSTACK_VISION_VISION_ATTENTION_H_
