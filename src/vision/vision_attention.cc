@@ -7,6 +7,7 @@
 
 #include "kernels/onednn_matmul.h"
 #include "tensor/dtype.h"
+#include "vision/vision_ops.h"
 
 namespace vls::vision_internal {
 namespace {
@@ -17,6 +18,17 @@ void ToBf16(const kernels::Context& ctx, const float* x, int64_t n, uint16_t* ou
     return;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
+}
+
+void AddRowsAvx512OrScalar(float* x, const float* b, int64_t n, bool avx512) {
+#ifdef VLS_VISION_AVX512
+  if (avx512) {
+    AddRowsAvx512(x, nullptr, b, n);
+    return;
+  }
+#endif
+  (void)avx512;
+  for (int64_t i = 0; i < n; ++i) x[i] += b[i];
 }
 
 }  // namespace
@@ -42,21 +54,27 @@ float SoftmaxRowToBf16(const float* s, int64_t n, float scale, uint16_t* p) {
   return sum;
 }
 
-void PackHeadsBf16(const float* qkv, int64_t np, int64_t heads, int64_t hd,
-                   std::span<const int64_t> segments, const HeadsBf16& out,
-                   const kernels::Context& ctx) {
-  const int64_t Dv = heads * hd;
+void PackHeadsBf16(const float* qkv, const float* b, const float* cos, const float* sin, int64_t np,
+                   int64_t heads, int64_t hd, std::span<const int64_t> segments,
+                   const HeadsBf16& out, const kernels::Context& ctx) {
+  const int64_t Dv = heads * hd, half = hd / 2;
+  const bool avx512 = &ctx.variant() != &kernels::ReferenceVariant();
   ctx.pool().ParallelFor(np, std::max<int64_t>(1, 4096 / Dv), [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(3 * Dv));
     std::vector<uint16_t> v(static_cast<size_t>(Dv));
     for (int64_t r = r0; r < r1; ++r) {
-      const float* row = qkv + r * 3 * Dv;
+      std::copy_n(qkv + r * 3 * Dv, 3 * Dv, row.data());
+      AddRowsAvx512OrScalar(row.data(), b, 3 * Dv, avx512);
+      for (int64_t h = 0; h < 2 * heads; ++h) {
+        ctx.ApplyRope(row.data() + h * hd, cos + r * half, sin + r * half, hd);
+      }
       const auto s = std::upper_bound(segments.begin(), segments.end(), r) - segments.begin() - 1;
       const int64_t a = segments[static_cast<size_t>(s)];
       const int64_t L = segments[static_cast<size_t>(s) + 1] - a;
-      ToBf16(ctx, row + 2 * Dv, Dv, v.data());
+      ToBf16(ctx, row.data() + 2 * Dv, Dv, v.data());
       for (int64_t h = 0; h < heads; ++h) {
-        ToBf16(ctx, row + h * hd, hd, out.q + (h * np + r) * hd);
-        ToBf16(ctx, row + Dv + h * hd, hd, out.k + (h * np + r) * hd);
+        ToBf16(ctx, row.data() + h * hd, hd, out.q + (h * np + r) * hd);
+        ToBf16(ctx, row.data() + Dv + h * hd, hd, out.k + (h * np + r) * hd);
         uint16_t* vt = out.vt + h * np * hd + hd * a + (r - a);  // [hd, L]
         for (int64_t d = 0; d < hd; ++d) vt[d * L] = v[static_cast<size_t>(h * hd + d)];
       }

@@ -35,11 +35,13 @@ struct HeadsBf16 {
   uint16_t* vt = nullptr;
 };
 
-// Rounds qkv [Np, 3·Dv] (q | k | v, heads × hd each; q and k already rotated) into `heads`.
-// `segments`: cu_seqlens (PatchLayout::segments).
-void PackHeadsBf16(const float* qkv, int64_t np, int64_t heads, int64_t hd,
-                   std::span<const int64_t> segments, const HeadsBf16& out,
-                   const kernels::Context& ctx);
+// Adds the bias b [3·Dv] to qkv [Np, 3·Dv] (q | k | v, heads × hd each; qkv is not
+// modified), rotates q and k by the 2-D rotary cos/sin [Np, hd/2] (ctx.ApplyRope) and rounds
+// them into `out`, all in one pass over each row. `segments`: cu_seqlens
+// (PatchLayout::segments).
+void PackHeadsBf16(const float* qkv, const float* b, const float* cos, const float* sin, int64_t np,
+                   int64_t heads, int64_t hd, std::span<const int64_t> segments,
+                   const HeadsBf16& out, const kernels::Context& ctx);
 
 // out[Np, heads·hd] = per segment, per head softmax(scale · Q·Kᵀ) · V over the pool.
 // REQUIRES: GemmAttentionAvailable(ctx). Errors: what oneDNN reports (kInternal).

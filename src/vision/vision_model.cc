@@ -67,10 +67,10 @@ class FastEncoder {
 
  private:
   void Block(int j);
-  void Attention();
-  // The f32 attention (the blocked kernel, or the reference variant's loops); `rotated`: q and
-  // k in qkv_ are rotated already.
-  void FloatAttention(bool rotated, double attention_flops);
+  void Attention(const float* qkv_bias);
+  // The f32 attention over qkv_ with its bias added (the blocked kernel, or the reference
+  // variant's loops).
+  void FloatAttention(double attention_flops);
   void Merger(const VisionMerger& m, bool postshuffle, float* out);
   // ctx_.MatMul timed as phase `p`.
   void MatMul(vision_internal::EncodePhase p, const float* x, int64_t M, int64_t K,
@@ -114,7 +114,7 @@ void FastEncoder::Run(std::span<const float> pixels, int64_t np, std::span<const
   // Patch embedding [Np, Dv] = pixels [Np, patch_dim] · Wᵀ + b, then the positions.
   MatMul(vision_internal::kPhasePatch, pixels.data(), np, cfg_.patch_dim(), w_.patch().w,
          x_.data());
-  vision_internal::AddBias(x_.data(), np, Dv, w_.patch().b, pool);
+  vision_internal::AddBias(x_.data(), np, Dv, w_.patch().b, pool, avx512_);
   vision_internal::InterpolatePositions(layout_, grids, w_.pos(), cfg_.pos_grid_side(), Dv,
                                         xn_.data(), pool);
   if (diag != nullptr) {
@@ -151,22 +151,16 @@ void FastEncoder::Block(int j) {
   const int64_t Dv = cfg_.hidden, Iv = cfg_.intermediate;
   {
     const PhaseTimer t(kPhaseNorm, 0);
-    LayerNormRows(x_.data(), np_, Dv, b.norm1.w, b.norm1.b, kLayerNormEps, xn_.data(), pool);
+    LayerNormRows(x_.data(), np_, Dv, b.norm1.w, b.norm1.b, kLayerNormEps, xn_.data(), pool,
+                  avx512_);
   }
-  MatMul(kPhaseQkv, xn_.data(), np_, Dv, b.qkv.w, qkv_.data());  // [Np, 3·Dv]: q | k | v
-  {
-    const PhaseTimer t(kPhaseBias, 0);
-    AddBias(qkv_.data(), np_, 3 * Dv, b.qkv.b, pool);
-  }
-  Attention();                                                    // -> xn_ [Np, Dv]
+  MatMul(kPhaseQkv, xn_.data(), np_, Dv, b.qkv.w, qkv_.data());   // [Np, 3·Dv]: q | k | v
+  Attention(b.qkv.b);                                             // -> xn_ [Np, Dv]
   MatMul(kPhaseProj, xn_.data(), np_, Dv, b.proj.w, kt_.data());  // kt_ reused as [Np, Dv]
   {
-    const PhaseTimer t(kPhaseBias, 0);
-    AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.proj.b, pool);
-  }
-  {
     const PhaseTimer t(kPhaseNorm, 0);
-    LayerNormRows(x_.data(), np_, Dv, b.norm2.w, b.norm2.b, kLayerNormEps, xn_.data(), pool);
+    AddBiasResidualLayerNorm(x_.data(), kt_.data(), np_, Dv, b.proj.b, b.norm2.w, b.norm2.b,
+                             kLayerNormEps, xn_.data(), pool, avx512_);
   }
   MatMul(kPhaseFc1, xn_.data(), np_, Dv, b.fc1.w, h_.data());  // [Np, Iv]
   {
@@ -176,15 +170,15 @@ void FastEncoder::Block(int j) {
   MatMul(kPhaseFc2, h_.data(), np_, Iv, b.fc2.w, kt_.data());  // [Np, Dv]
   {
     const PhaseTimer t(kPhaseBias, 0);
-    AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.fc2.b, pool);
+    AddBiasResidual(x_.data(), kt_.data(), np_, Dv, b.fc2.b, pool, avx512_);
   }
 }
 
 // qkv_ [Np, 3, heads, hd] -> rotary on q and k -> per-segment bidirectional attention of each
 // head -> xn_ [Np, heads·hd].
-void FastEncoder::Attention() {
+void FastEncoder::Attention(const float* qkv_bias) {
   ThreadPool& pool = ctx_.pool();
-  const int64_t Dv = cfg_.hidden, hd = cfg_.head_dim(), heads = cfg_.heads, half = hd / 2;
+  const int64_t Dv = cfg_.hidden, hd = cfg_.head_dim(), heads = cfg_.heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   double attention_flops = 0;
   for (size_t s = 0; s + 1 < layout_.segments.size(); ++s) {
@@ -198,15 +192,8 @@ void FastEncoder::Attention() {
                                         .vt = reinterpret_cast<uint16_t*>(vt_.data())};
     {
       const PhaseTimer t(vision_internal::kPhaseRope, 0);
-      pool.ParallelFor(np_, std::max<int64_t>(1, 256 / heads), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          float* row = qkv_.data() + r * 3 * Dv;
-          const float* c = cos_.data() + r * half;
-          const float* s = sin_.data() + r * half;
-          for (int64_t h = 0; h < 2 * heads; ++h) ctx_.ApplyRope(row + h * hd, c, s, hd);
-        }
-      });
-      vision_internal::PackHeadsBf16(qkv_.data(), np_, heads, hd, layout_.segments, hb, ctx_);
+      vision_internal::PackHeadsBf16(qkv_.data(), qkv_bias, cos_.data(), sin_.data(), np_, heads,
+                                     hd, layout_.segments, hb, ctx_);
     }
     const PhaseTimer t(vision_internal::kPhaseAttention, attention_flops);
     const Status s = vision_internal::GemmAttention(hb, np_, heads, hd, layout_.segments, scale,
@@ -215,14 +202,15 @@ void FastEncoder::Attention() {
     // oneDNN refused (it does not on the CPUs it reported available for): the f32 kernel.
     std::fprintf(stderr, "vlstack: vision attention through oneDNN failed (%s); using f32\n",
                  s.ToString().c_str());
-    // q and k were rotated in place; undo nothing: rotate only v's copy below.
-    FloatAttention(/*rotated=*/true, attention_flops);
-    return;
   }
-  FloatAttention(/*rotated=*/false, attention_flops);
+  {
+    const PhaseTimer t(vision_internal::kPhaseBias, 0);
+    vision_internal::AddBias(qkv_.data(), np_, 3 * Dv, qkv_bias, pool, avx512_);
+  }
+  FloatAttention(attention_flops);
 }
 
-void FastEncoder::FloatAttention(bool rotated, double attention_flops) {
+void FastEncoder::FloatAttention(double attention_flops) {
   ThreadPool& pool = ctx_.pool();
   const int64_t Dv = cfg_.hidden, hd = cfg_.head_dim(), heads = cfg_.heads, half = hd / 2;
   const PhaseTimer timer(vision_internal::kPhaseAttention, attention_flops);
@@ -233,10 +221,8 @@ void FastEncoder::FloatAttention(bool rotated, double attention_flops) {
       const float* c = cos_.data() + r * half;
       const float* s = sin_.data() + r * half;
       for (int64_t h = 0; h < heads; ++h) {
-        if (!rotated) {
-          ctx_.ApplyRope(row + h * hd, c, s, hd);
-          ctx_.ApplyRope(row + Dv + h * hd, c, s, hd);
-        }
+        ctx_.ApplyRope(row + h * hd, c, s, hd);
+        ctx_.ApplyRope(row + Dv + h * hd, c, s, hd);
         std::copy_n(row + Dv + h * hd, hd, kt_.data() + (h * np_ + r) * hd);
         std::copy_n(row + 2 * Dv + h * hd, hd, vt_.data() + (h * np_ + r) * hd);
       }
@@ -309,15 +295,15 @@ void FastEncoder::Merger(const VisionMerger& m, bool postshuffle, float* out) {
   const int64_t Dv = cfg_.hidden, Md = cfg_.merged_dim(), O = cfg_.out_hidden;
   if (postshuffle) {
     vision_internal::LayerNormRows(x_.data(), nv_, Md, m.norm.w, m.norm.b, kLayerNormEps,
-                                   xn_.data(), pool);
+                                   xn_.data(), pool, avx512_);
   } else {
     vision_internal::LayerNormRows(x_.data(), np_, Dv, m.norm.w, m.norm.b, kLayerNormEps,
-                                   xn_.data(), pool);
+                                   xn_.data(), pool, avx512_);
   }
   ctx_.MatMul(xn_.data(), nv_, Md, m.fc1.w, mh_.data());  // [Nv, Md]
   vision_internal::AddBiasGeluErf(mh_.data(), nv_, Md, m.fc1.b, pool);
   ctx_.MatMul(mh_.data(), nv_, Md, m.fc2.w, out);  // [Nv, O]
-  vision_internal::AddBias(out, nv_, O, m.fc2.b, pool);
+  vision_internal::AddBias(out, nv_, O, m.fc2.b, pool, avx512_);
 }
 
 }  // namespace
@@ -400,6 +386,27 @@ StatusOr<VisionOutput> VisionModel::Encode(std::span<const float> pixel_values, 
                              " patches in the vision tower");
   }
   return out;
+}
+
+}  // namespace vls
+
+namespace vls {
+
+StatusOr<std::unique_ptr<VisionModel>> VisionModel::FromPrepared(
+    const std::string& dir, const VisionConfig& cfg, const kernels::Context& ctx,
+    std::unique_ptr<PreparedVisionWeights> prepared) {
+  VLS_RETURN_IF_ERROR(CheckConfig(cfg));
+  if (prepared == nullptr) return InvalidArgument(dir + ": no prepared vision weights given");
+  std::unique_ptr<VisionModel> m(new VisionModel(cfg, ctx));
+  VLS_ASSIGN_OR_RETURN(m->ckpt_, SafetensorsCheckpoint::Open(dir));
+  auto raw = BindVisionWeights(m->cfg_, *m->ckpt_);
+  if (!raw.ok()) return raw.status().WithContext(dir);
+  m->raw_ = std::move(*raw);
+  VLS_RETURN_IF_ERROR(CheckPreparedVisionLayout(prepared->entries(),
+                                                PlanPreparedVisionEntries(m->raw_, ctx.precision()),
+                                                dir + ": the prepared vision weights"));
+  m->prepared_ = std::move(prepared);
+  return m;
 }
 
 }  // namespace vls

@@ -109,43 +109,90 @@ void RotaryTables(const PatchLayout& layout, int64_t head_dim, float* cos, float
   });
 }
 
+void LayerNormRow(const float* x, int64_t n, const float* w, const float* b, float eps,
+                  float* out) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = x[i] - mean;
+    sq += d * d;
+  }
+  const auto inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
+  const auto m = static_cast<float>(mean);
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] - m) * inv * w[i] + b[i];
+}
+
+namespace {
+
+#ifdef VLS_VISION_AVX512
+constexpr bool kHaveAvx512 = true;
+#else
+constexpr bool kHaveAvx512 = false;
+#endif
+
+// x[n] += y[n] + b[n] (y may be null).
+void AddRows(float* x, const float* y, const float* b, int64_t n, bool avx512) {
+#ifdef VLS_VISION_AVX512
+  if (avx512) {
+    AddRowsAvx512(x, y, b, n);
+    return;
+  }
+#endif
+  (void)avx512;
+  if (y == nullptr) {
+    for (int64_t i = 0; i < n; ++i) x[i] += b[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i] + b[i];
+  }
+}
+
+void NormRow(const float* x, int64_t n, const float* w, const float* b, float eps, float* out,
+             bool avx512) {
+#ifdef VLS_VISION_AVX512
+  if (avx512) {
+    LayerNormRowAvx512(x, n, w, b, eps, out);
+    return;
+  }
+#endif
+  (void)avx512;
+  LayerNormRow(x, n, w, b, eps, out);
+}
+
+}  // namespace
+
 void LayerNormRows(const float* x, int64_t M, int64_t n, const float* w, const float* b, float eps,
-                   float* out, ThreadPool& pool) {
+                   float* out, ThreadPool& pool, bool avx512) {
+  avx512 = avx512 && kHaveAvx512;
   pool.ParallelFor(M, RowGrain(n), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += xr[i];
-      const double mean = sum / static_cast<double>(n);
-      double sq = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = xr[i] - mean;
-        sq += d * d;
-      }
-      const auto inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
-      const auto m = static_cast<float>(mean);
-      float* o = out + r * n;
-      for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] - m) * inv * w[i] + b[i];
-    }
+    for (int64_t r = r0; r < r1; ++r) NormRow(x + r * n, n, w, b, eps, out + r * n, avx512);
   });
 }
 
-void AddBias(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool) {
+void AddBias(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool, bool avx512) {
+  avx512 = avx512 && kHaveAvx512;
   pool.ParallelFor(M, RowGrain(n), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* yr = y + r * n;
-      for (int64_t i = 0; i < n; ++i) yr[i] += b[i];
-    }
+    for (int64_t r = r0; r < r1; ++r) AddRows(y + r * n, nullptr, b, n, avx512);
   });
 }
 
 void AddBiasResidual(float* x, const float* y, int64_t M, int64_t n, const float* b,
-                     ThreadPool& pool) {
+                     ThreadPool& pool, bool avx512) {
+  avx512 = avx512 && kHaveAvx512;
+  pool.ParallelFor(M, RowGrain(n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) AddRows(x + r * n, y + r * n, b, n, avx512);
+  });
+}
+
+void AddBiasResidualLayerNorm(float* x, const float* y, int64_t M, int64_t n, const float* b,
+                              const float* w, const float* b2, float eps, float* out,
+                              ThreadPool& pool, bool avx512) {
+  avx512 = avx512 && kHaveAvx512;
   pool.ParallelFor(M, RowGrain(n), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      float* xr = x + r * n;
-      const float* yr = y + r * n;
-      for (int64_t i = 0; i < n; ++i) xr[i] += yr[i] + b[i];
+      AddRows(x + r * n, y + r * n, b, n, avx512);
+      NormRow(x + r * n, n, w, b2, eps, out + r * n, avx512);
     }
   });
 }

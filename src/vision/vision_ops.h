@@ -45,20 +45,32 @@ void RotaryTables(const PatchLayout& layout, int64_t head_dim, float* cos, float
                   ThreadPool& pool);
 
 // out[M, n] = (x − mean) / sqrt(var + eps) · w + b per row (biased variance; double
-// accumulators). `out` may alias `x`.
+// accumulators). `out` may alias `x`. `avx512`: the AVX-512 row loop (f32 accumulators in 16
+// lanes, two passes; within 1e-6 relative of the double form), REQUIRES: the CPU has AVX-512F;
+// ignored in builds without it. The same flag below.
 void LayerNormRows(const float* x, int64_t M, int64_t n, const float* w, const float* b, float eps,
-                   float* out, ThreadPool& pool);
+                   float* out, ThreadPool& pool, bool avx512 = false);
 
 // y[M, n] += b[n] per row.
-void AddBias(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
+void AddBias(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool, bool avx512 = false);
 // x[M, n] += y[M, n] + b[n].
 void AddBiasResidual(float* x, const float* y, int64_t M, int64_t n, const float* b,
-                     ThreadPool& pool);
+                     ThreadPool& pool, bool avx512 = false);
+// x[M, n] += y[M, n] + b[n], then out[M, n] = LayerNorm(x) with (w, b2, eps) as LayerNormRows,
+// one pass over each row while it is in cache.
+void AddBiasResidualLayerNorm(float* x, const float* y, int64_t M, int64_t n, const float* b,
+                              const float* w, const float* b2, float eps, float* out,
+                              ThreadPool& pool, bool avx512);
 // y[M, n] = GELU(y + b), tanh approximation (gelu_pytorch_tanh) or exact erf (nn.GELU()).
-// `avx512`: use the AVX-512 loop (REQUIRES: the CPU has AVX-512F; ignored in builds without it).
 void AddBiasGeluTanh(float* y, int64_t M, int64_t n, const float* b, bool avx512, ThreadPool& pool);
 void AddBiasGeluErf(float* y, int64_t M, int64_t n, const float* b, ThreadPool& pool);
 
+// Scalar rows (the references of the AVX-512 loops).
+void LayerNormRow(const float* x, int64_t n, const float* w, const float* b, float eps, float* out);
+// AVX-512 rows (vision_avx512.cc). y may be null in AddRowsAvx512 (x += b).
+void LayerNormRowAvx512(const float* x, int64_t n, const float* w, const float* b, float eps,
+                        float* out);
+void AddRowsAvx512(float* x, const float* y, const float* b, int64_t n);
 float GeluTanh(float x);
 // The AVX-512 loops below and their scalar forms above agree to f32 rounding (tested).
 // The AVX-512 row loop of AddBiasGeluTanh (vision_avx512.cc): y[n] = GELU_tanh(y + b).
