@@ -22,9 +22,9 @@ constexpr uint64_t kMaxHeader = uint64_t{64} << 20;
 constexpr int64_t kMaxBound = int64_t{1} << 30;
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 
-nlohmann::json ToJson(const ArtifactHeader& h) {
+nlohmann::json EntriesJson(const std::vector<PreparedEntry>& list) {
   nlohmann::json entries = nlohmann::json::array();
-  for (const PreparedEntry& e : h.entries) {
+  for (const PreparedEntry& e : list) {
     entries.push_back({{"name", e.name},
                        {"dtype", PreparedStorageName(e)},
                        {"rows", e.rows},
@@ -32,15 +32,25 @@ nlohmann::json ToJson(const ArtifactHeader& h) {
                        {"offset", e.offset},
                        {"bytes", e.bytes}});
   }
-  return {{"format", kFormat},
-          {"version", kArtifactFormatVersion},
-          {"identity", h.identity},
-          {"precision", h.precision},
-          {"bounds", {{"capacity", h.capacity}, {"slots", h.slots}, {"nmax", h.nmax}}},
-          {"data_offset", h.data_offset},
-          {"data_bytes", h.data_bytes},
-          {"data_xxh3_128", h.data_xxh3_128},
-          {"entries", entries}};
+  return entries;
+}
+
+nlohmann::json ToJson(const ArtifactHeader& h) {
+  nlohmann::json j = {{"format", kFormat},
+                      {"version", kArtifactFormatVersion},
+                      {"identity", h.identity},
+                      {"precision", h.precision},
+                      {"bounds", {{"capacity", h.capacity}, {"slots", h.slots}, {"nmax", h.nmax}}},
+                      {"data_offset", h.data_offset},
+                      {"data_bytes", h.data_bytes},
+                      {"data_xxh3_128", h.data_xxh3_128},
+                      {"entries", EntriesJson(h.entries)}};
+  if (h.vision) {
+    j["vision"] = {{"offset", h.vision->offset},
+                   {"bytes", h.vision->bytes},
+                   {"entries", EntriesJson(h.vision->entries)}};
+  }
+  return j;
 }
 
 bool IsHex(const std::string& s, size_t digits) {
@@ -84,8 +94,35 @@ class HeaderReader {
   std::string what_;
 };
 
-// The header's fields after format and version have been checked.
-Status ReadHeaderFields(const HeaderReader& r, const nlohmann::json& j, ArtifactHeader* h) {
+// The array `list` (named `where`) of entries, each named `item` + its index in errors.
+Status ReadEntries(const HeaderReader& r, const nlohmann::json& list, const std::string& where,
+                   const std::string& item, std::vector<PreparedEntry>* out) {
+  if (!list.is_array()) return r.Bad(where + " is " + JsonTypeName(list));
+  int64_t v = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& e = list[i];
+    const std::string at = item + std::to_string(i);
+    PreparedEntry p;
+    VLS_RETURN_IF_ERROR(r.Str(e, at, "name", &p.name));
+    std::string dt;
+    VLS_RETURN_IF_ERROR(r.Str(e, at, "dtype", &dt));
+    if (!ParsePreparedStorageName(dt, &p)) {
+      return r.Bad(item + "'" + p.name + "' has unknown dtype '" + dt + "'");
+    }
+    VLS_RETURN_IF_ERROR(r.Int(e, at, "rows", 0, kMaxDim, &p.rows));
+    VLS_RETURN_IF_ERROR(r.Int(e, at, "cols", 0, kMaxDim, &p.cols));
+    VLS_RETURN_IF_ERROR(r.Int(e, at, "offset", 0, INT64_MAX, &v));
+    p.offset = static_cast<uint64_t>(v);
+    VLS_RETURN_IF_ERROR(r.Int(e, at, "bytes", 0, INT64_MAX, &v));
+    p.bytes = static_cast<uint64_t>(v);
+    out->push_back(std::move(p));
+  }
+  return Status::Ok();
+}
+
+// The header's fields after format and version (2 or 3) have been checked.
+Status ReadHeaderFields(const HeaderReader& r, const nlohmann::json& j, int version,
+                        ArtifactHeader* h) {
   VLS_RETURN_IF_ERROR(r.Str(j, "the header", "identity", &h->identity));
   VLS_RETURN_IF_ERROR(r.Str(j, "the header", "precision", &h->precision));
   VLS_ASSIGN_OR_RETURN(const nlohmann::json* b, r.Member(j, "the header", "bounds"));
@@ -102,26 +139,27 @@ Status ReadHeaderFields(const HeaderReader& r, const nlohmann::json& j, Artifact
   h->data_bytes = static_cast<uint64_t>(v);
   VLS_RETURN_IF_ERROR(r.Str(j, "the header", "data_xxh3_128", &h->data_xxh3_128));
   VLS_ASSIGN_OR_RETURN(const nlohmann::json* entries, r.Member(j, "the header", "entries"));
-  if (!entries->is_array()) return r.Bad("entries is " + JsonTypeName(*entries));
-  for (size_t i = 0; i < entries->size(); ++i) {
-    const nlohmann::json& e = (*entries)[i];
-    const std::string where = "entry " + std::to_string(i);
-    PreparedEntry p;
-    VLS_RETURN_IF_ERROR(r.Str(e, where, "name", &p.name));
-    std::string dt;
-    VLS_RETURN_IF_ERROR(r.Str(e, where, "dtype", &dt));
-    if (!ParsePreparedStorageName(dt, &p)) {
-      return r.Bad("entry '" + p.name + "' has unknown dtype '" + dt + "'");
-    }
-    VLS_RETURN_IF_ERROR(r.Int(e, where, "rows", 0, kMaxDim, &p.rows));
-    VLS_RETURN_IF_ERROR(r.Int(e, where, "cols", 0, kMaxDim, &p.cols));
-    VLS_RETURN_IF_ERROR(r.Int(e, where, "offset", 0, INT64_MAX, &v));
-    p.offset = static_cast<uint64_t>(v);
-    VLS_RETURN_IF_ERROR(r.Int(e, where, "bytes", 0, INT64_MAX, &v));
-    p.bytes = static_cast<uint64_t>(v);
-    h->entries.push_back(std::move(p));
-  }
+  VLS_RETURN_IF_ERROR(ReadEntries(r, *entries, "entries", "entry ", &h->entries));
+  const auto vision = j.find("vision");
+  if (vision == j.end()) return Status::Ok();
+  if (version < 3) return r.Bad("version " + std::to_string(version) + " has no vision section");
+  ArtifactVisionSection vs;
+  VLS_RETURN_IF_ERROR(r.Int(*vision, "vision", "offset", 0, INT64_MAX, &v));
+  vs.offset = static_cast<uint64_t>(v);
+  VLS_RETURN_IF_ERROR(r.Int(*vision, "vision", "bytes", 0, INT64_MAX, &v));
+  vs.bytes = static_cast<uint64_t>(v);
+  VLS_ASSIGN_OR_RETURN(const nlohmann::json* ve, r.Member(*vision, "vision", "entries"));
+  VLS_RETURN_IF_ERROR(ReadEntries(r, *ve, "vision.entries", "vision entry ", &vs.entries));
+  h->vision = std::move(vs);
   return Status::Ok();
+}
+
+// 32 lowercase hex digits, high half first.
+std::string HexOf(const XXH128_hash_t& h) {
+  char out[33];
+  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return out;
 }
 
 void PutU64(uint64_t v, char* out) {
@@ -136,19 +174,40 @@ uint64_t GetU64(const std::byte* p) {
 
 }  // namespace
 
-std::string Xxh3Hex(const void* data, size_t size) {
-  const XXH128_hash_t h = XXH3_128bits(data, size);
-  char out[33];
-  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                static_cast<unsigned long long>(h.low64));
-  return out;
-}
+std::string Xxh3Hex(const void* data, size_t size) { return HexOf(XXH3_128bits(data, size)); }
 
 Status WritePreparedArtifact(const std::string& path, ArtifactHeader header,
-                             const PreparedWeights& pw, const PrepareProgress& progress) {
+                             const PreparedWeights& pw, const PreparedRegion* vision,
+                             const PrepareProgress& progress) {
+  // The data: pw's region, then (with a vision tower) zeros up to an aligned offset and the
+  // vision region.
+  struct Piece {
+    const std::byte* data;  // null: zeros
+    uint64_t size;
+  };
+  std::vector<Piece> pieces = {{pw.data(), pw.size()}};
   header.entries = pw.entries();
+  header.vision.reset();
   header.data_bytes = pw.size();
-  header.data_xxh3_128 = Xxh3Hex(pw.data(), pw.size());
+  if (vision != nullptr) {
+    ArtifactVisionSection vs;
+    vs.offset = (pw.size() + kPreparedAlign - 1) / kPreparedAlign * kPreparedAlign;
+    vs.bytes = vision->size;
+    vs.entries = vision->entries;
+    pieces.push_back({nullptr, vs.offset - pw.size()});
+    pieces.push_back({vision->data, vision->size});
+    header.data_bytes = vs.offset + vs.bytes;
+    header.vision = std::move(vs);
+  }
+  const std::vector<std::byte> zeros(kPreparedAlign);
+  XXH3_state_t* state = XXH3_createState();
+  if (state == nullptr) return ResourceExhausted("out of memory for the artifact checksum");
+  XXH3_128bits_reset(state);
+  for (const Piece& p : pieces) {
+    XXH3_128bits_update(state, p.data != nullptr ? p.data : zeros.data(), p.size);
+  }
+  header.data_xxh3_128 = HexOf(XXH3_128bits_digest(state));
+  XXH3_freeState(state);
   // The header's own length depends on data_offset's digits: size it with a generous guess.
   header.data_offset = 0;
   const uint64_t guess = ToJson(header).dump().size() + 64;
@@ -162,14 +221,28 @@ Status WritePreparedArtifact(const std::string& path, ArtifactHeader header,
 
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path));
   VLS_RETURN_IF_ERROR(out->Append(head.data(), head.size()));
-  const int chunks = static_cast<int>((pw.size() + kChunk - 1) / kChunk);
-  for (int c = 0; c < chunks; ++c) {
-    const uint64_t off = static_cast<uint64_t>(c) * kChunk;
-    VLS_RETURN_IF_ERROR(
-        out->Append(pw.data() + off, static_cast<size_t>(std::min(kChunk, pw.size() - off))));
-    if (progress) progress(c + 1, chunks);
+  int chunks = 0;
+  for (const Piece& p : pieces) {
+    if (p.data != nullptr) chunks += static_cast<int>((p.size + kChunk - 1) / kChunk);
+  }
+  int done = 0;
+  for (const Piece& p : pieces) {
+    if (p.data == nullptr) {
+      VLS_RETURN_IF_ERROR(out->Append(zeros.data(), static_cast<size_t>(p.size)));
+      continue;
+    }
+    for (uint64_t off = 0; off < p.size; off += kChunk) {
+      VLS_RETURN_IF_ERROR(
+          out->Append(p.data + off, static_cast<size_t>(std::min(kChunk, p.size - off))));
+      if (progress) progress(++done, chunks);
+    }
   }
   return out->Commit();
+}
+
+Status WritePreparedArtifact(const std::string& path, ArtifactHeader header,
+                             const PreparedWeights& pw, const PrepareProgress& progress) {
+  return WritePreparedArtifact(path, std::move(header), pw, nullptr, progress);
 }
 
 StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std::byte* prefix,
@@ -198,21 +271,26 @@ StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std:
   VLS_RETURN_IF_ERROR(r.Str(j, "the header", "format", &format));
   if (format != kFormat) return InvalidArgument(what + "format is not " + kFormat);
   VLS_ASSIGN_OR_RETURN(const nlohmann::json* version, r.Member(j, "the header", "version"));
-  if (*version != kArtifactFormatVersion) {
+  const bool readable = version->is_number_integer() &&
+                        *version >= kArtifactOldestReadableVersion &&
+                        *version <= kArtifactFormatVersion;
+  if (!readable) {
     const std::string v = JsonSnippet(*version);
     if (version->is_number_integer() && *version >= 1 && *version < kArtifactFormatVersion) {
       return InvalidArgument(what + "format version " + v +
                              " is not supported: it was compiled by an older vlstack (this one "
-                             "reads version " +
+                             "reads versions " +
+                             std::to_string(kArtifactOldestReadableVersion) + " to " +
                              std::to_string(kArtifactFormatVersion) +
-                             ", which checksums the weights); recompile it with `vlstack "
+                             ", which checksum the weights); recompile it with `vlstack "
                              "compile`");
     }
     return InvalidArgument(what + "version " + v + " is not supported (" +
-                           std::to_string(kArtifactFormatVersion) + " is)");
+                           std::to_string(kArtifactOldestReadableVersion) + " to " +
+                           std::to_string(kArtifactFormatVersion) + " are)");
   }
   ArtifactHeader h;
-  VLS_RETURN_IF_ERROR(ReadHeaderFields(r, j, &h));
+  VLS_RETURN_IF_ERROR(ReadHeaderFields(r, j, version->get<int>(), &h));
   if (!IsHex(h.identity, 64)) return InvalidArgument(what + "identity is not 64 hex digits");
   if (!IsHex(h.data_xxh3_128, 32)) {
     return InvalidArgument(what + "data_xxh3_128 is not 32 lowercase hex digits");
@@ -225,6 +303,13 @@ StatusOr<ArtifactHeader> ParseArtifactHeader(const std::string& path, const std:
     return InvalidArgument(what + "the file is " + std::to_string(file_size) +
                            " bytes but the header describes " + std::to_string(h.data_offset) +
                            " + " + std::to_string(h.data_bytes) + " (truncated or padded)");
+  }
+  if (h.vision && (h.vision->offset % kPreparedAlign != 0 || h.vision->offset > h.data_bytes ||
+                   h.vision->bytes != h.data_bytes - h.vision->offset)) {
+    return InvalidArgument(what + "the vision section at " + std::to_string(h.vision->offset) +
+                           " + " + std::to_string(h.vision->bytes) +
+                           " is misaligned or is not the rest of the data (" +
+                           std::to_string(h.data_bytes) + " bytes)");
   }
   return h;
 }
@@ -268,15 +353,19 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
   }
   std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
   pw->data_ = file->data() + h.data_offset;
-  pw->size_ = h.data_bytes;
+  pw->size_ = h.vision ? h.vision->offset : h.data_bytes;
   pw->entries_ = std::move(h.entries);
   pw->artifact_identity_ = std::move(h.identity);
   pw->artifact_bounds_ = "capacity " + std::to_string(h.capacity) + ", slots " +
                          std::to_string(h.slots) + ", nmax " + std::to_string(h.nmax);
   // Start reading the region in now rather than on the first token; the checksum reads it all.
-  AdviseWillNeed(pw->data_, pw->size_);
-  VLS_RETURN_IF_ERROR(VerifyArtifactData(path, h, pw->data_, pw->size_));
+  AdviseWillNeed(pw->data_, h.data_bytes);
+  VLS_RETURN_IF_ERROR(VerifyArtifactData(path, h, pw->data_, h.data_bytes));
   pw->file_ = std::move(file);
+  if (h.vision) {
+    pw->artifact_vision_ = PreparedRegion{std::move(h.vision->entries),
+                                          pw->data_ + h.vision->offset, h.vision->bytes, pw->file_};
+  }
   VLS_RETURN_IF_ERROR(pw->BindEntries(cfg).WithContext("artifact " + path));
   return pw;
 }

@@ -124,8 +124,8 @@ TEST_F(PreparedArtifactTest, CorruptFilesAreRefusedByName) {
     if (at != std::string::npos) e.replace(at, from.size(), to);
     return e;
   };
-  expect(edit("\"version\":2", "\"version\":7"), "version 7 is not supported");
-  expect(edit("\"version\":2", "\"version\":1"), "recompile it with `vlstack compile`");
+  expect(edit("\"version\":3", "\"version\":7"), "version 7 is not supported");
+  expect(edit("\"version\":3", "\"version\":1"), "recompile it with `vlstack compile`");
   expect(edit("\"precision\":\"bf16\"", "\"precision\":\"f32\" "), "compiled for precision f32");
   expect(edit("\"identity\":\"aaaa", "\"identity\":\"zzzz"), "identity is not 64 hex digits");
   // The same length, so only the entry changes: dense BF16 where the model wants BF16 blocked.
@@ -137,6 +137,84 @@ TEST_F(PreparedArtifactTest, CorruptFilesAreRefusedByName) {
   expect(edit("\"capacity\":16", "\"capacity\":1e9"), "bad header");
   expect(edit("\"data_xxh3_128\":\"", "\"data_xxh3_128\":\"z"), "bad header");
   expect(edit("\"data_offset\":4096", "\"data_offset\":4095"), "misaligned");
+}
+
+// A version 2 file (no vision section; otherwise the same format) still loads; a version 2
+// header that claims a vision section does not.
+TEST_F(PreparedArtifactTest, Version2FilesStillLoad) {
+  std::string v2 = bytes_;
+  const size_t at = v2.find("\"version\":3");
+  ASSERT_NE(at, std::string::npos);
+  v2.replace(at, 11, "\"version\":2");
+  EXPECT_TRUE(LoadWith(v2).ok()) << LoadWith(v2).ToString();
+}
+
+// A vision section: its bytes follow the text region at an aligned offset, the checksum covers
+// them (a damaged vision byte is refused at load, by the text decoder's checksum check) and
+// the mapped model hands the section back untouched.
+TEST_F(PreparedArtifactTest, VisionSectionIsMappedBackAndChecksummed) {
+  std::vector<std::byte> vision_bytes(5000);
+  for (size_t i = 0; i < vision_bytes.size(); ++i) vision_bytes[i] = static_cast<std::byte>(i * 7);
+  PreparedRegion vision;
+  vision.data = vision_bytes.data();
+  vision.size = vision_bytes.size();
+  PreparedEntry e;
+  e.name = "blocks.0.attn.qkv.weight";
+  e.format = kernels::MatrixFormat::kBf16Blocked;
+  e.dtype = DType::kBF16;
+  e.rows = 6;
+  e.cols = 2;
+  e.bytes = 4096;
+  vision.entries = {e};
+  ArtifactHeader h;
+  h.identity = std::string(64, 'b');
+  h.precision = "bf16";
+  ASSERT_TRUE(WritePreparedArtifact(path_, h, model_->prepared(), &vision, nullptr).ok());
+  const std::string bytes = Slurp(path_);
+  auto parsed = ParseArtifactHeader(path_, reinterpret_cast<const std::byte*>(bytes.data()),
+                                    bytes.size(), bytes.size());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_TRUE(parsed->vision.has_value());
+  EXPECT_EQ(parsed->vision->offset % kPreparedAlign, 0u);
+  EXPECT_GE(parsed->vision->offset, model_->prepared().size());
+  EXPECT_EQ(parsed->vision->bytes, vision_bytes.size());
+  EXPECT_EQ(parsed->data_bytes, parsed->vision->offset + parsed->vision->bytes);
+  ASSERT_EQ(parsed->vision->entries.size(), 1u);
+  EXPECT_EQ(parsed->vision->entries[0].name, e.name);
+  EXPECT_EQ(parsed->vision->entries[0].format, kernels::MatrixFormat::kBf16Blocked);
+
+  ModelOptions o = Bf16();
+  o.artifact = path_;
+  auto m = Qwen3Model::Load(dir_, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const PreparedWeights& pw = (*m)->prepared();
+  EXPECT_EQ(pw.size(), model_->prepared().size());  // the text region only
+  ASSERT_TRUE(pw.artifact_vision().has_value());
+  const PreparedRegion& back = *pw.artifact_vision();
+  ASSERT_EQ(back.size, vision_bytes.size());
+  EXPECT_EQ(std::memcmp(back.data, vision_bytes.data(), back.size), 0);
+  EXPECT_EQ(back.entries.size(), 1u);
+  EXPECT_NE(back.owner, nullptr);
+
+  std::string damaged = bytes;
+  damaged[damaged.size() - 10] = static_cast<char>(damaged[damaged.size() - 10] ^ 1);
+  const Status s = LoadWith(damaged);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  // The section must be the rest of the data, aligned.
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string x = bytes;
+    const size_t at = x.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) x.replace(at, from.size(), to);
+    return x;
+  };
+  EXPECT_NE(LoadWith(edit("\"vision\":{\"bytes\":5000", "\"vision\":{\"bytes\":4999"))
+                .ToString()
+                .find("is not the rest of the data"),
+            std::string::npos);
+  std::string v2 = edit("\"version\":3", "\"version\":2");
+  EXPECT_NE(LoadWith(v2).ToString().find("version 2 has no vision section"), std::string::npos)
+      << LoadWith(v2).ToString();
 }
 
 // The header names the right model but the weight bytes are damaged: the checksum refuses the

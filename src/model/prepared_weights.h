@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,15 @@ using PrepareProgress = std::function<void(int done, int total)>;
 
 inline constexpr uint64_t kPreparedAlign = 4096;
 
+// A prepared region beside the text decoder's (the vision tower's, vision/vision_weights.h) as
+// the artifact writes and maps it: its entries, its bytes and what keeps them alive.
+struct PreparedRegion {
+  std::vector<PreparedEntry> entries;
+  const std::byte* data = nullptr;
+  uint64_t size = 0;
+  std::shared_ptr<const void> owner;  // the mapping or allocation; may be empty
+};
+
 // The entries Prepare makes for this config, checkpoint and precision, in region order.
 std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
                                                kernels::Precision precision);
@@ -89,10 +99,13 @@ class PreparedWeights {
   const std::string& artifact_identity() const { return artifact_identity_; }
   // "capacity C, slots B, nmax N" from the artifact header; empty when prepared here.
   const std::string& artifact_bounds() const { return artifact_bounds_; }
+  // The artifact's vision section (entries as recorded, not yet checked against a vision
+  // tower; owner keeps the mapping alive); nullopt when prepared here or the artifact has none.
+  const std::optional<PreparedRegion>& artifact_vision() const { return artifact_vision_; }
   const PreparedLayer& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   const kernels::Matrix& lm_head() const { return lm_head_; }
   const std::vector<PreparedEntry>& entries() const { return entries_; }
-  // The region holding every entry: [0, size()).
+  // The region holding every entry: [0, size()) (an artifact's vision section not included).
   const std::byte* data() const { return data_; }
   uint64_t size() const { return size_; }
   // One line per entry ("name dtype [rows, cols] @offset"), for the artifact identity.
@@ -103,10 +116,11 @@ class PreparedWeights {
   // Points the layer and head matrices at the entries in [data_, data_ + size_).
   Status BindEntries(const Qwen3Config& cfg);
 
-  std::unique_ptr<HugeRegion> region_;  // prepared in this process, or
-  std::unique_ptr<MappedFile> file_;    // mapped from an artifact
+  std::unique_ptr<HugeRegion> region_;      // prepared in this process, or
+  std::shared_ptr<const MappedFile> file_;  // mapped from an artifact
   std::string artifact_identity_;
   std::string artifact_bounds_;
+  std::optional<PreparedRegion> artifact_vision_;
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;
   std::vector<PreparedEntry> entries_;
