@@ -26,6 +26,7 @@
 #include "kernels/bf16_blocked.h"
 #include "kernels/onednn_matmul.h"
 #include "tensor/dtype.h"
+#include "vision/vision_flops.h"
 #include "vision/vision_model.h"
 #include "vision/vision_ops.h"
 #include "vision/vision_test_util.h"
@@ -189,19 +190,13 @@ int Main(int argc, char** argv) {
   }
   vision_internal::SetEncodeProfile(nullptr);
   std::sort(times.begin(), times.end());
-  // Multiply-adds of the matmuls: blocks (qkv, proj, fc1, fc2), attention (QKᵀ and PV), mergers.
-  const double np = static_cast<double>(rows), Dv = cfg.hidden, Iv = cfg.intermediate;
-  const double Md = static_cast<double>(cfg.merged_dim()), nv = np / 4;
-  const double macs =
-      cfg.depth * (np * (4 * Dv * Dv + 2 * Dv * Iv) + 2 * np * np * Dv) +
-      np * Dv * static_cast<double>(cfg.patch_dim()) +
-      (1 + cfg.deepstack_visual_indexes.size()) * nv * (Md * Md + Md * cfg.out_hidden);
+  const double flops = VisionEncodeFlops(cfg, grids);
   std::printf(
       "{\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"patches\":%lld,\"load_s\":%.2f,"
       "\"encode_s\":{\"min\":%.3f,\"median\":%.3f,\"max\":%.3f},\"gflops\":%.1f,"
       "\"weight_mb\":%.0f}\n",
       precision.c_str(), ctx.pool().threads(), ctx.variant().name, static_cast<long long>(rows),
-      load_s, times.front(), times[times.size() / 2], times.back(), 2 * macs / times.front() / 1e9,
+      load_s, times.front(), times[times.size() / 2], times.back(), flops / times.front() / 1e9,
       static_cast<double>((*m)->weight_bytes()) / 1e6);
   if (profile && reps > 1) {
     double total = 0;

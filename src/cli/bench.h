@@ -18,7 +18,9 @@
 
 #include "cli/args.h"
 #include "runtime/batch_engine.h"
+#include "runtime/image_encoder.h"
 #include "runtime/loaded_model.h"
+#include "runtime/media_source.h"
 
 namespace vls::cli::bench {
 
@@ -121,6 +123,25 @@ StatusOr<int> CapacityFlag(const Args& args, int64_t need);
 
 // Loads the model (with the load flags) for a capacity and slot count the mode chose.
 using Loader = std::function<StatusOr<Setup>(int capacity, int slots)>;
+
+// --image (throughput mode; bench_scenarios.cc). One repetition: a fresh engine; then, timed
+// from the submit side, the images encoded by `encoder` (ImageEncoder::EncodeAll: decode,
+// preprocess, the tower and its mergers; its cache off, so every rep encodes), the prompt
+// built (ImageTextTokens, ExpandImagePads, BuildImagePrompt) and submitted through the
+// DeepStack entry the engine serves, and the engine stepped until the first token.
+struct ImageRep {
+  double encode_ms = 0;  // EncodeAll
+  double ttft_ms = 0;    // from before EncodeAll to the first token event
+  int64_t patches = 0;   // Σ t·h·w over the images
+  double flops = 0;      // VisionEncodeFlops of the images' grids
+};
+// `prompt` ordinary tokens with the images in the middle: half the text, then per image
+// vision_start, image pad, vision_end, then the rest (one pad per image, before expansion).
+std::vector<int32_t> ImageTextTokens(const Qwen3Config& cfg, int64_t prompt, size_t images,
+                                     uint64_t seed);
+StatusOr<ImageRep> RunImageRep(const LoadedModel& lm, const EngineOptions& eo,
+                               const ImageEncoder& encoder, std::span<const MediaBytes> images,
+                               int64_t prompt, uint64_t seed);
 
 // The modes besides the throughput one. Each reads its flags, loads, runs, prints its report
 // (human-readable, or one JSON object with --json) and returns an error Status on failure.

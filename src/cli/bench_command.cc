@@ -15,6 +15,11 @@
 // and reports B's generation figures and the per-rep ratio of the two: a paired comparison a
 // second apart, which a shared machine whose bandwidth swings within minutes cannot skew the way
 // it skews two separate runs.
+//
+// `--image FILE` (repeatable) adds, in every repetition after the text run, an image request on
+// a fresh engine (bench.h RunImageRep): the vision encode time through ImageEncoder (cache
+// off), the patches, the tower's GFLOP/s (vision/vision_flops.h over the encode time) and the
+// image time to first token (encode, pad expansion, DeepStack prefill, first token).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -26,7 +31,9 @@
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/image_request.h"
 #include "cli/load_flags.h"
+#include "model/qwen3_config.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
 
@@ -68,6 +75,16 @@ CommandSpec BenchSpec() {
       "  --prefill-chunk N    prompt rows prefilled per engine step, interleaved with the\n"
       "                       other slots' decode; 0 for whole prompts (default 64)\n"
       "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n"
+      "  --image FILE         (repeatable) also time an image request per repetition: a prompt\n"
+      "                       of --prompt-tokens text tokens with the images in the middle\n"
+      "                       (one pad each between vision_start and vision_end), on a fresh\n"
+      "                       engine, the image encoder's cache off. Adds min/median/max of:\n"
+      "                       vision_encode_ms (decode, preprocess, tower and mergers of all\n"
+      "                       images), vision_patches (sum of t*h*w), vision_gflops_per_s (the\n"
+      "                       tower's matmul and attention FLOPs, multiply-add = 2, over\n"
+      "                       vision_encode_ms) and image_time_to_first_token_ms (from before\n"
+      "                       the encode to the first token: encode, pad expansion, prefill\n"
+      "                       through the DeepStack entry, first token)\n"
       "  --json               one JSON object instead of the text report\n" +
       LoadFlagsHelp("bf16") +
       "\n"
@@ -94,10 +111,10 @@ CommandSpec BenchSpec() {
       "                       token (default 16)\n"
       "  --help               this text\n";
   spec.value_flags = {
-      "model",        "prompt-tokens",  "gen-tokens",    "reps",     "slots",
-      "capacity",     "baseline-slots", "prefill-chunk", "requests", "rate",
-      "seed",         "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
-      "window-tokens"};
+      "model",         "prompt-tokens",  "gen-tokens",    "reps",     "slots",
+      "capacity",      "baseline-slots", "prefill-chunk", "requests", "rate",
+      "seed",          "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
+      "window-tokens", "image"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"json", "kernel-loop", "no-prefix-reuse", "serve"};
   return spec;
@@ -108,6 +125,41 @@ double PeakRssMb() { return bench::PeakRssMb(); }
 struct RepResult {
   double prompt_tps, gen_tps, ttft_ms;
 };
+
+// --image: the files' bytes, the encoder (cache off) and each rep's figures.
+struct ImageRun {
+  std::vector<MediaBytes> images;
+  std::unique_ptr<ImageEncoder> encoder;
+  std::vector<double> encode_ms, patches, gflops, ttft_ms;
+};
+
+// The capacity an image request of `prompt` text tokens needs (its expanded prompt, one
+// generated token, and the DeepStack entry's declared visual positions).
+StatusOr<int64_t> ImageCapacityNeed(const std::string& dir, const std::vector<std::string>& files,
+                                    int64_t prompt) {
+  VLS_ASSIGN_OR_RETURN(const std::vector<GridThw> grids, PlanImageGrids(dir, files));
+  VLS_ASSIGN_OR_RETURN(const Qwen3Config cfg, LoadQwen3Config(dir));
+  int64_t need = ExpandedLength(prompt + 3 * static_cast<int64_t>(files.size()), grids,
+                                cfg.spatial_merge_size) +
+                 1;
+  if (cfg.deepstack) need = std::max<int64_t>(need, cfg.deepstack->max_visual_positions);
+  return need;
+}
+
+StatusOr<ImageRun> PrepareImageRun(const std::string& dir, const LoadedModel& lm,
+                                   const std::vector<std::string>& files) {
+  ImageRun run;
+  MediaPolicy policy;
+  policy.allow_files = true;
+  for (const std::string& f : files) {
+    VLS_ASSIGN_OR_RETURN(MediaBytes m, ReadImagePart(nlohmann::ordered_json{{"image", f}}, policy));
+    run.images.push_back(std::move(m));
+  }
+  ImageEncoderOptions o;
+  o.cache_bytes = 0;  // every repetition encodes
+  VLS_ASSIGN_OR_RETURN(run.encoder, ImageEncoder::Load(dir, lm, o));
+  return run;
+}
 
 // One throughput repetition through a fresh engine (so nothing is reused across runs).
 StatusOr<RepResult> RunEngineRep(const LoadedModel& lm, const EngineOptions& eo, int prompt,
@@ -229,11 +281,22 @@ Status Throughput(const Args& args, const bench::Loader& load) {
   if (paired && gen == 0) {
     return InvalidArgument("--baseline-slots compares generation: --gen-tokens must be at least 1");
   }
-  VLS_ASSIGN_OR_RETURN(int capacity, bench::CapacityFlag(args, prompt + std::max(gen, 1LL)));
+  const std::vector<std::string> image_files = args.GetAll("image");
+  int64_t need = prompt + std::max(gen, 1LL);
+  if (!image_files.empty()) {
+    VLS_ASSIGN_OR_RETURN(const std::string dir, ModelDirFlag(args));
+    VLS_ASSIGN_OR_RETURN(const int64_t image_need, ImageCapacityNeed(dir, image_files, prompt));
+    need = std::max(need, image_need);
+  }
+  VLS_ASSIGN_OR_RETURN(int capacity, bench::CapacityFlag(args, need));
   VLS_ASSIGN_OR_RETURN(bench::Setup setup,
                        load(capacity, static_cast<int>(std::max(slots, baseline))));
   const LoadedModel& lm = *setup.model;
   const Qwen3Model& model = lm.model();
+  ImageRun images;
+  if (!image_files.empty()) {
+    VLS_ASSIGN_OR_RETURN(images, PrepareImageRun(setup.model_dir, lm, image_files));
+  }
   // Memory the model needs: the prepared weights plus one KV cache per slot (K and V).
   const Qwen3Config& mc = model.config();
   const double weights_mb = static_cast<double>(model.prepared().size()) / 1e6;
@@ -275,6 +338,20 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     ptps.push_back(res.prompt_tps);
     gtps.push_back(res.gen_tps);
     ttft.push_back(res.ttft_ms);
+    if (images.encoder != nullptr) {
+      VLS_ASSIGN_OR_RETURN(bench::ImageRep ir,
+                           bench::RunImageRep(lm, setup.engine, *images.encoder, images.images,
+                                              prompt, static_cast<uint64_t>(r) + 1));
+      std::fprintf(stderr,
+                   "[bench] rep %d/%lld: vision encode %.1f ms (%lld patches, %.1f GFLOP/s), "
+                   "image ttft %.1f ms\n",
+                   r + 1, reps, ir.encode_ms, static_cast<long long>(ir.patches),
+                   ir.flops / ir.encode_ms / 1e6, ir.ttft_ms);
+      images.encode_ms.push_back(ir.encode_ms);
+      images.patches.push_back(static_cast<double>(ir.patches));
+      images.gflops.push_back(ir.flops / ir.encode_ms / 1e6);
+      images.ttft_ms.push_back(ir.ttft_ms);
+    }
   }
   const Stats p = Summarise(ptps), g = Summarise(gtps), t = Summarise(ttft);
   const char* mode = kernel_loop ? "kernel-loop" : "engine";
@@ -284,6 +361,13 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       extra = ",\"baseline_slots\":" + std::to_string(baseline) +
               ",\"baseline_generation_tokens_per_s\":" + StatsJson(Summarise(base_gtps)) +
               ",\"generation_ratio\":" + StatsJson(Summarise(ratio));
+    }
+    if (images.encoder != nullptr) {
+      extra += ",\"images\":" + std::to_string(images.images.size()) +
+               ",\"vision_encode_ms\":" + StatsJson(Summarise(images.encode_ms)) +
+               ",\"vision_patches\":" + StatsJson(Summarise(images.patches)) +
+               ",\"vision_gflops_per_s\":" + StatsJson(Summarise(images.gflops)) +
+               ",\"image_time_to_first_token_ms\":" + StatsJson(Summarise(images.ttft_ms));
     }
     std::printf(
         "{%s,\"mode\":\"%s\",\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,"
@@ -316,6 +400,16 @@ Status Throughput(const Args& args, const bench::Loader& load) {
           "generation ratio     min %.2f median %.2f max %.2f (%lld / %lld slots, per rep)\n",
           q.min, q.median, q.max, slots, baseline);
     }
+    if (images.encoder != nullptr) {
+      const Stats e = Summarise(images.encode_ms), f = Summarise(images.gflops),
+                  it = Summarise(images.ttft_ms);
+      std::printf(
+          "vision encode        min %.1f median %.1f max %.1f ms (%zu images, %.0f patches)\n",
+          e.min, e.median, e.max, images.images.size(), images.patches.front());
+      std::printf("vision GFLOP/s       min %.1f median %.1f max %.1f\n", f.min, f.median, f.max);
+      std::printf("image time to first  min %.1f median %.1f max %.1f ms (%lld text tokens)\n",
+                  it.min, it.median, it.max, prompt);
+    }
     std::printf("peak RSS %.1f MB (prepared weights %.1f MB + KV cache %.1f MB), load %.2f s\n",
                 PeakRssMb(), weights_mb, kv_mb, setup.load_s);
   }
@@ -342,7 +436,7 @@ Status Bench(const Args& args) {
   }
   const std::string mode = serve ? "serve" : scenario.empty() ? "throughput" : scenario;
   const ModeFlags own[] = {
-      {"throughput", {"baseline-slots", "kernel-loop", "reps"}},
+      {"throughput", {"baseline-slots", "kernel-loop", "reps", "image"}},
       {"serve", {"requests", "rate", "seed"}},
       {"prefix-reuse", {"turn-tokens", "reps"}},
       {"chunked-prefill", {"streams", "stream-prompt-tokens", "window-tokens"}},
@@ -358,6 +452,9 @@ Status Bench(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::vector<int> chunks, bench::PrefillChunks(args));
   if (chunks.size() > 1 && mode != "chunked-prefill") {
     return InvalidArgument("--prefill-chunk takes a list only with --scenario chunked-prefill");
+  }
+  if (args.Has("kernel-loop") && args.Has("image")) {
+    return InvalidArgument("--kernel-loop does not use the engine: no --image");
   }
   if (args.Has("kernel-loop") && (args.Has("prefill-chunk") || args.Has("no-prefix-reuse"))) {
     return InvalidArgument(

@@ -21,8 +21,50 @@
 #include <set>
 
 #include "cli/bench.h"
+#include "runtime/image_prompt.h"
+#include "vision/vision_flops.h"
 
 namespace vls::cli::bench {
+
+std::vector<int32_t> ImageTextTokens(const Qwen3Config& cfg, int64_t prompt, size_t images,
+                                     uint64_t seed) {
+  const std::vector<int32_t> text = RandomTokens(cfg, prompt, seed);
+  const auto half = static_cast<ptrdiff_t>(prompt / 2);
+  std::vector<int32_t> ids(text.begin(), text.begin() + half);
+  for (size_t i = 0; i < images; ++i) {
+    ids.insert(ids.end(), {cfg.vision_start_token_id, cfg.image_token_id, cfg.vision_end_token_id});
+  }
+  ids.insert(ids.end(), text.begin() + half, text.end());
+  return ids;
+}
+
+StatusOr<ImageRep> RunImageRep(const LoadedModel& lm, const EngineOptions& eo,
+                               const ImageEncoder& encoder, std::span<const MediaBytes> images,
+                               int64_t prompt, uint64_t seed) {
+  const Qwen3Config& cfg = lm.config();
+  const std::vector<int32_t> ids = ImageTextTokens(cfg, prompt, images.size(), seed);
+  EventLog log;
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<BatchEngine> engine,
+                       BatchEngine::Create(
+                           lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo));
+  ImageRep rep;
+  const Clock::time_point t0 = Clock::now();
+  VLS_ASSIGN_OR_RETURN(VisualFeatures features, encoder.EncodeAll(images));
+  rep.encode_ms = Millis(t0, Clock::now());
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> expanded, ExpandImagePads(cfg, ids, features.grids));
+  GenerationRequest r;
+  VLS_RETURN_IF_ERROR(BuildImagePrompt(lm, std::move(expanded), features, &r));
+  r.max_new_tokens = 1;
+  r.ignore_eos = true;
+  VLS_ASSIGN_OR_RETURN(const uint64_t id, engine->Submit(std::move(r)));
+  VLS_RETURN_IF_ERROR(StepUntilIdle(*engine, log));
+  const RequestTrace t = log.Trace(id);
+  if (t.times.empty()) return Internal("the image benchmark request generated nothing");
+  rep.ttft_ms = Millis(t0, t.times[0]);
+  for (const GridThw& g : features.grids) rep.patches += int64_t{g.t} * g.h * g.w;
+  rep.flops = VisionEncodeFlops(encoder.vision_config(), features.grids);
+  return rep;
+}
 
 namespace {
 

@@ -5,6 +5,7 @@ target_sources(vls_vision PRIVATE
                ${CMAKE_CURRENT_LIST_DIR}/vision_ops.cc
                ${CMAKE_CURRENT_LIST_DIR}/vision_model.cc
                ${CMAKE_CURRENT_LIST_DIR}/vision_attention.cc
+               ${CMAKE_CURRENT_LIST_DIR}/vision_flops.cc
                ${CMAKE_CURRENT_LIST_DIR}/vision_reference.cc)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   # Vector loops called only under an AVX-512 kernel variant (kernels/dispatch.h).

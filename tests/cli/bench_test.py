@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`vlstack bench` on a tiny generated model: the contract's JSON fields, the paired
-`--baseline-slots` comparison, the kernel-loop, serving and scenario modes, and clear errors for
-bad flags."""
+`--baseline-slots` comparison, the kernel-loop, serving and scenario modes, `--image` (vision
+encode and image time to first token), and clear errors for bad flags."""
 import argparse
 import json
 import subprocess
@@ -123,8 +123,47 @@ def main():
                                 "2"], "--slots")):
             p = run([a.vlstack, "bench", "--model", model] + flags, ok=False)
             assert p.returncode != 0 and needle in p.stderr, (flags, p.returncode, p.stderr)
+        # --image: a tiny Qwen3-VL with a vision tower and two PNGs (one repeated): the text
+        # fields as before, plus the vision figures per rep.
+        vl = f"{work}/tiny_vl"
+        run([a.vlstack, "make-test-model", "--out", vl])
+        png_a, png_b = f"{work}/a.png", f"{work}/b.png"
+        run(["/usr/bin/python3", "-c",
+             "import sys\nfrom PIL import Image\n"
+             "Image.new('RGB', (96, 64), (200, 30, 90)).save(sys.argv[1])\n"
+             "Image.effect_noise((40, 72), 60).convert('RGB').save(sys.argv[2])\n",
+             png_a, png_b])
+        vcommon = [a.vlstack, "bench", "--model", vl, "--prompt-tokens", "9", "--gen-tokens", "2",
+                   "--reps", "2", "--json"]
+        vi = run(vcommon + ["--image", png_a, "--image", png_b, "--image", png_a])
+        v = json.loads(vi.stdout)
+        for key in ("prompt_tokens_per_s", "generation_tokens_per_s", "time_to_first_token_ms",
+                    "peak_rss_mb"):
+            assert key in v, f"missing {key}: {v}"
+        assert v["images"] == 3, v
+        for key in ("vision_encode_ms", "vision_patches", "vision_gflops_per_s",
+                    "image_time_to_first_token_ms"):
+            st = v[key]
+            assert 0 < st["min"] <= st["median"] <= st["max"], (key, st)
+        # 96x64 and 72x40 round to multiples of 32 (patch 16, merge 2) within the tiny model's
+        # pixel limits: the patches are the same every rep, at least 3 windows of 4 patches.
+        assert v["vision_patches"]["min"] == v["vision_patches"]["max"] >= 12, v
+        # The image request includes the encode.
+        assert v["image_time_to_first_token_ms"]["min"] >= v["vision_encode_ms"]["min"] * 0.5, v
+        assert len([l for l in vi.stderr.splitlines() if "vision encode" in l]) == 2, vi.stderr
+        assert "vision_encode_ms" not in plain, plain
+        human = run(vcommon[:-1] + ["--image", png_b]).stdout
+        for words in ("vision encode", "vision GFLOP/s", "image time to first"):
+            assert words in human, human
+        for flags, needle in ((["--image", f"{work}/missing.png"], "missing.png"),
+                              (["--image", png_a, "--kernel-loop"], "--image"),
+                              (["--image", png_a, "--serve"], "--image")):
+            p = run([a.vlstack, "bench", "--model", vl] + flags, ok=False)
+            assert p.returncode != 0 and needle in p.stderr, (flags, p.returncode, p.stderr)
+
         h = run([a.vlstack, "bench", "--help"]).stdout
-        for word in ("--serve", "--rate", "--scenario", "--prefill-chunk", "--kernel-loop"):
+        for word in ("--serve", "--rate", "--scenario", "--prefill-chunk", "--kernel-loop",
+                     "--image", "vision_encode_ms", "image_time_to_first_token_ms"):
             assert word in h, (word, h)
     print("bench_test: ok")
 
