@@ -15,6 +15,8 @@
 // 1024 → N 3072/4096/1024 and K 4096 → N 1024) in BF16 three ways: Context::MatMul on BF16
 // blocked weights (what the tower runs), oneDNN on the whole pool's OpenMP team with weights
 // packed at load (OneDnnPackedBf16), and oneDNN with row-major weights read in place.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +46,26 @@ VisionConfig Tower2B() {
   c.out_hidden = 2048;
   c.deepstack_visual_indexes = {5, 11, 17};
   return c;
+}
+
+double PeakRssMb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// Resident set now (VmRSS of /proc/self/status), 0 when unreadable.
+double CurrentRssMb() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double mb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long kb = 0;
+    if (std::sscanf(line, "VmRSS: %lld kB", &kb) == 1) mb = static_cast<double>(kb) / 1024.0;
+  }
+  std::fclose(f);
+  return mb;
 }
 
 double Seconds(const std::chrono::steady_clock::time_point& a) {
@@ -168,6 +190,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "vision_bench: %s\n", m.status().ToString().c_str());
     return 1;
   }
+  const double rss_after_load = CurrentRssMb();
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int gw = width / cfg.patch_size / 2 * 2, gh = height / cfg.patch_size / 2 * 2;
@@ -194,10 +217,10 @@ int Main(int argc, char** argv) {
   std::printf(
       "{\"precision\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"patches\":%lld,\"load_s\":%.2f,"
       "\"encode_s\":{\"min\":%.3f,\"median\":%.3f,\"max\":%.3f},\"gflops\":%.1f,"
-      "\"weight_mb\":%.0f}\n",
+      "\"weight_mb\":%.0f,\"rss_after_load_mb\":%.0f,\"peak_rss_mb\":%.0f}\n",
       precision.c_str(), ctx.pool().threads(), ctx.variant().name, static_cast<long long>(rows),
       load_s, times.front(), times[times.size() / 2], times.back(), flops / times.front() / 1e9,
-      static_cast<double>((*m)->weight_bytes()) / 1e6);
+      static_cast<double>((*m)->weight_bytes()) / 1e6, rss_after_load, PeakRssMb());
   if (profile && reps > 1) {
     double total = 0;
     for (double t : prof.seconds) total += t;

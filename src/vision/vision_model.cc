@@ -51,6 +51,43 @@ Status CheckConfig(const VisionConfig& c) {
   return Status::Ok();
 }
 
+// Drops the resident checkpoint pages of every vision tensor once they are copied into the
+// prepared weights (as the text decoder does, model/prepared_weights.cc), so the process does
+// not hold both copies; ReferenceEncode faults them back in from the file when it runs.
+void ReleaseVisionPages(const VisionWeights& w) {
+  const auto release = [](const kernels::Matrix& m) {
+    if (m.data != nullptr) {
+      ReleaseFilePages(
+          m.data, static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols) * DTypeSize(m.dtype));
+    }
+  };
+  const auto linear = [&](const VisionRawLinear& l) {
+    release(l.w);
+    release(l.b);
+  };
+  const auto norm = [&](const VisionRawNorm& n) {
+    release(n.w);
+    release(n.b);
+  };
+  const auto merger = [&](const VisionRawMerger& m) {
+    norm(m.norm);
+    linear(m.fc1);
+    linear(m.fc2);
+  };
+  linear(w.patch);
+  release(w.pos);
+  for (const VisionRawBlock& b : w.blocks) {
+    norm(b.norm1);
+    norm(b.norm2);
+    linear(b.qkv);
+    linear(b.proj);
+    linear(b.fc1);
+    linear(b.fc2);
+  }
+  merger(w.merger);
+  for (const VisionRawMerger& m : w.deepstack) merger(m);
+}
+
 // The fast path's state for one Encode call.
 class FastEncoder {
  public:
@@ -321,6 +358,7 @@ StatusOr<std::unique_ptr<VisionModel>> VisionModel::Load(const std::string& dir,
     auto prepared = PreparedVisionWeights::Prepare(m->cfg_, m->raw_, ctx);
     if (!prepared.ok()) return prepared.status().WithContext(dir);
     m->prepared_ = std::move(*prepared);
+    ReleaseVisionPages(m->raw_);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted(dir + ": out of memory preparing the vision tower weights");
   }
