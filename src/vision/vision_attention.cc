@@ -63,14 +63,25 @@ void PackHeadsBf16(const float* qkv, const float* b, const float* cos, const flo
     std::vector<float> row(static_cast<size_t>(3 * Dv));
     std::vector<uint16_t> v(static_cast<size_t>(Dv));
     for (int64_t r = r0; r < r1; ++r) {
+      const auto s = std::upper_bound(segments.begin(), segments.end(), r) - segments.begin() - 1;
+      const int64_t a = segments[static_cast<size_t>(s)];
+      const int64_t L = segments[static_cast<size_t>(s) + 1] - a;
+#ifdef VLS_VISION_AVX512
+      if (avx512) {
+        PackRowAvx512(qkv + r * 3 * Dv, b, cos + r * half, sin + r * half, heads, hd, np * hd,
+                      out.q + r * hd, out.k + r * hd, v.data());
+        for (int64_t h = 0; h < heads; ++h) {
+          uint16_t* vt = out.vt + h * np * hd + hd * a + (r - a);  // [hd, L]
+          for (int64_t d = 0; d < hd; ++d) vt[d * L] = v[static_cast<size_t>(h * hd + d)];
+        }
+        continue;
+      }
+#endif
       std::copy_n(qkv + r * 3 * Dv, 3 * Dv, row.data());
       AddRowsAvx512OrScalar(row.data(), b, 3 * Dv, avx512);
       for (int64_t h = 0; h < 2 * heads; ++h) {
         ctx.ApplyRope(row.data() + h * hd, cos + r * half, sin + r * half, hd);
       }
-      const auto s = std::upper_bound(segments.begin(), segments.end(), r) - segments.begin() - 1;
-      const int64_t a = segments[static_cast<size_t>(s)];
-      const int64_t L = segments[static_cast<size_t>(s) + 1] - a;
       ToBf16(ctx, row.data() + 2 * Dv, Dv, v.data());
       for (int64_t h = 0; h < heads; ++h) {
         ToBf16(ctx, row.data() + h * hd, hd, out.q + (h * np + r) * hd);

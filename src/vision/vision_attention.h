@@ -43,6 +43,12 @@ void PackHeadsBf16(const float* qkv, const float* b, const float* cos, const flo
                    int64_t heads, int64_t hd, std::span<const int64_t> segments,
                    const HeadsBf16& out, const kernels::Context& ctx);
 
+// One row of PackHeadsBf16 (vision_avx512.cc; REQUIRES AVX-512F): q and k heads of row + b
+// rotated and rounded to q/k + h·head_stride, v = BF16(row + b) [Dv] contiguous.
+void PackRowAvx512(const float* row, const float* b, const float* cos, const float* sin,
+                   int64_t heads, int64_t hd, int64_t head_stride, uint16_t* q, uint16_t* k,
+                   uint16_t* v);
+
 // out[Np, heads·hd] = per segment, per head softmax(scale · Q·Kᵀ) · V over the pool.
 // REQUIRES: GemmAttentionAvailable(ctx). Errors: what oneDNN reports (kInternal).
 Status GemmAttention(const HeadsBf16& in, int64_t np, int64_t heads, int64_t hd,

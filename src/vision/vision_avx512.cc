@@ -131,3 +131,57 @@ void LayerNormRowAvx512(const float* x, int64_t n, const float* w, const float* 
 }
 
 }  // namespace vls::vision_internal
+
+namespace vls::vision_internal {
+namespace {
+
+// f32 -> BF16, round to nearest even (as F32ToBf16 for finite values and infinities).
+__m256i RoundBf16(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  const __m512i r = _mm512_add_epi32(
+      b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                          _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1))));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+__mmask16 Mask16(int64_t n, int64_t i) {
+  return n - i >= 16 ? static_cast<__mmask16>(0xffff)
+                     : static_cast<__mmask16>((1u << (n - i)) - 1u);
+}
+
+}  // namespace
+
+void PackRowAvx512(const float* row, const float* b, const float* cos, const float* sin,
+                   int64_t heads, int64_t hd, int64_t head_stride, uint16_t* q, uint16_t* k,
+                   uint16_t* v) {
+  const int64_t Dv = heads * hd, half = hd / 2;
+  // q and k heads: (x1, x2) = halves of row + b, rotated.
+  for (int64_t part = 0; part < 2; ++part) {
+    uint16_t* out = part == 0 ? q : k;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* x = row + part * Dv + h * hd;
+      const float* bb = b + part * Dv + h * hd;
+      uint16_t* o = out + h * head_stride;
+      for (int64_t i = 0; i < half; i += 16) {
+        const __mmask16 m = Mask16(half, i);
+        const __m512 x1 =
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, bb + i));
+        const __m512 x2 = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + half + i),
+                                        _mm512_maskz_loadu_ps(m, bb + half + i));
+        const __m512 c = _mm512_maskz_loadu_ps(m, cos + i);
+        const __m512 s = _mm512_maskz_loadu_ps(m, sin + i);
+        _mm256_mask_storeu_epi16(o + i, m, RoundBf16(_mm512_fmsub_ps(x1, c, _mm512_mul_ps(x2, s))));
+        _mm256_mask_storeu_epi16(o + half + i, m,
+                                 RoundBf16(_mm512_fmadd_ps(x2, c, _mm512_mul_ps(x1, s))));
+      }
+    }
+  }
+  for (int64_t i = 0; i < Dv; i += 16) {
+    const __mmask16 m = Mask16(Dv, i);
+    _mm256_mask_storeu_epi16(v + i, m,
+                             RoundBf16(_mm512_add_ps(_mm512_maskz_loadu_ps(m, row + 2 * Dv + i),
+                                                     _mm512_maskz_loadu_ps(m, b + 2 * Dv + i))));
+  }
+}
+
+}  // namespace vls::vision_internal

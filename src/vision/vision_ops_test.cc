@@ -99,6 +99,42 @@ TEST(VisionOpsTest, SoftmaxRowAvx512MatchesScalar) {
   }
 }
 
+// The AVX-512 packing (bias, rotary, BF16 rounding, V transposed per segment) against the
+// scalar one of the reference variant.
+TEST(VisionOpsTest, PackHeadsAvx512MatchesScalar) {
+  if (!HaveAvx512()) GTEST_SKIP() << "no AVX-512";
+  const kernels::Context fast(2, kernels::Precision::kBF16);
+  const kernels::Context ref(2, kernels::Precision::kBF16, &kernels::ReferenceVariant());
+  for (const int64_t hd : {8, 24, 64}) {
+    const int64_t heads = 2, Dv = heads * hd;
+    const std::vector<int64_t> segments = {0, 12, 12 + 20};
+    const int64_t np = segments.back();
+    const std::vector<float> qkv = Random(static_cast<size_t>(np * 3 * Dv), 15, 1.0f);
+    const std::vector<float> bias = Random(static_cast<size_t>(3 * Dv), 16, 0.5f);
+    const std::vector<float> angle = Random(static_cast<size_t>(np * hd / 2), 17, 2.0f);
+    std::vector<float> cos(angle.size()), sin(angle.size());
+    for (size_t i = 0; i < angle.size(); ++i) {
+      cos[i] = std::cos(angle[i]);
+      sin[i] = std::sin(angle[i]);
+    }
+    std::vector<uint16_t> buf[2][3];
+    for (int which = 0; which < 2; ++which) {
+      for (auto& b : buf[which]) b.assign(static_cast<size_t>(np * Dv), 0);
+      const HeadsBf16 hb{
+          .q = buf[which][0].data(), .k = buf[which][1].data(), .vt = buf[which][2].data()};
+      PackHeadsBf16(qkv.data(), bias.data(), cos.data(), sin.data(), np, heads, hd, segments, hb,
+                    which == 0 ? fast : ref);
+    }
+    for (int t = 0; t < 3; ++t) {
+      for (size_t i = 0; i < buf[0][t].size(); ++i) {
+        const float f = Bf16ToF32(buf[0][t][i]), r = Bf16ToF32(buf[1][t][i]);
+        EXPECT_LE(std::fabs(f - r), std::ldexp(std::fabs(r), -7) + 1e-30f)
+            << "hd " << hd << " tensor " << t << " i " << i;
+      }
+    }
+  }
+}
+
 // The BF16 GEMM attention against a double-precision softmax attention over two segments.
 TEST(VisionOpsTest, GemmAttentionMatchesDoubleAttention) {
   const kernels::Context ctx(2, kernels::Precision::kBF16);
