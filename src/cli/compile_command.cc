@@ -1,4 +1,5 @@
-// `vlstack compile`: prepares a model's weights once and writes them as an artifact that
+// `vlstack compile`: prepares a model's weights (text decoder and vision tower) once and
+// writes them as an artifact that
 // `--artifact FILE` maps back (model/prepared_artifact.h). The artifact carries the load's
 // identity (CONTRACTS §1), so the bounds given here must match the bounds it is loaded with.
 #include <chrono>
@@ -20,9 +21,10 @@ CommandSpec CompileSpec() {
   spec.usage =
       "usage: vlstack compile --model DIR --out FILE [options]\n"
       "\n"
-      "Prepares the model's weights once (the layout --precision runs from) and writes them to\n"
-      "FILE behind a header holding the load identity; `--artifact FILE` on the other commands\n"
-      "maps it back when their precision, KV cache type and bounds are the same.\n"
+      "Prepares the model's weights once (the layout --precision runs from), the vision\n"
+      "tower's too when the model has one, and writes them to FILE behind a header holding the\n"
+      "load identity; `--artifact FILE` on the other commands maps it back when their\n"
+      "precision, KV cache type and bounds are the same.\n"
       "\n"
       "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
       "  --out FILE           the artifact to write (required)\n"
@@ -69,6 +71,13 @@ Status Compile(const Args& args) {
               out.c_str(), static_cast<double>(lm->model().prepared().size()) / 1e6,
               kernels::PrecisionName(o.precision), lm->bounds().capacity, lm->bounds().slots,
               lm->bounds().nmax, s);
+  if (lm->vision_config()) {
+    uint64_t bytes = 0;
+    for (const PreparedEntry& e : lm->vision_layout()) bytes += e.bytes;
+    std::printf("vision tower: %.1f MB of %s weights in %zu tensors\n",
+                static_cast<double>(bytes) / 1e6, kernels::PrecisionName(o.precision),
+                lm->vision_layout().size());
+  }
   std::printf("identity sha256:%s\n", lm->Identity().c_str());
   return Status::Ok();
 }

@@ -1,4 +1,5 @@
-// `vlstack inspect`: a loaded model's entries, their manifests and the artifact identity.
+// `vlstack inspect`: a loaded model's entries, their manifests, its vision tower and the
+// artifact identity.
 #include <cstdio>
 
 #include "cli/args.h"
@@ -16,8 +17,9 @@ CommandSpec InspectSpec() {
   spec.usage =
       "usage: vlstack inspect --model DIR [options]\n"
       "\n"
-      "Loads a model and prints its canonical config, bounds, entries with their manifests and\n"
-      "the load identity an artifact must match.\n"
+      "Loads a model and prints its canonical config, bounds, vision tower (config and prepared\n"
+      "bytes) when it has one, entries with their manifests and the load identity an artifact\n"
+      "must match.\n"
       "\n"
       "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
       "  --capacity C         context capacity in tokens (default " +
@@ -57,6 +59,21 @@ Status Inspect(const Args& args) {
   std::printf("model %s\n%s", dir.c_str(), CanonicalConfigText(m.config()).c_str());
   std::printf("bounds capacity=%d slots=%d nmax=%d\n", m.bounds().capacity, m.bounds().slots,
               m.bounds().nmax);
+  if (const std::optional<VisionConfig>& v = m.vision_config()) {
+    uint64_t bytes = 0;
+    for (const PreparedEntry& e : m.vision_layout()) bytes += e.bytes;
+    std::printf(
+        "vision tower depth=%d hidden=%d heads=%d intermediate=%d patch=%d temporal_patch=%d "
+        "merge=%d pos_embeddings=%d out_hidden=%d deepstack_visual_indexes=%zu\n",
+        v->depth, v->hidden, v->heads, v->intermediate, v->patch_size, v->temporal_patch_size,
+        v->spatial_merge_size, v->num_position_embeddings, v->out_hidden,
+        v->deepstack_visual_indexes.size());
+    std::printf("vision prepared %llu bytes (%s) in %zu tensors\n",
+                static_cast<unsigned long long>(bytes),
+                kernels::PrecisionName(m.model().context().precision()), m.vision_layout().size());
+  } else {
+    std::printf("vision tower none\n");
+  }
   std::printf("entries %zu\n", m.entries().entries().size());
   for (const Entry& e : m.entries().entries()) std::fputs(e.Manifest().c_str(), stdout);
   std::printf("identity sha256:%s\n", m.Identity().c_str());

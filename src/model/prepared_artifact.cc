@@ -345,10 +345,12 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
     const PreparedEntry& b = plan[i];
     if (a.name != b.name || a.dtype != b.dtype || a.format != b.format || a.rows != b.rows ||
         a.cols != b.cols || a.offset != b.offset || a.bytes != b.bytes) {
-      return InvalidArgument(what + "prepared matrix " + std::to_string(i) + " ('" + a.name +
-                             "') does not match this model's layout (expected '" + b.name + "' " +
-                             std::string(DTypeName(b.dtype)) + " [" + std::to_string(b.rows) +
-                             ", " + std::to_string(b.cols) + "])");
+      return InvalidArgument(what + "prepared matrix " + std::to_string(i) + " ('" + a.name + "' " +
+                             PreparedStorageName(a) + " [" + std::to_string(a.rows) + ", " +
+                             std::to_string(a.cols) +
+                             "]) does not match this model's layout (expected '" + b.name + "' " +
+                             PreparedStorageName(b) + " [" + std::to_string(b.rows) + ", " +
+                             std::to_string(b.cols) + "])");
     }
   }
   std::unique_ptr<PreparedWeights> pw(new PreparedWeights());

@@ -254,6 +254,42 @@ TEST_F(PreparedArtifactTest, ArtifactOfAnotherShapeOrPrecisionIsRefused) {
       << f.ToString();
 }
 
+// Q8 entries read back as "Q8" whatever the checkpoint's dtype: an int8 artifact of a BF16
+// checkpoint maps back (it was refused as a layout mismatch before).
+TEST(PreparedArtifactInt8Test, Int8ArtifactOfABf16CheckpointMapsBack) {
+  const std::string dir = (fs::temp_directory_path() / "vls_artifact_test_int8_bf16").string();
+  TestModelSpec spec;
+  spec.arch = "qwen3";
+  spec.vision = false;
+  spec.deepstack = 0;
+  spec.hidden = 48;
+  spec.layers = 2;
+  spec.vocab = 97;
+  spec.dtype = DType::kBF16;
+  ASSERT_TRUE(WriteTestCheckpoint(dir, spec, false).ok());
+  ModelOptions o;
+  o.threads = 2;
+  o.precision = kernels::Precision::kInt8;
+  auto fresh = Qwen3Model::Load(dir, o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  const std::string path =
+      (fs::temp_directory_path() / "vls_artifact_test_int8_bf16.vlsp").string();
+  ArtifactHeader h;
+  h.identity = std::string(64, 'c');
+  h.precision = "int8";
+  ASSERT_TRUE(WritePreparedArtifact(path, h, (*fresh)->prepared(), nullptr).ok());
+  o.artifact = path;
+  auto mapped = Qwen3Model::Load(dir, o);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+  const PreparedWeights& a = (*fresh)->prepared();
+  const PreparedWeights& b = (*mapped)->prepared();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
+  EXPECT_EQ(b.layer(0).qkv.format, kernels::MatrixFormat::kQ8);
+  fs::remove(path);
+  fs::remove_all(dir);
+}
+
 // Deterministic mutation fuzzing of the header parser: every input gives a Status or a header
 // whose data lies inside the file.
 TEST_F(PreparedArtifactTest, MutatedHeadersNeverEscapeTheFile) {

@@ -20,6 +20,9 @@ struct Group {
 
 DType StorageDType(kernels::Precision p, const std::vector<kernels::Matrix>& sources) {
   if (p == kernels::Precision::kBF16) return DType::kBF16;
+  // Unused for Q8; F32 is what ParsePreparedStorageName reads "Q8" back as, so an artifact's
+  // entries compare equal to the plan whatever the checkpoint's dtype.
+  if (p == kernels::Precision::kInt8) return DType::kF32;
   for (const kernels::Matrix& m : sources) {
     if (m.dtype != sources.front().dtype) return DType::kF32;
   }

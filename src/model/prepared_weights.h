@@ -36,7 +36,7 @@ namespace vls {
 struct PreparedEntry {
   std::string name;           // "layers.<l>.qkv", "layers.<l>.o", "layers.<l>.gate_up",
                               // "layers.<l>.down", "lm_head"
-  DType dtype = DType::kF32;  // the storage dtype (kBF16 for BF16 blocked; unused for kQ8)
+  DType dtype = DType::kF32;  // the storage dtype (kBF16 for BF16 blocked; kF32, unused, for kQ8)
   kernels::MatrixFormat format = kernels::MatrixFormat::kDense;
   int64_t rows = 0;
   int64_t cols = 0;

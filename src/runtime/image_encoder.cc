@@ -37,7 +37,20 @@ StatusOr<std::unique_ptr<ImageEncoder>> ImageEncoder::Load(const std::string& di
         ", temporal " + std::to_string(vcfg->temporal_patch_size) + ", merge " +
         std::to_string(vcfg->spatial_merge_size) + ")");
   }
-  VLS_ASSIGN_OR_RETURN(e->vision_, VisionModel::Load(dir, *vcfg, model.model().context()));
+  // A model loaded from an artifact maps the tower's prepared weights from it (LoadedModel
+  // checked their layout); otherwise they are prepared here.
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedVisionWeights> mapped, model.MappedVisionWeights());
+  if (mapped != nullptr) {
+    if (CanonicalVisionConfigText(*vcfg) != CanonicalVisionConfigText(*model.vision_config())) {
+      return FailedPrecondition(dir +
+                                ": config.json's vision_config differs from the one the model "
+                                "was loaded with; load the model again");
+    }
+    VLS_ASSIGN_OR_RETURN(e->vision_, VisionModel::FromPrepared(dir, *vcfg, model.model().context(),
+                                                               std::move(mapped)));
+  } else {
+    VLS_ASSIGN_OR_RETURN(e->vision_, VisionModel::Load(dir, *vcfg, model.model().context()));
+  }
   e->hidden_ = model.config().hidden;
   return e;
 }

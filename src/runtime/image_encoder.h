@@ -52,7 +52,9 @@ StatusOr<ImageProcessorConfig> LoadModelImageProcessorConfig(const std::string& 
 class ImageEncoder {
  public:
   // Reads preprocessor_config.json and the vision tower of the model folder `dir` that `model`
-  // was loaded from; the tower runs with the model's kernel context (threads, precision).
+  // was loaded from; the tower runs with the model's kernel context (threads, precision). When
+  // `model` was loaded from a prepared artifact the tower's weights are mapped from it
+  // (LoadedModel::MappedVisionWeights) instead of prepared again.
   // NotFound when the model has no vision tower or no preprocessor_config.json.
   static StatusOr<std::unique_ptr<ImageEncoder>> Load(const std::string& dir,
                                                       const LoadedModel& model,

@@ -109,7 +109,10 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   }
   lm->model_ = std::move(model);
   lm->entries_ = EntrySet::Build(*lm->model_, lm->bounds_);
+  lm->artifact_ = o.artifact;
+  lm->FindVisionTower(dir);
   const PreparedWeights& pw = lm->model_->prepared();
+  if (!o.artifact.empty()) VLS_RETURN_IF_ERROR(lm->CheckArtifactVision());
   if (!o.artifact.empty() && pw.artifact_identity() != lm->Identity()) {
     return FailedPrecondition(
         "artifact " + o.artifact + " has identity " + pw.artifact_identity() +
@@ -128,7 +131,15 @@ std::string LoadedModel::IdentityText() const {
     << ComputeText(model_->context().precision())
     << "kv_cache=" << (model_->kv_dtype() == KvDType::kF32 ? "f32" : "bf16 (round to nearest even)")
     << "\n[prepared weights v2]\n"
-    << model_->prepared().LayoutText() << "[weights]\n";
+    << model_->prepared().LayoutText();
+  if (vision_config_) {
+    // Only a model with a vision tower has these sections, so a text-only model's identity is
+    // what it was before the vision tower joined the artifact.
+    o << "[vision config]\n"
+      << CanonicalVisionConfigText(*vision_config_) << "[vision prepared weights v1]\n"
+      << PreparedVisionLayoutText(vision_layout_);
+  }
+  o << "[weights]\n";
   const SafetensorsCheckpoint& ck = model_->checkpoint();
   for (const std::string& name : ck.Names()) {
     const SafetensorsCheckpoint::Tensor* t = ck.Find(name);
@@ -154,6 +165,42 @@ const std::string& LoadedModel::Identity() const {
 
 namespace vls {
 
+void LoadedModel::FindVisionTower(const std::string& dir) {
+  StatusOr<std::optional<VisionConfig>> cfg = LoadVisionConfig(dir, config());
+  if (!cfg.ok() || !cfg->has_value()) return;
+  StatusOr<VisionWeights> w = BindVisionWeights(**cfg, model_->checkpoint());
+  if (!w.ok()) return;
+  vision_config_ = std::move(**cfg);
+  vision_weights_ = std::move(*w);
+  vision_layout_ = PlanPreparedVisionEntries(vision_weights_, model_->context().precision());
+}
+
+Status LoadedModel::CheckArtifactVision() const {
+  const std::optional<PreparedRegion>& section = model_->prepared().artifact_vision();
+  const std::string what = "artifact " + artifact_;
+  if (!vision_config_ && section) {
+    return FailedPrecondition(what +
+                              " holds vision tower weights but this model has no vision tower "
+                              "(config.json's vision_config and the model.visual.* tensors); "
+                              "run vlstack compile again");
+  }
+  if (vision_config_ && !section) {
+    return FailedPrecondition(what +
+                              " holds no vision tower weights but this model has a vision "
+                              "tower: it was compiled by an older vlstack or from another "
+                              "model; run vlstack compile again");
+  }
+  if (!section) return Status::Ok();
+  return MappedVisionWeights().status();
+}
+
+StatusOr<std::unique_ptr<PreparedVisionWeights>> LoadedModel::MappedVisionWeights() const {
+  const std::optional<PreparedRegion>& section = model_->prepared().artifact_vision();
+  if (!vision_config_ || !section) return std::unique_ptr<PreparedVisionWeights>();
+  return PreparedVisionWeights::FromRegion(vision_weights_, model_->context().precision(), *section,
+                                           "artifact " + artifact_);
+}
+
 Status LoadedModel::WriteArtifact(const std::string& path, const PrepareProgress& progress) const {
   ArtifactHeader h;
   h.identity = Identity();
@@ -161,7 +208,18 @@ Status LoadedModel::WriteArtifact(const std::string& path, const PrepareProgress
   h.capacity = bounds_.capacity;
   h.slots = bounds_.slots;
   h.nmax = bounds_.nmax;
-  return WritePreparedArtifact(path, std::move(h), model_->prepared(), progress);
+  if (!vision_config_)
+    return WritePreparedArtifact(path, std::move(h), model_->prepared(), progress);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedVisionWeights> vision, MappedVisionWeights());
+  if (vision == nullptr) {
+    try {
+      VLS_ASSIGN_OR_RETURN(vision, PreparedVisionWeights::Prepare(*vision_config_, vision_weights_,
+                                                                  model_->context()));
+    } catch (const std::bad_alloc&) {
+      return ResourceExhausted("out of memory preparing the vision tower weights for " + path);
+    }
+  }
+  return WritePreparedArtifact(path, std::move(h), model_->prepared(), &vision->region(), progress);
 }
 
 }  // namespace vls

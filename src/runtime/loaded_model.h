@@ -4,11 +4,15 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "model/qwen3_model.h"
 #include "runtime/entries.h"
+#include "vision/vision_config.h"
+#include "vision/vision_weights.h"
 
 namespace vls {
 
@@ -33,7 +37,8 @@ struct LoadOptions {
   PrepareProgress progress;  // called while weights are prepared (may be empty)
   // A prepared-weights artifact from `vlstack compile` to map instead of preparing. Refused
   // unless its identity equals this load's identity (same checkpoint, config, precision and
-  // bounds).
+  // bounds) and, for a model with a vision tower, it holds the tower's prepared weights in the
+  // layout this load plans (the ImageEncoder then maps them instead of preparing them).
   std::string artifact;
   // KV cache element type; unset: f32 at kF32, BF16 otherwise (ModelOptions::kv_dtype).
   std::optional<KvDType> kv_dtype;
@@ -53,21 +58,45 @@ class LoadedModel {
   const EntrySet& entries() const { return entries_; }
   bool has_deepstack() const { return config().deepstack.has_value(); }
 
+  // The vision tower, when the model has one: config.json's vision_config parses
+  // (LoadVisionConfig) and every model.visual.* tensor binds to it (BindVisionWeights). A
+  // folder whose vision tower is absent or broken serves text as before (its identity has no
+  // vision sections; the ImageEncoder reports what is wrong when images are asked for).
+  const std::optional<VisionConfig>& vision_config() const { return vision_config_; }
+  // The vision tower's prepared layout at this load's precision (PlanPreparedVisionEntries);
+  // empty without a vision tower.
+  const std::vector<PreparedEntry>& vision_layout() const { return vision_layout_; }
+  // The vision weights mapped from the artifact this model was loaded with (views that keep
+  // the mapping alive), checked against vision_layout(); nullptr when the model was not loaded
+  // from an artifact or has no vision tower.
+  StatusOr<std::unique_ptr<PreparedVisionWeights>> MappedVisionWeights() const;
+
   // The canonical serialization the identity hashes (CONTRACTS §1), and its SHA-256 in hex.
   // The first call hashes every weight's bytes (a few seconds for a 2B model).
   std::string IdentityText() const;
   const std::string& Identity() const;
 
   // Writes the prepared weights as an artifact (model/prepared_artifact.h) that a load with
-  // the same checkpoint, precision and bounds can map back via LoadOptions::artifact.
-  // `progress` counts written chunks (may be empty).
+  // the same checkpoint, precision and bounds can map back via LoadOptions::artifact; with a
+  // vision tower its prepared weights too (prepared here, over the model's context, unless
+  // this model was loaded from an artifact). `progress` counts written chunks (may be empty).
   Status WriteArtifact(const std::string& path, const PrepareProgress& progress) const;
 
  private:
   LoadedModel() = default;
+  // Sets the vision_* members when `dir` holds a vision tower (see vision_config()).
+  void FindVisionTower(const std::string& dir);
+  // With an artifact: its vision section is present exactly when the model has a vision
+  // tower, and then lies in vision_layout() (FailedPrecondition / InvalidArgument otherwise).
+  Status CheckArtifactVision() const;
+
   std::unique_ptr<Qwen3Model> model_;
   StaticBounds bounds_;
   EntrySet entries_;
+  std::string artifact_;  // LoadOptions::artifact
+  std::optional<VisionConfig> vision_config_;
+  VisionWeights vision_weights_;  // views into model_->checkpoint()
+  std::vector<PreparedEntry> vision_layout_;
   mutable std::once_flag identity_once_;
   mutable std::string identity_;
 };

@@ -62,6 +62,13 @@ class VisionModel {
   static StatusOr<std::unique_ptr<VisionModel>> Load(const std::string& dir,
                                                      const VisionConfig& cfg,
                                                      const kernels::Context& ctx);
+  // The same with weights prepared before (a prepared artifact's vision section mapped back,
+  // runtime/loaded_model.h): binds the checkpoint in `dir` as Load does (ReferenceEncode reads
+  // it) and refuses `prepared` (InvalidArgument naming the first difference) unless its layout
+  // is PlanPreparedVisionEntries of those weights at ctx.precision().
+  static StatusOr<std::unique_ptr<VisionModel>> FromPrepared(
+      const std::string& dir, const VisionConfig& cfg, const kernels::Context& ctx,
+      std::unique_ptr<PreparedVisionWeights> prepared);
 
   // pixel_values [rows, patch_dim] f32 in merge-window order (spec §D.4), one grid per item in
   // order. Validates before allocating: grids (tensor/grid_thw.h rules with the merge size),

@@ -79,26 +79,9 @@ class Binder {
   std::vector<std::string> missing_, problems_;
 };
 
-constexpr uint64_t kAlign = 4096;
+constexpr uint64_t kVectorAlign = 64;
 
-uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-std::string StorageName(const kernels::Matrix& m) {
-  if (m.format == kernels::MatrixFormat::kQ8) return "Q8";
-  if (m.format == kernels::MatrixFormat::kBf16Blocked) return "BF16_BLOCKED";
-  return std::string(DTypeName(m.dtype));
-}
-
-uint64_t StorageBytes(kernels::Precision p, const kernels::Matrix& src) {
-  switch (p) {
-    case kernels::Precision::kBF16:
-      return static_cast<uint64_t>(kernels::Bf16BlockedBytes(src.rows, src.cols));
-    case kernels::Precision::kInt8:
-      return static_cast<uint64_t>(kernels::Q8LayoutFor(src.rows, src.cols).bytes);
-    case kernels::Precision::kF32: break;
-  }
-  return static_cast<uint64_t>(src.rows * src.cols) * DTypeSize(src.dtype);
-}
+uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
 bool RowsFinite(const kernels::Matrix& src, int64_t r0, int64_t r1, std::vector<float>& row) {
   row.resize(static_cast<size_t>(src.cols));
@@ -151,13 +134,23 @@ Status Convert(kernels::Precision p, const kernels::Matrix& src, const std::stri
   return Status::Ok();
 }
 
-kernels::Matrix MatrixAt(kernels::Precision p, const kernels::Matrix& src, const std::byte* at) {
-  switch (p) {
-    case kernels::Precision::kBF16: return kernels::Bf16BlockedMatrixAt(at, src.rows, src.cols);
-    case kernels::Precision::kInt8: return kernels::Q8MatrixAt(at, src.rows, src.cols);
-    case kernels::Precision::kF32: break;
+// The entry a matrix (or, `vector`, an f32 vector) of `src`'s shape is prepared into.
+PreparedEntry EntryFor(const std::string& name, const kernels::Matrix& src, bool vector,
+                       kernels::Precision p) {
+  PreparedEntry e;
+  e.name = name;
+  e.rows = src.rows;
+  e.cols = src.cols;
+  e.dtype = vector ? DType::kF32 : src.dtype;
+  if (!vector && p == kernels::Precision::kBF16) {
+    e.format = kernels::MatrixFormat::kBf16Blocked;
+    e.dtype = DType::kBF16;
+  } else if (!vector && p == kernels::Precision::kInt8) {
+    e.format = kernels::MatrixFormat::kQ8;
+    e.dtype = DType::kF32;  // as ParsePreparedStorageName reads "Q8" back
   }
-  return {src.dtype, at, src.rows, src.cols};
+  e.bytes = PreparedEntryBytes(e);
+  return e;
 }
 
 }  // namespace
@@ -195,45 +188,37 @@ StatusOr<VisionWeights> BindVisionWeights(const VisionConfig& cfg,
   return w;
 }
 
-StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
-    const VisionConfig& /*cfg*/, const VisionWeights& w, const kernels::Context& ctx) {
-  std::unique_ptr<PreparedVisionWeights> pw(new PreparedVisionWeights());
-  const kernels::Precision p = ctx.precision();
+// One prepared tensor: where it comes from and the member it binds to (a matrix or a vector).
+struct PreparedVisionWeights::Job {
+  std::string name;
+  const kernels::Matrix* src = nullptr;
+  kernels::Matrix* matrix = nullptr;
+  const float** vector = nullptr;
+};
 
-  // Plan: every matrix (name, source, where its prepared form goes) and every f32 vector.
-  struct MatrixJob {
-    std::string name;
-    const kernels::Matrix* src;
-    kernels::Matrix* dst;
-  };
-  struct VectorJob {
-    std::string name;
-    const kernels::Matrix* src;
-    const float** dst;
-  };
-  std::vector<MatrixJob> mats;
-  std::vector<VectorJob> vecs;
-  pw->blocks_.resize(w.blocks.size());
-  pw->deepstack_.resize(w.deepstack.size());
+std::vector<PreparedVisionWeights::Job> PreparedVisionWeights::Jobs(const VisionWeights& w) {
+  std::vector<Job> mats, vecs;
+  blocks_.resize(w.blocks.size());
+  deepstack_.resize(w.deepstack.size());
   const auto linear = [&](const std::string& name, const VisionRawLinear& raw, VisionLinear* out) {
-    mats.push_back({name + ".weight", &raw.w, &out->w});
-    vecs.push_back({name + ".bias", &raw.b, &out->b});
+    mats.push_back({name + ".weight", &raw.w, &out->w, nullptr});
+    vecs.push_back({name + ".bias", &raw.b, nullptr, &out->b});
   };
   const auto norm = [&](const std::string& name, const VisionRawNorm& raw, VisionNorm* out) {
-    vecs.push_back({name + ".weight", &raw.w, &out->w});
-    vecs.push_back({name + ".bias", &raw.b, &out->b});
+    vecs.push_back({name + ".weight", &raw.w, nullptr, &out->w});
+    vecs.push_back({name + ".bias", &raw.b, nullptr, &out->b});
   };
   const auto merger = [&](const std::string& name, const VisionRawMerger& raw, VisionMerger* out) {
     norm(name + "norm", raw.norm, &out->norm);
     linear(name + "linear_fc1", raw.fc1, &out->fc1);
     linear(name + "linear_fc2", raw.fc2, &out->fc2);
   };
-  linear("patch_embed.proj", w.patch, &pw->patch_);
-  vecs.push_back({"pos_embed.weight", &w.pos, &pw->pos_});
+  linear("patch_embed.proj", w.patch, &patch_);
+  vecs.push_back({"pos_embed.weight", &w.pos, nullptr, &pos_});
   for (size_t j = 0; j < w.blocks.size(); ++j) {
     const std::string name = "blocks." + std::to_string(j) + ".";
     const VisionRawBlock& raw = w.blocks[j];
-    VisionBlock& out = pw->blocks_[j];
+    VisionBlock& out = blocks_[j];
     norm(name + "norm1", raw.norm1, &out.norm1);
     norm(name + "norm2", raw.norm2, &out.norm2);
     linear(name + "attn.qkv", raw.qkv, &out.qkv);
@@ -241,58 +226,136 @@ StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
     linear(name + "mlp.linear_fc1", raw.fc1, &out.fc1);
     linear(name + "mlp.linear_fc2", raw.fc2, &out.fc2);
   }
-  merger("merger.", w.merger, &pw->merger_);
+  merger("merger.", w.merger, &merger_);
   for (size_t k = 0; k < w.deepstack.size(); ++k) {
-    merger("deepstack_merger_list." + std::to_string(k) + ".", w.deepstack[k], &pw->deepstack_[k]);
+    merger("deepstack_merger_list." + std::to_string(k) + ".", w.deepstack[k], &deepstack_[k]);
   }
+  mats.insert(mats.end(), vecs.begin(), vecs.end());
+  return mats;
+}
 
-  uint64_t total = 0;
-  for (const MatrixJob& m : mats) {
-    const uint64_t bytes = StorageBytes(p, *m.src);
-    pw->entries_.push_back({m.name, "", m.src->rows, m.src->cols, total, bytes});
-    total += AlignUp(bytes);
+std::vector<PreparedEntry> PlanPreparedVisionEntries(const VisionWeights& w,
+                                                     kernels::Precision precision) {
+  PreparedVisionWeights scratch;
+  std::vector<PreparedEntry> out;
+  uint64_t offset = 0;
+  for (const PreparedVisionWeights::Job& j : scratch.Jobs(w)) {
+    const bool vector = j.vector != nullptr;
+    PreparedEntry e = EntryFor(j.name, *j.src, vector, precision);
+    e.offset = AlignUp(offset, vector ? kVectorAlign : kPreparedAlign);
+    offset = e.offset + e.bytes;
+    out.push_back(std::move(e));
   }
-  VLS_ASSIGN_OR_RETURN(pw->region_, HugeRegion::Allocate(std::max<uint64_t>(total, kAlign)));
-  for (size_t i = 0; i < mats.size(); ++i) {
-    Entry& e = pw->entries_[i];
-    std::byte* at = pw->region_->data() + e.offset;
-    VLS_RETURN_IF_ERROR(Convert(p, *mats[i].src, mats[i].name, at, ctx));
-    *mats[i].dst = MatrixAt(p, *mats[i].src, at);
-    e.storage = StorageName(*mats[i].dst);
-  }
+  return out;
+}
 
-  size_t floats = 0;
-  for (const VectorJob& v : vecs) {
-    pw->vector_entries_.push_back({v.name, "F32", v.src->rows, v.src->cols, floats * 4,
-                                   static_cast<uint64_t>(v.src->rows * v.src->cols) * 4});
-    floats += static_cast<size_t>(v.src->rows * v.src->cols);
+std::string PreparedVisionLayoutText(const std::vector<PreparedEntry>& entries) {
+  std::ostringstream o;
+  for (const PreparedEntry& e : entries) {
+    o << "visual." << e.name << ' ' << PreparedStorageName(e) << " [" << e.rows << ", " << e.cols
+      << "] @" << e.offset << '\n';
   }
-  pw->vectors_.resize(floats);
-  for (size_t i = 0; i < vecs.size(); ++i) {
-    const kernels::Matrix& src = *vecs[i].src;
-    float* out = pw->vectors_.data() + pw->vector_entries_[i].offset / 4;
-    for (int64_t r = 0; r < src.rows; ++r) kernels::LoadRow(src, r, out + r * src.cols);
-    *vecs[i].dst = out;
+  return o.str();
+}
+
+Status CheckPreparedVisionLayout(const std::vector<PreparedEntry>& have,
+                                 const std::vector<PreparedEntry>& want, const std::string& what) {
+  if (have.size() != want.size()) {
+    return InvalidArgument(what + " has " + std::to_string(have.size()) +
+                           " prepared vision tensors; this vision tower needs " +
+                           std::to_string(want.size()));
   }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const PreparedEntry& a = have[i];
+    const PreparedEntry& b = want[i];
+    if (a.name != b.name || a.dtype != b.dtype || a.format != b.format || a.rows != b.rows ||
+        a.cols != b.cols || a.offset != b.offset || a.bytes != b.bytes) {
+      return InvalidArgument(what + ": prepared vision tensor " + std::to_string(i) + " ('" +
+                             a.name + "' " + PreparedStorageName(a) + " [" +
+                             std::to_string(a.rows) + ", " + std::to_string(a.cols) + "] @" +
+                             std::to_string(a.offset) +
+                             ") does not match this vision tower's layout (expected '" + b.name +
+                             "' " + PreparedStorageName(b) + " [" + std::to_string(b.rows) + ", " +
+                             std::to_string(b.cols) + "] @" + std::to_string(b.offset) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+void PreparedVisionWeights::Bind(const std::vector<Job>& jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const PreparedEntry& e = region_.entries[i];
+    const std::byte* at = region_.data + e.offset;
+    if (jobs[i].vector != nullptr) {
+      *jobs[i].vector = reinterpret_cast<const float*>(at);
+      continue;
+    }
+    switch (e.format) {
+      case kernels::MatrixFormat::kBf16Blocked:
+        *jobs[i].matrix = kernels::Bf16BlockedMatrixAt(at, e.rows, e.cols);
+        break;
+      case kernels::MatrixFormat::kQ8:
+        *jobs[i].matrix = kernels::Q8MatrixAt(at, e.rows, e.cols);
+        break;
+      case kernels::MatrixFormat::kDense:
+        *jobs[i].matrix = kernels::Matrix{e.dtype, at, e.rows, e.cols};
+        break;
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
+    const VisionConfig& /*cfg*/, const VisionWeights& w, const kernels::Context& ctx) {
+  std::unique_ptr<PreparedVisionWeights> pw(new PreparedVisionWeights());
+  const kernels::Precision p = ctx.precision();
+  const std::vector<Job> jobs = pw->Jobs(w);
+  std::vector<PreparedEntry> plan = PlanPreparedVisionEntries(w, p);
+  const uint64_t size = plan.empty() ? 0 : plan.back().offset + plan.back().bytes;
+  VLS_ASSIGN_OR_RETURN(pw->owned_, HugeRegion::Allocate(std::max<uint64_t>(size, kPreparedAlign)));
+  std::byte* base = pw->owned_->data();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const kernels::Matrix& src = *jobs[i].src;
+    std::byte* at = base + plan[i].offset;
+    if (jobs[i].vector != nullptr) {
+      auto* out = reinterpret_cast<float*>(at);
+      for (int64_t r = 0; r < src.rows; ++r) kernels::LoadRow(src, r, out + r * src.cols);
+    } else {
+      VLS_RETURN_IF_ERROR(Convert(p, src, jobs[i].name, at, ctx));
+    }
+  }
+  pw->region_.entries = std::move(plan);
+  pw->region_.data = base;
+  pw->region_.size = size;
+  pw->Bind(jobs);
+  return pw;
+}
+
+StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::FromRegion(
+    const VisionWeights& w, kernels::Precision precision, PreparedRegion region,
+    const std::string& what) {
+  const std::vector<PreparedEntry> plan = PlanPreparedVisionEntries(w, precision);
+  VLS_RETURN_IF_ERROR(CheckPreparedVisionLayout(region.entries, plan, what));
+  const uint64_t end = plan.empty() ? 0 : plan.back().offset + plan.back().bytes;
+  if (end > region.size || region.data == nullptr ||
+      reinterpret_cast<uintptr_t>(region.data) % kVectorAlign != 0) {
+    return InvalidArgument(what + ": the prepared vision weights need " + std::to_string(end) +
+                           " aligned bytes but the region holds " + std::to_string(region.size));
+  }
+  std::unique_ptr<PreparedVisionWeights> pw(new PreparedVisionWeights());
+  const std::vector<Job> jobs = pw->Jobs(w);
+  pw->region_ = std::move(region);
+  pw->Bind(jobs);
   return pw;
 }
 
 uint64_t PreparedVisionWeights::bytes() const {
-  uint64_t n = vectors_.size() * sizeof(float);
-  for (const Entry& e : entries_) n += e.bytes;
+  uint64_t n = 0;
+  for (const PreparedEntry& e : region_.entries) n += e.bytes;
   return n;
 }
 
 std::string PreparedVisionWeights::LayoutText() const {
-  std::ostringstream o;
-  for (const Entry& e : entries_) {
-    o << "visual." << e.name << ' ' << e.storage << " [" << e.rows << ", " << e.cols << "] @"
-      << e.offset << '\n';
-  }
-  for (const Entry& e : vector_entries_) {
-    o << "visual." << e.name << " F32 [" << e.rows * e.cols << "]\n";
-  }
-  return o.str();
+  return PreparedVisionLayoutText(region_.entries);
 }
 
 }  // namespace vls

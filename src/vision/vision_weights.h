@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "io/safetensors.h"
 #include "kernels/dispatch.h"
+#include "model/prepared_weights.h"
 #include "vision/vision_config.h"
 
 namespace vls {
@@ -85,40 +86,64 @@ struct VisionMerger {
   VisionLinear fc1, fc2;
 };
 
-// Weights converted once at load, like the text decoder's (model/prepared_weights.h). Matrix
-// storage by ctx.precision(): kF32 the checkpoint's dtype, bytes unchanged (widened to f32 in
-// the kernels, so the path stays exact); kBF16 BF16 blocked (kernels/bf16_blocked.h); kInt8 Q8
-// (kernels/quant.h). Biases, norms and the position table are widened to f32.
-// Thread safety: immutable after Prepare.
+// The prepared layout, in region order: every matrix (4 KiB aligned; storage by precision, see
+// below) and then every f32 vector (biases, norms, the position table; 64-byte aligned). Entry
+// names are the tensor names without "model.visual.".
+std::vector<PreparedEntry> PlanPreparedVisionEntries(const VisionWeights& w,
+                                                     kernels::Precision precision);
+// One line per entry ("visual.<name> <storage> [rows, cols] @offset"), for the artifact
+// identity.
+std::string PreparedVisionLayoutText(const std::vector<PreparedEntry>& entries);
+// OK when `have` equals `want` entry for entry; otherwise InvalidArgument naming `what`, the
+// first entry that differs and what was expected there.
+Status CheckPreparedVisionLayout(const std::vector<PreparedEntry>& have,
+                                 const std::vector<PreparedEntry>& want, const std::string& what);
+
+// Weights converted once at load, like the text decoder's (model/prepared_weights.h), into one
+// region laid out by PlanPreparedVisionEntries. Matrix storage by ctx.precision(): kF32 the
+// checkpoint's dtype, bytes unchanged (widened to f32 in the kernels, so the path stays exact);
+// kBF16 BF16 blocked (kernels/bf16_blocked.h); kInt8 Q8 (kernels/quant.h). Biases, norms and
+// the position table are widened to f32. The region is either prepared here or a prepared
+// artifact's vision section mapped back (FromRegion).
+// Thread safety: immutable after Prepare / FromRegion.
 class PreparedVisionWeights {
  public:
   static StatusOr<std::unique_ptr<PreparedVisionWeights>> Prepare(const VisionConfig& cfg,
                                                                   const VisionWeights& w,
                                                                   const kernels::Context& ctx);
+  // Binds a region prepared before (a mapped artifact's vision section; region.owner keeps it
+  // alive). Refused (InvalidArgument naming `what` and the first difference) unless its
+  // entries are exactly PlanPreparedVisionEntries(w, precision) and lie inside the region.
+  static StatusOr<std::unique_ptr<PreparedVisionWeights>> FromRegion(const VisionWeights& w,
+                                                                     kernels::Precision precision,
+                                                                     PreparedRegion region,
+                                                                     const std::string& what);
 
   const VisionLinear& patch() const { return patch_; }
   const float* pos() const { return pos_; }  // [G², Dv]
   const VisionBlock& block(int j) const { return blocks_[static_cast<size_t>(j)]; }
   const VisionMerger& merger() const { return merger_; }
   const VisionMerger& deepstack(int k) const { return deepstack_[static_cast<size_t>(k)]; }
-  // Bytes of the prepared matrices and f32 vectors.
+  // Bytes of the prepared matrices and f32 vectors (without alignment padding).
   uint64_t bytes() const;
-  // One line per matrix ("name storage [rows, cols]") and per f32 vector.
+  // PreparedVisionLayoutText(entries()).
   std::string LayoutText() const;
+  const std::vector<PreparedEntry>& entries() const { return region_.entries; }
+  // The region (entries, bytes and owner), e.g. for the artifact writer.
+  const PreparedRegion& region() const { return region_; }
 
  private:
+  friend std::vector<PreparedEntry> PlanPreparedVisionEntries(const VisionWeights& w,
+                                                              kernels::Precision precision);
   PreparedVisionWeights() = default;
+  struct Job;
+  // Every prepared tensor in region order, each with the member it binds to.
+  std::vector<Job> Jobs(const VisionWeights& w);
+  // Points the members at the entries of region_ (which equal the plan of `jobs`).
+  void Bind(const std::vector<Job>& jobs);
 
-  struct Entry {
-    std::string name;
-    std::string storage;  // "F32" / "BF16" / "F16" / "BF16_BLOCKED" / "Q8"
-    int64_t rows = 0, cols = 0;
-    uint64_t offset = 0, bytes = 0;
-  };
-  std::unique_ptr<HugeRegion> region_;  // the matrices
-  std::vector<float> vectors_;          // biases, norms, the position table
-  std::vector<Entry> entries_;
-  std::vector<Entry> vector_entries_;
+  std::unique_ptr<HugeRegion> owned_;  // the region when prepared here
+  PreparedRegion region_;
   VisionLinear patch_;
   const float* pos_ = nullptr;
   std::vector<VisionBlock> blocks_;
