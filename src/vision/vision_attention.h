@@ -19,8 +19,15 @@
 
 namespace vls::vision_internal {
 
-// Query rows per work item of GemmAttention (one oneDNN call each for Q·Kᵀ and P·V).
+// Query rows per work item of GemmAttention, and most keys per block: a work item runs one
+// oneDNN call for Q·Kᵀ and one for P·V per key block, with online softmax across the blocks
+// (running max and sum, the accumulated output rescaled), so its working set stays in L2:
+// [rows, keys] f32 scores and their BF16 copy, ~0.75 MB.
 inline constexpr int64_t kGemmAttentionRows = 128;
+inline constexpr int64_t kGemmAttentionKeys = 1024;
+// The key block of a segment of L keys: L split into equal blocks of at most
+// kGemmAttentionKeys (the last one shorter by less than the block count).
+int64_t KeyBlock(int64_t L);
 
 // True when GemmAttention can run on `ctx`: an AVX-512 variant and oneDNN's BF16 matmul
 // (OneDnnBf16Available), in a build with the vision AVX-512 loops.
@@ -28,7 +35,8 @@ bool GemmAttentionAvailable(const kernels::Context& ctx);
 
 // Per-head BF16 operands of one layer, laid out for the GEMMs:
 //   q, k [heads, Np, hd] row-major;
-//   vt   per (head, segment s) the block [hd, L_s] (V transposed) at h·Np·hd + hd·seg_begin.
+//   vt   per (head, segment, key block [k0, k0 + lk) of KeyBlock) the block [hd, lk] (V
+//        transposed) at h·Np·hd + hd·(seg_begin + k0).
 struct HeadsBf16 {
   uint16_t* q = nullptr;
   uint16_t* k = nullptr;
@@ -55,11 +63,13 @@ Status GemmAttention(const HeadsBf16& in, int64_t np, int64_t heads, int64_t hd,
                      std::span<const int64_t> segments, float scale, float* out,
                      const kernels::Context& ctx);
 
-// The row step between the GEMMs (vision_avx512.cc): p[n] = BF16(exp(scale·(s[n] − max s)))
-// and returns Σ p (of the rounded values). REQUIRES: AVX-512F, n >= 1.
-float SoftmaxRowToBf16Avx512(const float* s, int64_t n, float scale, uint16_t* p);
-// The scalar reference of SoftmaxRowToBf16Avx512 (the test compares the two).
-float SoftmaxRowToBf16(const float* s, int64_t n, float scale, uint16_t* p);
+// The row steps between the GEMMs (vision_avx512.cc; REQUIRES: AVX-512F, n >= 1): the max of
+// s[n]; p[n] = BF16(exp(scale·(s[n] − max))) returning Σ p (of the rounded values).
+float RowMaxAvx512(const float* s, int64_t n);
+float ExpRowToBf16Avx512(const float* s, int64_t n, float scale, float max, uint16_t* p);
+// Their scalar references (the test compares the two).
+float RowMax(const float* s, int64_t n);
+float ExpRowToBf16(const float* s, int64_t n, float scale, float max, uint16_t* p);
 
 }  // namespace vls::vision_internal
 

@@ -34,11 +34,11 @@ void AddBiasGeluTanhAvx512(float* y, const float* b, int64_t n) {
 
 namespace vls::vision_internal {
 
-// Two passes over the row: the max, then exp as 2^(s·c − max·c), c = scale·log2(e) (one
+// exp as 2^(s·c − max·c), c = scale·log2(e) (one
 // fused multiply-add, then 2^n · p(f) with a degree-5 polynomial, relative error below 3e-6:
 // far under the BF16 rounding that follows), BF16 rounding (nearest even; the values are
 // finite, in (0, 1]) and the sum of the rounded values.
-float SoftmaxRowToBf16Avx512(const float* s, int64_t n, float scale, uint16_t* p) {
+float RowMaxAvx512(const float* s, int64_t n) {
   const auto mask = [n](int64_t i) {
     return n - i >= 16 ? static_cast<__mmask16>(0xffff)
                        : static_cast<__mmask16>((1u << (n - i)) - 1u);
@@ -47,9 +47,17 @@ float SoftmaxRowToBf16Avx512(const float* s, int64_t n, float scale, uint16_t* p
   for (int64_t i = 0; i < n; i += 16) {
     mx = _mm512_mask_max_ps(mx, mask(i), mx, _mm512_maskz_loadu_ps(mask(i), s + i));
   }
+  return _mm512_reduce_max_ps(mx);
+}
+
+float ExpRowToBf16Avx512(const float* s, int64_t n, float scale, float max, uint16_t* p) {
+  const auto mask = [n](int64_t i) {
+    return n - i >= 16 ? static_cast<__mmask16>(0xffff)
+                       : static_cast<__mmask16>((1u << (n - i)) - 1u);
+  };
   const float c = scale * 1.4426950408889634f;
   const __m512 cv = _mm512_set1_ps(c);
-  const __m512 off = _mm512_set1_ps(-_mm512_reduce_max_ps(mx) * c);
+  const __m512 off = _mm512_set1_ps(-max * c);
   const __m512i round = _mm512_set1_epi32(0x7fff);
   const __m512i one = _mm512_set1_epi32(1);
   __m512 sum = _mm512_setzero_ps();

@@ -87,8 +87,10 @@ TEST(VisionOpsTest, SoftmaxRowAvx512MatchesScalar) {
     std::vector<float> s = Random(static_cast<size_t>(n), 12, 6.0f);
     if (n > 3) s[2] = -1e30f;  // underflows to 0
     std::vector<uint16_t> ref(static_cast<size_t>(n)), fast(static_cast<size_t>(n));
-    const float sr = SoftmaxRowToBf16(s.data(), n, 0.125f, ref.data());
-    const float sf = SoftmaxRowToBf16Avx512(s.data(), n, 0.125f, fast.data());
+    const float mr = RowMax(s.data(), n), mf = RowMaxAvx512(s.data(), n);
+    EXPECT_EQ(mr, mf) << n;
+    const float sr = ExpRowToBf16(s.data(), n, 0.125f, mr, ref.data());
+    const float sf = ExpRowToBf16Avx512(s.data(), n, 0.125f, mr, fast.data());
     EXPECT_NEAR(sf, sr, 1e-5 * sr) << n;
     for (size_t i = 0; i < ref.size(); ++i) {
       const float r = Bf16ToF32(ref[i]), f = Bf16ToF32(fast[i]);
@@ -140,7 +142,8 @@ TEST(VisionOpsTest, GemmAttentionMatchesDoubleAttention) {
   const kernels::Context ctx(2, kernels::Precision::kBF16);
   if (!GemmAttentionAvailable(ctx)) GTEST_SKIP() << "no oneDNN BF16 / AVX-512";
   const int64_t heads = 3, hd = 16, Dv = heads * hd;
-  const std::vector<int64_t> segments = {0, 150, 150 + 301};  // 301 rows: 3 row blocks
+  // 301 rows: 3 row blocks; 2100 rows: 17 row blocks, 3 key blocks of 700.
+  const std::vector<int64_t> segments = {0, 150, 150 + 301, 150 + 301 + 2100};
   const int64_t np = segments.back();
   const std::vector<float> qkv = Random(static_cast<size_t>(np * 3 * Dv), 13, 1.0f);
   const std::vector<float> bias = Random(static_cast<size_t>(3 * Dv), 14, 0.5f);
