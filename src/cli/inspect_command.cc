@@ -1,6 +1,7 @@
 // `vlstack inspect`: a loaded model's entries, their manifests, its vision tower and the
 // artifact identity.
 #include <cstdio>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -62,12 +63,15 @@ Status Inspect(const Args& args) {
   if (const std::optional<VisionConfig>& v = m.vision_config()) {
     uint64_t bytes = 0;
     for (const PreparedEntry& e : m.vision_layout()) bytes += e.bytes;
+    std::string indexes;
+    for (int j : v->deepstack_visual_indexes)
+      indexes += (indexes.empty() ? "" : ",") + std::to_string(j);
     std::printf(
         "vision tower depth=%d hidden=%d heads=%d intermediate=%d patch=%d temporal_patch=%d "
-        "merge=%d pos_embeddings=%d out_hidden=%d deepstack_visual_indexes=%zu\n",
+        "merge=%d pos_embeddings=%d out_hidden=%d deepstack_visual_indexes=%s\n",
         v->depth, v->hidden, v->heads, v->intermediate, v->patch_size, v->temporal_patch_size,
         v->spatial_merge_size, v->num_position_embeddings, v->out_hidden,
-        v->deepstack_visual_indexes.size());
+        indexes.empty() ? "none" : indexes.c_str());
     std::printf("vision prepared %llu bytes (%s) in %zu tensors\n",
                 static_cast<unsigned long long>(bytes),
                 kernels::PrecisionName(m.model().context().precision()), m.vision_layout().size());
