@@ -407,10 +407,19 @@ vls_status vls_batch_request_error(const vls_batch* batch, uint64_t id, char* bu
 
 /* ---- Chat requests: text in, text out (the request pipeline) -------------------------------
  *
- * A vls_chat is a model's text front end, read from its model folder: tokenizer.json, the chat
- * template (chat_template.jinja, chat_template.json or tokenizer_config.json) and the
- * end-of-turn ids (config.json, generation_config.json, tokenizer_config.json). It is immutable:
- * one vls_chat may serve any number of batches of its model from any thread.
+ * A vls_chat is a model's front end, read from its model folder: tokenizer.json, the chat
+ * template (chat_template.jinja, chat_template.json or tokenizer_config.json), the end-of-turn
+ * ids (config.json, generation_config.json, tokenizer_config.json) and, when the folder has a
+ * vision tower (model.visual.* weights and preprocessor_config.json), the image encoder with
+ * its cache. It is immutable: one vls_chat may serve any number of batches of its model from
+ * any thread.
+ *
+ * Image parts ({"type": "image", "image": URL} or {"type": "image_url", "image_url": {"url":
+ * URL}}) must carry the image as a data: URL (data:image/png;base64,...; JPEG, PNG or WebP):
+ * the library never reads files or fetches URLs a request names. Each image is decoded,
+ * preprocessed and encoded on the submitting thread (once per distinct image: the encoder
+ * cache), its pad expanded and its rows and DeepStack features placed. Video parts are refused
+ * (VLS_ERR_UNIMPLEMENTED).
  *
  * vls_batch_submit_chat renders chat messages through the template, tokenizes them and queues
  * the request like any other submission. Its events are the usual vls_token_event stream, with
@@ -440,8 +449,8 @@ void vls_chat_free(vls_chat* chat);
  *    "logprobs": -1..20, "logit_bias": {"<token id>": bias}}
  * Only "messages" is required. Absent sampling fields take the model's generation_config.json
  * defaults (greedy without one); max_tokens defaults to the rest of the context. Unknown
- * fields, wrong types and image parts (not supported yet) are refused with VLS_ERR_INVALID_ARGUMENT
- * naming the field. The chat must belong to the batch's model. On success *out_id is the
+ * fields, wrong types, image parts the model cannot take and images that do not decode are
+ * refused (VLS_ERR_INVALID_ARGUMENT or VLS_ERR_DATA_LOSS) naming the field or message part. The chat must belong to the batch's model. On success *out_id is the
  * request's id. */
 vls_status vls_batch_submit_chat(vls_batch* batch, const vls_chat* chat, const char* request_json,
                                  uint64_t* out_id);

@@ -78,11 +78,20 @@ vls_status vls_chat_create(const vls_model* model, const char* model_dir, vls_ch
     if (model == nullptr || model->lm == nullptr) return InvalidArgument("model is NULL");
     if (model_dir == nullptr) return InvalidArgument("model_dir is NULL");
     if (out == nullptr) return InvalidArgument("out is NULL");
-    VLS_ASSIGN_OR_RETURN(std::unique_ptr<vls::ChatPipeline> pipeline,
-                         vls::ChatPipeline::Load(model_dir, *model->lm));
     auto chat = std::make_unique<vls_chat>();
     chat->model = model;
-    chat->pipeline = std::move(pipeline);
+    // Images when the folder has a vision tower; otherwise image parts are refused with the
+    // reason. Image bytes come only as data: URLs (a library never reads files named by a
+    // request).
+    vls::ChatPipelineOptions po;
+    auto encoder = vls::ImageEncoder::Load(model_dir, *model->lm, vls::ImageEncoderOptions{});
+    if (encoder.ok()) {
+      chat->images = std::move(*encoder);
+      po.images = chat->images.get();
+    } else {
+      po.images_unavailable = encoder.status().ToString();
+    }
+    VLS_ASSIGN_OR_RETURN(chat->pipeline, vls::ChatPipeline::Load(model_dir, *model->lm, po));
     *out = chat.release();
     return Status::Ok();
   });

@@ -33,6 +33,7 @@
 #include "runtime/batch_engine.h"
 #include "runtime/chat_pipeline.h"
 #include "runtime/deepstack.h"
+#include "runtime/image_encoder.h"
 #include "runtime/loaded_model.h"
 #include "runtime/positions.h"
 #include "runtime/session.h"
@@ -45,6 +46,7 @@ struct vls_model {
 
 struct vls_chat {
   const vls_model* model = nullptr;
+  std::unique_ptr<vls::ImageEncoder> images;  // null: the model folder cannot take images
   std::unique_ptr<vls::ChatPipeline> pipeline;
 };
 

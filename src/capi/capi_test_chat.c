@@ -117,6 +117,22 @@ void ChatTests(const char* dir_chat) {
           "the text is cut right before the stop string '%s': got '%s'", stop, cut);
   }
 
+  /* An image as a data: URL: a 24 x 16 PNG (grid 1 x 4 x 4 after smart_resize: 4 tokens). */
+  static const char kPng[] =
+      "iVBORw0KGgoAAAANSUhEUgAAABgAAAAQCAIAAACDRijCAAAAKUlEQVR42mNkYGDgogZiYeBnoAoYUgb9xyHOOPS9NmoQ"
+      "H"
+      "Q1iHA0jCAAA3CADBqShQtMAAAAASUVORK5CYII=";
+  static char with_image[kTextCap];
+  char image_req[1024];
+  snprintf(image_req, sizeof(image_req),
+           "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"image\":"
+           "\"data:image/png;base64,%s\"},{\"type\":\"text\",\"text\":\"Hello there\"}]}],"
+           "\"max_tokens\":24,\"ignore_eos\":true}",
+           kPng);
+  const int32_t f4 = RunChat(b, chat, image_req, with_image);
+  CHECK(f4 == VLS_FINISH_LENGTH, "a chat request with an image runs to its limit (finish %d)", f4);
+  CHECK(strcmp(with_image, first) != 0, "the image changes the reply ('%s')", with_image);
+
   /* Refused whole: nothing queued, no id. */
   const size_t count0 = PendingCount(b);
   const uint64_t bytes0 = PendingBytes(b);
@@ -139,7 +155,7 @@ void ChatTests(const char* dir_chat) {
                                        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                                        "\"image\",\"image\":\"a.png\"}]}]}",
                                        &id),
-                 VLS_ERR_INVALID_ARGUMENT, "image", id, count0, bytes0);
+                 VLS_ERR_INVALID_ARGUMENT, "file paths are not accepted", id, count0, bytes0);
   RejectedSubmit(
       b, "chat too long",
       vls_batch_submit_chat(

@@ -55,7 +55,10 @@ extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
       nlohmann::json cfg;
       cfg["eos_token"] = "<|im_end|>";
       cfg["chat_template"] =
-          "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}"
+          "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+          "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}"
+          "{% endfor %}{% endif %}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
       s = vls::WriteStringToFile(vls::JoinPath(dir, "tokenizer_config.json"), cfg.dump(2));
     }

@@ -114,12 +114,16 @@ Status Vision(const Args& args) {
   PixelValues pv;
   if (!images.empty()) {
     VLS_ASSIGN_OR_RETURN(ImageProcessorConfig pc, LoadModelImageProcessorConfig(model_dir));
-    std::vector<image::RgbImage> decoded;
+    // One image at a time, so an error names its file; the patches are concatenated.
     for (const std::string& f : images) {
       VLS_ASSIGN_OR_RETURN(image::RgbImage img, image::LoadImageFile(f));
-      decoded.push_back(std::move(img));
+      auto one = PreprocessImages(std::span<const image::RgbImage>(&img, 1), pc);
+      if (!one.ok()) return one.status().WithContext(f);
+      pv.data.insert(pv.data.end(), one->data.begin(), one->data.end());
+      pv.rows += one->rows;
+      pv.cols = one->cols;
+      pv.grids.push_back(one->grids[0]);
     }
-    VLS_ASSIGN_OR_RETURN(pv, PreprocessImages(decoded, pc));
   } else {
     VLS_ASSIGN_OR_RETURN(pv, ReadPixelValues(*pv_path, vcfg->patch_dim()));
   }

@@ -77,6 +77,8 @@ struct ChatPipelineOptions {
   // Encodes the images of a request; null: a request with an image is refused.
   const ImageEncoder* images = nullptr;
   MediaPolicy media;  // where image bytes may come from (files only when allowed)
+  // Why `images` is null (the encoder's load error), for the refusal of an image part.
+  std::string images_unavailable;
 };
 
 class ChatPipeline {

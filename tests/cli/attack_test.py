@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 ADDRESS_SPACE = 4 << 30  # the cap the issue's checks run under
 MAX_RSS_KIB = 2 << 20  # 2 GiB
@@ -469,6 +470,77 @@ def fd_case(tmp, model):
         print("ok   batch_2000_inputs_nofile_128: every line has its tokens", flush=True)
 
 
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png_bytes(width, height, rows=None):
+    """An 8-bit RGB PNG; `rows` None: a bomb, the header of a huge image and a tiny IDAT."""
+    ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    body = png_chunk(b"IDAT", zlib.compress(rows if rows is not None else b"\x00" * 64))
+    return b"\x89PNG\r\n\x1a\n" + ihdr + body + png_chunk(b"IEND", b"")
+
+
+def image_cases(tmp, model):
+    """Hostile images and preprocessor configs through `vision` and `forward --image`."""
+    out = os.path.join(tmp, "img_out.safetensors")
+    ids = config_of(model)
+    vs, pad, ve = ids["vision_start_token_id"], ids["image_token_id"], ids["vision_end_token_id"]
+    inp = os.path.join(tmp, "img_in.safetensors")
+    safetensors(inp, {"input_ids": ("I32", [5], [1, vs, pad, ve, 2])})
+    good_png = png_bytes(8, 8, b"".join(b"\x00" + bytes(range(24)) for _ in range(8)))
+    files = {
+        "bomb.png": (png_bytes(60000, 60000), ["pixels|kMaxImagePixels"]),
+        "wide.png": (png_bytes(70000, 1), ["kMaxImageSide|side"]),
+        "truncated.png": (good_png[: len(good_png) // 2], ["truncated|corrupt"]),
+        "bitflip.png": (good_png[:40] + bytes([good_png[40] ^ 0xFF]) + good_png[41:], ["png"]),
+        "garbage.jpg": (b"\xff\xd8\xff\xe0" + b"\x13" * 300, ["jpeg"]),
+        "gif.png": (b"GIF89a" + b"\x00" * 50, ["gif"]),
+        "empty.png": (b"", ["empty|not an image"]),
+        "text.webp": (b"RIFF\x10\x00\x00\x00WEBPVP8 " + b"\x00" * 8, ["webp"]),
+        "sliver.png": (png_bytes(1, 300, b"".join(b"\x00\x00\x00\x00" for _ in range(300))),
+                       ["aspect ratio"]),
+    }
+    for name, (data, needles) in files.items():
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        expect_refused("vision_" + name, [VLSTACK, "vision", "--model", model, "--image", path,
+                                          "--output", out], [name] + needles)
+        expect_refused("forward_image_" + name, [VLSTACK, "forward", "--model", model, "--input",
+                                                 inp, "--image", path, "--output", out], [name])
+    ok = os.path.join(tmp, "ok.png")
+    with open(ok, "wb") as f:
+        f.write(good_png)
+    for name, edit, needle in [
+            ("negative_min_pixels", lambda c: c.update(min_pixels=-5), "min_pixels"),
+            ("min_over_max", lambda c: c.update(size={"shortest_edge": 10**9,
+                                                      "longest_edge": 1}), "shortest_edge|min"),
+            ("std_zero", lambda c: c.update(image_std=[0, 0.5, 0.5]), "image_std"),
+            ("patch_huge", lambda c: c.update(patch_size=10**9), "patch_size"),
+            ("deep", None, "nest|deep")]:
+        bad = os.path.join(tmp, "pp_" + name)
+        copy_model(model, bad)
+        pp = os.path.join(bad, "preprocessor_config.json")
+        if edit is None:
+            replace_file(bad, "preprocessor_config.json", nested(100000).encode())
+        else:
+            c = json.load(open(pp))
+            edit(c)
+            replace_file(bad, "preprocessor_config.json", json.dumps(c).encode())
+        expect_refused("preprocessor_" + name, [VLSTACK, "vision", "--model", bad, "--image", ok,
+                                                "--output", out], ["preprocessor_config.json", needle])
+    for name, edit, needle in [
+            ("vision_depth_huge", lambda c: c["vision_config"].update(depth=10**6), "depth"),
+            ("vision_heads_zero", lambda c: c["vision_config"].update(num_heads=0), "num_heads"),
+            ("vision_pos_not_square", lambda c: c["vision_config"].update(num_position_embeddings=15),
+             "num_position_embeddings")]:
+        bad = os.path.join(tmp, name)
+        copy_model(model, bad, edit=edit)
+        expect_refused(name, [VLSTACK, "vision", "--model", bad, "--image", ok, "--output", out],
+                       [needle])
+
+
 def main():
     global VLSTACK, SANITIZED
     ap = argparse.ArgumentParser()
@@ -493,7 +565,8 @@ def main():
                   ("utf8", lambda: utf8_cases(tmp, model)),
                   ("artifact", lambda: artifact_cases(tmp, model)),
                   ("output", lambda: output_cases(tmp, model)),
-                  ("fd", lambda: fd_case(tmp, model))]
+                  ("fd", lambda: fd_case(tmp, model)),
+                  ("image", lambda: image_cases(tmp, model))]
         for name, fn in groups:
             if args.only in name and not (SANITIZED and name == "size"):
                 fn()
