@@ -1,5 +1,5 @@
-// Fuzz target for the model folder's JSON files: config.json (ParseQwen3Config) and
-// generation_config.json (MergeGenerationConfig).
+// Fuzz target for the model folder's JSON files: config.json (ParseQwen3Config, and its
+// vision_config: ParseVisionConfig) and generation_config.json (MergeGenerationConfig).
 //
 // Every input must give a Status or a config that keeps the documented bounds (qwen3_config.h):
 // sizes within their maxima, special token ids inside the vocabulary and distinct, DeepStack
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "model/qwen3_config.h"
+#include "vision/vision_config.h"
 
 namespace {
 
@@ -109,6 +110,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = vls::ParseQwen3Config(text, "fuzz-config.json");
     if (!again.ok() || vls::CanonicalConfigText(*again) != vls::CanonicalConfigText(*cfg)) {
       Fail("parsing is not deterministic", "");
+    }
+    // Its vision_config: refused by name, or within the bounds the tower is sized from.
+    auto vision = vls::ParseVisionConfig(text, "fuzz-config.json", *cfg);
+    if (!vision.ok()) {
+      CheckRefusal(vision.status(), "fuzz-config.json");
+    } else if (*vision) {
+      const vls::VisionConfig& v = **vision;
+      if (v.depth < 1 || v.depth > vls::kMaxHiddenLayers || v.hidden < 1 ||
+          v.hidden > vls::kMaxHiddenSize || v.heads < 1 || v.hidden % v.heads != 0 ||
+          v.head_dim() % 4 != 0 || v.out_hidden != cfg->hidden || v.spatial_merge_size < 1) {
+        Fail("accepted a vision_config out of its bounds", vls::CanonicalVisionConfigText(v));
+      }
+      for (size_t k = 0; k < v.deepstack_visual_indexes.size(); ++k) {
+        const int j = v.deepstack_visual_indexes[k];
+        if (j < 0 || j >= v.depth || (k > 0 && j <= v.deepstack_visual_indexes[k - 1])) {
+          Fail("accepted bad deepstack_visual_indexes", vls::CanonicalVisionConfigText(v));
+        }
+      }
     }
     // The accepted config also takes generation_config.json inputs (the same bytes).
     vls::Qwen3Config merged = *cfg;

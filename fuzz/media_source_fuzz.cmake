@@ -1,0 +1,1 @@
+vls_add_fuzz_target(media_source SOURCES media_source_fuzz.cc LIBS vls_runtime CORPUS media_source)
