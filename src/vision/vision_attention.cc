@@ -127,8 +127,10 @@ Status GemmAttention(const HeadsBf16& in, int64_t np, int64_t heads, int64_t hd,
   ctx.pool().ParallelFor(n, 1, [&](int64_t i0, int64_t i1, int thread) {
     kernels::ScratchArena& arena = ctx.scratch(thread);
     for (int64_t it = i0; it < i1; ++it) {
-      const Item& b = items[static_cast<size_t>(it / heads)];
-      const int64_t h = it % heads, L = b.seg_len, R = b.rows, KB = KeyBlock(L);
+      // Head-major: a participant's consecutive items share the head's K and V (in L2).
+      const auto nb = static_cast<int64_t>(items.size());
+      const Item& b = items[static_cast<size_t>(it % nb)];
+      const int64_t h = it / nb, L = b.seg_len, R = b.rows, KB = KeyBlock(L);
       // [R, KB] f32 scores, [R, KB] BF16 probabilities, [R, hd] f32 block output and
       // accumulator, [R] running max, sum and rescale factor.
       const auto align = [](size_t x) { return (x + 63) / 64 * 64; };
