@@ -355,7 +355,8 @@ StatusOr<std::unique_ptr<VisionModel>> VisionModel::Load(const std::string& dir,
   if (!raw.ok()) return raw.status().WithContext(dir);
   m->raw_ = std::move(*raw);
   try {
-    auto prepared = PreparedVisionWeights::Prepare(m->cfg_, m->raw_, ctx);
+    auto prepared = PreparedVisionWeights::Prepare(m->cfg_, m->raw_, ctx,
+                                                   /*release_source_pages=*/true);
     if (!prepared.ok()) return prepared.status().WithContext(dir);
     m->prepared_ = std::move(*prepared);
     ReleaseVisionPages(m->raw_);

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/memory.h"
 #include "kernels/bf16_blocked.h"
 #include "kernels/quant.h"
 
@@ -305,7 +306,8 @@ void PreparedVisionWeights::Bind(const std::vector<Job>& jobs) {
 }
 
 StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
-    const VisionConfig& /*cfg*/, const VisionWeights& w, const kernels::Context& ctx) {
+    const VisionConfig& /*cfg*/, const VisionWeights& w, const kernels::Context& ctx,
+    bool release_source_pages) {
   std::unique_ptr<PreparedVisionWeights> pw(new PreparedVisionWeights());
   const kernels::Precision p = ctx.precision();
   const std::vector<Job> jobs = pw->Jobs(w);
@@ -321,6 +323,10 @@ StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
       for (int64_t r = 0; r < src.rows; ++r) kernels::LoadRow(src, r, out + r * src.cols);
     } else {
       VLS_RETURN_IF_ERROR(Convert(p, src, jobs[i].name, at, ctx));
+    }
+    if (release_source_pages && src.data != nullptr) {
+      ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * static_cast<size_t>(src.cols) *
+                                     DTypeSize(src.dtype));
     }
   }
   pw->region_.entries = std::move(plan);

@@ -108,9 +108,12 @@ Status CheckPreparedVisionLayout(const std::vector<PreparedEntry>& have,
 // Thread safety: immutable after Prepare / FromRegion.
 class PreparedVisionWeights {
  public:
-  static StatusOr<std::unique_ptr<PreparedVisionWeights>> Prepare(const VisionConfig& cfg,
-                                                                  const VisionWeights& w,
-                                                                  const kernels::Context& ctx);
+  // `release_source_pages`: drop each source tensor's resident pages once it is copied
+  // (base/memory.h ReleaseFilePages), so preparing never holds both copies of the tower.
+  // REQUIRES then: every source tensor lies in a read-only file mapping (a checkpoint).
+  static StatusOr<std::unique_ptr<PreparedVisionWeights>> Prepare(
+      const VisionConfig& cfg, const VisionWeights& w, const kernels::Context& ctx,
+      bool release_source_pages = false);
   // Binds a region prepared before (a mapped artifact's vision section; region.owner keeps it
   // alive). Refused (InvalidArgument naming `what` and the first difference) unless its
   // entries are exactly PlanPreparedVisionEntries(w, precision) and lie inside the region.
