@@ -303,8 +303,8 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
       g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, inv_sqrt(Iv));
       g.Tensor(bp + "mlp.linear_fc2.bias", {Dv}, 0.02);
       if (verbose && depth >= 8 && (b + 1) % 8 == 0)
-        std::fprintf(stderr, "[make-test-model] vision block %lld/%lld\n",
-                     static_cast<long long>(b + 1), static_cast<long long>(depth));
+        std::fprintf(stderr, "[make-test-model] vision block %s/%s\n",
+                     std::to_string(b + 1).c_str(), std::to_string(depth).c_str());
     }
     auto merger = [&](const std::string& mp, int64_t norm_dim) {
       g.Norm(mp + "norm.weight", norm_dim);
