@@ -450,8 +450,8 @@ void vls_chat_free(vls_chat* chat);
  * Only "messages" is required. Absent sampling fields take the model's generation_config.json
  * defaults (greedy without one); max_tokens defaults to the rest of the context. Unknown
  * fields, wrong types, image parts the model cannot take and images that do not decode are
- * refused (VLS_ERR_INVALID_ARGUMENT or VLS_ERR_DATA_LOSS) naming the field or message part. The chat must belong to the batch's model. On success *out_id is the
- * request's id. */
+ * refused (VLS_ERR_INVALID_ARGUMENT or VLS_ERR_DATA_LOSS) naming the field or message part. The
+ * chat must belong to the batch's model. On success *out_id is the request's id. */
 vls_status vls_batch_submit_chat(vls_batch* batch, const vls_chat* chat, const char* request_json,
                                  uint64_t* out_id);
 
