@@ -187,8 +187,10 @@ Status FindExif(std::span<const uint8_t> b, const std::string& label, Decoded* d
     std::vector<uint8_t> exif;
     bool found = false;
     if (std::memcmp(type, "eXIf", 4) == 0) {
-      exif.assign({'E', 'x', 'i', 'f', 0, 0});
-      exif.insert(exif.end(), data.begin(), data.end());
+      // "Exif\0\0" then the chunk (memcpy: GCC 12 misreads assign + insert as out of bounds).
+      exif.resize(6 + data.size());
+      std::memcpy(exif.data(), "Exif\0\0", 6);
+      if (!data.empty()) std::memcpy(exif.data() + 6, data.data(), data.size());
       found = true;
     } else if (std::memcmp(type, "tEXt", 4) == 0 && len >= 5 &&
                std::memcmp(data.data(), "exif\0", 5) == 0) {
