@@ -22,22 +22,6 @@ namespace {
   std::abort();
 }
 
-std::string Base64(const std::vector<uint8_t>& bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = static_cast<uint32_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) n |= static_cast<uint32_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) n |= bytes[i + 2];
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
-  }
-  return out;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -48,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (decoded->size() > kMax) Fail("decoded past the bound", std::to_string(decoded->size()));
     // Canonical inputs round-trip; non-canonical padding bits are accepted but must decode to
     // the same length.
-    if (Base64(*decoded).size() != text.size()) Fail("length does not round-trip", text);
+    if (vls::EncodeBase64(*decoded).size() != text.size()) Fail("length does not round-trip", text);
   }
   nlohmann::json part;
   if (!vls::ParseUntrustedJson("fuzz-part", text, &part).ok()) return 0;

@@ -43,20 +43,9 @@ std::string Fixture(const std::string& name) {
 }
 
 std::string DataUrl(const std::string& path) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const std::string bytes = ReadFileToString(path).value();
-  std::string out = "data:image/png;base64,";
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) n |= static_cast<uint8_t>(bytes[i + 2]);
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
-  }
-  return out;
+  return "data:image/png;base64," +
+         EncodeBase64({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
 }
 
 class ImagePipelineTest : public ::testing::Test {

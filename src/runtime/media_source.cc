@@ -111,6 +111,23 @@ StatusOr<std::vector<uint8_t>> DecodeBase64(std::string_view text, size_t max_by
   return out;
 }
 
+std::string EncodeBase64(std::span<const uint8_t> bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t n = static_cast<uint32_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) n |= static_cast<uint32_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) n |= bytes[i + 2];
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
+  }
+  return out;
+}
+
 StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) {
   VLS_ASSIGN_OR_RETURN(std::string src, PartSource(part));
   if (src.empty()) return InvalidArgument("the image source is empty");

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ StatusOr<MediaBytes> ReadImagePart(const nlohmann::ordered_json& part, const Med
 // Strict base64 (RFC 4648, standard alphabet, padding required when the length is not a
 // multiple of 4; no whitespace). InvalidArgument names the offset of the first bad byte.
 StatusOr<std::vector<uint8_t>> DecodeBase64(std::string_view text, size_t max_bytes);
+
+// Standard base64 with padding (the canonical form DecodeBase64 reads back).
+std::string EncodeBase64(std::span<const uint8_t> bytes);
 
 }  // namespace vls
 

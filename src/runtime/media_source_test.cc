@@ -24,6 +24,16 @@ TEST(Base64, DecodesEveryPaddingForm) {
   EXPECT_EQ(Str(*DecodeBase64("+/+/", 10)), "\xfb\xff\xbf");
 }
 
+TEST(Base64, EncodesWhatItDecodes) {
+  for (const std::string text : {"", "f", "fo", "foo", "foobar", "\xfb\xff\xbf\x00"}) {
+    const std::vector<uint8_t> bytes(text.begin(), text.end());
+    const std::string b64 = EncodeBase64(bytes);
+    EXPECT_EQ(b64.size() % 4, 0u);
+    EXPECT_EQ(*DecodeBase64(b64, 100), bytes) << b64;
+  }
+  EXPECT_EQ(EncodeBase64(std::vector<uint8_t>{'f', 'o'}), "Zm8=");
+}
+
 TEST(Base64, RefusesMalformedInput) {
   for (const char* bad :
        {"Zg=", "Zg", "Z===", "Zg==Zg==", "Zm9v\n", "Zm 9", "Zm9-", "=Zm9", "Zm=v"}) {
