@@ -7,22 +7,15 @@
 #include <memory>
 #include <vector>
 
+#include "vision/image_test_util.h"
+
 namespace vls {
 namespace {
 
 using image::RgbImage;
 
 RgbImage Make(int h, int w, uint8_t (*fn)(int y, int x, int c)) {
-  RgbImage im;
-  im.height = h;
-  im.width = w;
-  im.pixels.resize(static_cast<size_t>(h) * w * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      for (int c = 0; c < 3; ++c) im.pixels[(static_cast<size_t>(y) * w + x) * 3 + c] = fn(y, x, c);
-    }
-  }
-  return im;
+  return testing::MakeImage(h, w, fn);
 }
 
 uint8_t Pattern(int y, int x, int c) {
