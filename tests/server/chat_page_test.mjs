@@ -4,13 +4,14 @@
 //   node tests/server/chat_page_test.mjs --vlstack PATH/TO/vlstack [--screenshot OUT.png]
 //
 // Checks: the page loads with no request leaving the origin and no script error; the model
-// name comes from /v1/models; Shift+Enter is a newline; an image (a generated 64x48 PNG) and a
-// message stream a reply that ends with usage shown, and the request carries the image as a
-// data-URL part before the text, the settings (empty fields left out) and stream_options; a
-// second turn (sent with Enter) re-sends the whole conversation; Stop during a long reply keeps
-// the partial text, marks it cancelled, and the server counts a cancelled request and stays
-// healthy; the API key goes out as a Bearer token; a request the server refuses (temperature
-// -1: HTTP 400) shows the server's message. The server must exit 0 on SIGTERM.
+// name comes from /v1/models; Shift+Enter is a newline; a BMP is redrawn to PNG and its remove
+// button removes it; an image (a generated 64x48 PNG) and a message stream a reply that ends
+// with usage shown, and the request carries the image as a data-URL part before the text, the
+// settings (empty fields left out) and stream_options; a second turn (sent with Enter) re-sends
+// the whole conversation; Stop during a long reply keeps the partial text, marks it cancelled,
+// and the server counts a cancelled request and stays healthy; the API key goes out as a Bearer
+// token; a request the server refuses (temperature -1: HTTP 400) shows the server's message.
+// The server must exit 0 on SIGTERM.
 // Exit codes: 0 pass, 1 failure (with the reason), 77 skipped (no Chromium, tokenizer or
 // playwright-core). The whole run is bounded to 120 s.
 import { spawn, spawnSync } from 'node:child_process';
@@ -121,6 +122,22 @@ function makePng(width, height) {
     pngChunk('IDAT', zlib.deflateSync(raw)), pngChunk('IEND', Buffer.alloc(0))]);
 }
 
+// A 5x3 24-bit BMP: a format the page redraws to PNG before sending.
+function makeBmp(width, height) {
+  const stride = (width * 3 + 3) & ~3;
+  const out = Buffer.alloc(54 + stride * height);
+  out.write('BM', 0, 'latin1');
+  out.writeUInt32LE(out.length, 2);
+  out.writeUInt32LE(54, 10);
+  out.writeUInt32LE(40, 14);
+  out.writeInt32LE(width, 18);
+  out.writeInt32LE(height, 22);
+  out.writeUInt16LE(1, 26);
+  out.writeUInt16LE(24, 28);
+  out.fill(0x80, 54);
+  return out;
+}
+
 // ---- the server ----
 function startServer(modelDir) {
   return new Promise((resolve, reject) => {
@@ -228,6 +245,12 @@ async function run() {
   const png = makePng(64, 48);
   await page.locator('#image-input').setInputFiles({ name: 'gradient.png', mimeType: 'image/png', buffer: png });
   await page.locator('#attachments img').waitFor();
+  await page.locator('#image-input').setInputFiles({ name: 'grey.bmp', mimeType: 'image/bmp', buffer: makeBmp(5, 3) });
+  await page.waitForFunction(() => document.querySelectorAll('#attachments img').length === 2);
+  const bmpSrc = await page.locator('#attachments img').nth(1).getAttribute('src');
+  check(bmpSrc.startsWith('data:image/png;base64,'), `the BMP was not redrawn to PNG (${bmpSrc.slice(0, 30)})`);
+  await page.locator('#attachments .thumb').nth(1).locator('button').click();
+  check(await page.locator('#attachments img').count() === 1, 'the remove button did not remove the image');
   await page.locator('#prompt').fill('Describe this image.');
   await page.locator('#send').click();
   const first = await waitDone(page, 1);
