@@ -16,6 +16,7 @@ int RunBatch(int argc, char** argv);
 int RunCompile(int argc, char** argv);
 int RunRun(int argc, char** argv);     // run_command.cc
 int RunVision(int argc, char** argv);  // vision_command.cc
+int RunServe(int argc, char** argv);   // serve_command.cc
 
 }  // namespace vls::cli
 

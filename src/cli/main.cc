@@ -17,6 +17,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"serve", "OpenAI-compatible HTTP server with a chat page", vls::cli::RunServe},
     {"run", "chat with a model: prompt in, streamed reply out", vls::cli::RunRun},
     {"forward", "one prefill (+ decode) of the tensors in a safetensors file",
      vls::cli::RunForward},

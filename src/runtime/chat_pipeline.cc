@@ -254,7 +254,15 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
     r.rope_delta = 0;
   }
 
-  const int64_t S = static_cast<int64_t>(ids.size());
+  VLS_RETURN_IF_ERROR(FinishRequest(request, &out));
+  out.media = std::move(media);
+  return out;
+}
+
+Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out) const {
+  GenerationRequest& r = out->request;
+  const Qwen3Config& cfg = model_.config();
+  const int64_t S = static_cast<int64_t>(r.tokens.size());
   const int64_t capacity = model_.bounds().capacity;
   if (S >= capacity) {
     return InvalidArgument("the prompt is " + std::to_string(S) +
@@ -289,8 +297,37 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
   r.sampling = request.sampling;
   r.logprobs = request.logprobs;
   VLS_RETURN_IF_ERROR(ValidateRequest(model_, r));
-  out.stop = request.stop;
-  out.media = std::move(media);
+  out->stop = request.stop;
+  return Status::Ok();
+}
+
+StatusOr<PreparedChat> ChatPipeline::PrepareText(const std::string& prompt,
+                                                 const ChatRequest& request) const {
+  VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
+  PreparedChat out;
+  out.prompt = prompt;
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(prompt));
+  return PrepareTokens(std::move(ids), request, std::move(out));
+}
+
+StatusOr<PreparedChat> ChatPipeline::PrepareTokens(std::vector<int32_t> ids,
+                                                   const ChatRequest& request,
+                                                   PreparedChat out) const {
+  VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
+  if (ids.empty()) return InvalidArgument("the prompt is empty");
+  const Qwen3Config& cfg = model_.config();
+  VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, cfg.vocab, "prompt"));
+  for (size_t s = 0; s < ids.size(); ++s) {
+    if (ids[s] == cfg.image_token_id || ids[s] == cfg.video_token_id) {
+      return InvalidArgument("the prompt holds an image or video pad token at position " +
+                             std::to_string(s) + ": images go in chat requests as image parts");
+    }
+  }
+  GenerationRequest& r = out.request;
+  r.positions = SequentialPositions(cfg.position_mode, static_cast<int64_t>(ids.size()));
+  r.tokens = std::move(ids);
+  r.rope_delta = 0;
+  VLS_RETURN_IF_ERROR(FinishRequest(request, &out));
   return out;
 }
 

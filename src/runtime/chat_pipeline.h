@@ -98,6 +98,15 @@ class ChatPipeline {
   // without an image, or a template that drops an image, are refused (fail closed).
   StatusOr<PreparedChat> Prepare(const ChatRequest& request) const;
 
+  // A raw prompt without the chat template (the server's /v1/completions): `prompt` is
+  // tokenized as is (special tokens written in it recognised); the request's messages, tools
+  // and template fields are ignored, its limits, sampling and stop fields apply as in Prepare.
+  // Image and video pad tokens are refused (images go in chat requests).
+  StatusOr<PreparedChat> PrepareText(const std::string& prompt, const ChatRequest& request) const;
+  // The same from token ids (`out` may carry the prompt text for the record).
+  StatusOr<PreparedChat> PrepareTokens(std::vector<int32_t> ids, const ChatRequest& request,
+                                       PreparedChat out = {}) const;
+
   // Renders the chat template only (the text Prepare tokenizes).
   StatusOr<std::string> Render(const ChatRequest& request) const;
 
@@ -122,6 +131,9 @@ class ChatPipeline {
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   jinja::Template template_;
   // The pixels of the request's image parts, as a prompt's features.
+  // Limits, end-of-turn ids, sampling and stop strings onto out->request (whose tokens and
+  // positions are set), then ValidateRequest.
+  Status FinishRequest(const ChatRequest& request, PreparedChat* out) const;
   StatusOr<VisualFeatures> EncodeImages(const std::vector<MediaItem>& media) const;
 
   SamplingParams defaults_;

@@ -1,6 +1,8 @@
 #include "runtime/media_source.h"
 
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "base/file.h"
 
@@ -146,6 +148,19 @@ StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) 
   }
   if (!path.empty() && path[0] != '/' && !policy.base_dir.empty())
     path = JoinPath(policy.base_dir, path);
+  if (!policy.root_dir.empty()) {
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(path, ec);
+    if (ec) return NotFound("image '" + src.substr(0, 200) + "': no such file");
+    const std::string r = real.string();
+    const std::string& root = policy.root_dir;
+    if (r.size() <= root.size() || r.compare(0, root.size(), root) != 0 ||
+        (root.back() != '/' && r[root.size()] != '/')) {
+      return InvalidArgument("image '" + src.substr(0, 200) +
+                             "': only files under the allowed folder may be read");
+    }
+    path = r;
+  }
   VLS_ASSIGN_OR_RETURN(std::string bytes, ReadFileAtMost(path, policy.max_bytes));
   if (bytes.size() > policy.max_bytes) {
     return InvalidArgument(path + ": larger than " + std::to_string(policy.max_bytes) +

@@ -28,6 +28,9 @@ inline constexpr size_t kMaxMediaBytes = size_t{64} << 20;
 struct MediaPolicy {
   bool allow_files = false;  // read file paths and file:// URLs
   std::string base_dir;      // relative paths are resolved against this (empty: the cwd)
+  // When set (an absolute, canonical folder), a file must resolve (symbolic links and `..`
+  // followed) to a path inside it; others are refused (the server's --allow-local-files).
+  std::string root_dir;
   size_t max_bytes = kMaxMediaBytes;
 };
 

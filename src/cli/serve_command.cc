@@ -1,0 +1,237 @@
+// `vlstack serve`: the OpenAI-compatible HTTP server (CONTRACTS §7). The command wires the
+// parts together: the listener first (so /health answers 503 "loading" while the weights load),
+// then the model, the image encoder, the chat pipeline and the generation service; SIGTERM or
+// SIGINT drains (new requests 503, those in flight finish within --drain-timeout) and exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/load_flags.h"
+#include "runtime/chat_pipeline.h"
+#include "runtime/image_encoder.h"
+#include "runtime/loaded_model.h"
+#include "server/generation_service.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+
+namespace vls::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: vlstack serve --model DIR [--host 127.0.0.1] [--port 8080] [options]\n"
+    "\n"
+    "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions (text and\n"
+    "images as data: URLs, streaming, tools, logprobs), POST /v1/completions, POST /tokenize,\n"
+    "POST /detokenize, GET /v1/models, GET /health, GET /metrics (Prometheus) and a chat page\n"
+    "at /. Prints a line with `listening on http://HOST:PORT` once it accepts connections\n"
+    "(/health answers 503 until the model is loaded, then 200), and one JSON line per request\n"
+    "on stderr. SIGTERM or Ctrl-C: stops taking requests, finishes those in flight, exits 0.\n"
+    "\n"
+    "  --model DIR            model folder: weights, config.json, tokenizer.json, the chat\n"
+    "                         template, preprocessor_config.json for images\n"
+    "  --model-name NAME      the model id in /v1/models and responses (default: the folder's\n"
+    "                         name)\n"
+    "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
+    "  --port N               port (default 8080; 0 picks a free one)\n"
+    "  --api-key KEY          require `Authorization: Bearer KEY` on every endpoint but / and\n"
+    "                         /health (default: the VLSTACK_API_KEY environment variable, else\n"
+    "                         none)\n"
+    "  --slots B              requests generated at once (default 4)\n"
+    "  --capacity C           context capacity per slot in tokens (default 4096)\n"
+    "  --max-queue N          requests waiting for a slot before new ones get 429 (default 64)\n"
+    "  --max-body-mb N        largest request body in MiB (default 64; images come inline)\n"
+    "  --max-images N         most images in one request (default 16)\n"
+    "  --max-messages N       most messages in one request (default 1024)\n"
+    "  --allow-local-files DIR  image parts may name files under DIR (default: only data:\n"
+    "                         URLs)\n"
+    "  --drain-timeout S      seconds SIGTERM waits for requests in flight (default 30)\n"
+    "  --prefill-chunk N      most prompt tokens prefilled per engine step (default 64)\n"
+    "  --http-threads N       connections served at once (default 128)\n"
+    "  --quiet                no per-request log lines\n";
+
+struct ServeFlags {
+  std::string dir;
+  server::HttpOptions http;
+  LoadOptions load;
+  int prefill_chunk = 64;
+  size_t max_queue = 64;
+  int drain_timeout_s = 30;
+  std::string allow_files;
+};
+
+StatusOr<ServeFlags> ParseFlags(const Args& args) {
+  ServeFlags f;
+  VLS_ASSIGN_OR_RETURN(f.dir, ModelDirFlag(args));
+  VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &f.load));
+  VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", 4, 1, 256));
+  VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", 4096, 16, 1 << 20));
+  f.load.slots = static_cast<int>(slots);
+  f.load.capacity = static_cast<int>(capacity);
+  f.http.host = args.Get("host").value_or("127.0.0.1");
+  VLS_ASSIGN_OR_RETURN(long long port, args.Int("port", 8080, 0, 65535));
+  f.http.port = static_cast<int>(port);
+  std::string name = args.Get("model-name").value_or("");
+  if (name.empty()) {
+    name = std::filesystem::path(f.dir).lexically_normal().filename().string();
+    if (name.empty()) name = std::filesystem::path(f.dir).parent_path().filename().string();
+    if (name.empty()) name = "vlstack";
+  }
+  f.http.model_id = name;
+  if (auto key = args.Get("api-key")) {
+    if (key->empty()) return InvalidArgument("--api-key is empty");
+    f.http.api_key = *key;
+  } else if (const char* env = std::getenv("VLSTACK_API_KEY"); env != nullptr && *env != 0) {
+    f.http.api_key = env;
+  }
+  VLS_ASSIGN_OR_RETURN(long long queue, args.Int("max-queue", 64, 0, 1 << 20));
+  f.max_queue = static_cast<size_t>(queue);
+  VLS_ASSIGN_OR_RETURN(long long body_mb, args.Int("max-body-mb", 64, 1, 4096));
+  f.http.max_body_bytes = static_cast<size_t>(body_mb) << 20;
+  VLS_ASSIGN_OR_RETURN(long long images, args.Int("max-images", 16, 0, 1024));
+  f.http.limits.max_images = static_cast<size_t>(images);
+  VLS_ASSIGN_OR_RETURN(long long messages, args.Int("max-messages", 1024, 1, 1 << 20));
+  f.http.limits.max_messages = static_cast<size_t>(messages);
+  VLS_ASSIGN_OR_RETURN(long long drain, args.Int("drain-timeout", 30, 0, 86400));
+  f.drain_timeout_s = static_cast<int>(drain);
+  VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", 64, 0, 1 << 24));
+  f.prefill_chunk = static_cast<int>(chunk);
+  VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 128, 4, 4096));
+  f.http.http_threads = static_cast<int>(threads);
+  f.http.log_requests = !args.Has("quiet");
+  if (auto dir = args.Get("allow-local-files")) {
+    if (!std::filesystem::is_directory(*dir)) {
+      return InvalidArgument("--allow-local-files: '" + *dir + "' is not a folder");
+    }
+    f.allow_files = std::filesystem::canonical(*dir).string();
+  }
+  return f;
+}
+
+// The model, its image encoder (when it has a tower), the pipeline and the service.
+struct Loaded {
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<ImageEncoder> images;
+  std::unique_ptr<ChatPipeline> pipeline;
+  std::unique_ptr<server::GenerationService> service;
+};
+
+StatusOr<Loaded> LoadAll(const ServeFlags& f, server::ServerMetrics* metrics) {
+  Loaded l;
+  LoadOptions lo = f.load;
+  lo.progress = StderrProgress("serve");
+  VLS_ASSIGN_OR_RETURN(l.model, LoadedModel::Load(f.dir, lo));
+  ChatPipelineOptions po;
+  if (!f.allow_files.empty()) {
+    po.media.allow_files = true;
+    po.media.base_dir = f.allow_files;
+    po.media.root_dir = f.allow_files;
+  }
+  if (l.model->vision_config()) {
+    auto enc = ImageEncoder::Load(f.dir, *l.model, ImageEncoderOptions{});
+    if (enc.ok()) {
+      l.images = std::move(*enc);
+      po.images = l.images.get();
+    } else {
+      po.images_unavailable = enc.status().ToString();
+      std::fprintf(stderr, "[serve] images unavailable: %s\n", enc.status().ToString().c_str());
+    }
+  } else {
+    po.images_unavailable = "the model folder has no vision tower";
+  }
+  VLS_ASSIGN_OR_RETURN(l.pipeline, ChatPipeline::Load(f.dir, *l.model, po));
+  EngineOptions eo;
+  eo.prefill_chunk = f.prefill_chunk;
+  server::ServiceOptions so;
+  so.max_queue = f.max_queue;
+  VLS_ASSIGN_OR_RETURN(l.service,
+                       server::GenerationService::Create(*l.model, *l.pipeline, eo, so, metrics));
+  return l;
+}
+
+int Serve(const Args& args) {
+  auto flags = ParseFlags(args);
+  if (!flags.ok()) return Fail("serve", flags.status());
+  const ServeFlags& f = *flags;
+
+  // SIGTERM/SIGINT are taken by a signal thread (sigwait); every other thread blocks them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::ServerMetrics metrics;
+  server::HttpServer http(f.http, &metrics);
+  auto port = http.Bind();
+  if (!port.ok()) return Fail("serve", port.status());
+  std::atomic<bool> stopping{false};
+  std::thread listener([&http] {
+    Status s = http.Run();
+    if (!s.ok()) std::fprintf(stderr, "[serve] %s\n", s.ToString().c_str());
+  });
+  std::fprintf(stderr, "[serve] listening on http://%s:%d (loading %s)\n", f.http.host.c_str(),
+               *port, f.dir.c_str());
+  std::fflush(stderr);
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    stopping.store(true);
+    std::fprintf(stderr, "[serve] %s: draining (up to %d s)\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", f.drain_timeout_s);
+    const bool clean = http.Drain(std::chrono::seconds(f.drain_timeout_s));
+    std::fprintf(stderr, "[serve] %s\n",
+                 clean ? "drained: every request finished" : "drain timed out: cancelled the rest");
+  });
+
+  auto loaded = LoadAll(f, &metrics);
+  if (!loaded.ok()) {
+    const int rc = Fail("serve", loaded.status());
+    http.Stop();
+    listener.join();
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+    return rc;
+  }
+  const LoadedModel& m = *loaded->model;
+  http.SetReady(loaded->service.get(), loaded->pipeline.get(), m.bounds().capacity);
+  std::fprintf(stderr, "[serve] ready: model '%s', %d slots x %d tokens, images %s\n",
+               f.http.model_id.c_str(), m.bounds().slots, m.bounds().capacity,
+               loaded->images ? "on" : "off");
+  std::fflush(stderr);
+  listener.join();
+  if (!stopping.load()) pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
+  return 0;
+}
+
+}  // namespace
+
+int RunServe(int argc, char** argv) {
+  CommandSpec spec;
+  spec.name = "serve";
+  spec.usage = std::string(kHelp) + LoadFlagsHelp("bf16") + "  --help               this text\n";
+  spec.value_flags = {"model",         "model-name",    "host",         "port",
+                      "api-key",       "slots",         "capacity",     "max-queue",
+                      "max-body-mb",   "max-images",    "max-messages", "allow-local-files",
+                      "drain-timeout", "prefill-chunk", "http-threads"};
+  spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.bool_flags = {"quiet"};
+  int rc = 0;
+  std::optional<Args> args = ParseCommandLine(spec, argc, argv, &rc);
+  if (!args) return rc;
+  return Serve(*args);
+}
+
+}  // namespace vls::cli

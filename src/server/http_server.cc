@@ -1,0 +1,572 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <array>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/chat_json.h"
+#include "server/chat_page.h"
+#include "server/connection_probe.h"
+#include "server/openai_response.h"
+
+namespace vls::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using httplib::Request;
+using httplib::Response;
+
+// What the log line and the metrics of the request being served on this thread need. The
+// HTTP library serves a request (handler, streamed body, logger) on one thread.
+struct RequestLog {
+  std::string id;
+  Clock::time_point start;
+  std::string endpoint = "other";
+  bool generation = false;  // a chat or completion was submitted
+  bool cancelled = false;   // the client went away
+  Usage usage;
+  std::string finish;
+  double ttft_ms = -1;
+  std::string error;
+};
+thread_local RequestLog t_log;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+void SetJson(Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(DumpJson(body), "application/json");
+}
+
+void SetError(Response& res, const OpenAiError& e) {
+  t_log.error = e.message;
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+  SetJson(res, e.status, ErrorBody(e));
+}
+
+OpenAiError MakeError(int status, std::string message, std::string type = "invalid_request_error",
+                      std::string code = "") {
+  OpenAiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::move(code);
+  return e;
+}
+
+std::string_view EndpointOf(const std::string& path) {
+  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/completions") return "completions";
+  if (path == "/tokenize") return "tokenize";
+  if (path == "/detokenize") return "detokenize";
+  if (path.rfind("/v1/models", 0) == 0) return "models";
+  if (path == "/health") return "health";
+  if (path == "/metrics") return "metrics";
+  return "other";
+}
+
+// Constant-time comparison of the key a client sent with ours (digests, so the length leaks
+// nothing either).
+bool KeyMatches(const std::string& sent, const std::string& key) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> a{}, b{};
+  SHA256(reinterpret_cast<const unsigned char*>(sent.data()), sent.size(), a.data());
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), b.data());
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// Counts a generation being answered (its body may still be streaming) while it lives.
+class ActiveGuard {
+ public:
+  explicit ActiveGuard(std::atomic<int>* n) : n_(n) { n_->fetch_add(1); }
+  ~ActiveGuard() { n_->fetch_sub(1); }
+  ActiveGuard(const ActiveGuard&) = delete;
+  ActiveGuard& operator=(const ActiveGuard&) = delete;
+
+ private:
+  std::atomic<int>* n_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpOptions options;
+  ServerMetrics* metrics;
+  httplib::Server http;
+  std::atomic<GenerationService*> service{nullptr};
+  const ChatPipeline* pipeline = nullptr;
+  int capacity = 0;
+  std::atomic<bool> draining{false};
+  std::atomic<int> answering{0};  // generations whose answer is not fully written
+  int64_t started = static_cast<int64_t>(std::time(nullptr));
+  std::mutex log_mu;
+
+  Impl(HttpOptions o, ServerMetrics* m) : options(std::move(o)), metrics(m) {}
+
+  void Routes();
+  // Answers 503 (and returns null) while loading or draining.
+  GenerationService* Open(Response& res);
+  bool ParseBody(const Request& req, Response& res, Json* body);
+  void Chat(const Request& req, Response& res);
+  void Completions(const Request& req, Response& res);
+  void Tokenize(const Request& req, Response& res);
+  void Detokenize(const Request& req, Response& res);
+  template <typename Responder>
+  void Generate(const Request& req, Response& res, GenerationService& svc, PreparedChat chat,
+                std::unique_ptr<Responder> responder, bool stream);
+  void Log(const Request& req, const Response& res);
+  GaugeValues Gauges() const;
+};
+
+GenerationService* HttpServer::Impl::Open(Response& res) {
+  GenerationService* svc = service.load();
+  if (svc == nullptr) {
+    SetError(res, MakeError(503, "the model is still loading", "server_error", "loading"));
+    return nullptr;
+  }
+  if (draining.load()) {
+    res.set_header("Connection", "close");
+    SetError(res, MakeError(503, "the server is shutting down", "server_error", "draining"));
+    return nullptr;
+  }
+  return svc;
+}
+
+bool HttpServer::Impl::ParseBody(const Request& req, Response& res, Json* body) {
+  Status s = ParseUntrustedOrderedJson("request body", req.body, body);
+  if (!s.ok()) {
+    SetError(res, MakeError(400, s.message()));
+    return false;
+  }
+  if (!body->is_object()) {
+    SetError(res, MakeError(400, "the request body must be a JSON object"));
+    return false;
+  }
+  return true;
+}
+
+template <typename Responder>
+void HttpServer::Impl::Generate(const Request& req, Response& res, GenerationService& svc,
+                                PreparedChat chat, std::unique_ptr<Responder> responder,
+                                bool stream) {
+  auto submitted = svc.Submit(std::move(chat));
+  if (!submitted.ok()) {
+    SetError(res, ErrorFromStatus(submitted.status()));
+    return;
+  }
+  t_log.generation = true;
+  auto guard = std::make_shared<ActiveGuard>(&answering);
+  std::shared_ptr<RequestHandle> handle = std::move(*submitted);
+  auto probe = std::make_shared<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
+                                                 req.remote_port);
+  auto note = [handle](const Responder& r) {
+    t_log.usage = r.usage();
+    t_log.finish = FinishReasonName(r.finish());
+    if (auto first = handle->first_token()) {
+      t_log.ttft_ms =
+          std::chrono::duration<double, std::milli>(*first - handle->submitted()).count();
+    }
+    if (r.finish() == FinishReason::kError) t_log.error = r.error();
+  };
+  if (!stream) {
+    std::vector<OutputPiece> pieces;
+    bool end = false;
+    while (!end) {
+      end = handle->Take(&pieces, std::chrono::milliseconds(100));
+      for (const OutputPiece& p : pieces) responder->Collect(p);
+      pieces.clear();
+      if (!end && probe->PeerGone()) {
+        svc.Cancel(*handle);
+        t_log.cancelled = true;
+      }
+    }
+    note(*responder);
+    if (responder->finish() == FinishReason::kError) {
+      SetError(res, MakeError(500, "generation failed: " + responder->error(), "server_error"));
+    } else if (responder->finish() == FinishReason::kCancelled) {
+      t_log.cancelled = true;
+      SetError(res,
+               MakeError(499, "the request was cancelled", "invalid_request_error", "cancelled"));
+    } else {
+      SetJson(res, 200, responder->Completion());
+    }
+    return;
+  }
+
+  struct StreamState {
+    std::shared_ptr<RequestHandle> handle;
+    std::unique_ptr<Responder> responder;
+    std::shared_ptr<ConnectionProbe> probe;
+    std::shared_ptr<ActiveGuard> guard;
+    bool ended = false;
+  };
+  auto st = std::make_shared<StreamState>();
+  st->handle = handle;
+  st->responder = std::move(responder);
+  st->probe = probe;
+  st->guard = guard;
+  GenerationService* svc_ptr = &svc;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, svc_ptr, note](size_t /*offset*/, httplib::DataSink& sink) {
+        std::vector<OutputPiece> pieces;
+        const bool end = st->handle->Take(&pieces, std::chrono::milliseconds(100));
+        std::string out;
+        for (const OutputPiece& p : pieces) {
+          for (const std::string& payload : st->responder->StreamPiece(p)) {
+            out += "data: " + payload + "\n\n";
+          }
+        }
+        if (end) {
+          for (const std::string& payload : st->responder->StreamEnd()) {
+            out += "data: " + payload + "\n\n";
+          }
+          if (st->responder->finish() != FinishReason::kCancelled) out += "data: [DONE]\n\n";
+        }
+        // A write into a connection the client closed may still succeed (the kernel buffers
+        // it); the probe sees the close at once.
+        if ((!out.empty() && !sink.write(out.data(), out.size())) ||
+            (!end && st->probe->PeerGone())) {
+          svc_ptr->Cancel(*st->handle);
+          t_log.cancelled = true;
+          note(*st->responder);
+          return false;
+        }
+        if (end) {
+          st->ended = true;
+          note(*st->responder);
+          if (st->responder->finish() == FinishReason::kCancelled) t_log.cancelled = true;
+          sink.done();
+        }
+        return true;
+      },
+      [st, svc_ptr](bool /*success*/) {
+        if (!st->ended && !st->handle->finished()) {
+          svc_ptr->Cancel(*st->handle);
+          t_log.cancelled = true;
+        }
+      });
+}
+
+void HttpServer::Impl::Chat(const Request& req, Response& res) {
+  GenerationService* svc = Open(res);
+  if (svc == nullptr) return;
+  Json body;
+  if (!ParseBody(req, res, &body)) return;
+  auto parsed = ParseChatCompletionRequest(body, pipeline->generation_defaults(), options.limits);
+  if (!parsed.ok()) return SetError(res, ErrorFromStatus(parsed.status()));
+  auto prepared = pipeline->Prepare(parsed->chat);
+  if (!prepared.ok()) return SetError(res, ErrorFromStatus(prepared.status()));
+  ResponseMeta meta{NewId("chatcmpl-"), options.model_id, static_cast<int64_t>(std::time(nullptr))};
+  t_log.id = meta.id;
+  auto responder = std::make_unique<ChatResponder>(*parsed, meta, &pipeline->tokenizer());
+  Generate(req, res, *svc, std::move(*prepared), std::move(responder), parsed->stream);
+}
+
+void HttpServer::Impl::Completions(const Request& req, Response& res) {
+  GenerationService* svc = Open(res);
+  if (svc == nullptr) return;
+  Json body;
+  if (!ParseBody(req, res, &body)) return;
+  auto parsed = ParseCompletionRequest(body, pipeline->generation_defaults(), options.limits);
+  if (!parsed.ok()) return SetError(res, ErrorFromStatus(parsed.status()));
+  auto prepared = parsed->prompt ? pipeline->PrepareText(*parsed->prompt, parsed->params)
+                                 : pipeline->PrepareTokens(*parsed->tokens, parsed->params);
+  if (!prepared.ok()) return SetError(res, ErrorFromStatus(prepared.status()));
+  ResponseMeta meta{NewId("cmpl-"), options.model_id, static_cast<int64_t>(std::time(nullptr))};
+  t_log.id = meta.id;
+  auto responder = std::make_unique<CompletionResponder>(*parsed, meta, &pipeline->tokenizer());
+  Generate(req, res, *svc, std::move(*prepared), std::move(responder), parsed->stream);
+}
+
+void HttpServer::Impl::Tokenize(const Request& req, Response& res) {
+  if (Open(res) == nullptr) return;
+  Json body;
+  if (!ParseBody(req, res, &body)) return;
+  std::string text;
+  for (const auto& [k, v] : body.items()) {
+    if (k != "content" && k != "prompt" && k != "messages" && k != "add_special" &&
+        k != "add_generation_prompt" && k != "tools" && k != "model") {
+      return SetError(res, MakeError(400, "\"" + k + "\" is not a known field"));
+    }
+  }
+  const bool has_text = body.contains("content") || body.contains("prompt");
+  if (has_text == body.contains("messages")) {
+    return SetError(res, MakeError(400, "give either \"content\" (or \"prompt\") or \"messages\""));
+  }
+  if (has_text) {
+    const Json& t = body.contains("content") ? body["content"] : body["prompt"];
+    if (!t.is_string()) return SetError(res, MakeError(400, "\"content\" must be a string"));
+    text = t.get<std::string>();
+  } else {
+    Json chat_body{{"messages", body["messages"]}};
+    for (const char* k : {"add_generation_prompt", "tools"}) {
+      if (body.contains(k)) chat_body[k] = body[k];
+    }
+    auto chat = ChatRequestFromJson(chat_body, pipeline->generation_defaults());
+    if (!chat.ok()) return SetError(res, ErrorFromStatus(chat.status()));
+    auto rendered = pipeline->Render(*chat);
+    if (!rendered.ok()) return SetError(res, ErrorFromStatus(rendered.status()));
+    text = std::move(*rendered);
+  }
+  auto ids = pipeline->tokenizer().Encode(text);
+  if (!ids.ok()) return SetError(res, ErrorFromStatus(ids.status()));
+  SetJson(res, 200, Json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", capacity}});
+}
+
+void HttpServer::Impl::Detokenize(const Request& req, Response& res) {
+  if (Open(res) == nullptr) return;
+  Json body;
+  if (!ParseBody(req, res, &body)) return;
+  for (const auto& [k, v] : body.items()) {
+    if (k != "tokens" && k != "model") {
+      return SetError(res, MakeError(400, "\"" + k + "\" is not a known field"));
+    }
+  }
+  auto t = body.find("tokens");
+  if (t == body.end() || !t->is_array()) {
+    return SetError(res, MakeError(400, "\"tokens\" must be a list of token ids"));
+  }
+  const int64_t limit = pipeline->tokenizer().id_limit();
+  std::vector<int32_t> ids;
+  for (const Json& x : *t) {
+    int64_t id = 0;
+    Status s = ReadJsonInt(x, "each of \"tokens\"", 0, limit - 1, &id);
+    if (!s.ok()) return SetError(res, ErrorFromStatus(s));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  const std::string text = pipeline->tokenizer().Decode(ids);
+  SetJson(res, 200, Json{{"prompt", text}, {"content", text}});
+}
+
+GaugeValues HttpServer::Impl::Gauges() const {
+  GaugeValues g;
+  if (GenerationService* svc = service.load()) {
+    const ServiceLoad l = svc->load();
+    g.queue_depth = l.queued;
+    g.slots_busy = l.busy;
+    g.slots_total = l.slots;
+    g.requests_in_flight = l.in_flight;
+  }
+  g.draining = draining.load() ? 1 : 0;
+  return g;
+}
+
+void HttpServer::Impl::Log(const Request& req, const Response& res) {
+  const RequestLog& l = t_log;
+  std::string outcome = "ok";
+  if (l.cancelled) {
+    outcome = "cancelled";
+  } else if (res.status == 429 || res.status == 503) {
+    outcome = "rejected";
+  } else if (res.status >= 500) {
+    outcome = "server_error";
+  } else if (res.status >= 400) {
+    outcome = "client_error";
+  }
+  const double ms = MsSince(l.start);
+  if (metrics != nullptr) {
+    metrics->CountRequest(l.endpoint, outcome);
+    if (l.generation) metrics->ObserveRequestDuration(ms / 1e3);
+  }
+  if (!options.log_requests) return;
+  Json line{{"event", "request"}, {"id", l.id},           {"method", req.method},
+            {"path", req.path},   {"status", res.status}, {"outcome", outcome}};
+  if (l.generation) {
+    line["prompt_tokens"] = l.usage.prompt_tokens;
+    line["cached_tokens"] = l.usage.cached_tokens;
+    line["completion_tokens"] = l.usage.completion_tokens;
+    line["finish"] = l.finish;
+    if (l.ttft_ms >= 0) line["ttft_ms"] = static_cast<int64_t>(l.ttft_ms * 10) / 10.0;
+  }
+  line["duration_ms"] = static_cast<int64_t>(ms * 10) / 10.0;
+  if (!l.error.empty()) line["error"] = l.error.substr(0, 300);
+  const std::string text = DumpJson(line) + "\n";
+  std::lock_guard<std::mutex> lock(log_mu);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+void HttpServer::Impl::Routes() {
+  http.set_pre_routing_handler([this](const Request& req, Response& res) {
+    t_log = RequestLog{};
+    t_log.start = Clock::now();
+    t_log.id = NewId("req-");
+    t_log.endpoint = std::string(EndpointOf(req.path));
+    if (options.api_key.empty() || req.path == "/health" || req.path == "/" ||
+        req.method == "OPTIONS") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    std::string sent;
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0) {
+      sent = auth.substr(7);
+    } else if (req.has_header("x-api-key")) {
+      sent = req.get_header_value("x-api-key");
+    }
+    if (!KeyMatches(sent, options.api_key)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      SetError(res, MakeError(401,
+                              sent.empty() ? "missing API key: send Authorization: Bearer KEY"
+                                           : "incorrect API key",
+                              "authentication_error", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.Get("/health", [this](const Request&, Response& res) {
+    if (service.load() == nullptr) return SetJson(res, 503, Json{{"status", "loading"}});
+    if (draining.load()) return SetJson(res, 503, Json{{"status", "draining"}});
+    SetJson(res, 200, Json{{"status", "ok"}});
+  });
+  auto model_json = [this]() {
+    return Json{{"id", options.model_id},
+                {"object", "model"},
+                {"created", started},
+                {"owned_by", "vlstack"},
+                {"max_model_len", capacity}};
+  };
+  http.Get("/v1/models", [model_json](const Request&, Response& res) {
+    SetJson(res, 200, Json{{"object", "list"}, {"data", Json::array({model_json()})}});
+  });
+  http.Get(R"(/v1/models/(.+))", [this, model_json](const Request& req, Response& res) {
+    if (req.matches[1] != options.model_id) {
+      return SetError(res, MakeError(404, "model '" + req.matches[1].str() + "' does not exist",
+                                     "invalid_request_error", "model_not_found"));
+    }
+    SetJson(res, 200, model_json());
+  });
+  http.Get("/metrics", [this](const Request&, Response& res) {
+    const std::string text = metrics != nullptr ? metrics->Render(Gauges()) : std::string();
+    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/", [](const Request&, Response& res) {
+    const std::string_view page = ChatPageHtml();
+    res.set_header("Content-Security-Policy",
+                   "default-src 'self'; img-src 'self' data: blob:; style-src 'self' "
+                   "'unsafe-inline'; script-src 'self' 'unsafe-inline'");
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+  });
+  http.Post("/v1/chat/completions", [this](const Request& q, Response& r) { Chat(q, r); });
+  http.Post("/v1/completions", [this](const Request& q, Response& r) { Completions(q, r); });
+  http.Post("/tokenize", [this](const Request& q, Response& r) { Tokenize(q, r); });
+  http.Post("/detokenize", [this](const Request& q, Response& r) { Detokenize(q, r); });
+
+  http.set_error_handler([](const Request& req, Response& res) {
+    if (!res.body.empty()) return;
+    OpenAiError e;
+    e.status = res.status;
+    if (res.status == 404) {
+      e.message = "no such endpoint: " + req.method + " " + req.path.substr(0, 200);
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message = "the request body is too large";
+      e.code = "body_too_large";
+    } else if (res.status == 405) {
+      e.message = "method not allowed";
+    } else if (res.status >= 500) {
+      e.type = "server_error";
+      e.message = "internal server error";
+    } else {
+      e.message = "bad request";
+    }
+    SetError(res, e);
+  });
+  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::bad_alloc&) {
+      what = "out of memory";
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    SetError(res, MakeError(500, "internal error: " + what, "server_error"));
+  });
+  http.set_logger([this](const Request& req, const Response& res) { Log(req, res); });
+}
+
+HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
+    : impl_(std::make_unique<Impl>(std::move(options), metrics)) {
+  Impl& m = *impl_;
+  const size_t threads = static_cast<size_t>(std::max(4, m.options.http_threads));
+  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  m.http.set_payload_max_length(m.options.max_body_bytes);
+  m.http.set_read_timeout(m.options.read_timeout_s, 0);
+  m.http.set_write_timeout(m.options.write_timeout_s, 0);
+  m.http.set_keep_alive_timeout(5);
+  m.Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+StatusOr<int> HttpServer::Bind() {
+  Impl& m = *impl_;
+  int port = m.options.port;
+  if (port == 0) {
+    port = m.http.bind_to_any_port(m.options.host);
+    if (port < 0) port = -1;
+  } else if (!m.http.bind_to_port(m.options.host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    return IoError("cannot listen on " + m.options.host + ":" + std::to_string(m.options.port) +
+                   " (address in use, not an address of this machine, or no permission)");
+  }
+  return port;
+}
+
+void HttpServer::SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity) {
+  impl_->pipeline = pipeline;
+  impl_->capacity = capacity;
+  impl_->service.store(service);
+}
+
+Status HttpServer::Run() {
+  if (!impl_->http.listen_after_bind()) {
+    if (impl_->draining.load()) return Status::Ok();
+    return IoError("the HTTP listener stopped unexpectedly");
+  }
+  return Status::Ok();
+}
+
+bool HttpServer::Drain(std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  m.draining.store(true);
+  bool clean = true;
+  if (GenerationService* svc = m.service.load()) {
+    svc->BeginDrain();
+    clean = svc->WaitIdle(timeout);
+    if (!clean) {
+      svc->CancelAll();
+      svc->WaitIdle(std::chrono::milliseconds(2000));
+    }
+  }
+  // Let the answers finish writing (stopping the listener ends the streams), then stop.
+  const Clock::time_point until = Clock::now() + std::chrono::seconds(5);
+  while (m.answering.load() > 0 && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Stop();
+  return clean;
+}
+
+void HttpServer::Stop() { impl_->http.stop(); }
+
+}  // namespace vls::server

@@ -1,0 +1,73 @@
+// The HTTP transport of `vlstack serve` (CONTRACTS §7) over Debian's cpp-httplib: routes,
+// authentication, body limits, server-sent events, disconnect detection, request logs, and the
+// drain on shutdown. The OpenAI mapping is openai_request/openai_response; the engine is behind
+// GenerationService.
+//
+// Life cycle: Bind() (the port is taken and accepts connections: /health answers 503
+// "loading"), SetReady() once the model is loaded, Run() on one thread until Stop(). Drain()
+// (SIGTERM): /health and new requests answer 503, requests in flight finish (up to the timeout,
+// then they are cancelled), then the server stops.
+//
+// Every request gets one JSON log line on stderr (id, method, path, status, tokens, timings) and
+// is counted in the metrics by endpoint and outcome.
+#ifndef VLSTACK_SERVER_HTTP_SERVER_H_
+#define VLSTACK_SERVER_HTTP_SERVER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "runtime/chat_pipeline.h"
+#include "server/generation_service.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace vls::server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;       // 0: any free port
+  std::string model_id;  // /v1/models' id
+  std::string api_key;   // empty: no authentication
+  size_t max_body_bytes = size_t{64} << 20;
+  RequestLimits limits;
+  int http_threads = 128;    // connections served at once (a streaming client holds one)
+  int read_timeout_s = 30;   // a client that sends nothing for this long is dropped
+  int write_timeout_s = 30;  // a client that reads nothing for this long is dropped
+  bool log_requests = true;  // one JSON line per request on stderr
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpOptions options, ServerMetrics* metrics);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Takes the address; returns the port (the chosen one with port 0). IoError when it is taken.
+  StatusOr<int> Bind();
+  // The model is loaded: generation endpoints open. `service` and `pipeline` outlive the server.
+  void SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity);
+  // Serves connections until Stop(); returns when the listener has closed and every connection
+  // has been served.
+  Status Run();
+  // Refuses new requests (503) and waits for those in flight, cancelling what is left after
+  // `timeout`; then Stop(). Returns true when everything finished in time.
+  bool Drain(std::chrono::milliseconds timeout);
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vls::server
+
+#endif  // VLSTACK_SERVER_HTTP_SERVER_H_

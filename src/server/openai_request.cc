@@ -1,0 +1,354 @@
+#include "server/openai_request.h"
+
+#include <limits>
+#include <regex>
+#include <string>
+#include <utility>
+
+#include "io/untrusted_json.h"
+#include "runtime/chat_json.h"
+#include "runtime/request.h"
+
+namespace vls::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Status Bad(const std::string& field, const std::string& why) {
+  return InvalidArgument("\"" + field + "\" " + why);
+}
+
+// The fields OpenAI clients send that change nothing here.
+constexpr const char* kIgnored[] = {"user", "metadata", "store", "parallel_tool_calls",
+                                    "service_tier"};
+
+// ChatRequestFromJson's error without its "chat request: " prefix, which reads oddly in an API
+// answer (the field name stays quoted, for ErrorFromStatus's `param`).
+Status Unprefixed(const Status& s) {
+  std::string m = s.message();
+  const std::string prefix = "chat request: ";
+  if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+  return Status(s.code(), m);
+}
+
+Status ReadBoolField(const Json& body, const char* key, bool* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  return ReadJsonBool(*it, std::string("\"") + key + "\"", out);
+}
+
+// The fields every endpoint reads itself: model, stream, stream_options, n.
+Status ReadCommon(Json* body, std::string* model, bool* stream, bool* include_usage) {
+  if (auto it = body->find("model"); it != body->end()) {
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonString(*it, "\"model\"", model));
+    body->erase(it);
+  }
+  VLS_RETURN_IF_ERROR(ReadBoolField(*body, "stream", stream));
+  body->erase("stream");
+  if (auto it = body->find("stream_options"); it != body->end()) {
+    if (!it->is_null()) {
+      if (!it->is_object()) return Bad("stream_options", "must be an object");
+      for (const auto& [k, v] : it->items()) {
+        if (k == "include_usage") {
+          if (!v.is_null()) {
+            VLS_RETURN_IF_ERROR(ReadJsonBool(v, "\"stream_options.include_usage\"", include_usage));
+          }
+        } else if (k != "continuous_usage_stats" && k != "include_obfuscation") {
+          return Bad("stream_options." + k, "is not a known field");
+        }
+      }
+      if (!*stream && *include_usage) {
+        return Bad("stream_options", "is only allowed when \"stream\" is true");
+      }
+    }
+    body->erase(it);
+  }
+  if (auto it = body->find("n"); it != body->end()) {
+    if (!it->is_null()) {
+      int64_t n = 0;
+      VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"n\"", 1, std::numeric_limits<int32_t>::max(), &n));
+      if (n != 1) return Bad("n", "must be 1: one choice per request is supported");
+    }
+    body->erase(it);
+  }
+  for (const char* k : kIgnored) body->erase(k);
+  return Status::Ok();
+}
+
+// {"type": "function", "function": {"name": string, "description"?: string, "parameters"?:
+// object, "strict"?: bool}}.
+Status CheckTools(const Json& tools, const RequestLimits& limits) {
+  if (!tools.is_array()) return Bad("tools", "must be a list of tools");
+  if (tools.size() > limits.max_tools) {
+    return Bad("tools", "has " + std::to_string(tools.size()) + " tools; at most " +
+                            std::to_string(limits.max_tools) + " are allowed");
+  }
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    const Json& t = tools[i];
+    if (!t.is_object()) return Bad(where, "must be an object");
+    auto type = t.find("type");
+    if (type == t.end() || !type->is_string() || *type != "function") {
+      return Bad(where + ".type", "must be \"function\"");
+    }
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) return Bad(where + ".function", "must be an object");
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+      return Bad(where + ".function.name", "must be a non-empty string");
+    }
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object()) {
+      return Bad(where + ".function.parameters", "must be a JSON Schema object");
+    }
+    if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string()) {
+      return Bad(where + ".function.description", "must be a string");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReadToolChoice(const Json& v, const Json& tools, ChatCompletionRequest* r) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s == "none") {
+      r->tool_choice = ToolChoice::kNone;
+    } else if (s == "auto") {
+      r->tool_choice = ToolChoice::kAuto;
+    } else if (s == "required") {
+      r->tool_choice = ToolChoice::kRequired;
+    } else {
+      return Bad("tool_choice", "must be \"none\", \"auto\", \"required\" or a named function");
+    }
+  } else if (v.is_object()) {
+    auto fn = v.find("function");
+    auto type = v.find("type");
+    if (type == v.end() || *type != "function" || fn == v.end() || !fn->is_object() ||
+        !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return Bad("tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    r->tool_choice = ToolChoice::kNamed;
+    r->tool_name = (*fn)["name"].get<std::string>();
+  } else {
+    return Bad("tool_choice", "must be a string or an object");
+  }
+  if (r->tool_choice != ToolChoice::kNone && tools.is_null()) {
+    return Bad("tool_choice", "needs \"tools\"");
+  }
+  if (r->tool_choice == ToolChoice::kNamed) {
+    bool found = false;
+    for (const Json& t : tools) found = found || t["function"]["name"] == r->tool_name;
+    if (!found) return Bad("tool_choice", "names \"" + r->tool_name + "\", which is not in tools");
+  }
+  return Status::Ok();
+}
+
+// Moves `from` to `to` (max_completion_tokens -> max_tokens); both given is refused when they
+// differ.
+Status Rename(Json* body, const char* from, const char* to) {
+  auto it = body->find(from);
+  if (it == body->end()) return Status::Ok();
+  Json v = *it;
+  body->erase(it);
+  if (v.is_null()) return Status::Ok();
+  auto other = body->find(to);
+  if (other != body->end() && !other->is_null() && *other != v) {
+    return Bad(from, std::string("and \"") + to + "\" disagree");
+  }
+  (*body)[to] = std::move(v);
+  return Status::Ok();
+}
+
+Status CheckStopCount(const Json& body, const RequestLimits& limits) {
+  auto it = body.find("stop");
+  if (it != body.end() && it->is_array() && it->size() > limits.max_stop) {
+    return Bad("stop", "has " + std::to_string(it->size()) + " strings; at most " +
+                           std::to_string(limits.max_stop) + " are allowed");
+  }
+  return Status::Ok();
+}
+
+Status CheckMessages(const Json& body, const RequestLimits& limits) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) {
+    return Bad("messages", "must be a non-empty list of messages");
+  }
+  if (it->size() > limits.max_messages) {
+    return Bad("messages", "has " + std::to_string(it->size()) + " messages; at most " +
+                               std::to_string(limits.max_messages) + " are allowed");
+  }
+  VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(*it));
+  if (media.size() > limits.max_images) {
+    return Bad("messages", "holds " + std::to_string(media.size()) + " images; at most " +
+                               std::to_string(limits.max_images) + " are allowed per request");
+  }
+  return Status::Ok();
+}
+
+// A JSON list of token ids.
+StatusOr<std::vector<int32_t>> TokenList(const Json& v) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const Json& x : v) {
+    int64_t id = 0;
+    VLS_RETURN_IF_ERROR(
+        ReadJsonInt(x, "each token of \"prompt\"", 0, std::numeric_limits<int32_t>::max(), &id));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+}  // namespace
+
+OpenAiError ErrorFromStatus(const Status& status) {
+  OpenAiError e;
+  e.message = status.message();
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kNotFound:
+    case StatusCode::kDataLoss:
+    case StatusCode::kIoError: e.status = 400; break;
+    case StatusCode::kUnimplemented:
+      e.status = 400;
+      e.code = "unsupported";
+      break;
+    case StatusCode::kResourceExhausted:
+      e.status = 429;
+      e.type = "rate_limit_error";
+      break;
+    case StatusCode::kFailedPrecondition:
+      e.status = 503;
+      e.type = "server_error";
+      break;
+    default:
+      e.status = 500;
+      e.type = "server_error";
+      e.message = std::string(StatusCodeName(status.code())) + ": " + status.message();
+      break;
+  }
+  if (e.status == 400) {
+    static const std::regex kQuoted("\"([A-Za-z_][A-Za-z0-9_.\\[\\]]*)\"");
+    std::smatch m;
+    if (std::regex_search(e.message, m, kQuoted)) e.param = m[1].str();
+  }
+  return e;
+}
+
+StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
+                                                           const SamplingParams& defaults,
+                                                           const RequestLimits& limits) {
+  if (!body_in.is_object()) return InvalidArgument("the request body must be a JSON object");
+  ChatCompletionRequest r;
+  Json body = body_in;
+  VLS_RETURN_IF_ERROR(ReadCommon(&body, &r.model, &r.stream, &r.include_usage));
+  VLS_RETURN_IF_ERROR(CheckMessages(body, limits));
+  VLS_RETURN_IF_ERROR(CheckStopCount(body, limits));
+  VLS_RETURN_IF_ERROR(Rename(&body, "max_completion_tokens", "max_tokens"));
+
+  // logprobs: a boolean here (the pipeline's integer is the number of top tokens).
+  int64_t top = 0;
+  bool top_set = false;
+  if (auto it = body.find("top_logprobs"); it != body.end()) {
+    if (!it->is_null()) {
+      VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"top_logprobs\"", 0, kMaxTopLogprobs, &top));
+      top_set = true;
+    }
+    body.erase(it);
+  }
+  VLS_RETURN_IF_ERROR(ReadBoolField(body, "logprobs", &r.logprobs));
+  body.erase("logprobs");
+  if (top_set && !r.logprobs) return Bad("top_logprobs", "needs \"logprobs\": true");
+  r.top_logprobs = static_cast<int>(top);
+
+  if (auto it = body.find("response_format"); it != body.end()) {
+    if (!it->is_null()) {
+      if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
+        return Bad("response_format", "must be an object with a \"type\"");
+      }
+      if ((*it)["type"] != "text") {
+        return Status(StatusCode::kUnimplemented,
+                      "\"response_format\" " + (*it)["type"].get<std::string>() +
+                          " is not supported (no constrained decoding); only \"text\"");
+      }
+    }
+    body.erase(it);
+  }
+  Json tools;
+  if (auto it = body.find("tools"); it != body.end()) {
+    if (!it->is_null()) {
+      VLS_RETURN_IF_ERROR(CheckTools(*it, limits));
+      if (!it->empty()) tools = *it;
+    }
+    body.erase(it);
+  }
+  if (auto it = body.find("tool_choice"); it != body.end()) {
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadToolChoice(*it, tools, &r));
+    body.erase(it);
+  }
+  auto chat = ChatRequestFromJson(body, defaults);
+  if (!chat.ok()) return Unprefixed(chat.status());
+  r.chat = std::move(*chat);
+  if (r.tool_choice != ToolChoice::kNone) r.chat.tools = tools;
+  r.chat.logprobs = r.logprobs ? r.top_logprobs : -1;
+  return r;
+}
+
+StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body_in,
+                                                   const SamplingParams& defaults,
+                                                   const RequestLimits& limits) {
+  if (!body_in.is_object()) return InvalidArgument("the request body must be a JSON object");
+  CompletionRequest r;
+  Json body = body_in;
+  VLS_RETURN_IF_ERROR(ReadCommon(&body, &r.model, &r.stream, &r.include_usage));
+  VLS_RETURN_IF_ERROR(CheckStopCount(body, limits));
+  auto prompt = body.find("prompt");
+  if (prompt == body.end() || prompt->is_null()) return Bad("prompt", "is required");
+  Json p = *prompt;
+  body.erase(prompt);
+  // A list of one prompt is the same as the prompt (the API allows batches; we take one).
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = Json(p[0]);
+  if (p.is_string()) {
+    r.prompt = p.get<std::string>();
+    if (r.prompt->empty()) return Bad("prompt", "is empty");
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+    VLS_ASSIGN_OR_RETURN(r.tokens, TokenList(p));
+  } else {
+    return Bad("prompt",
+               "must be a non-empty string or list of token ids (one prompt per request)");
+  }
+  if (auto it = body.find("echo"); it != body.end()) {
+    bool echo = false;
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonBool(*it, "\"echo\"", &echo));
+    if (echo) return Status(StatusCode::kUnimplemented, "\"echo\": true is not supported");
+    body.erase(it);
+  }
+  if (auto it = body.find("best_of"); it != body.end()) {
+    int64_t b = 1;
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"best_of\"", 1, 1, &b));
+    body.erase(it);
+  }
+  if (auto it = body.find("suffix"); it != body.end()) {
+    if (!it->is_null()) {
+      return Status(StatusCode::kUnimplemented, "\"suffix\" is not supported");
+    }
+    body.erase(it);
+  }
+  if (auto it = body.find("logprobs"); it != body.end()) {
+    int64_t n = -1;
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"logprobs\"", 0, 5, &n));
+    r.logprobs = static_cast<int>(n);
+    body.erase(it);
+  }
+  // The pipeline's reader wants messages; a placeholder it accepts and the raw path ignores.
+  body["messages"] = Json::array({Json::object()});
+  auto params = ChatRequestFromJson(body, defaults);
+  if (!params.ok()) return Unprefixed(params.status());
+  r.params = std::move(*params);
+  r.params.messages = Json::array();
+  r.params.logprobs = r.logprobs;
+  // Chat-only fields make no sense on a raw prompt.
+  if (!r.params.tools.is_null()) return Bad("tools", "is for /v1/chat/completions");
+  return r;
+}
+
+}  // namespace vls::server

@@ -1,0 +1,86 @@
+// OpenAI request bodies -> the request pipeline's ChatRequest (CONTRACTS §7).
+//
+// /v1/chat/completions takes OpenAI's fields and vLLM's extras; the server-level ones are read
+// here (model, stream, stream_options, n, logprobs as a boolean with top_logprobs, tool_choice,
+// max_completion_tokens, response_format, and the accepted-and-ignored user, metadata, store,
+// parallel_tool_calls, service_tier), the rest by ChatRequestFromJson (runtime/chat_json.h),
+// which refuses an unknown field by name. /v1/completions takes a raw prompt (a string, a list
+// of one string, token ids or a list of one list of token ids).
+//
+// Every refusal is an OpenAiError naming the offending field (`param`), for a 400 answer.
+#ifndef VLSTACK_SERVER_OPENAI_REQUEST_H_
+#define VLSTACK_SERVER_OPENAI_REQUEST_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/chat_pipeline.h"
+#include "runtime/sampler.h"
+
+namespace vls::server {
+
+// Request limits the server enforces before any work (serve's flags).
+struct RequestLimits {
+  size_t max_messages = 1024;  // messages in one chat request
+  size_t max_images = 16;      // image parts in one chat request
+  size_t max_tools = 256;      // tool schemas in one request
+  size_t max_stop = 16;        // stop strings
+};
+
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
+struct ChatCompletionRequest {
+  ChatRequest chat;   // tools already dropped when tool_choice is "none"
+  std::string model;  // as the client named it (empty when absent)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_name;  // with kNamed
+  // Tool calls in the reply are parsed (tools given and tool_choice is not "none").
+  bool parse_tool_calls() const {
+    return !chat.tools.is_null() && tool_choice != ToolChoice::kNone;
+  }
+};
+
+struct CompletionRequest {
+  ChatRequest params;                          // sampling, limits, stop (messages unused)
+  std::optional<std::string> prompt;           // a text prompt, or
+  std::optional<std::vector<int32_t>> tokens;  // token ids
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;
+  int logprobs = -1;  // legacy completions: the number of top log-probabilities (0..5), -1 none
+};
+
+// An error to answer with: HTTP status and the OpenAI error object's fields.
+struct OpenAiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+// A Status from the pipeline as the HTTP error it stands for (InvalidArgument, OutOfRange,
+// NotFound of a request part, Unimplemented -> 400; ResourceExhausted -> 429; Unavailable ->
+// 503; others -> 500), with `param` taken from the first quoted field name in the message.
+OpenAiError ErrorFromStatus(const Status& status);
+
+StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const nlohmann::ordered_json& body,
+                                                           const SamplingParams& defaults,
+                                                           const RequestLimits& limits);
+StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::ordered_json& body,
+                                                   const SamplingParams& defaults,
+                                                   const RequestLimits& limits);
+
+}  // namespace vls::server
+
+#endif  // VLSTACK_SERVER_OPENAI_REQUEST_H_

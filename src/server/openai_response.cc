@@ -1,0 +1,328 @@
+#include "server/openai_response.h"
+
+#include <openssl/rand.h>
+
+#include <array>
+#include <random>
+#include <string>
+#include <utility>
+
+namespace vls::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json NullIfEmpty(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
+
+// The token's bytes and its text (bytes as UTF-8, invalid sequences replaced when dumped).
+Json PieceJson(const tok::Tokenizer& tokenizer, int32_t token, float logprob) {
+  std::string bytes;
+  bool added = false;
+  if (!tokenizer.TokenBytes(token, /*skip_special_tokens=*/false, &bytes, &added)) bytes.clear();
+  Json b = Json::array();
+  for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+  return Json{{"token", bytes}, {"logprob", logprob}, {"bytes", std::move(b)}};
+}
+
+// Whether a piece's token is part of the reply (the EOS or stop id that ended it is not).
+bool ShownToken(const OutputPiece& p) { return p.token >= 0 && p.delta.stop_token != p.token; }
+
+}  // namespace
+
+std::string DumpJson(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Json ErrorBody(const OpenAiError& e) {
+  return Json{{"error",
+               {{"message", e.message},
+                {"type", e.type},
+                {"param", NullIfEmpty(e.param)},
+                {"code", e.code.empty() ? Json(nullptr) : Json(e.code)}}}};
+}
+
+Json UsageJson(const Usage& u) {
+  return Json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+Json FinishReasonJson(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    default: return nullptr;
+  }
+}
+
+Json TokenLogprobJson(const tok::Tokenizer& tokenizer, int32_t token, float logprob,
+                      const std::vector<TokenLogprob>& top) {
+  Json j = PieceJson(tokenizer, token, logprob);
+  Json t = Json::array();
+  for (const TokenLogprob& x : top) t.push_back(PieceJson(tokenizer, x.token, x.logprob));
+  j["top_logprobs"] = std::move(t);
+  return j;
+}
+
+std::string NewId(const char* prefix) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::array<unsigned char, 24> r{};
+  if (RAND_bytes(r.data(), static_cast<int>(r.size())) != 1) {
+    thread_local std::mt19937_64 gen{std::random_device{}()};
+    for (unsigned char& c : r) c = static_cast<unsigned char>(gen());
+  }
+  std::string id = prefix;
+  for (unsigned char c : r) id += kAlphabet[c % (sizeof(kAlphabet) - 1)];
+  return id;
+}
+
+// ---- chat ------------------------------------------------------------------------------------
+
+ChatResponder::ChatResponder(const ChatCompletionRequest& request, ResponseMeta meta,
+                             const tok::Tokenizer* tokenizer)
+    : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer) {
+  if (request_.parse_tool_calls()) tools_ = std::make_unique<ToolCallStream>();
+}
+
+Json ChatResponder::Chunk(Json delta, Json finish, Json logprobs) const {
+  Json choice{{"index", 0},
+              {"delta", std::move(delta)},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", std::move(finish)}};
+  Json j{{"id", meta_.id},
+         {"object", "chat.completion.chunk"},
+         {"created", meta_.created},
+         {"model", meta_.model},
+         {"choices", Json::array({std::move(choice)})}};
+  if (request_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+Json ChatResponder::ToolCallJson(const ToolCall& c, int index, bool streaming) {
+  Json j = Json::object();
+  if (streaming) j["index"] = index;
+  j["id"] = NewId("call_");
+  j["type"] = "function";
+  j["function"] = Json{{"name", c.name}, {"arguments", c.arguments}};
+  return j;
+}
+
+void ChatResponder::Record(const OutputPiece& piece) {
+  if (piece.delta.finish != FinishReason::kNone) {
+    finish_ = piece.delta.finish;
+    error_ = piece.delta.error;
+    usage_ = piece.delta.usage;
+  }
+}
+
+Json ChatResponder::FinalFinishReason() const {
+  if (finish_ == FinishReason::kStop && (!calls_.empty() || streamed_calls_ > 0)) {
+    return "tool_calls";
+  }
+  return FinishReasonJson(finish_);
+}
+
+std::vector<std::string> ChatResponder::StreamPiece(const OutputPiece& piece) {
+  std::vector<std::string> out;
+  Record(piece);
+  if (!started_) {
+    started_ = true;
+    out.push_back(DumpJson(Chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+  }
+  Json logprobs = nullptr;
+  if (request_.logprobs && ShownToken(piece)) {
+    logprobs =
+        Json{{"content", Json::array({TokenLogprobJson(*tokenizer_, piece.token, piece.logprob,
+                                                       piece.top_logprobs)})}};
+  }
+  ToolCallSplit split;
+  if (tools_) {
+    split = tools_->Push(piece.delta.text);
+    if (piece.delta.finish != FinishReason::kNone) {
+      ToolCallSplit rest = tools_->Finish();
+      split.content += rest.content;
+      for (ToolCall& c : rest.calls) split.calls.push_back(std::move(c));
+    }
+  } else {
+    split.content = piece.delta.text;
+  }
+  if (!split.content.empty() || !logprobs.is_null()) {
+    out.push_back(DumpJson(Chunk(Json{{"content", split.content}}, nullptr, std::move(logprobs))));
+  }
+  for (const ToolCall& c : split.calls) {
+    Json calls = Json::array({ToolCallJson(c, streamed_calls_++, true)});
+    out.push_back(DumpJson(Chunk(Json{{"tool_calls", std::move(calls)}}, nullptr, nullptr)));
+  }
+  return out;
+}
+
+std::vector<std::string> ChatResponder::StreamEnd() {
+  std::vector<std::string> out;
+  if (finish_ == FinishReason::kCancelled || finish_ == FinishReason::kNone) return out;
+  if (finish_ == FinishReason::kError) {
+    OpenAiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "generation failed: " + error_;
+    out.push_back(DumpJson(ErrorBody(e)));
+    return out;
+  }
+  out.push_back(DumpJson(Chunk(Json::object(), FinalFinishReason(), nullptr)));
+  if (request_.include_usage) {
+    Json j{{"id", meta_.id},           {"object", "chat.completion.chunk"},
+           {"created", meta_.created}, {"model", meta_.model},
+           {"choices", Json::array()}, {"usage", UsageJson(usage_)}};
+    out.push_back(DumpJson(j));
+  }
+  return out;
+}
+
+void ChatResponder::Collect(const OutputPiece& piece) {
+  Record(piece);
+  text_ += piece.delta.text;
+  if (request_.logprobs && ShownToken(piece)) {
+    logprobs_.push_back(
+        TokenLogprobJson(*tokenizer_, piece.token, piece.logprob, piece.top_logprobs));
+  }
+}
+
+Json ChatResponder::Completion() {
+  Json message{{"role", "assistant"}};
+  if (request_.parse_tool_calls()) {
+    ToolCallSplit split = SplitToolCalls(text_);
+    calls_ = split.calls;
+    message["content"] =
+        split.calls.empty() || !split.content.empty() ? Json(split.content) : Json(nullptr);
+    if (!split.calls.empty()) {
+      Json calls = Json::array();
+      for (size_t i = 0; i < split.calls.size(); ++i) {
+        calls.push_back(ToolCallJson(split.calls[i], static_cast<int>(i), false));
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+  } else {
+    message["content"] = text_;
+  }
+  Json choice{{"index", 0},
+              {"message", std::move(message)},
+              {"logprobs", request_.logprobs ? Json{{"content", logprobs_}} : Json(nullptr)},
+              {"finish_reason", FinalFinishReason()}};
+  return Json{{"id", meta_.id},
+              {"object", "chat.completion"},
+              {"created", meta_.created},
+              {"model", meta_.model},
+              {"choices", Json::array({std::move(choice)})},
+              {"usage", UsageJson(usage_)}};
+}
+
+// ---- completions -----------------------------------------------------------------------------
+
+CompletionResponder::CompletionResponder(const CompletionRequest& request, ResponseMeta meta,
+                                         const tok::Tokenizer* tokenizer)
+    : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer) {}
+
+void CompletionResponder::Record(const OutputPiece& piece) {
+  if (piece.delta.finish != FinishReason::kNone) {
+    finish_ = piece.delta.finish;
+    error_ = piece.delta.error;
+    usage_ = piece.delta.usage;
+  }
+}
+
+Json CompletionResponder::Chunk(const std::string& text, Json finish, Json logprobs) const {
+  Json choice{{"index", 0},
+              {"text", text},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", std::move(finish)}};
+  Json j{{"id", meta_.id},
+         {"object", "text_completion"},
+         {"created", meta_.created},
+         {"model", meta_.model},
+         {"choices", Json::array({std::move(choice)})}};
+  if (request_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+Json CompletionResponder::LegacyLogprobs(const std::vector<OutputPiece>& pieces,
+                                         size_t text_start) const {
+  Json tokens = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  size_t offset = text_start;
+  for (const OutputPiece& p : pieces) {
+    if (!ShownToken(p)) continue;
+    std::string bytes;
+    bool added = false;
+    if (!tokenizer_->TokenBytes(p.token, false, &bytes, &added)) bytes.clear();
+    tokens.push_back(bytes);
+    lps.push_back(p.logprob);
+    Json top = Json::object();
+    for (const TokenLogprob& t : p.top_logprobs) {
+      std::string b;
+      if (!tokenizer_->TokenBytes(t.token, false, &b, &added)) b.clear();
+      if (!top.contains(b)) top[b] = t.logprob;
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += bytes.size();
+  }
+  return Json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(lps)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
+
+std::vector<std::string> CompletionResponder::StreamPiece(const OutputPiece& piece) {
+  Record(piece);
+  std::vector<std::string> out;
+  Json logprobs = nullptr;
+  if (request_.logprobs >= 0 && ShownToken(piece)) {
+    logprobs = LegacyLogprobs({piece}, text_.size());
+  }
+  text_ += piece.delta.text;
+  if (!piece.delta.text.empty() || !logprobs.is_null()) {
+    out.push_back(DumpJson(Chunk(piece.delta.text, nullptr, std::move(logprobs))));
+  }
+  return out;
+}
+
+std::vector<std::string> CompletionResponder::StreamEnd() {
+  std::vector<std::string> out;
+  if (finish_ == FinishReason::kCancelled || finish_ == FinishReason::kNone) return out;
+  if (finish_ == FinishReason::kError) {
+    OpenAiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "generation failed: " + error_;
+    out.push_back(DumpJson(ErrorBody(e)));
+    return out;
+  }
+  out.push_back(DumpJson(Chunk("", FinishReasonJson(finish_), nullptr)));
+  if (request_.include_usage) {
+    Json j{{"id", meta_.id},       {"object", "text_completion"}, {"created", meta_.created},
+           {"model", meta_.model}, {"choices", Json::array()},    {"usage", UsageJson(usage_)}};
+    out.push_back(DumpJson(j));
+  }
+  return out;
+}
+
+void CompletionResponder::Collect(const OutputPiece& piece) {
+  Record(piece);
+  text_ += piece.delta.text;
+  if (request_.logprobs >= 0) pieces_.push_back(piece);
+}
+
+Json CompletionResponder::Completion() const {
+  Json choice{{"index", 0},
+              {"text", text_},
+              {"logprobs", request_.logprobs >= 0 ? LegacyLogprobs(pieces_, 0) : Json(nullptr)},
+              {"finish_reason", FinishReasonJson(finish_)}};
+  return Json{{"id", meta_.id},
+              {"object", "text_completion"},
+              {"created", meta_.created},
+              {"model", meta_.model},
+              {"choices", Json::array({std::move(choice)})},
+              {"usage", UsageJson(usage_)}};
+}
+
+}  // namespace vls::server

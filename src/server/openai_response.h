@@ -1,0 +1,141 @@
+// OpenAI response bodies: the chat completion and its stream chunks, the legacy completion,
+// usage, log-probabilities and errors (CONTRACTS §7). Pure: JSON in, JSON out, so the shapes are
+// unit-tested without a model (openai_response_test.cc).
+//
+// ChatResponder turns one request's text deltas (TextStream) into what the client sees:
+//   - streaming: a first chunk with the assistant role, one chunk per non-empty piece of text,
+//     tool calls as `delta.tool_calls` once each call is complete, a last chunk with the
+//     finish_reason, then (stream_options.include_usage) a chunk with empty choices and the
+//     usage; every chunk carries "usage": null while include_usage is on;
+//   - non-streaming: one chat.completion object.
+// With tools, the text goes through ToolCallStream: `<tool_call>` blocks become tool_calls and
+// finish_reason "tool_calls" (when the model stopped by itself).
+//
+// All model text is dumped with invalid UTF-8 replaced (U+FFFD): a token's bytes need not be
+// valid UTF-8 on their own.
+#ifndef VLSTACK_SERVER_OPENAI_RESPONSE_H_
+#define VLSTACK_SERVER_OPENAI_RESPONSE_H_
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/batch_engine.h"
+#include "runtime/text_stream.h"
+#include "server/openai_request.h"
+#include "server/tool_calls.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vls::server {
+
+// JSON text of `j` with invalid UTF-8 replaced; never throws on model text.
+std::string DumpJson(const nlohmann::ordered_json& j);
+
+// {"error": {"message", "type", "param", "code"}}.
+nlohmann::ordered_json ErrorBody(const OpenAiError& e);
+
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+// {"cached_tokens"}}.
+nlohmann::ordered_json UsageJson(const Usage& u);
+
+// "stop", "length", or (a request that ended another way) null.
+nlohmann::ordered_json FinishReasonJson(FinishReason r);
+
+// One generated token as OpenAI's chat logprobs entry: {"token", "logprob", "bytes",
+// "top_logprobs": [{"token", "logprob", "bytes"}]}.
+nlohmann::ordered_json TokenLogprobJson(const tok::Tokenizer& tokenizer, int32_t token,
+                                        float logprob, const std::vector<TokenLogprob>& top);
+
+// A fresh id with `prefix` ("chatcmpl-", "cmpl-", "call_") and 24 random characters.
+std::string NewId(const char* prefix);
+
+// One piece of a request's output as the service hands it over.
+struct OutputPiece {
+  TextDelta delta;
+  int32_t token = -1;  // the generated token (-1: none)
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+struct ResponseMeta {
+  std::string id;     // "chatcmpl-..." / "cmpl-..."
+  std::string model;  // the served model's id
+  int64_t created = 0;
+};
+
+class ChatResponder {
+ public:
+  ChatResponder(const ChatCompletionRequest& request, ResponseMeta meta,
+                const tok::Tokenizer* tokenizer);
+
+  // Streaming: the SSE `data:` payloads (JSON texts) this piece produces, in order.
+  std::vector<std::string> StreamPiece(const OutputPiece& piece);
+  // Streaming, after the last piece: the final chunks (finish chunk, usage chunk). Empty for a
+  // request that was cancelled; an error finish yields one {"error": ...} payload.
+  std::vector<std::string> StreamEnd();
+
+  // Non-streaming: take every piece, then Completion().
+  void Collect(const OutputPiece& piece);
+  nlohmann::ordered_json Completion();  // draws the tool calls' ids
+
+  FinishReason finish() const { return finish_; }
+  const std::string& error() const { return error_; }
+  const Usage& usage() const { return usage_; }
+
+ private:
+  nlohmann::ordered_json Chunk(nlohmann::ordered_json delta, nlohmann::ordered_json finish,
+                               nlohmann::ordered_json logprobs) const;
+  nlohmann::ordered_json ToolCallJson(const ToolCall& c, int index, bool streaming);
+  void Record(const OutputPiece& piece);
+  nlohmann::ordered_json FinalFinishReason() const;
+
+  ChatCompletionRequest request_;
+  ResponseMeta meta_;
+  const tok::Tokenizer* tokenizer_;
+  std::unique_ptr<ToolCallStream> tools_;  // when tool calls are parsed
+  bool started_ = false;                   // the role chunk was sent
+  std::string text_;                       // non-streaming: the whole text
+  std::vector<ToolCall> calls_;
+  int streamed_calls_ = 0;
+  nlohmann::ordered_json logprobs_ = nlohmann::ordered_json::array();
+  FinishReason finish_ = FinishReason::kNone;
+  std::string error_;
+  Usage usage_;
+};
+
+// The legacy /v1/completions object and chunks ("text_completion").
+class CompletionResponder {
+ public:
+  CompletionResponder(const CompletionRequest& request, ResponseMeta meta,
+                      const tok::Tokenizer* tokenizer);
+  std::vector<std::string> StreamPiece(const OutputPiece& piece);
+  std::vector<std::string> StreamEnd();
+  void Collect(const OutputPiece& piece);
+  nlohmann::ordered_json Completion() const;
+  FinishReason finish() const { return finish_; }
+  const std::string& error() const { return error_; }
+  const Usage& usage() const { return usage_; }
+
+ private:
+  nlohmann::ordered_json Chunk(const std::string& text, nlohmann::ordered_json finish,
+                               nlohmann::ordered_json logprobs) const;
+  // Legacy logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"} of the pieces.
+  nlohmann::ordered_json LegacyLogprobs(const std::vector<OutputPiece>& pieces,
+                                        size_t text_start) const;
+  void Record(const OutputPiece& piece);
+
+  CompletionRequest request_;
+  ResponseMeta meta_;
+  const tok::Tokenizer* tokenizer_;
+  std::string text_;
+  std::vector<OutputPiece> pieces_;  // with logprobs: every piece, for the legacy object
+  FinishReason finish_ = FinishReason::kNone;
+  std::string error_;
+  Usage usage_;
+};
+
+}  // namespace vls::server
+
+#endif  // VLSTACK_SERVER_OPENAI_RESPONSE_H_
