@@ -1,0 +1,211 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+
+namespace vls::server {
+namespace {
+
+// Bucket bounds in seconds, for CPU inference: a first token takes from tens of milliseconds
+// (short prompt, prefix cache) to minutes (long prompt with images on a small machine).
+std::vector<double> LatencyBounds() {
+  return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300};
+}
+// One decode step: about a millisecond (small model, large batch) to seconds (large model).
+std::vector<double> InterTokenBounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+}
+// Waiting for a slot: nothing at all when one is free, minutes behind a full queue.
+std::vector<double> QueueBounds() {
+  return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+}
+
+// Endpoints and outcomes with a 0 line before any traffic, so dashboards and alerts see them.
+constexpr std::array<std::string_view, 2> kSeededEndpoints = {"chat", "completions"};
+constexpr std::array<std::string_view, 5> kOutcomes = {"ok", "client_error", "server_error",
+                                                       "rejected", "cancelled"};
+
+void AppendHeader(std::string_view name, std::string_view type, std::string_view help,
+                  std::string* out) {
+  out->append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out->append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+void AppendSample(std::string_view name, int64_t value, std::string* out) {
+  out->append(name).append(" ").append(std::to_string(value)).append("\n");
+}
+
+void AppendCounter(std::string_view name, std::string_view help, int64_t value, std::string* out) {
+  AppendHeader(name, "counter", help, out);
+  AppendSample(name, value, out);
+}
+
+void AppendGauge(std::string_view name, std::string_view help, int64_t value, std::string* out) {
+  AppendHeader(name, "gauge", help, out);
+  AppendSample(name, value, out);
+}
+
+void AppendHistogram(std::string_view name, std::string_view help, const Histogram& h,
+                     std::string* out) {
+  AppendHeader(name, "histogram", help, out);
+  h.Render(std::string(name), out);
+}
+
+// Counters only go up: a negative increment (a caller's bug) is dropped.
+void AddNonNegative(std::atomic<int64_t>* counter, int64_t n) {
+  if (n > 0) counter->fetch_add(n, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string FormatSampleValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  std::array<char, 32> buf{};
+  const auto result = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  return std::string(buf.data(), result.ptr);
+}
+
+Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)) {
+  std::erase_if(bounds_, [](double b) { return !std::isfinite(b); });
+  std::sort(bounds_.begin(), bounds_.end());
+  bounds_.erase(std::unique(bounds_.begin(), bounds_.end()), bounds_.end());
+  counts_.assign(bounds_.size() + 1, 0);
+}
+
+void Histogram::Observe(double v) {
+  if (std::isnan(v)) return;
+  // The first bucket whose bound is >= v (Prometheus buckets are `le`, less or equal).
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
+  const std::lock_guard<std::mutex> lock(mu_);
+  ++counts_[bucket];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::Render(const std::string& name, std::string* out) const {
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  uint64_t count = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    counts = counts_;
+    sum = sum_;
+    count = count_;
+  }
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    cumulative += counts[i];
+    const std::string le = i < bounds_.size() ? FormatSampleValue(bounds_[i]) : "+Inf";
+    out->append(name).append("_bucket{le=\"").append(le).append("\"} ");
+    out->append(std::to_string(cumulative)).append("\n");
+  }
+  out->append(name).append("_sum ").append(FormatSampleValue(sum)).append("\n");
+  out->append(name).append("_count ").append(std::to_string(count)).append("\n");
+}
+
+uint64_t Histogram::count() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return count_;
+}
+
+double Histogram::sum() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return sum_;
+}
+
+ServerMetrics::ServerMetrics()
+    : time_to_first_token_(LatencyBounds()),
+      inter_token_latency_(InterTokenBounds()),
+      request_duration_(LatencyBounds()),
+      queue_time_(QueueBounds()) {
+  for (const std::string_view endpoint : kSeededEndpoints) {
+    for (const std::string_view outcome : kOutcomes) {
+      requests_[{std::string(endpoint), std::string(outcome)}] = 0;
+    }
+  }
+}
+
+void ServerMetrics::CountRequest(std::string_view endpoint, std::string_view outcome) {
+  std::pair<std::string, std::string> key(endpoint, outcome);
+  const std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(key);
+  if (it == requests_.end()) {
+    if (requests_.size() >= kMaxRequestSeries) key = {"other", "other"};
+    it = requests_.try_emplace(std::move(key), 0).first;
+  }
+  ++it->second;
+}
+
+void ServerMetrics::AddPromptTokens(int64_t prompt, int64_t cached) {
+  AddNonNegative(&prompt_tokens_, prompt);
+  AddNonNegative(&prompt_tokens_cached_, cached);
+}
+
+void ServerMetrics::AddGeneratedTokens(int64_t n) { AddNonNegative(&generation_tokens_, n); }
+
+void ServerMetrics::ObserveTimeToFirstToken(double seconds) {
+  time_to_first_token_.Observe(seconds);
+}
+void ServerMetrics::ObserveInterTokenLatency(double seconds) {
+  inter_token_latency_.Observe(seconds);
+}
+void ServerMetrics::ObserveRequestDuration(double seconds) { request_duration_.Observe(seconds); }
+void ServerMetrics::ObserveQueueTime(double seconds) { queue_time_.Observe(seconds); }
+
+std::string ServerMetrics::Render(const GaugeValues& g) const {
+  std::string out;
+  AppendHeader("vlstack_requests_total", "counter",
+               "Finished HTTP requests by endpoint and outcome.", &out);
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, value] : requests_) {
+      out.append("vlstack_requests_total{endpoint=\"").append(EscapeLabelValue(key.first));
+      out.append("\",outcome=\"").append(EscapeLabelValue(key.second)).append("\"} ");
+      out.append(std::to_string(value)).append("\n");
+    }
+  }
+  AppendCounter("vlstack_prompt_tokens_total", "Prompt tokens of admitted requests.",
+                prompt_tokens_.load(std::memory_order_relaxed), &out);
+  AppendCounter("vlstack_prompt_tokens_cached_total",
+                "Prompt tokens reused from a cache instead of computed.",
+                prompt_tokens_cached_.load(std::memory_order_relaxed), &out);
+  AppendCounter("vlstack_generation_tokens_total", "Tokens generated.",
+                generation_tokens_.load(std::memory_order_relaxed), &out);
+  AppendGauge("vlstack_queue_depth", "Requests waiting for a slot.", g.queue_depth, &out);
+  AppendGauge("vlstack_slots_busy", "Engine slots serving a request.", g.slots_busy, &out);
+  AppendGauge("vlstack_slots_total", "Engine slots.", g.slots_total, &out);
+  AppendGauge("vlstack_requests_in_flight", "HTTP requests being handled.", g.requests_in_flight,
+              &out);
+  AppendGauge("vlstack_draining", "1 while the server drains its requests to stop.", g.draining,
+              &out);
+  AppendHistogram("vlstack_time_to_first_token_seconds",
+                  "Seconds from a request's arrival to its first generated token.",
+                  time_to_first_token_, &out);
+  AppendHistogram("vlstack_inter_token_latency_seconds",
+                  "Seconds between consecutive generated tokens of a request.",
+                  inter_token_latency_, &out);
+  AppendHistogram("vlstack_request_duration_seconds",
+                  "Seconds from a request's arrival to its last byte.", request_duration_, &out);
+  AppendHistogram("vlstack_queue_time_seconds", "Seconds a request waited for a slot.", queue_time_,
+                  &out);
+  return out;
+}
+
+}  // namespace vls::server

@@ -1,0 +1,109 @@
+// Prometheus metrics of `vlstack serve` (GET /metrics), in the text exposition format 0.0.4:
+// https://prometheus.io/docs/instrumenting/exposition_formats/
+//
+//   vlstack_requests_total{endpoint,outcome}     counter: finished HTTP requests
+//   vlstack_prompt_tokens_total                  counter: prompt tokens of admitted requests
+//   vlstack_prompt_tokens_cached_total           counter: of those, served from a prefix cache
+//   vlstack_generation_tokens_total              counter: tokens generated
+//   vlstack_queue_depth, vlstack_slots_busy, vlstack_slots_total,
+//   vlstack_requests_in_flight, vlstack_draining gauges, read from the server at render time
+//   vlstack_time_to_first_token_seconds, vlstack_inter_token_latency_seconds,
+//   vlstack_request_duration_seconds, vlstack_queue_time_seconds   histograms
+//
+// Thread safety: every method of Histogram and ServerMetrics may be called from any thread at
+// any time; a render sees each histogram and the request counts in one consistent state.
+#ifndef VLSTACK_SERVER_METRICS_H_
+#define VLSTACK_SERVER_METRICS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace vls::server {
+
+// The Content-Type of a /metrics response.
+inline constexpr std::string_view kPrometheusContentType =
+    "text/plain; version=0.0.4; charset=utf-8";
+
+// `s` as a label value inside double quotes: backslash, double quote and newline escaped.
+std::string EscapeLabelValue(std::string_view s);
+// A sample value as Prometheus reads it: shortest round-trip decimal, "+Inf", "-Inf" or "NaN".
+std::string FormatSampleValue(double v);
+
+// A histogram with fixed bucket upper bounds (the +Inf bucket is implicit).
+class Histogram {
+ public:
+  // The bounds are sorted and duplicates and non-finite values dropped.
+  explicit Histogram(std::vector<double> upper_bounds);
+  Histogram(const Histogram&) = delete;
+  Histogram& operator=(const Histogram&) = delete;
+
+  // Counts one observation; NaN is ignored (it would poison _sum).
+  void Observe(double v);
+  // Appends the `name_bucket{le="..."}` lines (cumulative, ending with le="+Inf"), `name_sum` and
+  // `name_count` for metric `name`, without # HELP / # TYPE.
+  void Render(const std::string& name, std::string* out) const;
+
+  const std::vector<double>& upper_bounds() const { return bounds_; }
+  uint64_t count() const;
+  double sum() const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last = above every bound
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Gauges the server reads from its queue and engine when /metrics is asked for.
+struct GaugeValues {
+  int64_t queue_depth = 0, slots_busy = 0, slots_total = 0, requests_in_flight = 0;
+  int64_t draining = 0;  // 1 while SIGTERM drains the requests in flight
+};
+
+class ServerMetrics {
+ public:
+  // Distinct (endpoint, outcome) pairs kept; later new pairs count under ("other", "other") so a
+  // caller passing unexpected labels cannot grow the output without bound.
+  static constexpr size_t kMaxRequestSeries = 64;
+
+  ServerMetrics();
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // One finished HTTP request: endpoint "chat" | "completions" | "tokenize" | "detokenize" |
+  // "models" | "health" | "metrics" | "other"; outcome "ok" | "client_error" | "server_error" |
+  // "rejected" (429/503) | "cancelled" (the client went away).
+  void CountRequest(std::string_view endpoint, std::string_view outcome);
+  // Prompt tokens of one admitted request, `cached` of them reused from a cache.
+  void AddPromptTokens(int64_t prompt, int64_t cached);
+  void AddGeneratedTokens(int64_t n);
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveRequestDuration(double seconds);
+  void ObserveQueueTime(double seconds);
+
+  // The whole /metrics body.
+  std::string Render(const GaugeValues& g) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, int64_t> requests_;  // guarded by mu_
+  std::atomic<int64_t> prompt_tokens_{0};
+  std::atomic<int64_t> prompt_tokens_cached_{0};
+  std::atomic<int64_t> generation_tokens_{0};
+  Histogram time_to_first_token_;
+  Histogram inter_token_latency_;
+  Histogram request_duration_;
+  Histogram queue_time_;
+};
+
+}  // namespace vls::server
+
+#endif  // VLSTACK_SERVER_METRICS_H_
