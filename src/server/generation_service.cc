@@ -116,7 +116,10 @@ StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(PreparedChat 
   if (draining_) {
     return FailedPrecondition("the server is shutting down and takes no new requests");
   }
-  if (engine_->pending_count() >= options_.max_queue) {
+  // Requests that a free slot takes at the next step do not wait.
+  const size_t active = engine_->active_count();
+  const size_t free_slots = active < static_cast<size_t>(slots_) ? slots_ - active : 0;
+  if (engine_->pending_count() >= options_.max_queue + free_slots) {
     return ResourceExhausted("the server is busy: " + std::to_string(options_.max_queue) +
                              " requests are already waiting; retry later");
   }

@@ -184,6 +184,25 @@ Status CheckMessages(const Json& body, const RequestLimits& limits) {
   return Status::Ok();
 }
 
+// ValidateSamplingParams with the field quoted ("sampling.top_p: why" -> "\"top_p\" why"), and
+// OpenAI's range for the penalties.
+Status CheckSampling(const SamplingParams& p) {
+  for (const auto& [name, v] :
+       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+        {"frequency_penalty", p.frequency_penalty}}) {
+    if (!(v >= -2.0f && v <= 2.0f)) return Bad(name, "must be in [-2, 2]");
+  }
+  Status s = ValidateSamplingParams(p);
+  if (s.ok()) return s;
+  std::string m = s.message();
+  const std::string prefix = "sampling.";
+  const size_t colon = m.find(": ");
+  if (m.rfind(prefix, 0) == 0 && colon != std::string::npos) {
+    return Bad(m.substr(prefix.size(), colon - prefix.size()), m.substr(colon + 2));
+  }
+  return s;
+}
+
 // A JSON list of token ids.
 StatusOr<std::vector<int32_t>> TokenList(const Json& v) {
   std::vector<int32_t> ids;
@@ -288,6 +307,7 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   auto chat = ChatRequestFromJson(body, defaults);
   if (!chat.ok()) return Unprefixed(chat.status());
   r.chat = std::move(*chat);
+  VLS_RETURN_IF_ERROR(CheckSampling(r.chat.sampling));
   if (r.tool_choice != ToolChoice::kNone) r.chat.tools = tools;
   r.chat.logprobs = r.logprobs ? r.top_logprobs : -1;
   return r;
@@ -339,15 +359,17 @@ StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body_in,
     r.logprobs = static_cast<int>(n);
     body.erase(it);
   }
+  for (const char* chat_only : {"messages", "tools", "tool_choice"}) {
+    if (body.contains(chat_only)) return Bad(chat_only, "is for /v1/chat/completions");
+  }
   // The pipeline's reader wants messages; a placeholder it accepts and the raw path ignores.
   body["messages"] = Json::array({Json::object()});
   auto params = ChatRequestFromJson(body, defaults);
   if (!params.ok()) return Unprefixed(params.status());
   r.params = std::move(*params);
+  VLS_RETURN_IF_ERROR(CheckSampling(r.params.sampling));
   r.params.messages = Json::array();
   r.params.logprobs = r.logprobs;
-  // Chat-only fields make no sense on a raw prompt.
-  if (!r.params.tools.is_null()) return Bad("tools", "is for /v1/chat/completions");
   return r;
 }
 

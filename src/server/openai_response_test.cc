@@ -1,0 +1,246 @@
+#include "server/openai_response.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/pipeline_test_util.h"
+
+namespace vls::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kVocab = 512;
+
+std::unique_ptr<tok::Tokenizer> Tokenizer() {
+  auto t = tok::Tokenizer::FromJson(vls::testing::TinyChatTokenizerJson(kVocab));
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(*t);
+}
+
+OutputPiece Text(const std::string& text, int32_t token) {
+  OutputPiece p;
+  p.delta.text = text;
+  p.token = token;
+  p.logprob = -0.5f;
+  p.top_logprobs = {{token, -0.5f}, {7, -1.5f}};
+  return p;
+}
+
+OutputPiece Finish(FinishReason r, int prompt, int completion, int cached = 0) {
+  OutputPiece p;
+  p.delta.finish = r;
+  p.delta.usage = Usage{prompt, completion, cached};
+  if (r == FinishReason::kStop) {
+    p.token = kVocab - 1;  // the EOS that ended it: not part of the reply
+    p.delta.stop_token = p.token;
+  }
+  if (r == FinishReason::kError) p.delta.error = "boom";
+  return p;
+}
+
+ResponseMeta Meta() { return ResponseMeta{"chatcmpl-x", "m", 123}; }
+
+// The pieces streamed, as parsed chunks.
+std::vector<Json> StreamAll(ChatResponder& r, const std::vector<OutputPiece>& pieces) {
+  std::vector<Json> out;
+  for (const OutputPiece& p : pieces) {
+    for (const std::string& s : r.StreamPiece(p)) out.push_back(Json::parse(s));
+  }
+  for (const std::string& s : r.StreamEnd()) out.push_back(Json::parse(s));
+  return out;
+}
+
+std::string StreamedContent(const std::vector<Json>& chunks) {
+  std::string text;
+  for (const Json& c : chunks) {
+    if (c.contains("choices") && !c["choices"].empty() &&
+        c["choices"][0]["delta"].contains("content")) {
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  return text;
+}
+
+TEST(ChatResponder, StreamAndCompletionAgree) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.stream = true;
+  req.include_usage = true;
+  const std::vector<OutputPiece> pieces = {Text("Hel", 72), Text("", 300), Text("lo", 108),
+                                           Finish(FinishReason::kStop, 9, 3, 4)};
+  ChatResponder s(req, Meta(), tok.get());
+  const std::vector<Json> chunks = StreamAll(s, pieces);
+  ASSERT_GE(chunks.size(), 5u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_TRUE(chunks[0]["usage"].is_null());
+  EXPECT_EQ(StreamedContent(chunks), "Hello");
+  const Json& fin = chunks[chunks.size() - 2];
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");
+  const Json& usage = chunks.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 9);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(usage["usage"]["total_tokens"], 12);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+  for (const Json& c : chunks) EXPECT_EQ(c["id"], "chatcmpl-x");
+
+  req.stream = false;
+  req.include_usage = false;
+  ChatResponder n(req, Meta(), tok.get());
+  for (const OutputPiece& p : pieces) n.Collect(p);
+  const Json c = n.Completion();
+  EXPECT_EQ(c["object"], "chat.completion");
+  EXPECT_EQ(c["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(c["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(c["usage"]["total_tokens"], 12);
+  EXPECT_FALSE(c["choices"][0]["message"].contains("tool_calls"));
+}
+
+TEST(ChatResponder, WithoutIncludeUsageNoUsageChunk) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.stream = true;
+  ChatResponder s(req, Meta(), tok.get());
+  const auto chunks = StreamAll(s, {Text("a", 97), Finish(FinishReason::kLength, 2, 1)});
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "length");
+  for (const Json& c : chunks) EXPECT_FALSE(c.contains("usage"));
+}
+
+TEST(ChatResponder, LogprobsForShownTokensOnly) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.logprobs = true;
+  req.top_logprobs = 2;
+  ChatResponder n(req, Meta(), tok.get());
+  for (const OutputPiece& p : {Text("h", 104), Text("i", 105), Finish(FinishReason::kStop, 2, 3)}) {
+    n.Collect(p);
+  }
+  const Json lp = n.Completion()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 2u);  // the EOS that stopped it is not shown
+  EXPECT_EQ(lp[0]["token"], "h");
+  EXPECT_EQ(lp[0]["bytes"], Json::array({104}));
+  EXPECT_FLOAT_EQ(lp[0]["logprob"].get<float>(), -0.5f);
+  ASSERT_EQ(lp[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(lp[0]["top_logprobs"][1]["bytes"], Json::array({7}));
+}
+
+TEST(ChatResponder, ToolCallsStreamedAndNotAgree) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.chat.tools = Json::array({{{"type", "function"}, {"function", {{"name", "get"}}}}});
+  const std::string text =
+      "Let me look.<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n"
+      "</tool_call>";
+  // Split the text at every 3 bytes into pieces.
+  std::vector<OutputPiece> pieces;
+  for (size_t i = 0; i < text.size(); i += 3) pieces.push_back(Text(text.substr(i, 3), 1));
+  pieces.push_back(Finish(FinishReason::kStop, 5, static_cast<int>(pieces.size()) + 1));
+
+  ChatResponder n(req, Meta(), tok.get());
+  for (const OutputPiece& p : pieces) n.Collect(p);
+  const Json c = n.Completion();
+  const Json& msg = c["choices"][0]["message"];
+  EXPECT_EQ(msg["content"], "Let me look.");
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get");
+  EXPECT_EQ(Json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(msg["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "tool_calls");
+
+  req.stream = true;
+  ChatResponder s(req, Meta(), tok.get());
+  const auto chunks = StreamAll(s, pieces);
+  EXPECT_EQ(StreamedContent(chunks), "Let me look.");
+  int calls = 0;
+  for (const Json& ch : chunks) {
+    const Json& d = ch["choices"][0]["delta"];
+    if (!d.contains("tool_calls")) continue;
+    ++calls;
+    EXPECT_EQ(d["tool_calls"][0]["index"], 0);
+    EXPECT_EQ(d["tool_calls"][0]["function"]["name"], "get");
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(ChatResponder, WithoutToolsTagsAreText) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  ChatResponder n(req, Meta(), tok.get());
+  const std::string text = "<tool_call>\n{\"name\": \"get\"}\n</tool_call>";
+  n.Collect(Text(text, 1));
+  n.Collect(Finish(FinishReason::kStop, 1, 2));
+  const Json c = n.Completion();
+  EXPECT_EQ(c["choices"][0]["message"]["content"], text);
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ChatResponder, ErrorAndCancelledEnds) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.stream = true;
+  ChatResponder e(req, Meta(), tok.get());
+  const auto chunks = StreamAll(e, {Text("a", 97), Finish(FinishReason::kError, 1, 1)});
+  ASSERT_TRUE(chunks.back().contains("error"));
+  EXPECT_NE(chunks.back()["error"]["message"].get<std::string>().find("boom"), std::string::npos);
+  ChatResponder c(req, Meta(), tok.get());
+  c.StreamPiece(Finish(FinishReason::kCancelled, 1, 0));
+  EXPECT_TRUE(c.StreamEnd().empty());
+}
+
+TEST(OpenAiResponse, DumpReplacesInvalidUtf8AndErrorsAreShaped) {
+  const std::string dumped = DumpJson(Json{{"t", std::string("a\xff\xfe")}});
+  EXPECT_EQ(Json::parse(dumped)["t"], "a\xEF\xBF\xBD\xEF\xBF\xBD");
+  OpenAiError e;
+  e.message = "bad";
+  e.param = "top_p";
+  const Json b = ErrorBody(e);
+  EXPECT_EQ(b["error"]["message"], "bad");
+  EXPECT_EQ(b["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(b["error"]["param"], "top_p");
+  EXPECT_TRUE(b["error"]["code"].is_null());
+  EXPECT_NE(NewId("call_"), NewId("call_"));
+  EXPECT_EQ(NewId("cmpl-").size(), 5u + 24u);
+}
+
+TEST(CompletionResponder, StreamAndCompletionAgree) {
+  auto tok = Tokenizer();
+  CompletionRequest req;
+  req.logprobs = 1;
+  const std::vector<OutputPiece> pieces = {Text("ab", 97), Text("c", 99),
+                                           Finish(FinishReason::kLength, 4, 2)};
+  CompletionResponder n(req, ResponseMeta{"cmpl-x", "m", 1}, tok.get());
+  for (const OutputPiece& p : pieces) n.Collect(p);
+  const Json c = n.Completion();
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "abc");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c["choices"][0]["logprobs"]["tokens"].size(), 2u);
+  EXPECT_EQ(c["choices"][0]["logprobs"]["text_offset"], Json::array({0, 1}));
+
+  req.stream = true;
+  req.include_usage = true;
+  CompletionResponder s(req, ResponseMeta{"cmpl-x", "m", 1}, tok.get());
+  std::string text;
+  std::vector<Json> chunks;
+  for (const OutputPiece& p : pieces) {
+    for (const std::string& x : s.StreamPiece(p)) chunks.push_back(Json::parse(x));
+  }
+  for (const std::string& x : s.StreamEnd()) chunks.push_back(Json::parse(x));
+  for (const Json& ch : chunks) {
+    if (!ch["choices"].empty()) text += ch["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "abc");
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 2);
+}
+
+}  // namespace
+}  // namespace vls::server
