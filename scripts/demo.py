@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """vlstack demo. First what a user does first: make a model folder (a small random Qwen3-VL
-checkpoint with its vision tower, the real Qwen3 tokenizer and chat template) and talk to it with
-`vlstack run`: a question about a picture, a prompt, piped stdin, a stop string. Then the engine
+checkpoint with its vision tower, the real Qwen3 tokenizer and chat template), serve it with
+`vlstack serve` and talk to it with the official OpenAI client (a streamed question about a
+picture, usage, a stop string, the metrics), then stop the server with SIGTERM. Then the same
+model from the command line with `vlstack run`: a question about a picture, a prompt, piped
+stdin, a stop string. Then the engine
 underneath: the picture through the vision tower (`vlstack vision`), an image prompt through
 `vlstack forward --image` (pads expanded, M-RoPE positions from get_rope_index, DeepStack entry)
 with greedy decoding, a continuous batch with an image request, and a compiled BF16 artifact
@@ -13,8 +16,12 @@ import argparse
 import json
 import os
 import struct
+import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 
 import numpy as np
 
@@ -68,8 +75,56 @@ def picture(path, w=120, h=80):
     return path
 
 
+def serve(a, model, sunrise):
+    """`vlstack serve` and the OpenAI client, the way an application meets vlstack."""
+    cmd = [a.vlstack, "serve", "--model", model, "--port", "0", "--slots", "2",
+           "--capacity", "2048"]
+    print("\n[demo] serve the model: an OpenAI-compatible server (chat page at /, /v1/chat/completions,"
+          " /metrics); one JSON log line per request on its stderr")
+    print("$ " + " ".join(cmd), flush=True)
+    server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, bufsize=1)
+    url = None
+    deadline = time.time() + 120
+    while url is None and time.time() < deadline:
+        line = server.stderr.readline()
+        if not line:
+            break
+        print("  [server] " + line.rstrip())
+        if "listening on " in line:
+            url = line.split("listening on ")[1].split()[0]
+    if url is None:
+        server.kill()
+        sys.exit("[demo] the server did not start")
+    # /health answers 503 while the model loads, then 200.
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    logs = []
+    threading.Thread(target=lambda: [logs.append(l) for l in server.stderr], daemon=True).start()
+    client = ["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_client.mjs"),
+              "--url", url, "--image", sunrise]
+    print("$ " + " ".join(client), flush=True)
+    rc = subprocess.run(client).returncode
+    print("[demo] the server's request log:")
+    for line in logs:
+        print("  [server] " + line.rstrip())
+    print("[demo] SIGTERM: the server stops taking requests, finishes those in flight and exits 0")
+    server.send_signal(signal.SIGTERM)
+    code = server.wait(timeout=60)
+    time.sleep(0.2)
+    for line in logs[-2:]:
+        print("  [server] " + line.rstrip())
+    print(f"[demo] server exit code {code}")
+    if rc != 0 or code != 0:
+        sys.exit(f"[demo] the client exited {rc}, the server {code}")
+
+
 def chat(a):
-    """`vlstack run` on a model folder the way a user meets it."""
+    """`vlstack serve` and `vlstack run` on a model folder the way a user meets them."""
     model = os.path.join(a.work, "chat-qwen3-vl")
     print("[demo] a model folder: random Qwen3-VL weights (hidden 64, 4 layers, the real 151936-token"
           " vocabulary, a small vision tower), the Qwen3 tokenizer, the Qwen3-VL chat template and"
@@ -77,6 +132,8 @@ def chat(a):
     run([a.vlstack, "make-test-model", "--out", model, "--vocab", "151936", "--hidden", "64",
          "--layers", "4", "--untied", "--seed", "11"])
     sunrise = picture(os.path.join(a.work, "sunrise.png"))
+    serve(a, model, sunrise)
+    print("\n[demo] the same model from the command line")
     print("\n[demo] ask about a picture: the image is decoded, resized as the model's processor says,"
           " encoded by the vision tower and placed in the prompt (with its DeepStack features);"
           " the reply streams to stdout (random weights: random words)")

@@ -383,7 +383,8 @@ void HttpServer::Impl::Log(const Request& req, const Response& res) {
     metrics->CountRequest(l.endpoint, outcome);
     if (l.generation) metrics->ObserveRequestDuration(ms / 1e3);
   }
-  if (!options.log_requests) return;
+  // Health probes come every few seconds from load balancers: counted, not logged.
+  if (!options.log_requests || l.endpoint == "health") return;
   Json line{{"event", "request"}, {"id", l.id},           {"method", req.method},
             {"path", req.path},   {"status", res.status}, {"outcome", outcome}};
   if (l.generation) {
