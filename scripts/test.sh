@@ -19,11 +19,12 @@ cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DVLS_SANITIZE=ON -DVLS_WERROR
 cmake --build build/asan -j2 --target untrusted_tests vlstack
 (cd build/asan && ctest --output-on-failure -L untrusted --timeout 900)
 
-echo "== ThreadSanitizer build of the thread pool and batch engine tests =="
+echo "== ThreadSanitizer build of the thread pool, batch engine and server tests =="
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLS_TSAN=ON -DVLS_WERROR=ON >/dev/null
-cmake --build build/tsan -j2 --target thread_pool_test batch_test
+cmake --build build/tsan -j2 --target thread_pool_test batch_test server_service_test
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/base/thread_pool_test
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/runtime/batch_test
+TSAN_OPTIONS="halt_on_error=1" build/tsan/src/server/server_service_test
 
 echo "== clang-format =="
 git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
