@@ -89,8 +89,15 @@ export function startServer(vlstack, args, { timeoutMs = 60000, quiet = true } =
           server.url = m[1];
           server.host = m[2];
           server.port = Number(m[3]);
-          clearTimeout(timer);
-          resolve(server);
+          // Listening comes first; /health answers 503 until the model is loaded.
+          waitHealthy(server.url, timeoutMs).then(() => {
+            clearTimeout(timer);
+            resolve(server);
+          }, (e) => {
+            clearTimeout(timer);
+            proc.kill('SIGKILL');
+            reject(e);
+          });
         }
       }
     });
@@ -109,6 +116,23 @@ export function startServer(vlstack, args, { timeoutMs = 60000, quiet = true } =
       return info;
     };
   });
+}
+
+// Polls GET /health until it answers 200.
+export async function waitHealthy(url, withinMs = 60000) {
+  const t0 = Date.now();
+  let last = '';
+  while (Date.now() - t0 < withinMs) {
+    try {
+      const r = await fetch(`${url}/health`);
+      if (r.status === 200) return;
+      last = `${r.status} ${await r.text()}`;
+    } catch (e) {
+      last = e.message;
+    }
+    await sleep(50);
+  }
+  throw new Error(`/health not ready after ${withinMs} ms: ${last}`);
 }
 
 // Prometheus text -> Map of 'name{labels}' (labels as written) and bare 'name' -> number.
