@@ -169,6 +169,7 @@ int Serve(const Args& args) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);  // the command's own wake-up of the signal thread at exit
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -187,6 +188,7 @@ int Serve(const Args& args) {
   std::thread signals([&] {
     int sig = 0;
     sigwait(&set, &sig);
+    if (sig == SIGUSR1) return;  // the server already stopped
     stopping.store(true);
     std::fprintf(stderr, "[serve] %s: draining (up to %d s)\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", f.drain_timeout_s);
@@ -200,7 +202,7 @@ int Serve(const Args& args) {
     const int rc = Fail("serve", loaded.status());
     http.Stop();
     listener.join();
-    pthread_kill(signals.native_handle(), SIGTERM);
+    pthread_kill(signals.native_handle(), SIGUSR1);
     signals.join();
     return rc;
   }
@@ -211,7 +213,7 @@ int Serve(const Args& args) {
                loaded->images ? "on" : "off");
   std::fflush(stderr);
   listener.join();
-  if (!stopping.load()) pthread_kill(signals.native_handle(), SIGTERM);
+  if (!stopping.load()) pthread_kill(signals.native_handle(), SIGUSR1);
   signals.join();
   return 0;
 }

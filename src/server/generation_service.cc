@@ -68,10 +68,10 @@ StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(const Loa
                                                                        ServerMetrics* metrics) {
   std::unique_ptr<GenerationService> s(new GenerationService(pipeline, options, metrics));
   GenerationService* self = s.get();
-  VLS_ASSIGN_OR_RETURN(
-      s->engine_,
-      BatchEngine::Create(
-          model, [self](const TokenEvent& e) { return self->OnEvent(e); }, engine_options));
+  VLS_ASSIGN_OR_RETURN(s->engine_,
+                       BatchEngine::Create(
+                           model, [self](const TokenEvent& e) { return self->OnEvent(e); },
+                           std::move(engine_options)));
   s->slots_ = model.bounds().slots;
   try {
     s->engine_->Start();

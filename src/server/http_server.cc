@@ -487,7 +487,7 @@ void HttpServer::Impl::Routes() {
     }
     SetError(res, e);
   });
-  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+  http.set_exception_handler([](const Request&, Response& res, const std::exception_ptr& ep) {
     std::string what = "unknown exception";
     try {
       std::rethrow_exception(ep);

@@ -221,6 +221,7 @@ await R.run('chat: seeds reproduce, different seeds differ, greedy repeats', asy
   const d = (await chat(q)).choices[0].message.content;
   const e = (await chatStream(q)).text;
   checkEq(e, d, 'sampled with top_k/min_p/penalties, streamed vs not');
+  checkChat(await chat({ max_tokens: 2, chat_template_kwargs: { enable_thinking: false } }), 'chat_template_kwargs');
 });
 
 await R.run('chat: concurrent requests give their solo results', async () => {
@@ -247,6 +248,15 @@ await R.run('chat: stop strings cut exactly, streamed and not', async () => {
   // A stop string that never occurs changes nothing.
   const n = await chat({ max_tokens: 48, temperature: 0, stop: ['\u2603never\u2603'] });
   checkEq(n.choices[0].message.content, greedy, 'with a stop string that does not occur');
+  // Partial matches held back while they might grow into a stop string are released when they
+  // do not: in the middle of the reply and at its very end.
+  const endTail = Array.from(greedy).slice(-2).join('');
+  for (const partial of [stop + '\u2603', endTail + '\u2603']) {
+    const h = await chatStream({ max_tokens: 48, temperature: 0, stop: [partial] });
+    checkEq(h.text, greedy, `streamed with the stop string ${JSON.stringify(partial)} that only starts to match`);
+    const hn = await chat({ max_tokens: 48, temperature: 0, stop: [partial] });
+    checkEq(hn.choices[0].message.content, greedy, `non-streamed with the stop string ${JSON.stringify(partial)}`);
+  }
   // Stop at the first character of the reply: an empty reply.
   const first = Array.from(greedy)[0];
   if (first !== '\uFFFD' && first.trim()) {
