@@ -90,11 +90,11 @@ const ttft = [];
 const itl = [];
 const gauges = { slots_busy: [], queue_depth: [], requests_in_flight: [] };
 const rss = [];
-const errorSamples = [];
+const errorSamples = {};  // the first message of each error kind
 
 function countError(kind, detail) {
   stats.errors[kind] = (stats.errors[kind] || 0) + 1;
-  if (errorSamples.length < 10) errorSamples.push(`${kind}: ${String(detail).slice(0, 200)}`);
+  if (!(kind in errorSamples)) errorSamples[kind] = String(detail).slice(0, 200);
 }
 
 function pct(values, p) {

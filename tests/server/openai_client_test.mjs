@@ -527,17 +527,17 @@ await R.run('metrics move with a request', async () => {
 });
 
 async function cancelledDelta(fn) {
-  const before = metric(await fetchMetrics(server.url, auth), 'vlstack_requests_total',
-                        { endpoint: 'chat', outcome: 'cancelled' }) ?? 0;
+  const m0 = await fetchMetrics(server.url, auth);
   await fn();
   const ms = await waitIdle(server.url, auth, 2000);
-  const after = metric(await fetchMetrics(server.url, auth), 'vlstack_requests_total',
-                       { endpoint: 'chat', outcome: 'cancelled' }) ?? 0;
-  return { ms, cancelled: after - before };
+  const m1 = await fetchMetrics(server.url, auth);
+  const d = (name, labels) => (metric(m1, name, labels) ?? 0) - (metric(m0, name, labels) ?? 0);
+  return { ms, cancelled: d('vlstack_requests_total', { endpoint: 'chat', outcome: 'cancelled' }),
+           generated: d('vlstack_generation_tokens_total') };
 }
 
 await R.run('cancellation: AbortController mid-stream frees the slot', async () => {
-  const { ms, cancelled } = await cancelledDelta(async () => {
+  const { ms, cancelled, generated } = await cancelledDelta(async () => {
     const ac = new AbortController();
     let chunks = 0;
     let aborted = false;
@@ -559,6 +559,12 @@ await R.run('cancellation: AbortController mid-stream frees the slot', async () 
   });
   checkEq(cancelled, 1, 'requests_total{chat,cancelled} delta');
   console.log(`     slots idle ${ms} ms after the abort`);
+  check(generated >= 5, `vlstack_generation_tokens_total grew by ${generated} for a request that streamed 5 tokens`);
+  // Its log line counts what it consumed: the prompt and at least the 5 tokens streamed.
+  await sleep(100);
+  const log = server.requests.filter((l) => l.path === '/v1/chat/completions').at(-1);
+  check(log && log.prompt_tokens > 0 && log.completion_tokens >= 5,
+        `the cancelled request's log line: ${JSON.stringify(log)}`);
 });
 
 await R.run('cancellation: aborting a non-streamed request frees the slot', async () => {
