@@ -1,0 +1,114 @@
+// Throughput of `vlstack serve` measured the way `vlstack bench` measures the engine, so the two
+// can be set side by side (a benchmark, not a test).
+//
+// usage: node bench/server_throughput.mjs --url http://HOST:PORT [--slots 8]
+//          [--prompt-tokens 128] [--gen-tokens 128] [--reps 3] [--warmup 1] [--vocab 151936]
+//          [--seed 1]
+//
+// After `--warmup` unmeasured repetitions (first-touch of the KV cache and scratch), each
+// repetition sends `--slots` streamed /v1/completions requests at once, each a prompt of
+// `--prompt-tokens` pseudo-random token ids (fresh every repetition, so nothing comes from the
+// KV cache) generating exactly `--gen-tokens` greedy tokens (ignore_eos). As in `vlstack bench`:
+// prompt tokens/s is all prompt tokens over the time until every request has its first token;
+// generation tokens/s is the tokens after that over the time to the last one (the decode phase,
+// every slot busy), counted from the usage of each stream and the chunks that arrived before the
+// decode phase. Also time to first token and inter-token gaps (client side, p50/p99). Prints
+// one JSON object.
+function parseArgs(argv) {
+  const out = {};
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i].replace(/^--/, '');
+    out[k] = i + 1 < argv.length && !argv[i + 1].startsWith('--') ? argv[++i] : true;
+  }
+  return out;
+}
+const a = parseArgs(process.argv.slice(2));
+if (!a.url) {
+  console.error('usage: node bench/server_throughput.mjs --url URL [--slots 8] [--prompt-tokens 128] ' +
+                '[--gen-tokens 128] [--reps 3]');
+  process.exit(2);
+}
+const URL_ = String(a.url).replace(/\/$/, '');
+const SLOTS = Number(a.slots ?? 8);
+const PROMPT = Number(a['prompt-tokens'] ?? 128);
+const GEN = Number(a['gen-tokens'] ?? 128);
+const REPS = Number(a.reps ?? 3);
+const VOCAB = Number(a.vocab ?? 151936);
+const WARMUP = Number(a.warmup ?? 1);
+let seed = Number(a.seed ?? 1);
+
+function random() {  // xorshift32: the prompts are reproducible
+  seed ^= seed << 13; seed >>>= 0;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5; seed >>>= 0;
+  return seed / 4294967296;
+}
+// Ordinary token ids (the first 150,000 are text; the special tokens sit above).
+const randomPrompt = () => Array.from({ length: PROMPT }, () => Math.floor(random() * Math.min(VOCAB, 150000)));
+
+async function one(prompt, t0) {
+  const res = await fetch(`${URL_}/v1/completions`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: GEN, ignore_eos: true, temperature: 0, stream: true,
+                           stream_options: { include_usage: true } }),
+  });
+  if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const times = [];
+  let usage = null;
+  let buf = '';
+  const decoder = new TextDecoder();
+  for await (const part of res.body) {
+    const now = performance.now() - t0;
+    buf += decoder.decode(part, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6));
+      if (j.usage) usage = j.usage;
+      if (j.choices?.length && j.choices[0].text) times.push(now);
+    }
+  }
+  return { times, tokens: usage?.completion_tokens ?? times.length };
+}
+
+const pct = (xs, p) => {
+  if (!xs.length) return null;
+  const s = [...xs].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+const median = (xs) => pct(xs, 50);
+
+const promptTps = [], genTps = [], ttft = [], gaps = [];
+for (let w = 0; w < WARMUP; w++) {
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: SLOTS }, randomPrompt).map((p) => one(p, t0)));
+}
+for (let r = 0; r < REPS; r++) {
+  const prompts = Array.from({ length: SLOTS }, randomPrompt);
+  const t0 = performance.now();
+  const results = await Promise.all(prompts.map((p) => one(p, t0)));
+  const firsts = results.map((x) => x.times[0]);
+  const prefillEnd = Math.max(...firsts);
+  const last = Math.max(...results.map((x) => x.times[x.times.length - 1]));
+  let decoded = 0;
+  for (const x of results) {
+    decoded += x.tokens - x.times.filter((t) => t <= prefillEnd).length;
+    ttft.push(x.times[0]);
+    for (let i = 1; i < x.times.length; i++) gaps.push(x.times[i] - x.times[i - 1]);
+  }
+  promptTps.push((PROMPT * SLOTS) / (prefillEnd / 1e3));
+  genTps.push(decoded / ((last - prefillEnd) / 1e3));
+  console.error(`[server_throughput] rep ${r + 1}/${REPS}: prompt ${promptTps.at(-1).toFixed(1)} tok/s, ` +
+                `generation ${genTps.at(-1).toFixed(2)} tok/s`);
+}
+const stats = (xs) => ({ min: Math.min(...xs), median: median(xs), max: Math.max(...xs) });
+console.log(JSON.stringify({
+  slots: SLOTS, prompt_tokens: PROMPT, gen_tokens: GEN, reps: REPS,
+  prompt_tokens_per_s: stats(promptTps),
+  generation_tokens_per_s: stats(genTps),
+  time_to_first_token_ms: { p50: pct(ttft, 50), p99: pct(ttft, 99) },
+  inter_token_ms: { p50: pct(gaps, 50), p99: pct(gaps, 99) },
+}));
