@@ -11,7 +11,9 @@
 // the whole conversation; Stop during a long reply keeps the partial text, marks it cancelled,
 // and the server counts a cancelled request and stays healthy; the API key goes out as a Bearer
 // token; a request the server refuses (temperature -1: HTTP 400) shows the server's message.
-// The server must exit 0 on SIGTERM.
+// The server must exit 0 on SIGTERM. A second server started with --api-key: the page points at
+// the key field after the 401, lists the model and chats once the key is entered, and keeps the
+// key and the settings in localStorage across a reload.
 // Exit codes: 0 pass, 1 failure (with the reason), 77 skipped (no Chromium, tokenizer or
 // playwright-core). The whole run is bounded to 120 s.
 import { spawn, spawnSync } from 'node:child_process';
@@ -56,23 +58,18 @@ if (!fs.existsSync(vlstack)) usage(`${vlstack} does not exist`);
 
 // ---- state shared with cleanup ----
 let step = 'start';
-let server = null, serverExit = null, browser = null;
+let browser = null;
+const servers = [];  // {proc, exited: Promise of the exit code or "signal X", stopped}
 const serverLog = [];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'vls-chat-page-'));
 
 async function cleanup() {
   if (browser) await browser.close().catch(() => {});
   browser = null;
-  let code = null;
-  if (server && serverExit) {
-    server.kill('SIGTERM');
-    const killer = setTimeout(() => server.kill('SIGKILL'), 15_000);
-    code = await serverExit;
-    clearTimeout(killer);
-    server = null;
-  }
+  const codes = [];
+  for (const server of servers) codes.push(await stopServer(server));
   fs.rmSync(tmp, { recursive: true, force: true });
-  return code;
+  return codes;
 }
 async function fail(message) {
   console.error(`chat_page_test: FAIL at ${step}: ${message}`);
@@ -139,11 +136,15 @@ function makeBmp(width, height) {
 }
 
 // ---- the server ----
-function startServer(modelDir) {
+// Starts `vlstack serve` on the model and resolves to its base URL once it prints
+// "listening on http://HOST:PORT".
+function startServer(modelDir, extraArgs = []) {
   return new Promise((resolve, reject) => {
-    server = spawn(vlstack, ['serve', '--model', modelDir, '--port', '0', '--slots', '2', '--capacity', '2048'],
-      { stdio: ['ignore', 'pipe', 'pipe'] });
-    serverExit = new Promise((done) => server.on('exit', (code, signal) => done(signal ? `signal ${signal}` : code)));
+    const proc = spawn(vlstack, ['serve', '--model', modelDir, '--port', '0', '--slots', '2', '--capacity', '2048',
+      ...extraArgs], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const server = { proc, stopped: false };
+    server.exited = new Promise((done) => proc.on('exit', (code, signal) => done(signal ? `signal ${signal}` : code)));
+    servers.push(server);
     const timer = setTimeout(() => reject(new Error('no "listening on http://..." line within 30 s')), 30_000);
     let found = false;
     const onData = (chunk) => {
@@ -154,14 +155,26 @@ function startServer(modelDir) {
         if (match && !found) {
           found = true;
           clearTimeout(timer);
-          resolve(match[1].replace(/\/$/, ''));
+          server.base = match[1].replace(/\/$/, '');
+          resolve(server);
         }
       }
     };
-    server.stdout.on('data', onData);
-    server.stderr.on('data', onData);
-    serverExit.then((code) => { clearTimeout(timer); if (!found) reject(new Error(`the server exited (${code}) before listening`)); });
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    server.exited.then((code) => { clearTimeout(timer); if (!found) reject(new Error(`the server exited (${code}) before listening`)); });
   });
+}
+// SIGTERM (SIGKILL after 15 s); resolves to the exit code.
+async function stopServer(server) {
+  if (!server.stopped) {
+    server.stopped = true;
+    server.proc.kill('SIGTERM');
+  }
+  const killer = setTimeout(() => server.proc.kill('SIGKILL'), 15_000);
+  const code = await server.exited;
+  clearTimeout(killer);
+  return code;
 }
 async function cancelledCount(base) {
   const text = await (await fetch(`${base}/metrics`)).text();
@@ -199,7 +212,7 @@ async function run() {
   check(made.status === 0, `make-test-model exited ${made.status}: ${made.stderr}`);
 
   step = 'serve';
-  const base = await startServer(modelDir);
+  const { base } = await startServer(modelDir);
   const origin = new URL(base).origin;
 
   step = 'launch chromium';
@@ -296,7 +309,10 @@ async function run() {
     const msgs = document.querySelectorAll('.msg.assistant');
     return msgs.length === 3 && (msgs[2].querySelector('.text').textContent.length > 0 || msgs[2].dataset.done);
   });
-  await page.locator('#stop').click();
+  await page.locator('#stop').click({ timeout: 5000 }).catch(async (e) => {
+    throw new Error(`Stop could not be clicked (data-done="${await assistant(page).nth(2).getAttribute('data-done')}"): ` +
+      `${e.message.split('\n')[0]}`);
+  });
   const third = await waitDone(page, 3);
   check(third.finish === 'cancelled', `the stopped reply ended with data-finish="${third.finish}" ` +
     `(${third.error || third.usage}); a finished reply means the server sent 1500 tokens before Stop`);
@@ -331,24 +347,48 @@ async function run() {
   check(await page.locator('#status').evaluate((e) => e.classList.contains('error')), '#status shows no error');
   check(await page.locator('#prompt').inputValue() === 'This should fail.', 'the refused text did not return to #prompt');
 
-  step = 'final checks';
-  if (opts.screenshot) await page.screenshot({ path: path.resolve(opts.screenshot), fullPage: true });
+  if (opts.screenshot) await page.screenshot({ path: path.resolve(opts.screenshot) });
   check(offOrigin.length === 0, `requests left the origin: ${offOrigin.join(', ')}`);
   check(pageErrors.length === 0, `script errors: ${pageErrors.join('; ')}`);
   check(cspErrors.length === 0, `Content-Security-Policy violations: ${cspErrors.join('; ')}`);
+  step = 'SIGTERM';
+  const code = await stopServer(servers[0]);
+  check(code === 0, `the server exited ${code} on SIGTERM, not 0`);
+
+  step = 'server with --api-key';
+  const keyed = await startServer(modelDir, ['--api-key', 'sk-keyed']);
+  const keyedPage = await (await browser.newContext()).newPage();  // empty localStorage
+  keyedPage.setDefaultTimeout(15_000);
+  keyedPage.on('pageerror', (error) => pageErrors.push(error.message));
+  await keyedPage.goto(`${keyed.base}/`);
+  await keyedPage.waitForFunction(() => /missing API key/.test(document.getElementById('status').textContent));
+  check(await keyedPage.evaluate(() => document.activeElement.id === 'api-key' && document.getElementById('settings').open),
+    'a 401 from /v1/models did not point at the API key field');
+  await keyedPage.locator('#api-key').fill('sk-keyed');
+  await keyedPage.locator('#api-key').press('Tab');  // change: lists the models again
+  await keyedPage.waitForFunction(() => document.getElementById('model').textContent === 'm' &&
+    document.getElementById('status').textContent === 'Ready');
+  await keyedPage.locator('#max-tokens').fill('4');
+  await keyedPage.locator('#prompt').fill('Hello');
+  await keyedPage.locator('#send').click();
+  const keyedReply = await waitDone(keyedPage, 1);
+  check(['stop', 'length'].includes(keyedReply.finish), `with the key the reply ended "${keyedReply.finish}" (${keyedReply.error})`);
+  await keyedPage.reload();  // the key was kept: the models list at once
+  await keyedPage.waitForFunction(() => document.getElementById('status').textContent === 'Ready');
+  check(await keyedPage.locator('#api-key').inputValue() === 'sk-keyed', 'the API key was not kept in localStorage');
+  check(await keyedPage.locator('#max-tokens').inputValue() === '4', 'the settings were not kept in localStorage');
+  check(pageErrors.length === 0, `script errors: ${pageErrors.join('; ')}`);
+  const keyedCode = await stopServer(keyed);
+  check(keyedCode === 0, `the --api-key server exited ${keyedCode} on SIGTERM, not 0`);
   return { turns: chatRequests.length, usage: first.usage };
 }
 
 const started = Date.now();
 try {
   const result = await run();
-  step = 'SIGTERM';
-  const code = await cleanup();
+  step = 'cleanup';
+  await cleanup();
   clearTimeout(watchdog);
-  if (code !== 0) {
-    console.error(`chat_page_test: FAIL: the server exited ${code} on SIGTERM, not 0`);
-    process.exit(1);
-  }
   console.log(`chat_page_test: PASS (${result.turns} chat requests, ${((Date.now() - started) / 1000).toFixed(1)} s; ` +
     `turn 1: ${result.usage})`);
   process.exit(0);
