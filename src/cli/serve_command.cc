@@ -57,7 +57,8 @@ constexpr const char* kHelp =
     "                         URLs)\n"
     "  --drain-timeout S      seconds SIGTERM waits for requests in flight (default 30)\n"
     "  --prefill-chunk N      most prompt tokens prefilled per engine step (default 64)\n"
-    "  --http-threads N       connections served at once (default 128)\n"
+    "  --http-threads N       connections served at once, a thread each, started as needed\n"
+    "                         (default 1024)\n"
     "  --quiet                no per-request log lines\n";
 
 struct ServeFlags {
@@ -106,7 +107,7 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   f.drain_timeout_s = static_cast<int>(drain);
   VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", 64, 0, 1 << 24));
   f.prefill_chunk = static_cast<int>(chunk);
-  VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 128, 4, 4096));
+  VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 1024, 4, 16384));
   f.http.http_threads = static_cast<int>(threads);
   f.http.log_requests = !args.Has("quiet");
   if (auto dir = args.Get("allow-local-files")) {

@@ -20,9 +20,13 @@ bool TextStream::Emit(const std::string& decoded, TextDelta* out) {
 TextDelta TextStream::Next(const TokenEvent& event) {
   TextDelta out;
   if (finished_) return out;
-  usage_.prompt_tokens = event.prompt_tokens;
-  usage_.cached_tokens = event.cached_tokens;
-  usage_.completion_tokens = event.generated_tokens;
+  // A cancel's event carries no counts (the engine frees the slot without looking at it): the
+  // usage stays what the request's last token said.
+  if (event.token >= 0 || event.prompt_tokens > 0) {
+    usage_.prompt_tokens = event.prompt_tokens;
+    usage_.cached_tokens = event.cached_tokens;
+    usage_.completion_tokens = event.generated_tokens;
+  }
   // The token that made the engine stop is an EOS or stop id: its text is not part of the
   // answer. Every other token's text goes through the stop strings.
   const bool stop_token = event.finish == FinishReason::kStop && event.token >= 0;

@@ -153,5 +153,18 @@ TEST_F(TextStreamTest, HeldTextIsReleasedOnCancelAndError) {
   }
 }
 
+TEST_F(TextStreamTest, ACancelWithoutCountsKeepsTheUsageOfTheLastToken) {
+  TextStream s(tokenizer_.get(), {});
+  FeedBytes(s, "abc");  // three tokens
+  const Usage before = s.usage();
+  ASSERT_EQ(before.completion_tokens, 3);
+  TokenEvent cancel;  // what BatchEngine::Cancel delivers: no token, no counts
+  cancel.finish = FinishReason::kCancelled;
+  const TextDelta end = s.Next(cancel);
+  EXPECT_EQ(end.finish, FinishReason::kCancelled);
+  EXPECT_EQ(end.usage.completion_tokens, 3);
+  EXPECT_EQ(end.usage.prompt_tokens, before.prompt_tokens);
+}
+
 }  // namespace
 }  // namespace vls

@@ -5,12 +5,16 @@
 #include <openssl/sha.h>
 
 #include <array>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -99,6 +103,65 @@ class ActiveGuard {
   std::atomic<int>* n_;
 };
 
+// The HTTP library's task queue: a connection is served by one thread from start to end (a
+// streaming client holds its thread), so a fixed pool of N lets N stalled clients lock everyone
+// else out. This pool starts a thread whenever every thread is busy, up to `max_threads`, and a
+// thread idle for a minute ends: stalled connections cost a thread each (until the read timeout
+// drops them), not the server.
+class ElasticPool : public httplib::TaskQueue {
+ public:
+  explicit ElasticPool(size_t max_threads) : max_(max_threads) {}
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && threads_ < max_) {
+      try {
+        std::thread([this] { Work(); }).detach();
+        ++threads_;
+      } catch (const std::system_error&) {  // no thread now: a running one takes the job later
+      }
+    }
+    cv_.notify_one();
+  }
+
+  void shutdown() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+    done_cv_.wait(lock, [this] { return threads_ == 0; });
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      const bool woken =
+          cv_.wait_for(lock, std::chrono::seconds(60), [this] { return !jobs_.empty() || stop_; });
+      --idle_;
+      if (jobs_.empty()) {  // idle for a minute, or stopping with nothing left to do
+        if (woken && !stop_) continue;
+        --threads_;
+        done_cv_.notify_all();
+        return;  // `this` is not touched after the lock is released
+      }
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  const size_t max_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::function<void()>> jobs_;
+  size_t idle_ = 0, threads_ = 0;
+  bool stop_ = false;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -118,11 +181,11 @@ struct HttpServer::Impl {
   void Routes();
   // Answers 503 (and returns null) while loading or draining.
   GenerationService* Open(Response& res);
-  bool ParseBody(const Request& req, Response& res, Json* body);
-  void Chat(const Request& req, Response& res);
-  void Completions(const Request& req, Response& res);
-  void Tokenize(const Request& req, Response& res);
-  void Detokenize(const Request& req, Response& res);
+  bool ParseBody(const std::string& text, Response& res, Json* body);
+  void Chat(const Request& req, const std::string& body_text, Response& res);
+  void Completions(const Request& req, const std::string& body_text, Response& res);
+  void Tokenize(const Request& req, const std::string& body_text, Response& res);
+  void Detokenize(const Request& req, const std::string& body_text, Response& res);
   template <typename Responder>
   void Generate(const Request& req, Response& res, GenerationService& svc, PreparedChat chat,
                 std::unique_ptr<Responder> responder, bool stream);
@@ -144,8 +207,8 @@ GenerationService* HttpServer::Impl::Open(Response& res) {
   return svc;
 }
 
-bool HttpServer::Impl::ParseBody(const Request& req, Response& res, Json* body) {
-  Status s = ParseUntrustedOrderedJson("request body", req.body, body);
+bool HttpServer::Impl::ParseBody(const std::string& text, Response& res, Json* body) {
+  Status s = ParseUntrustedOrderedJson("request body", text, body);
   if (!s.ok()) {
     SetError(res, MakeError(400, s.message()));
     return false;
@@ -241,7 +304,12 @@ void HttpServer::Impl::Generate(const Request& req, Response& res, GenerationSer
         // it); the probe sees the close at once.
         if ((!out.empty() && !sink.write(out.data(), out.size())) ||
             (!end && st->probe->PeerGone())) {
+          // The client left: cancel, and take the pieces up to the cancelled one for the log.
           svc_ptr->Cancel(*st->handle);
+          std::vector<OutputPiece> rest;
+          st->handle->Take(&rest, std::chrono::milliseconds(0));
+          for (const OutputPiece& p : rest) st->responder->StreamPiece(p);
+          st->ended = true;
           t_log.cancelled = true;
           note(*st->responder);
           return false;
@@ -262,11 +330,11 @@ void HttpServer::Impl::Generate(const Request& req, Response& res, GenerationSer
       });
 }
 
-void HttpServer::Impl::Chat(const Request& req, Response& res) {
+void HttpServer::Impl::Chat(const Request& req, const std::string& body_text, Response& res) {
   GenerationService* svc = Open(res);
   if (svc == nullptr) return;
   Json body;
-  if (!ParseBody(req, res, &body)) return;
+  if (!ParseBody(body_text, res, &body)) return;
   auto parsed = ParseChatCompletionRequest(body, pipeline->generation_defaults(), options.limits);
   if (!parsed.ok()) return SetError(res, ErrorFromStatus(parsed.status()));
   auto prepared = pipeline->Prepare(parsed->chat);
@@ -277,11 +345,12 @@ void HttpServer::Impl::Chat(const Request& req, Response& res) {
   Generate(req, res, *svc, std::move(*prepared), std::move(responder), parsed->stream);
 }
 
-void HttpServer::Impl::Completions(const Request& req, Response& res) {
+void HttpServer::Impl::Completions(const Request& req, const std::string& body_text,
+                                   Response& res) {
   GenerationService* svc = Open(res);
   if (svc == nullptr) return;
   Json body;
-  if (!ParseBody(req, res, &body)) return;
+  if (!ParseBody(body_text, res, &body)) return;
   auto parsed = ParseCompletionRequest(body, pipeline->generation_defaults(), options.limits);
   if (!parsed.ok()) return SetError(res, ErrorFromStatus(parsed.status()));
   auto prepared = parsed->prompt ? pipeline->PrepareText(*parsed->prompt, parsed->params)
@@ -293,10 +362,10 @@ void HttpServer::Impl::Completions(const Request& req, Response& res) {
   Generate(req, res, *svc, std::move(*prepared), std::move(responder), parsed->stream);
 }
 
-void HttpServer::Impl::Tokenize(const Request& req, Response& res) {
+void HttpServer::Impl::Tokenize(const Request& req, const std::string& body_text, Response& res) {
   if (Open(res) == nullptr) return;
   Json body;
-  if (!ParseBody(req, res, &body)) return;
+  if (!ParseBody(body_text, res, &body)) return;
   std::string text;
   for (const auto& [k, v] : body.items()) {
     if (k != "content" && k != "prompt" && k != "messages" && k != "add_special" &&
@@ -328,10 +397,10 @@ void HttpServer::Impl::Tokenize(const Request& req, Response& res) {
   SetJson(res, 200, Json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", capacity}});
 }
 
-void HttpServer::Impl::Detokenize(const Request& req, Response& res) {
+void HttpServer::Impl::Detokenize(const Request& req, const std::string& body_text, Response& res) {
   if (Open(res) == nullptr) return;
   Json body;
-  if (!ParseBody(req, res, &body)) return;
+  if (!ParseBody(body_text, res, &body)) return;
   for (const auto& [k, v] : body.items()) {
     if (k != "tokens" && k != "model") {
       return SetError(res, MakeError(400, "\"" + k + "\" is not a known field"));
@@ -408,6 +477,24 @@ void HttpServer::Impl::Routes() {
     t_log.start = Clock::now();
     t_log.id = NewId("req-");
     t_log.endpoint = std::string(EndpointOf(req.path));
+    // A declared body over the limit, or a Content-Length that is not a number, is answered
+    // before any of it is read (cpp-httplib would read and discard what it claims first).
+    if (req.has_header("Content-Length")) {
+      const std::string v = req.get_header_value("Content-Length");
+      const bool digits =
+          !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(v) > options.max_body_bytes) {
+        res.set_header("Connection", "close");
+        OpenAiError e = digits ? MakeError(413,
+                                           "the request body is larger than --max-body-mb "
+                                           "allows (" +
+                                               std::to_string(options.max_body_bytes) + " bytes)")
+                               : MakeError(400, "Content-Length is not a number");
+        if (digits) e.code = "body_too_large";
+        SetError(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (options.api_key.empty() || req.path == "/health" || req.path == "/" ||
         req.method == "OPTIONS") {
       return httplib::Server::HandlerResponse::Unhandled;
@@ -462,10 +549,38 @@ void HttpServer::Impl::Routes() {
                    "'unsafe-inline'; script-src 'self' 'unsafe-inline'");
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
-  http.Post("/v1/chat/completions", [this](const Request& q, Response& r) { Chat(q, r); });
-  http.Post("/v1/completions", [this](const Request& q, Response& r) { Completions(q, r); });
-  http.Post("/tokenize", [this](const Request& q, Response& r) { Tokenize(q, r); });
-  http.Post("/detokenize", [this](const Request& q, Response& r) { Detokenize(q, r); });
+  // The body is read here, within --max-body-mb whatever the framing (cpp-httplib 0.11 bounds
+  // only bodies with a Content-Length; a chunked body is bounded by this reader).
+  using BodyHandler = void (Impl::*)(const Request&, const std::string&, Response&);
+  auto with_body = [this](BodyHandler fn) {
+    return [this, fn](const Request& req, Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      bool over = false;
+      const bool complete = reader([&](const char* data, size_t n) {
+        if (n > options.max_body_bytes - body.size()) {
+          over = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (over || !complete) {
+        res.set_header("Connection", "close");
+        if (over) {
+          OpenAiError e = MakeError(413, "the request body is larger than --max-body-mb allows (" +
+                                             std::to_string(options.max_body_bytes) + " bytes)");
+          e.code = "body_too_large";
+          return SetError(res, e);
+        }
+        return SetError(res, MakeError(400, "the request body is incomplete"));
+      }
+      (this->*fn)(req, body, res);
+    };
+  };
+  http.Post("/v1/chat/completions", with_body(&Impl::Chat));
+  http.Post("/v1/completions", with_body(&Impl::Completions));
+  http.Post("/tokenize", with_body(&Impl::Tokenize));
+  http.Post("/detokenize", with_body(&Impl::Detokenize));
 
   http.set_error_handler([](const Request& req, Response& res) {
     if (!res.body.empty()) return;
@@ -506,7 +621,7 @@ HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
     : impl_(std::make_unique<Impl>(std::move(options), metrics)) {
   Impl& m = *impl_;
   const size_t threads = static_cast<size_t>(std::max(4, m.options.http_threads));
-  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  m.http.new_task_queue = [threads] { return new ElasticPool(threads); };
   m.http.set_payload_max_length(m.options.max_body_bytes);
   m.http.set_read_timeout(m.options.read_timeout_s, 0);
   m.http.set_write_timeout(m.options.write_timeout_s, 0);

@@ -38,8 +38,8 @@ struct HttpOptions {
   std::string api_key;   // empty: no authentication
   size_t max_body_bytes = size_t{64} << 20;
   RequestLimits limits;
-  int http_threads = 128;    // connections served at once (a streaming client holds one)
-  int read_timeout_s = 30;   // a client that sends nothing for this long is dropped
+  int http_threads = 1024;   // connections served at once (a thread each, started as needed)
+  int read_timeout_s = 10;   // a client that sends nothing for this long is dropped
   int write_timeout_s = 30;  // a client that reads nothing for this long is dropped
   bool log_requests = true;  // one JSON line per request on stderr
 };

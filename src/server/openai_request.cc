@@ -263,6 +263,11 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   VLS_RETURN_IF_ERROR(CheckMessages(body, limits));
   VLS_RETURN_IF_ERROR(CheckStopCount(body, limits));
   VLS_RETURN_IF_ERROR(Rename(&body, "max_completion_tokens", "max_tokens"));
+  // OpenAI clients send "content": null on an assistant message that only calls tools; chat
+  // templates iterate over a non-string content, so it becomes "" (as vLLM does).
+  for (Json& m : body["messages"]) {
+    if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
+  }
 
   // logprobs: a boolean here (the pipeline's integer is the number of top tokens).
   int64_t top = 0;
