@@ -80,6 +80,14 @@ TEST(OpenAiRequest, DefaultsAndStringStop) {
   EXPECT_FALSE(r->parse_tool_calls());
 }
 
+TEST(OpenAiRequest, NullContentAndTheDeveloperRole) {
+  auto r = Chat(R"({"messages": [{"role": "developer", "content": "be brief"},
+      {"role": "assistant", "content": null, "tool_calls": []}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.messages[0]["role"], "system");
+  EXPECT_EQ(r->chat.messages[1]["content"], "");
+}
+
 TEST(OpenAiRequest, ToolChoiceNoneDropsTheTools) {
   auto r = Chat(std::string("{") + kUser +
                 R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
