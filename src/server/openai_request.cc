@@ -264,8 +264,9 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   VLS_RETURN_IF_ERROR(CheckStopCount(body, limits));
   VLS_RETURN_IF_ERROR(Rename(&body, "max_completion_tokens", "max_tokens"));
   // OpenAI clients send "content": null on an assistant message that only calls tools; chat
-  // templates iterate over a non-string content, so it becomes "" (as vLLM does). OpenAI's "developer" role is the system prompt by its newer name; chat templates know only
-  // "system" (Qwen's drops a role it does not know).
+  // templates iterate over a non-string content, so it becomes "" (as vLLM does). OpenAI's
+  // "developer" role is the system prompt by its newer name; chat templates know only "system"
+  // (Qwen's drops a role it does not know).
   for (Json& m : body["messages"]) {
     if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
     if (auto role = m.find("role"); role != m.end() && *role == "developer") *role = "system";
