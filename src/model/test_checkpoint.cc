@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/file.h"
 #include "io/safetensors.h"
@@ -167,17 +169,91 @@ struct Gen {
   DType dtype;
   double scale;
 
-  void Matrix(const std::string& name, int64_t rows, int64_t cols, double stddev) {
+  // `edit`, when set, changes the values before they are stored (a scripted model).
+  using Edit = std::function<void(std::vector<float>&)>;
+  void Matrix(const std::string& name, int64_t rows, int64_t cols, double stddev,
+              const Edit& edit = nullptr) {
     std::vector<float> v(static_cast<size_t>(rows * cols));
     for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
+    if (edit) edit(v);
     tensors.emplace_back(name, FromF32As(dtype, {rows, cols}, v));
   }
-  void Tensor(const std::string& name, Shape shape, double stddev, double mean = 0.0) {
+  void Tensor(const std::string& name, Shape shape, double stddev, double mean = 0.0,
+              const Edit& edit = nullptr) {
     std::vector<float> v(static_cast<size_t>(NumElements(shape)));
     for (float& x : v) x = static_cast<float>(mean + rng.Normal() * stddev);
+    if (edit) edit(v);
     tensors.emplace_back(name, FromF32As(dtype, std::move(shape), v));
   }
-  void Norm(const std::string& name, int64_t n) { Tensor(name, {n}, 0.1, 1.0); }
+  void Norm(const std::string& name, int64_t n, const Edit& edit = nullptr) {
+    Tensor(name, {n}, 0.1, 1.0, edit);
+  }
+};
+
+// The scripted model's edits (TestModelSpec::successors): orthonormal embeddings for the pairs'
+// first tokens, LM head rows of the successors along them, zero layer outputs, unit final norm.
+struct Script {
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  std::vector<std::vector<float>> dirs;  // [pairs][H] orthonormal
+  int64_t H = 0;
+
+  static StatusOr<Script> Make(const TestModelSpec& s) {
+    Script sc;
+    sc.pairs = s.successors;
+    sc.H = s.hidden;
+    if (sc.pairs.empty()) return sc;
+    if (s.tied) return InvalidArgument("a scripted model needs an untied LM head (--untied)");
+    if (static_cast<int64_t>(sc.pairs.size()) > sc.H) {
+      return InvalidArgument("a scripted model of hidden size " + std::to_string(sc.H) +
+                             " takes at most that many distinct tokens; the script has " +
+                             std::to_string(sc.pairs.size()));
+    }
+    std::set<int32_t> firsts;
+    for (const auto& [a, b] : sc.pairs) {
+      if (a < 0 || b < 0 || a >= s.vocab || b >= s.vocab) {
+        return InvalidArgument("a scripted token id is outside the vocabulary of " +
+                               std::to_string(s.vocab));
+      }
+      if (!firsts.insert(a).second) {
+        return InvalidArgument("token " + std::to_string(a) +
+                               " appears twice in the script: a scripted model gives each "
+                               "token one successor");
+      }
+    }
+    Rng rng(s.seed ^ 0x5eed5c2107ull);
+    for (size_t k = 0; k < sc.pairs.size(); ++k) {  // Gram-Schmidt on random directions
+      std::vector<double> v(static_cast<size_t>(sc.H));
+      for (double& x : v) x = rng.Normal();
+      for (const std::vector<float>& d : sc.dirs) {
+        double dot = 0;
+        for (int64_t i = 0; i < sc.H; ++i) dot += v[i] * d[i];
+        for (int64_t i = 0; i < sc.H; ++i) v[i] -= dot * d[i];
+      }
+      double norm = 0;
+      for (double x : v) norm += x * x;
+      norm = std::sqrt(norm);
+      std::vector<float> d(static_cast<size_t>(sc.H));
+      for (int64_t i = 0; i < sc.H; ++i) d[i] = static_cast<float>(v[i] / norm);
+      sc.dirs.push_back(std::move(d));
+    }
+    return sc;
+  }
+  bool on() const { return !pairs.empty(); }
+  // embed_tokens [V, H]: the first tokens' rows are their directions.
+  void Embeddings(std::vector<float>& w) const {
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      std::copy(dirs[k].begin(), dirs[k].end(), w.begin() + pairs[k].first * H);
+    }
+  }
+  // lm_head [V, H]: a successor's row is 4x its token's direction (logit 4·sqrt(H) after the
+  // final RMSNorm, against N(0, 1) for the random rows).
+  void Head(std::vector<float>& w) const {
+    for (const auto& [a, b] : pairs) std::fill_n(w.begin() + b * H, H, 0.0f);
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      float* row = w.data() + pairs[k].second * H;
+      for (int64_t i = 0; i < H; ++i) row[i] += 4.0f * dirs[k][i];
+    }
+  }
 };
 
 Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
@@ -242,12 +318,16 @@ StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
 Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool verbose) {
   std::vector<int> mrope =
       s.mrope_section.empty() ? DefaultMropeSection(s.head_dim) : s.mrope_section;
+  VLS_ASSIGN_OR_RETURN(const Script script, Script::Make(s));  // before anything is written
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("cannot create folder '" + dir + "': " + ec.message());
   const Ids ids = SpecialIds(s.vocab);
   const Json cfg = MakeConfig(s, ids, mrope);
 
+  const Gen::Edit zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  const Gen::Edit one = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 1.0f); };
+  const Gen::Edit none = nullptr;
   Gen g{{}, Rng(s.seed), s.dtype, s.init_scale};
   const std::string p = s.arch == "qwen3" ? "model." : "model.language_model.";
   const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate, V = s.vocab;
@@ -257,7 +337,8 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
                  dir.c_str(), s.arch.c_str(), s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
                  s.intermediate, s.vocab, std::string(DTypeName(s.dtype)).c_str(),
                  s.tied ? "tied" : "untied");
-  g.Matrix(p + "embed_tokens.weight", V, H, 1.0);
+  g.Matrix(p + "embed_tokens.weight", V, H, 1.0,
+           script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Embeddings(w); }) : none);
   for (int l = 0; l < s.layers; ++l) {
     const std::string lp = p + "layers." + std::to_string(l) + ".";
     g.Norm(lp + "input_layernorm.weight", H);
@@ -265,18 +346,22 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh);
     g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh);
     g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D,
-             1.0 / std::sqrt(static_cast<double>(s.heads * D)));
+             1.0 / std::sqrt(static_cast<double>(s.heads * D)), script.on() ? zero : none);
     g.Norm(lp + "self_attn.q_norm.weight", D);
     g.Norm(lp + "self_attn.k_norm.weight", D);
     g.Norm(lp + "post_attention_layernorm.weight", H);
     g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh);
     g.Matrix(lp + "mlp.up_proj.weight", I, H, sh);
-    g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)));
+    g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)),
+             script.on() ? zero : none);
     if (s.layers >= 8 && (l + 1) % 4 == 0)
       if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
   }
-  g.Norm(p + "norm.weight", H);
-  if (!s.tied) g.Matrix("lm_head.weight", V, H, sh);
+  g.Norm(p + "norm.weight", H, script.on() ? one : none);
+  if (!s.tied) {
+    g.Matrix("lm_head.weight", V, H, sh,
+             script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Head(w); }) : none);
+  }
   if (s.arch == "qwen3-vl" && s.vision) {
     // The vision tower in the real layout (qwen3vl-spec §A.3, §D); the text decoder ignores
     // it. Matrices are N(0, 1/fan_in) so every block and merger output stays O(1) and an

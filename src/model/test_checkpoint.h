@@ -37,6 +37,13 @@ struct TestModelSpec {
   int64_t min_pixels = 4096, max_pixels = 65536;
   uint64_t seed = 0;
   double init_scale = 1.0;
+  // A scripted model (untied only): for each (token, next) pair, greedy decoding after `token`
+  // gives `next`, whatever came before. The layers' output projections (o_proj, down_proj) are
+  // zero, so each position's final hidden state is its own embedding; the pairs' tokens get
+  // orthonormal embeddings and each `next` row of the LM head points at its token's. Every
+  // token appears at most once as the first of a pair; at most `hidden` distinct first tokens.
+  // Tests use it to make a model write a known reply (a tool call, a stop string).
+  std::vector<std::pair<int32_t, int32_t>> successors;
 };
 
 // A named shape: "tiny", "qwen3-vl-2b" (the released 2B with its vision tower),

