@@ -18,9 +18,17 @@ Status Bad(const std::string& field, const std::string& why) {
   return InvalidArgument("\"" + field + "\" " + why);
 }
 
-// The fields OpenAI clients send that change nothing here.
-constexpr const char* kIgnored[] = {"user", "metadata", "store", "parallel_tool_calls",
-                                    "service_tier"};
+// The fields OpenAI clients send that change nothing here (identification, caching and routing
+// hints, OpenAI's own reasoning and verbosity knobs).
+constexpr const char* kIgnored[] = {"user",
+                                    "metadata",
+                                    "store",
+                                    "parallel_tool_calls",
+                                    "service_tier",
+                                    "prompt_cache_key",
+                                    "safety_identifier",
+                                    "reasoning_effort",
+                                    "verbosity"};
 
 // ChatRequestFromJson's error without its "chat request: " prefix, which reads oddly in an API
 // answer (the field name stays quoted, for ErrorFromStatus's `param`).
