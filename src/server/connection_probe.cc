@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,23 @@ bool ConnectionProbe::PeerGone() const {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
   return false;
+}
+
+size_t ConnectionProbe::Discard(size_t max_bytes, int idle_ms) const {
+  if (fd_ < 0) return 0;
+  char buf[16384];
+  size_t dropped = 0;
+  while (dropped < max_bytes) {
+    pollfd p{};
+    p.fd = fd_;
+    p.events = POLLIN;
+    if (poll(&p, 1, idle_ms) <= 0 || (p.revents & POLLIN) == 0) break;
+    const size_t want = std::min(sizeof(buf), max_bytes - dropped);
+    const ssize_t n = recv(fd_, buf, want, MSG_DONTWAIT);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+  return dropped;
 }
 
 }  // namespace vls::server

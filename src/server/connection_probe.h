@@ -11,6 +11,7 @@
 #ifndef VLSTACK_SERVER_CONNECTION_PROBE_H_
 #define VLSTACK_SERVER_CONNECTION_PROBE_H_
 
+#include <cstddef>
 #include <string>
 
 namespace vls::server {
@@ -25,6 +26,10 @@ class ConnectionProbe {
   bool found() const { return fd_ >= 0; }
   // True when the client has closed its side of the connection (or the socket failed).
   bool PeerGone() const;
+  // Reads and drops what the client sends, up to `max_bytes`, until it has been silent for
+  // `idle_ms` (a lingering close: a client still sending a body the server refuses then reads
+  // the answer instead of a connection reset). Returns the bytes dropped.
+  size_t Discard(size_t max_bytes, int idle_ms) const;
 
  private:
   int fd_ = -1;

@@ -82,6 +82,17 @@ std::string_view EndpointOf(const std::string& path) {
   return "other";
 }
 
+// How much of a refused body is read (and discarded) before the 413, so that the client, still
+// sending, reads the answer rather than a reset.
+constexpr size_t kDrainBytes = size_t{16} << 20;
+
+OpenAiError BodyTooLarge(size_t max) {
+  OpenAiError e = MakeError(413, "the request body is larger than --max-body-mb allows (" +
+                                     std::to_string(max) + " bytes)");
+  e.code = "body_too_large";
+  return e;
+}
+
 // Constant-time comparison of the key a client sent with ours (digests, so the length leaks
 // nothing either).
 bool KeyMatches(const std::string& sent, const std::string& key) {
@@ -477,21 +488,22 @@ void HttpServer::Impl::Routes() {
     t_log.start = Clock::now();
     t_log.id = NewId("req-");
     t_log.endpoint = std::string(EndpointOf(req.path));
-    // A declared body over the limit, or a Content-Length that is not a number, is answered
-    // before any of it is read (cpp-httplib would read and discard what it claims first).
+    // A Content-Length that is not a number, or over the limit, is answered without reading the
+    // body into memory (cpp-httplib would wait for all it claims): what the client is still
+    // sending is dropped (at most kDrainBytes, until it pauses for a second) so that it reads
+    // the answer rather than a connection reset, then the connection closes.
     if (req.has_header("Content-Length")) {
       const std::string v = req.get_header_value("Content-Length");
       const bool digits =
           !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
       if (!digits || std::stoull(v) > options.max_body_bytes) {
+        if (digits) {
+          ConnectionProbe(req.local_addr, req.local_port, req.remote_addr, req.remote_port)
+              .Discard(std::min<uint64_t>(std::stoull(v), kDrainBytes), 1000);
+        }
         res.set_header("Connection", "close");
-        OpenAiError e = digits ? MakeError(413,
-                                           "the request body is larger than --max-body-mb "
-                                           "allows (" +
-                                               std::to_string(options.max_body_bytes) + " bytes)")
-                               : MakeError(400, "Content-Length is not a number");
-        if (digits) e.code = "body_too_large";
-        SetError(res, e);
+        SetError(res, digits ? BodyTooLarge(options.max_body_bytes)
+                             : MakeError(400, "Content-Length is not a number"));
         return httplib::Server::HandlerResponse::Handled;
       }
     }
@@ -555,23 +567,24 @@ void HttpServer::Impl::Routes() {
   auto with_body = [this](BodyHandler fn) {
     return [this, fn](const Request& req, Response& res, const httplib::ContentReader& reader) {
       std::string body;
-      bool over = false;
+      size_t seen = 0;
+      const size_t max = options.max_body_bytes;
       const bool complete = reader([&](const char* data, size_t n) {
-        if (n > options.max_body_bytes - body.size()) {
-          over = true;
-          return false;
+        seen += n;
+        if (seen <= max) {
+          body.append(data, n);
+        } else {
+          body.clear();  // over the limit: read on (and discard) up to kDrainBytes more
+          body.shrink_to_fit();
         }
-        body.append(data, n);
-        return true;
+        return seen <= max + kDrainBytes;
       });
-      if (over || !complete) {
+      if (seen > max) {
+        if (!complete) res.set_header("Connection", "close");
+        return SetError(res, BodyTooLarge(max));
+      }
+      if (!complete) {
         res.set_header("Connection", "close");
-        if (over) {
-          OpenAiError e = MakeError(413, "the request body is larger than --max-body-mb allows (" +
-                                             std::to_string(options.max_body_bytes) + " bytes)");
-          e.code = "body_too_large";
-          return SetError(res, e);
-        }
         return SetError(res, MakeError(400, "the request body is incomplete"));
       }
       (this->*fn)(req, body, res);
@@ -622,7 +635,7 @@ HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
   Impl& m = *impl_;
   const size_t threads = static_cast<size_t>(std::max(4, m.options.http_threads));
   m.http.new_task_queue = [threads] { return new ElasticPool(threads); };
-  m.http.set_payload_max_length(m.options.max_body_bytes);
+  m.http.set_payload_max_length(m.options.max_body_bytes + kDrainBytes);
   m.http.set_read_timeout(m.options.read_timeout_s, 0);
   m.http.set_write_timeout(m.options.write_timeout_s, 0);
   m.http.set_keep_alive_timeout(5);
