@@ -24,6 +24,43 @@ Json PieceJson(const tok::Tokenizer& tokenizer, int32_t token, float logprob) {
   return Json{{"token", bytes}, {"logprob", logprob}, {"bytes", std::move(b)}};
 }
 
+// Keeps the finish of a piece that carries one (reason, error, usage).
+void RecordFinish(const OutputPiece& p, FinishReason* finish, std::string* error, Usage* usage) {
+  if (p.delta.finish == FinishReason::kNone) return;
+  *finish = p.delta.finish;
+  *error = p.delta.error;
+  *usage = p.delta.usage;
+}
+
+// The payloads that end a stream: none for a request that was cancelled (its client is gone)
+// or has not finished, one error object for a failure, else `finish_chunk` and, with
+// include_usage, a chunk of `object` with empty choices and the usage.
+std::vector<std::string> EndPayloads(FinishReason finish, const std::string& error,
+                                     const Usage& usage, const Json& finish_chunk,
+                                     const ResponseMeta& meta, const char* object,
+                                     bool include_usage) {
+  std::vector<std::string> out;
+  if (finish == FinishReason::kCancelled || finish == FinishReason::kNone) return out;
+  if (finish == FinishReason::kError) {
+    OpenAiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "generation failed: " + error;
+    out.push_back(DumpJson(ErrorBody(e)));
+    return out;
+  }
+  out.push_back(DumpJson(finish_chunk));
+  if (include_usage) {
+    out.push_back(DumpJson(Json{{"id", meta.id},
+                                {"object", object},
+                                {"created", meta.created},
+                                {"model", meta.model},
+                                {"choices", Json::array()},
+                                {"usage", UsageJson(usage)}}));
+  }
+  return out;
+}
+
 // Whether a piece's token is part of the reply (the EOS or stop id that ended it is not).
 bool ShownToken(const OutputPiece& p) { return p.token >= 0 && p.delta.stop_token != p.token; }
 
@@ -110,11 +147,7 @@ Json ChatResponder::ToolCallJson(const ToolCall& c, int index, bool streaming) {
 }
 
 void ChatResponder::Record(const OutputPiece& piece) {
-  if (piece.delta.finish != FinishReason::kNone) {
-    finish_ = piece.delta.finish;
-    error_ = piece.delta.error;
-    usage_ = piece.delta.usage;
-  }
+  RecordFinish(piece, &finish_, &error_, &usage_);
 }
 
 Json ChatResponder::FinalFinishReason() const {
@@ -159,24 +192,8 @@ std::vector<std::string> ChatResponder::StreamPiece(const OutputPiece& piece) {
 }
 
 std::vector<std::string> ChatResponder::StreamEnd() {
-  std::vector<std::string> out;
-  if (finish_ == FinishReason::kCancelled || finish_ == FinishReason::kNone) return out;
-  if (finish_ == FinishReason::kError) {
-    OpenAiError e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = "generation failed: " + error_;
-    out.push_back(DumpJson(ErrorBody(e)));
-    return out;
-  }
-  out.push_back(DumpJson(Chunk(Json::object(), FinalFinishReason(), nullptr)));
-  if (request_.include_usage) {
-    Json j{{"id", meta_.id},           {"object", "chat.completion.chunk"},
-           {"created", meta_.created}, {"model", meta_.model},
-           {"choices", Json::array()}, {"usage", UsageJson(usage_)}};
-    out.push_back(DumpJson(j));
-  }
-  return out;
+  return EndPayloads(finish_, error_, usage_, Chunk(Json::object(), FinalFinishReason(), nullptr),
+                     meta_, "chat.completion.chunk", request_.include_usage);
 }
 
 void ChatResponder::Collect(const OutputPiece& piece) {
@@ -224,11 +241,7 @@ CompletionResponder::CompletionResponder(const CompletionRequest& request, Respo
     : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer) {}
 
 void CompletionResponder::Record(const OutputPiece& piece) {
-  if (piece.delta.finish != FinishReason::kNone) {
-    finish_ = piece.delta.finish;
-    error_ = piece.delta.error;
-    usage_ = piece.delta.usage;
-  }
+  RecordFinish(piece, &finish_, &error_, &usage_);
 }
 
 Json CompletionResponder::Chunk(const std::string& text, Json finish, Json logprobs) const {
@@ -287,23 +300,8 @@ std::vector<std::string> CompletionResponder::StreamPiece(const OutputPiece& pie
 }
 
 std::vector<std::string> CompletionResponder::StreamEnd() {
-  std::vector<std::string> out;
-  if (finish_ == FinishReason::kCancelled || finish_ == FinishReason::kNone) return out;
-  if (finish_ == FinishReason::kError) {
-    OpenAiError e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = "generation failed: " + error_;
-    out.push_back(DumpJson(ErrorBody(e)));
-    return out;
-  }
-  out.push_back(DumpJson(Chunk("", FinishReasonJson(finish_), nullptr)));
-  if (request_.include_usage) {
-    Json j{{"id", meta_.id},       {"object", "text_completion"}, {"created", meta_.created},
-           {"model", meta_.model}, {"choices", Json::array()},    {"usage", UsageJson(usage_)}};
-    out.push_back(DumpJson(j));
-  }
-  return out;
+  return EndPayloads(finish_, error_, usage_, Chunk("", FinishReasonJson(finish_), nullptr), meta_,
+                     "text_completion", request_.include_usage);
 }
 
 void CompletionResponder::Collect(const OutputPiece& piece) {
