@@ -1,7 +1,9 @@
 #include "cli/args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -16,7 +18,16 @@ StatusOr<Args> Args::Parse(int argc, char** argv, const std::set<std::string>& v
   Args a;
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + arg + "'");
+    if (arg == "-h") arg = "--help";
+    if (arg.rfind("--", 0) != 0) {
+      // `-model x`: a flag given with one dash.
+      const std::string bare = arg.substr(arg.rfind('-', 0) == 0 ? 1 : 0);
+      const std::string flag = bare.substr(0, bare.find('='));
+      if (arg[0] == '-' && (value_flags.count(flag) > 0 || bool_flags.count(flag) > 0)) {
+        return InvalidArgument("unexpected argument '" + arg + "'; did you mean --" + bare + "?");
+      }
+      return InvalidArgument("unexpected argument '" + arg + "'");
+    }
     std::string name = arg.substr(2);
     std::optional<std::string> value;
     if (size_t eq = name.find('='); eq != std::string::npos) {
@@ -34,7 +45,11 @@ StatusOr<Args> Args::Parse(int argc, char** argv, const std::set<std::string>& v
       a.values_[name] = *value;
       a.all_[name].push_back(*value);
     } else {
-      return InvalidArgument("unknown option --" + name);
+      std::vector<std::string> known(value_flags.begin(), value_flags.end());
+      known.insert(known.end(), bool_flags.begin(), bool_flags.end());
+      const std::string near = NearestName(name, known);
+      return InvalidArgument("unknown option --" + name +
+                             (near.empty() ? "" : "; did you mean --" + near + "?"));
     }
   }
   return a;
@@ -86,6 +101,47 @@ StatusOr<double> Args::Double(const std::string& name, double def) const {
   return x;
 }
 
+namespace {
+
+// Optimal string alignment distance: insertions, deletions, substitutions and adjacent swaps.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  const size_t n = a.size();
+  const size_t m = b.size();
+  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1, 0));  // [n + 1, m + 1]
+  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (size_t i = 1; i <= n; ++i) {
+    for (size_t j = 1; j <= m; ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+
+}  // namespace
+
+std::string NearestName(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.empty() || word.size() > 64) return "";
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  std::vector<std::string> prefixed;
+  for (const std::string& c : candidates) {
+    if (c.rfind(word, 0) == 0) prefixed.push_back(c);
+    const size_t limit = std::max<size_t>(1, std::max(word.size(), c.size()) / 3);
+    const size_t d = EditDistance(word, c);
+    if (d <= limit && d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  if (best.empty() && prefixed.size() == 1) return prefixed[0];
+  return best;
+}
+
 int ExitCode(const Status& status) {
   switch (status.code()) {
     case StatusCode::kOk: return 0;
@@ -129,6 +185,10 @@ std::optional<Args> ParseCommandLine(const CommandSpec& spec, int argc, char** a
   }
   if (args->Has("help")) {
     std::fputs(spec.usage.c_str(), stdout);
+    if (!spec.example.empty()) {
+      std::fputs("\nexample:\n", stdout);
+      std::fputs(spec.example.c_str(), stdout);
+    }
     std::fputs("\n", stdout);
     std::fputs(kExitCodeHelp, stdout);
     *exit_code = 0;

@@ -68,11 +68,20 @@ struct CommandSpec {
   std::string usage;
   std::set<std::string> value_flags;
   std::set<std::string> bool_flags;  // "help" is added
+  // What --help prints after the usage under "example:": one or more complete command lines
+  // (each line indented two spaces), ready to paste.
+  std::string example;
 };
 
+// The candidate nearest to `word` when it is close enough to be a likely misspelling (an edit
+// distance, counting an adjacent swap as one edit, of at most a third of the longer word and at
+// least 1, or `word` a prefix of exactly one candidate); empty otherwise.
+std::string NearestName(const std::string& word, const std::vector<std::string>& candidates);
+
 // Parses the command line of `spec`. Returns the Args when the command should run; otherwise
-// the command is over with *exit_code: 0 after --help printed the usage to stdout, 2 after a
-// flag error (printed to stderr with a pointer to --help).
+// the command is over with *exit_code: 0 after --help (or -h) printed the usage and example to
+// stdout, 2 after a flag error (printed to stderr with the nearest known flag when one is close,
+// and a pointer to --help).
 std::optional<Args> ParseCommandLine(const CommandSpec& spec, int argc, char** argv,
                                      int* exit_code);
 

@@ -33,6 +33,8 @@ namespace {
 
 using Json = nlohmann::json;
 
+}  // namespace
+
 CommandSpec BatchSpec() {
   CommandSpec spec;
   spec.name = "batch";
@@ -57,6 +59,7 @@ CommandSpec BatchSpec() {
       "error line; the others still complete.\n"
       "\n"
       "  --model DIR          model folder (required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --requests FILE      the JSONL requests (required)\n"
       "  --slots B            batch slots (default 4)\n"
       "  --capacity C         per-slot context in tokens (default: the largest prompt plus its\n"
@@ -68,8 +71,12 @@ CommandSpec BatchSpec() {
   spec.value_flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"no-prefix-reuse"};
+  spec.example =
+      "  vlstack batch --model ./model --requests requests.jsonl --slots 8 > results.jsonl\n";
   return spec;
 }
+
+namespace {
 
 // One request line and its results.
 struct Line {

@@ -47,6 +47,8 @@ using bench::Stats;
 using bench::StatsJson;
 using bench::Summarise;
 
+}  // namespace
+
 CommandSpec BenchSpec() {
   CommandSpec spec;
   spec.name = "bench";
@@ -62,6 +64,7 @@ CommandSpec BenchSpec() {
       "prompt tokens/s over the prefill phase, generation tokens/s (aggregate) over the steps\n"
       "after every request has its first token, the first request's time to first token.\n"
       "  --model DIR          model folder (required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --prompt-tokens N    prompt length (default 512; scenarios: 2000 and 4096)\n"
       "  --gen-tokens N       tokens generated per request (default 128; scenarios: 4)\n"
       "  --reps N             repetitions (default 3)\n"
@@ -117,8 +120,13 @@ CommandSpec BenchSpec() {
       "window-tokens", "image"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"json", "kernel-loop", "no-prefix-reuse", "serve"};
+  spec.example =
+      "  vlstack bench --model ./model --precision bf16 --slots 8 --prompt-tokens 128 \\\n"
+      "      --gen-tokens 128 --reps 3\n";
   return spec;
 }
+
+namespace {
 
 double PeakRssMb() { return bench::PeakRssMb(); }
 

@@ -12,8 +12,6 @@
 
 namespace vls::cli {
 
-namespace {
-
 CommandSpec CompileSpec() {
   const LoadOptions defaults;
   CommandSpec spec;
@@ -27,6 +25,7 @@ CommandSpec CompileSpec() {
       "precision, KV cache type and bounds are the same.\n"
       "\n"
       "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --out FILE           the artifact to write (required)\n"
       "  --capacity C         context capacity in tokens the artifact is for (default " +
       std::to_string(defaults.capacity) +
@@ -39,8 +38,13 @@ CommandSpec CompileSpec() {
       LoadFlagsHelp("bf16", /*artifact=*/false) + "  --help               this text\n";
   spec.value_flags = {"model", "out", "capacity", "slots", "nmax"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.example =
+      "  vlstack compile --model ./model --precision bf16 --out model-bf16.vlsa\n"
+      "  vlstack serve --model ./model --precision bf16 --artifact model-bf16.vlsa\n";
   return spec;
 }
+
+namespace {
 
 Status Compile(const Args& args) {
   VLS_RETURN_IF_ERROR(args.Require("model").status());

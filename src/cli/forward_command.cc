@@ -30,6 +30,8 @@ class CaptureHook : public LayerHook {
   std::vector<std::vector<float>> states;
 };
 
+}  // namespace
+
 CommandSpec ForwardSpec() {
   CommandSpec spec;
   spec.name = "forward";
@@ -43,6 +45,7 @@ CommandSpec ForwardSpec() {
       "deepstack_positions/features/layers, decode_tokens.\n"
       "\n"
       "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --input FILE         the request's tensors (required)\n"
       "  --output FILE        where the output tensors go (required)\n"
       "  --diagnostics        also write hidden_after_layer.{i}, final_hidden, k_cache.{i} and\n"
@@ -64,8 +67,13 @@ CommandSpec ForwardSpec() {
   spec.value_flags = {"model", "input", "output", "capacity", "image", "generate"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"diagnostics", "all-logits"};
+  spec.example =
+      "  vlstack forward --model ./model --input in.safetensors --output out.safetensors \\\n"
+      "      --generate 16\n";
   return spec;
 }
+
+namespace {
 
 Status Forward(const Args& args) {
   VLS_RETURN_IF_ERROR(args.Require("model").status());

@@ -9,8 +9,6 @@
 #include "runtime/loaded_model.h"
 
 namespace vls::cli {
-namespace {
-
 CommandSpec InspectSpec() {
   const LoadOptions defaults;
   CommandSpec spec;
@@ -23,6 +21,7 @@ CommandSpec InspectSpec() {
       "must match.\n"
       "\n"
       "  --model DIR          model folder: config.json and the safetensors weights (required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --capacity C         context capacity in tokens (default " +
       std::to_string(defaults.capacity) +
       ")\n"
@@ -37,8 +36,11 @@ CommandSpec InspectSpec() {
   spec.value_flags = {"model", "capacity", "slots", "nmax"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"identity-text"};
+  spec.example = "  vlstack inspect --model Qwen/Qwen3-VL-2B-Instruct\n";
   return spec;
 }
+
+namespace {
 
 Status Inspect(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/thread_pool.h"
+#include "io/hf_cache.h"
 
 namespace vls::cli {
 
@@ -14,17 +15,32 @@ const std::set<std::string>& LoadFlagNames() {
   return names;
 }
 
-StatusOr<std::string> ModelDirFlag(const Args& args) {
+StatusOr<ModelLocation> ModelFlag(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
   std::error_code ec;
   const auto st = std::filesystem::status(dir, ec);
-  if (!std::filesystem::exists(st)) {
-    return NotFound("--model: the model folder '" + dir + "' does not exist");
+  if (std::filesystem::exists(st)) {
+    if (!std::filesystem::is_directory(st)) {
+      return InvalidArgument("--model: '" + dir + "' is not a folder");
+    }
+    std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+    if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
+    return ModelLocation{dir, name.empty() ? "vlstack" : name};
   }
-  if (!std::filesystem::is_directory(st)) {
-    return InvalidArgument("--model: '" + dir + "' is not a folder");
+  // Not a path: a Hugging Face repository id, looked up in the local cache.
+  StatusOr<HfRepoRef> repo = ParseHfRepoId(dir);
+  if (!repo.ok()) return NotFound("--model: the model folder '" + dir + "' does not exist");
+  StatusOr<std::string> snapshot = ResolveHfRepo(*repo, HfCacheDirs());
+  if (!snapshot.ok()) {
+    return NotFound("--model: '" + dir +
+                    "' is neither a folder nor a cached model: " + snapshot.status().message());
   }
-  return dir;
+  return ModelLocation{*snapshot, repo->org + "/" + repo->name};
+}
+
+StatusOr<std::string> ModelDirFlag(const Args& args) {
+  VLS_ASSIGN_OR_RETURN(ModelLocation m, ModelFlag(args));
+  return m.dir;
 }
 
 std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {

@@ -14,8 +14,20 @@ namespace vls::cli {
 // The value flags ApplyLoadFlags reads (add them to a command's Args::Parse set).
 const std::set<std::string>& LoadFlagNames();
 
-// The required --model DIR, checked to be a folder before anything else is read, so a mistyped
-// path is reported as such (NotFound or InvalidArgument naming --model and the path).
+// Where --model points: the model folder, and the name it goes by (the folder's name, or the
+// repository id it was found under).
+struct ModelLocation {
+  std::string dir;
+  std::string name;
+};
+
+// The required --model: a folder, or, when no such path exists, a Hugging Face repository id
+// ("Org/Name[@revision]", io/hf_cache.h) resolved offline to its snapshot in the local cache.
+// Checked before anything else is read, so a mistyped path is reported as such (NotFound or
+// InvalidArgument naming --model, the path and, for a repository id, every cache folder looked
+// in).
+StatusOr<ModelLocation> ModelFlag(const Args& args);
+// ModelFlag's folder.
 StatusOr<std::string> ModelDirFlag(const Args& args);
 
 // The --help lines of the flags ApplyLoadFlags reads, for a command whose precision defaults to

@@ -345,7 +345,7 @@ Status ScriptSuccessors(const std::string& text, const std::optional<std::string
 
 }  // namespace
 
-int RunMakeTestModel(int argc, char** argv) {
+CommandSpec MakeTestModelSpec() {
   CommandSpec command;
   command.name = "make-test-model";
   command.usage = kHelp;
@@ -380,8 +380,15 @@ int RunMakeTestModel(int argc, char** argv) {
                          "max-pixels",
                          "script"};
   command.bool_flags = {"tied", "untied", "no-vision"};
+  command.example =
+      "  vlstack make-test-model --out /tmp/m --vocab 151936 --untied\n"
+      "  vlstack run --model /tmp/m --prompt 'Hello' --max-tokens 8\n";
+  return command;
+}
+
+int RunMakeTestModel(int argc, char** argv) {
   int rc = 0;
-  std::optional<Args> args = ParseCommandLine(command, argc, argv, &rc);
+  std::optional<Args> args = ParseCommandLine(MakeTestModelSpec(), argc, argv, &rc);
   if (!args) return rc;
   auto out = args->Require("out");
   if (!out.ok()) return Fail("make-test-model", out.status());

@@ -37,6 +37,7 @@ constexpr const char* kHelp =
     "\n"
     "  --model DIR          model folder: weights, config.json, tokenizer.json and a chat\n"
     "                       template (tokenizer_config.json, chat_template.json or .jinja)\n"
+    "                       or Org/Name: a Hugging Face repository id in the local cache\n"
     "  --prompt TEXT        one user turn. Without it: on a terminal, a multi-turn chat (a\n"
     "                       '> ' prompt on stderr; /exit or end of input ends it; the KV cache\n"
     "                       of the conversation is reused, so a turn prefills only what is new);\n"
@@ -218,11 +219,8 @@ int Chat(BatchEngine& engine, const ChatPipeline& pipeline, const Options& o, Tu
 }
 
 int Run(const Args& args) {
-  auto dir = args.Require("model");
+  auto dir = ModelDirFlag(args);
   if (!dir.ok()) return RunFail(dir.status());
-  if (!std::filesystem::is_directory(*dir)) {
-    return RunFail(InvalidArgument("--model: '" + *dir + "' is not a folder"));
-  }
   LoadOptions lo;
   if (Status s = ApplyLoadFlags(args, "bf16", &lo); !s.ok()) return RunFail(s);
   auto capacity = args.Int("capacity", lo.capacity, 2, 1 << 24);
@@ -304,15 +302,23 @@ int Run(const Args& args) {
 
 }  // namespace
 
-int RunRun(int argc, char** argv) {
+CommandSpec RunSpec() {
   CommandSpec spec;
   spec.name = "run";
   spec.usage = kHelp;
   spec.value_flags = {"model", "prompt", "system", "image", "max-tokens", "temperature",
                       "top-p", "top-k",  "seed",   "stop",  "capacity",   "prefill-chunk"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.example =
+      "  vlstack run --model Qwen/Qwen3-VL-2B-Instruct --prompt 'What is in this picture?' \\\n"
+      "      --image photo.jpg --max-tokens 200\n"
+      "  echo 'Summarise: ...' | vlstack run --model ./model --temperature 0.7 --seed 1\n";
+  return spec;
+}
+
+int RunRun(int argc, char** argv) {
   int rc = 0;
-  std::optional<Args> args = ParseCommandLine(spec, argc, argv, &rc);
+  std::optional<Args> args = ParseCommandLine(RunSpec(), argc, argv, &rc);
   if (!args) return rc;
   return Run(*args);
 }

@@ -40,8 +40,9 @@ constexpr const char* kHelp =
     "\n"
     "  --model DIR            model folder: weights, config.json, tokenizer.json, the chat\n"
     "                         template, preprocessor_config.json for images\n"
+    "                         or Org/Name: a Hugging Face repository id in the local cache\n"
     "  --model-name NAME      the model id in /v1/models and responses (default: the folder's\n"
-    "                         name)\n"
+    "                         name, or the repository id --model named)\n"
     "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port N               port (default 8080; 0 picks a free one)\n"
     "  --api-key KEY          require `Authorization: Bearer KEY` on every endpoint but / and\n"
@@ -73,7 +74,8 @@ struct ServeFlags {
 
 StatusOr<ServeFlags> ParseFlags(const Args& args) {
   ServeFlags f;
-  VLS_ASSIGN_OR_RETURN(f.dir, ModelDirFlag(args));
+  VLS_ASSIGN_OR_RETURN(const ModelLocation model, ModelFlag(args));
+  f.dir = model.dir;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &f.load));
   VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", 4, 1, 256));
   VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", 4096, 16, 1 << 20));
@@ -83,11 +85,7 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   VLS_ASSIGN_OR_RETURN(long long port, args.Int("port", 8080, 0, 65535));
   f.http.port = static_cast<int>(port);
   std::string name = args.Get("model-name").value_or("");
-  if (name.empty()) {
-    name = std::filesystem::path(f.dir).lexically_normal().filename().string();
-    if (name.empty()) name = std::filesystem::path(f.dir).parent_path().filename().string();
-    if (name.empty()) name = "vlstack";
-  }
+  if (name.empty()) name = model.name;
   f.http.model_id = name;
   if (auto key = args.Get("api-key")) {
     if (key->empty()) return InvalidArgument("--api-key is empty");
@@ -221,7 +219,7 @@ int Serve(const Args& args) {
 
 }  // namespace
 
-int RunServe(int argc, char** argv) {
+CommandSpec ServeSpec() {
   CommandSpec spec;
   spec.name = "serve";
   spec.usage = std::string(kHelp) + LoadFlagsHelp("bf16") + "  --help               this text\n";
@@ -231,8 +229,16 @@ int RunServe(int argc, char** argv) {
                       "drain-timeout", "prefill-chunk", "http-threads"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"quiet"};
+  spec.example =
+      "  vlstack serve --model Qwen/Qwen3-VL-2B-Instruct --port 8080 --slots 4\n"
+      "  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+      "      -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'\n";
+  return spec;
+}
+
+int RunServe(int argc, char** argv) {
   int rc = 0;
-  std::optional<Args> args = ParseCommandLine(spec, argc, argv, &rc);
+  std::optional<Args> args = ParseCommandLine(ServeSpec(), argc, argv, &rc);
   if (!args) return rc;
   return Serve(*args);
 }

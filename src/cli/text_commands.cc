@@ -140,6 +140,8 @@ Status ForEachLine(const char* cmd, Fn fn) {
                                   " input lines failed (the first: " + first.message() + ")");
 }
 
+}  // namespace
+
 CommandSpec TokenizeSpec() {
   CommandSpec spec;
   spec.name = "tokenize";
@@ -153,6 +155,8 @@ CommandSpec TokenizeSpec() {
       "  --tokenizer PATH     a tokenizer.json, or a model folder holding one (required)\n"
       "  --help               this text\n";
   spec.value_flags = {"tokenizer"};
+  spec.example =
+      "  echo '\"Hello, world\"' | vlstack tokenize --tokenizer ./model/tokenizer.json\n";
   return spec;
 }
 
@@ -172,6 +176,8 @@ CommandSpec DetokenizeSpec() {
       "  --help               this text\n";
   spec.value_flags = {"tokenizer"};
   spec.bool_flags = {"skip-special-tokens", "stream"};
+  spec.example =
+      "  echo '[9707, 11, 1879]' | vlstack detokenize --tokenizer ./model/tokenizer.json\n";
   return spec;
 }
 
@@ -189,12 +195,18 @@ CommandSpec ChatTemplateSpec() {
       "  --model DIR          model folder whose chat template to use: chat_template.jinja,\n"
       "                       chat_template.json or tokenizer_config.json (one of the two is\n"
       "                       required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --template FILE      a chat template file instead: .jinja text, or JSON with a\n"
       "                       \"chat_template\" key\n"
       "  --help               this text\n";
   spec.value_flags = {"model", "template"};
+  spec.example =
+      "  echo '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}' \\\n"
+      "      | vlstack chat-template --model ./model\n";
   return spec;
 }
+
+namespace {
 
 StatusOr<std::unique_ptr<tok::Tokenizer>> LoadTokenizer(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string path, args.Require("tokenizer"));

@@ -20,8 +20,6 @@
 #include "vision/vision_model.h"
 
 namespace vls::cli {
-namespace {
-
 CommandSpec VisionSpec() {
   CommandSpec spec;
   spec.name = "vision";
@@ -38,6 +36,7 @@ CommandSpec VisionSpec() {
       "\n"
       "  --model DIR          model folder: config.json with vision_config, the weights and\n"
       "                       preprocessor_config.json (required)\n"
+      "                       or Org/Name: a Hugging Face repository id in the local cache\n"
       "  --image FILE         an image; repeat for several (each one item, in order)\n"
       "  --pixel-values FILE  instead of images: pixel_values f32 [Np, 3*tp*P*P] (rows in\n"
       "                       merge-window order) and image_grid_thw i32 [n,3]\n"
@@ -49,8 +48,12 @@ CommandSpec VisionSpec() {
       "  --help               this text\n";
   spec.value_flags = {"model", "image", "pixel-values", "output", "precision", "threads"};
   spec.bool_flags = {"diagnostics"};
+  spec.example =
+      "  vlstack vision --model ./model --image photo.jpg --output features.safetensors\n";
   return spec;
 }
+
+namespace {
 
 StatusOr<PixelValues> ReadPixelValues(const std::string& path, int64_t patch_dim) {
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> in, SafetensorsFile::Open(path));

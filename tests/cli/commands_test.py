@@ -90,6 +90,45 @@ def expect_exit(args, code, needles, label, stream="stderr", **kw):
     return p
 
 
+def check_hf_cache(vls, work):
+    """--model Org/Name resolves in a Hugging Face cache laid out as huggingface_hub writes it
+    (refs/main -> snapshots/<commit>/ with links into blobs/); a repository that is not there
+    is refused (exit 2) naming every cache folder looked in."""
+    model = os.path.join(work, "tiny_model")
+    p = run([vls, "make-test-model", "--out", model, "--no-vision"])
+    check(p.returncode == 0, f"make-test-model for the cache test: {p.stderr[-300:]!r}")
+    cache = os.path.join(work, "hf_home", "hub")
+    repo = os.path.join(cache, "models--test-org--tiny.v1")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = os.path.join(repo, "snapshots", commit)
+    os.makedirs(os.path.join(repo, "refs"))
+    os.makedirs(os.path.join(repo, "blobs"))
+    os.makedirs(snapshot)
+    with open(os.path.join(repo, "refs", "main"), "w") as f:
+        f.write(commit)
+    for name in os.listdir(model):
+        blob = os.path.join(repo, "blobs", "sha-" + name)
+        os.rename(os.path.join(model, name), blob)
+        os.symlink(os.path.join("..", "..", "blobs", "sha-" + name), os.path.join(snapshot, name))
+    env = dict(os.environ)
+    for k in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME"):
+        env.pop(k, None)
+    env["HF_HOME"] = os.path.join(work, "hf_home")
+    direct = run([vls, "inspect", "--model", snapshot], env=env)
+    p = run([vls, "inspect", "--model", "test-org/tiny.v1"], env=env)
+    check(p.returncode == 0 and p.stdout == direct.stdout and direct.returncode == 0,
+          f"inspect --model test-org/tiny.v1 (exit {p.returncode}) differs from the snapshot "
+          f"folder's (exit {direct.returncode}): {p.stderr[-400:]!r}")
+    p = run([vls, "inspect", "--model", f"test-org/tiny.v1@{commit[:8]}"], env=env)
+    check(p.returncode == 0 and p.stdout == direct.stdout,
+          f"inspect --model test-org/tiny.v1@{commit[:8]}: exit {p.returncode} {p.stderr[-300:]!r}")
+    env["HF_HUB_CACHE"] = os.path.join(work, "elsewhere")
+    expect_exit([vls, "run", "--model", "test-org/absent", "--prompt", "hi"], 2,
+                ["test-org/absent", os.path.join(work, "elsewhere", "models--test-org--absent"),
+                 os.path.join(cache, "models--test-org--absent")], "run on a repository id not cached",
+                env=env)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vlstack", required=True)
@@ -106,6 +145,13 @@ def main():
     expect_exit([vls], 2, every, "no command")
     expect_exit([vls, "frobnicate"], 2, every + ["frobnicate"], "unknown command")
     expect_exit([vls, "help", "frobnicate"], 2, ["frobnicate"], "help for an unknown command")
+    expect_exit([vls, "srve"], 2, ["unknown command 'srve'; did you mean 'serve'?"], "misspelt command")
+    expect_exit([vls, "help", "bach"], 2, ["did you mean 'batch'?"], "help for a misspelt command")
+    for args in (["--version"], ["version"]):
+        p = expect_exit([vls] + args, 0, ["vlstack ", "C ABI version 1", "kernels: "], "--version",
+                        stream="stdout")
+        check(re.match(r"vlstack \d+\.\d+\.\d+\n", p.stdout) is not None,
+              f"--version does not start with the version: {p.stdout!r}")
 
     with tempfile.TemporaryDirectory() as work:
         folder = os.path.join(work, "empty_model")  # exists, holds nothing
@@ -145,6 +191,15 @@ def main():
             pointer = [] if cmd in OWN_PARSER else ["--help"]
             expect_exit([vls, cmd, "--no-such-flag"], 2, ["--no-such-flag"] + pointer,
                         f"{cmd} with an unknown flag")
+            # --help ends with an example of the command; -h is --help; a misspelt flag gets the
+            # nearest one (the first required flag with two letters swapped).
+            check("\nexample:\n  " in p.stdout and f"vlstack {cmd}" in p.stdout.split("\nexample:")[1],
+                  f"{cmd} --help has no example of the command")
+            check(run([vls, cmd, "-h"]).stdout == p.stdout, f"`vlstack {cmd} -h` differs from --help")
+            flag = REQUIRED[cmd][0]
+            typo = flag[:3] + flag[4] + flag[3] + flag[5:]
+            expect_exit([vls, cmd, typo, "x"], 2, [f"unknown option {typo}; did you mean {flag}?"],
+                        f"{cmd} with a misspelt flag")
 
             # A model folder (or tokenizer path) that does not exist: exit 2, the path named.
             given = {f: value[f] for f in REQUIRED[cmd]}
@@ -207,6 +262,8 @@ def main():
                     input="[13048]\n")
             check(p.returncode == 0 and p.stdout.startswith('"'),
                   f"detokenize: exit {p.returncode}, {p.stdout!r}, {p.stderr!r}")
+
+        check_hf_cache(vls, work)
 
     if FAILURES:
         sys.exit(f"commands_test: {len(FAILURES)} failures")
