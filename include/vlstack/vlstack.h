@@ -464,6 +464,43 @@ vls_status vls_batch_submit_chat(vls_batch* batch, const vls_chat* chat, const c
 vls_status vls_batch_take_text(vls_batch* batch, uint64_t id, char* buf, size_t len, size_t* needed,
                                int32_t* finished);
 
+/* The chat's tokenizer and template on their own (added in ABI 1; the version stays 1). Like
+ * every vls_chat call they may run on any thread at once. */
+
+/* The token ids of text[0..text_len) (UTF-8; it need not be NUL-terminated and may hold NUL
+ * bytes; bytes that are not valid UTF-8 are first replaced by U+FFFD) as the model folder's
+ * tokenizer.json encodes it, exactly as Hugging Face tokenizers does: special tokens written in
+ * the text (such as "<|im_start|>") are recognised, and nothing is added around the text.
+ * *count receives the number of ids N; ids[0..N) are written when capacity >= N, else the
+ * call fails with VLS_ERR_OUT_OF_RANGE and writes only *count. text may be NULL when
+ * text_len is 0; ids may be NULL when capacity is 0. An id the model's vocabulary does not
+ * hold (the tokenizer is larger than the model's V) fails with VLS_ERR_INVALID_ARGUMENT.
+ * REQUIRES: chat and count non-NULL. */
+vls_status vls_chat_tokenize(const vls_chat* chat, const char* text, size_t text_len, int32_t* ids,
+                             size_t capacity, size_t* count);
+
+/* The text of ids[0..n) (each in [0, V), V the model's vocabulary; an id outside it fails with
+ * VLS_ERR_INVALID_ARGUMENT naming its index): UTF-8, byte sequences that do not form valid
+ * UTF-8 become U+FFFD, ids in range that name no token are skipped (as tokenizers does), and
+ * special tokens are left out when skip_special is 1 (0 keeps them; any other value is
+ * refused). *needed (when non-NULL) receives the text's byte length + 1; the NUL-terminated
+ * text is written into buf when len >= that, else the call fails with VLS_ERR_OUT_OF_RANGE and
+ * writes only *needed (buf may be NULL when len is 0). The text may itself hold NUL bytes (a
+ * token of byte 0): its length is *needed - 1, not strlen(buf). ids may be NULL when n is 0.
+ * REQUIRES: chat non-NULL. */
+vls_status vls_chat_detokenize(const vls_chat* chat, const int32_t* ids, size_t n,
+                               int32_t skip_special, char* buf, size_t len, size_t* needed);
+
+/* The prompt text vls_batch_submit_chat would tokenize for `request_json` (the same JSON
+ * object, parsed and checked the same way; its sampling and limit fields are checked and
+ * otherwise unused): the messages rendered through the chat template, an image part as the
+ * template writes it (one pad token, not yet expanded to the image's rows; the image is not
+ * decoded).
+ * Output as vls_chat_detokenize (*needed, VLS_ERR_OUT_OF_RANGE when len is too small).
+ * REQUIRES: chat and request_json non-NULL. */
+vls_status vls_chat_render(const vls_chat* chat, const char* request_json, char* buf, size_t len,
+                           size_t* needed);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,10 +1,15 @@
 // The C ABI's chat entry points (vls_chat_*, vls_batch_submit_chat, vls_batch_take_text) over
-// the runtime's request pipeline (runtime/chat_pipeline.h, chat_json.h, text_stream.h).
+// the runtime's request pipeline (runtime/chat_pipeline.h, chat_json.h, text_stream.h), and the
+// front end's tokenizer and template on their own (vls_chat_tokenize, _detokenize, _render).
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "capi/capi_internal.h"
@@ -14,6 +19,19 @@
 
 namespace vls::capi {
 namespace {
+
+// Copies `text` and its NUL into buf under the *needed / OUT_OF_RANGE rule of the header.
+Status WriteText(const std::string& text, char* buf, size_t len, size_t* needed) {
+  const size_t need = text.size() + 1;
+  if (needed != nullptr) *needed = need;
+  if (len < need) {
+    return OutOfRange("buf holds " + std::to_string(len) + " bytes; the text needs " +
+                      std::to_string(need));
+  }
+  std::memcpy(buf, text.data(), text.size());
+  buf[text.size()] = '\0';
+  return Status::Ok();
+}
 
 Status SubmitChat(vls_batch* b, const vls_chat* chat, const char* request_json, uint64_t* out_id) {
   if (b == nullptr || b->engine == nullptr) return InvalidArgument("batch is NULL");
@@ -47,13 +65,7 @@ Status TakeText(vls_batch* b, uint64_t id, char* buf, size_t len, size_t* needed
     return NotFound("request " + std::to_string(id) +
                     " is not a chat request of this batch, or its text was all taken");
   }
-  const size_t need = it->second.text.size() + 1;
-  if (needed != nullptr) *needed = need;
-  if (len < need) {
-    return OutOfRange("buf holds " + std::to_string(len) + " bytes; the text needs " +
-                      std::to_string(need));
-  }
-  std::memcpy(buf, it->second.text.c_str(), need);
+  VLS_RETURN_IF_ERROR(WriteText(it->second.text, buf, len, needed));
   const bool done = it->second.finished;
   if (finished != nullptr) *finished = done ? 1 : 0;
   if (done) {
@@ -62,6 +74,65 @@ Status TakeText(vls_batch* b, uint64_t id, char* buf, size_t len, size_t* needed
     it->second.text.clear();
   }
   return Status::Ok();
+}
+
+Status Tokenize(const vls_chat* chat, const char* text, size_t text_len, int32_t* ids,
+                size_t capacity, size_t* count) {
+  if (chat == nullptr || chat->pipeline == nullptr) return InvalidArgument("chat is NULL");
+  if (text == nullptr && text_len > 0) return InvalidArgument("text is NULL but text_len is not 0");
+  if (ids == nullptr && capacity > 0) return InvalidArgument("ids is NULL but capacity is not 0");
+  if (count == nullptr) return InvalidArgument("count is NULL");
+  const ChatPipeline& p = *chat->pipeline;
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> out, p.tokenizer().Encode(std::string_view(
+                                                     text == nullptr ? "" : text, text_len)));
+  const int32_t vocab = p.model().config().vocab;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] < 0 || out[i] >= vocab) {
+      return InvalidArgument("ids[" + std::to_string(i) + "] = " + std::to_string(out[i]) +
+                             " is outside the model's vocabulary [0, " + std::to_string(vocab) +
+                             ")");
+    }
+  }
+  *count = out.size();
+  if (capacity < out.size()) {
+    return OutOfRange("ids holds " + std::to_string(capacity) + " entries; the text has " +
+                      std::to_string(out.size()) + " tokens");
+  }
+  std::copy(out.begin(), out.end(), ids);
+  return Status::Ok();
+}
+
+Status Detokenize(const vls_chat* chat, const int32_t* ids, size_t n, int32_t skip_special,
+                  char* buf, size_t len, size_t* needed) {
+  if (chat == nullptr || chat->pipeline == nullptr) return InvalidArgument("chat is NULL");
+  if (ids == nullptr && n > 0) return InvalidArgument("ids is NULL but n is not 0");
+  if (skip_special != 0 && skip_special != 1) {
+    return InvalidArgument("skip_special = " + std::to_string(skip_special) + " is not 0 or 1");
+  }
+  if (buf == nullptr && len > 0) return InvalidArgument("buf is NULL but len is not 0");
+  const ChatPipeline& p = *chat->pipeline;
+  const int32_t vocab = p.model().config().vocab;
+  const std::span<const int32_t> in(ids, n);
+  for (size_t i = 0; i < n; ++i) {
+    if (in[i] < 0 || in[i] >= vocab) {
+      return InvalidArgument("ids[" + std::to_string(i) + "] = " + std::to_string(in[i]) +
+                             " is outside the model's vocabulary [0, " + std::to_string(vocab) +
+                             ")");
+    }
+  }
+  return WriteText(p.tokenizer().Decode(in, skip_special == 1), buf, len, needed);
+}
+
+Status Render(const vls_chat* chat, const char* request_json, char* buf, size_t len,
+              size_t* needed) {
+  if (chat == nullptr || chat->pipeline == nullptr) return InvalidArgument("chat is NULL");
+  if (request_json == nullptr) return InvalidArgument("request_json is NULL");
+  if (buf == nullptr && len > 0) return InvalidArgument("buf is NULL but len is not 0");
+  const ChatPipeline& p = *chat->pipeline;
+  VLS_ASSIGN_OR_RETURN(ChatRequest request,
+                       ChatRequestFromJsonText(request_json, p.generation_defaults()));
+  VLS_ASSIGN_OR_RETURN(std::string prompt, p.Render(request));
+  return WriteText(prompt, buf, len, needed);
 }
 
 }  // namespace
@@ -114,6 +185,24 @@ vls_status vls_batch_take_text(vls_batch* batch, uint64_t id, char* buf, size_t 
                                int32_t* finished) {
   return Guard("vls_batch_take_text",
                [&] { return vls::capi::TakeText(batch, id, buf, len, needed, finished); });
+}
+
+vls_status vls_chat_tokenize(const vls_chat* chat, const char* text, size_t text_len, int32_t* ids,
+                             size_t capacity, size_t* count) {
+  return Guard("vls_chat_tokenize",
+               [&] { return vls::capi::Tokenize(chat, text, text_len, ids, capacity, count); });
+}
+
+vls_status vls_chat_detokenize(const vls_chat* chat, const int32_t* ids, size_t n,
+                               int32_t skip_special, char* buf, size_t len, size_t* needed) {
+  return Guard("vls_chat_detokenize",
+               [&] { return vls::capi::Detokenize(chat, ids, n, skip_special, buf, len, needed); });
+}
+
+vls_status vls_chat_render(const vls_chat* chat, const char* request_json, char* buf, size_t len,
+                           size_t* needed) {
+  return Guard("vls_chat_render",
+               [&] { return vls::capi::Render(chat, request_json, buf, len, needed); });
 }
 
 }  // extern "C"

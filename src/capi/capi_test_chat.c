@@ -64,6 +64,148 @@ static size_t Utf8Floor(const char* s, size_t n) {
   return n;
 }
 
+/* vls_chat_tokenize, _detokenize and _render on the real Qwen3 tokenizer: known ids, round
+ * trips (NUL bytes and invalid UTF-8 included), the size protocol, and every refusal. */
+static void TokenizerTests(const vls_chat* chat) {
+  enum { kIds = 256 };
+  int32_t ids[kIds];
+  size_t count = 12345;
+  /* The size query, then the ids: "Hello world" is 9707 (Hello) 1879 (" world"). */
+  CHECK(vls_chat_tokenize(chat, "Hello world", 11, NULL, 0, &count) == VLS_ERR_OUT_OF_RANGE &&
+            count == 2,
+        "a size query reports 2 ids (count %zu)", count);
+  CHECK(Contains(vls_last_error(), "vls_chat_tokenize") && Contains(vls_last_error(), "2 tokens"),
+        "the short-buffer message names the call and the size");
+  ids[0] = ids[1] = -7;
+  CHECK(vls_chat_tokenize(chat, "Hello world", 11, ids, 1, &count) == VLS_ERR_OUT_OF_RANGE &&
+            count == 2 && ids[0] == -7,
+        "a short buffer gets no ids");
+  CHECK(vls_chat_tokenize(chat, "Hello world", 11, ids, kIds, &count) == VLS_OK && count == 2 &&
+            ids[0] == 9707 && ids[1] == 1879,
+        "\"Hello world\" is [9707, 1879] (got %zu ids: %d %d)", count, ids[0], ids[1]);
+  /* Special tokens written in the text are recognised. */
+  static const char kTurn[] = "<|im_start|>user\nHi<|im_end|>";
+  CHECK(vls_chat_tokenize(chat, kTurn, sizeof(kTurn) - 1, ids, kIds, &count) == VLS_OK &&
+            count >= 4 && ids[0] == 151644 && ids[count - 1] == 151645,
+        "the special tokens are single ids (count %zu, first %d)", count, ids[0]);
+  char text[1024];
+  size_t needed = 0;
+  CHECK(vls_chat_detokenize(chat, ids, count, 0, text, sizeof(text), &needed) == VLS_OK &&
+            needed == sizeof(kTurn) && strcmp(text, kTurn) == 0,
+        "detokenize gives the text back ('%s')", text);
+  CHECK(vls_chat_detokenize(chat, ids, count, 1, text, sizeof(text), &needed) == VLS_OK &&
+            strcmp(text, "user\nHi") == 0 && needed == 8,
+        "skip_special leaves the special tokens out ('%s')", text);
+  /* Empty text (NULL allowed); a NUL byte inside the text; invalid UTF-8 becomes U+FFFD. */
+  CHECK(vls_chat_tokenize(chat, NULL, 0, NULL, 0, &count) == VLS_OK && count == 0,
+        "empty text has no ids");
+  CHECK(vls_chat_detokenize(chat, NULL, 0, 0, text, sizeof(text), &needed) == VLS_OK &&
+            needed == 1 && text[0] == '\0',
+        "no ids are the empty text");
+  CHECK(vls_chat_tokenize(chat, "a\0b", 3, ids, kIds, &count) == VLS_OK && count >= 2,
+        "a NUL byte is text (count %zu)", count);
+  CHECK(vls_chat_detokenize(chat, ids, count, 0, text, sizeof(text), &needed) == VLS_OK &&
+            needed == 4 && memcmp(text, "a\0b", 4) == 0,
+        "and comes back: needed %zu", needed);
+  CHECK(vls_chat_tokenize(chat, "x\xff", 2, ids, kIds, &count) == VLS_OK &&
+            vls_chat_detokenize(chat, ids, count, 0, text, sizeof(text), &needed) == VLS_OK &&
+            strcmp(text, "x\xEF\xBF\xBD") == 0,
+        "invalid UTF-8 comes back as U+FFFD ('%s')", text);
+  /* Random bytes always tokenize; random in-range ids always detokenize; printable ASCII
+   * round-trips exactly. */
+  uint32_t rng = 12345;
+  for (int round = 0; round < 200; ++round) {
+    char in[64];
+    const size_t n = (size_t)(round % 63) + 1;
+    for (size_t i = 0; i < n; ++i) {
+      rng = rng * 1664525u + 1013904223u;
+      in[i] = round % 2 == 0 ? (char)(rng >> 24) : (char)(' ' + (rng >> 24) % 95);
+    }
+    const vls_status st = vls_chat_tokenize(chat, in, n, ids, kIds, &count);
+    CHECK(st == VLS_OK && count <= 3 * n, "random bytes tokenize (round %d: %s)", round,
+          vls_status_name(st));
+    if (st != VLS_OK) continue;
+    CHECK(vls_chat_detokenize(chat, ids, count, round % 3 == 0, text, sizeof(text), &needed) ==
+              VLS_OK,
+          "their ids detokenize (round %d)", round);
+    if (round % 2 == 1) {
+      CHECK(needed == n + 1 && memcmp(text, in, n) == 0, "printable ASCII round-trips (round %d)",
+            round);
+    }
+    for (size_t i = 0; i < 16; ++i) {
+      rng = rng * 1664525u + 1013904223u;
+      ids[i] = (int32_t)(rng % 151936u);
+    }
+    CHECK(vls_chat_detokenize(chat, ids, 16, round % 2, text, sizeof(text), &needed) == VLS_OK,
+          "random in-range ids detokenize (round %d)", round);
+  }
+
+  /* Refusals: nothing written. */
+  count = 777;
+  RejectedPlain("tokenize NULL chat", vls_chat_tokenize(NULL, "x", 1, ids, kIds, &count),
+                VLS_ERR_INVALID_ARGUMENT, "chat is NULL");
+  RejectedPlain("tokenize NULL text", vls_chat_tokenize(chat, NULL, 3, ids, kIds, &count),
+                VLS_ERR_INVALID_ARGUMENT, "text is NULL");
+  RejectedPlain("tokenize NULL ids", vls_chat_tokenize(chat, "x", 1, NULL, 4, &count),
+                VLS_ERR_INVALID_ARGUMENT, "ids is NULL");
+  RejectedPlain("tokenize NULL count", vls_chat_tokenize(chat, "x", 1, ids, kIds, NULL),
+                VLS_ERR_INVALID_ARGUMENT, "count is NULL");
+  CHECK(count == 777, "a refused tokenize writes no count (%zu)", count);
+  const int32_t bad[3] = {9707, -1, 151936};
+  const int32_t big[2] = {9707, 151936};
+  memcpy(text, "sentinel", 9);
+  needed = 777;
+  RejectedPlain("detokenize negative id",
+                vls_chat_detokenize(chat, bad, 3, 0, text, sizeof(text), &needed),
+                VLS_ERR_INVALID_ARGUMENT, "ids[1] = -1");
+  RejectedPlain("detokenize id past V",
+                vls_chat_detokenize(chat, big, 2, 0, text, sizeof(text), &needed),
+                VLS_ERR_INVALID_ARGUMENT, "ids[1] = 151936");
+  RejectedPlain("detokenize skip_special 2",
+                vls_chat_detokenize(chat, bad, 1, 2, text, sizeof(text), &needed),
+                VLS_ERR_INVALID_ARGUMENT, "skip_special");
+  RejectedPlain("detokenize NULL ids", vls_chat_detokenize(chat, NULL, 2, 0, text, 16, &needed),
+                VLS_ERR_INVALID_ARGUMENT, "ids is NULL");
+  RejectedPlain("detokenize NULL buf", vls_chat_detokenize(chat, bad, 1, 0, NULL, 16, &needed),
+                VLS_ERR_INVALID_ARGUMENT, "buf is NULL");
+  RejectedPlain("detokenize NULL chat", vls_chat_detokenize(NULL, bad, 1, 0, text, 16, &needed),
+                VLS_ERR_INVALID_ARGUMENT, "chat is NULL");
+  CHECK(needed == 777 && strcmp(text, "sentinel") == 0, "a refused detokenize writes nothing");
+  const int32_t hello[2] = {9707, 1879};
+  CHECK(vls_chat_detokenize(chat, hello, 2, 0, text, 11, &needed) == VLS_ERR_OUT_OF_RANGE &&
+            needed == 12 && strcmp(text, "sentinel") == 0,
+        "a short buffer reports the size (%zu) and gets no text", needed);
+
+  /* Render: the prompt vls_batch_submit_chat tokenizes. */
+  const char* req =
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],"
+      "\"max_tokens\":4}";
+  static const char kPrompt[] = "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n";
+  CHECK(vls_chat_render(chat, req, text, sizeof(text), &needed) == VLS_OK &&
+            needed == sizeof(kPrompt) && strcmp(text, kPrompt) == 0,
+        "render gives the template's prompt ('%s')", text);
+  CHECK(vls_chat_render(chat, req, NULL, 0, &needed) == VLS_ERR_OUT_OF_RANGE &&
+            needed == sizeof(kPrompt),
+        "a render size query reports %zu", needed);
+  CHECK(vls_chat_render(chat,
+                        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+                        "\"image\":\"data:image/png;base64,AAAA\"}]}]}",
+                        text, sizeof(text), &needed) == VLS_OK &&
+            Contains(text, "<|vision_start|><|image_pad|><|vision_end|>"),
+        "an image part renders as one pad, the image not decoded ('%s')", text);
+  RejectedPlain("render not JSON", vls_chat_render(chat, "{messages", text, sizeof(text), NULL),
+                VLS_ERR_INVALID_ARGUMENT, "JSON");
+  RejectedPlain("render unknown field",
+                vls_chat_render(chat, "{\"messages\":[],\"temp\":1}", text, sizeof(text), NULL),
+                VLS_ERR_INVALID_ARGUMENT, "temp");
+  RejectedPlain("render NULL json", vls_chat_render(chat, NULL, text, sizeof(text), NULL),
+                VLS_ERR_INVALID_ARGUMENT, "request_json");
+  RejectedPlain("render NULL buf", vls_chat_render(chat, req, NULL, 8, NULL),
+                VLS_ERR_INVALID_ARGUMENT, "buf is NULL");
+  RejectedPlain("render NULL chat", vls_chat_render(NULL, req, text, sizeof(text), NULL),
+                VLS_ERR_INVALID_ARGUMENT, "chat is NULL");
+}
+
 void ChatTests(const char* dir_chat) {
   vls_model_options opts = vls_model_default_options();
   opts.capacity = 96;
@@ -78,6 +220,7 @@ void ChatTests(const char* dir_chat) {
                 VLS_ERR_NOT_FOUND, "tokenizer");
   CHECK(none == NULL, "a refused vls_chat_create writes no handle");
   REQUIRE_OK(vls_chat_create(m, dir_chat, &chat));
+  TokenizerTests(chat);
   vls_batch* b = NULL;
   REQUIRE_OK(vls_batch_create(m, &b));
 
