@@ -14,8 +14,7 @@ set(CPACK_PACKAGE_DESCRIPTION
     "vlstack runs Qwen3 and Qwen3-VL models from Hugging Face checkpoints on the CPU: the vlstack \
 command (an OpenAI-compatible server with a chat page, chat, batch and benchmark tools) and \
 libvlstack, a C library (ABI ${VLS_ABI_VERSION}) with its header, pkg-config file and CMake package.")
-set(CPACK_GENERATOR DEB)
-set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_GENERATOR DEB)  # under /usr: the DEB generator's default CPACK_PACKAGING_INSTALL_PREFIX
 set(CPACK_STRIP_FILES ON)
 
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
@@ -25,8 +24,9 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 
-# `cpack --config CPackSourceConfig.cmake`: a source tarball without build trees and node modules.
+# `cpack --config CPackSourceConfig.cmake`: a source tarball without what .gitignore leaves out.
 set(CPACK_SOURCE_GENERATOR TGZ)
-set(CPACK_SOURCE_IGNORE_FILES "/\\\\.git/" "^${PROJECT_SOURCE_DIR}/build[^/]*/" "/node_modules/" "/__pycache__/")
+set(CPACK_SOURCE_IGNORE_FILES "/\\\\.git/" "^${PROJECT_SOURCE_DIR}/(build[^/]*|out|demo)/"
+                              "/node_modules/" "/__pycache__/" "\\\\.pyc$")
 
 include(CPack)
