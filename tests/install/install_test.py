@@ -18,7 +18,7 @@ BUILD_DIR must hold built `vlstack` and `vlstack_shared` targets. The test
      binaries need, each package found with dpkg -S), the shlibs and ldconfig scripts, the
      stripped files, runs the unpacked usr/bin/vlstack --help without LD_LIBRARY_PATH, and builds
      and runs the consumer against the unpacked usr/ through its relocatable .pc file.
-Exit status 0 on success, 1 with the reason on failure.
+Exit status 0 on success, 1 with the reason on failure, 77 (skipped) in a sanitizer build.
 """
 
 import argparse
@@ -373,6 +373,11 @@ def main():
     args = parser.parse_args()
     build, source = os.path.abspath(args.build), os.path.abspath(args.source)
     cache = read_cache(build)
+    # A sanitizer build's library needs its runtime loaded first; it is not one to ship.
+    for option in ("VLS_SANITIZE", "VLS_TSAN", "VLS_LIBFUZZER"):
+        if cache.get(option, "OFF").upper() in ("ON", "1", "TRUE", "YES"):
+            print(f"[install_test] skipped: {option} is on in {build}")
+            return 77
     # GNUInstallDirs' cache entries; an empty one means its default (DOCDIR's is computed).
     datarootdir = cache.get("CMAKE_INSTALL_DATAROOTDIR") or "share"
     dirs = {"bin": cache.get("CMAKE_INSTALL_BINDIR") or "bin",
