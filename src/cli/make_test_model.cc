@@ -142,6 +142,22 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
                            " needs at least that many --layers (DeepStack targets layers 0..K-1)");
   }
   if (s.head_dim % 2 != 0) return InvalidArgument("--head-dim must be even");
+  s.fp8 = a.Has("fp8");
+  s.fp8_vision = a.Has("fp8-vision");
+  s.fp8_lm_head = a.Has("fp8-lm-head");
+  if (auto b = a.Get("fp8-block")) {
+    VLS_ASSIGN_OR_RETURN(std::vector<int> block, ParseIntList("fp8-block", *b));
+    if (block.size() != 2 || block[0] < 1 || block[1] < 1) {
+      return InvalidArgument("--fp8-block needs two positive sizes ROWS,COLS");
+    }
+    s.fp8_block_rows = block[0], s.fp8_block_cols = block[1];
+  }
+  if (!s.fp8 && (a.Has("fp8-block") || s.fp8_vision || s.fp8_lm_head)) {
+    return InvalidArgument("--fp8-block, --fp8-vision and --fp8-lm-head need --fp8");
+  }
+  if (s.fp8_lm_head && s.tied) {
+    return InvalidArgument("--fp8-lm-head needs --untied (a tied head is the embedding table)");
+  }
   return s;
 }
 
@@ -165,6 +181,12 @@ constexpr const char* kHelp =
     "  --mrope-section T,H,W --mrope-layout interleaved|chunked --rope-theta X\n"
     "  --deepstack K | --deepstack-layers a,b --deepstack-nmax N\n"
     "  --no-vision --shards N --seed N --init-scale X\n"
+    "  --fp8                an FP8 checkpoint as Qwen's *-FP8 releases: the decoder's Linear\n"
+    "                       weights in F8_E4M3 with BF16 weight_scale_inv per block, and\n"
+    "                       quantization_config in config.json (embeddings and norms in --dtype)\n"
+    "  --fp8-block R,C      the FP8 block size (default 128,128)\n"
+    "  --fp8-vision         also the vision tower's Linear weights (blocks and mergers)\n"
+    "  --fp8-lm-head        also lm_head (needs --untied; the releases keep it in BF16)\n"
     "Vision tower (qwen3-vl; also writes preprocessor_config.json):\n"
     "  --vision-depth N (default max(2, K+1)) --vision-hidden N (32) --vision-heads N (2)\n"
     "  --vision-intermediate N (64) --vision-pos-grid G (4: a G x G position table)\n"
@@ -378,8 +400,9 @@ CommandSpec MakeTestModelSpec() {
                          "vision-deepstack-indexes",
                          "min-pixels",
                          "max-pixels",
-                         "script"};
-  command.bool_flags = {"tied", "untied", "no-vision"};
+                         "script",
+                         "fp8-block"};
+  command.bool_flags = {"tied", "untied", "no-vision", "fp8", "fp8-vision", "fp8-lm-head"};
   command.example =
       "  vlstack make-test-model --out /tmp/m --vocab 151936 --untied\n"
       "  vlstack run --model /tmp/m --prompt 'Hello' --max-tokens 8\n";

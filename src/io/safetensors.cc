@@ -110,7 +110,7 @@ Status ParseTensorFields(const std::string& where, const Json& v, SafetensorsEnt
   if (!ParseDTypeName(dtype_name, &e->dtype)) {
     if (IsKnownSafetensorsDType(dtype_name)) {
       return Unimplemented(where + ": dtype " + dtype_name +
-                           " is not supported (vlstack reads F32, I32, BF16 and F16)");
+                           " is not supported (vlstack reads F32, I32, BF16, F16 and F8_E4M3)");
     }
     return DataLoss(where + ": unknown dtype " + Quote(dtype_name));
   }

@@ -14,7 +14,9 @@
 //   * The JSON parses, nests at most 64 deep and repeats no key inside one object (kDataLoss).
 //     A repeated tensor name is an error rather than "last one wins" as in plain nlohmann::json.
 //   * Each tensor object has exactly dtype, shape and data_offsets (kDataLoss). dtype is one of
-//     F32, I32, BF16, F16; other safetensors dtypes (F64, I64, U8, ...) give kUnimplemented.
+//     F32, I32, BF16, F16, F8_E4M3; other safetensors dtypes (F64, I64, U8, F8_E5M2, ...) give
+//     kUnimplemented. (An F8_E4M3 tensor's bytes are not checked here: every byte is a valid
+//     code, and whether a NaN code is acceptable is the loader's rule, model/fp8_weights.h.)
 //   * shape dims are integers in [0, 2^63); the element count times the element size (with zero
 //     dims left out, so strides computed from the shape cannot overflow either) fits in 64 bits.
 //   * begin <= end <= data section size, and end - begin == element count * element size.

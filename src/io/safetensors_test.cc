@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -267,6 +268,52 @@ TEST_F(SafetensorsTest, UnsupportedDtypeIsUnimplemented) {
     ExpectOpenError(RawFile(std::string(R"({"w":{"dtype":")") + dtype +
                                 R"(","shape":[1],"data_offsets":[0,8]}})",
                             "xxxxxxxx"),
+                    StatusCode::kUnimplemented, {"tensor 'w'", dtype});
+  }
+}
+
+TEST_F(SafetensorsTest, F8E4M3ReadsOneBytePerElementAtAnyOffset) {
+  // Three 1-byte codes after an F32: the F8 tensor starts at offset 4 and ends at an odd size,
+  // which is aligned for its element size; every byte is a code (NaN codes included: whether
+  // one is acceptable is the model loader's rule).
+  const std::string data = std::string("\x00\x00\x80\x3f", 4) + std::string("\x38\x7f\xfe", 3);
+  const std::string p = Write(
+      "f8.safetensors", RawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                R"("w":{"dtype":"F8_E4M3","shape":[3],"data_offsets":[4,7]}})",
+                                data));
+  auto f = SafetensorsFile::Open(p);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const SafetensorsEntry* e = (*f)->Find("w");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->dtype, DType::kF8E4M3);
+  const TensorView v = (*f)->View(*e);
+  EXPECT_EQ(v.nbytes, 3u);
+  const std::vector<float> values = ToF32Vector(v);
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_TRUE(std::isnan(values[1]));
+  EXPECT_EQ(values[2], -448.0f);
+  // The writer keeps it: a round trip gives the same bytes.
+  auto image = SerializeSafetensors({{"w", v}, {"a", (*f)->View(*(*f)->Find("a"))}});
+  ASSERT_TRUE(image.ok());
+  std::vector<std::byte> copy(image->size());
+  std::memcpy(copy.data(), image->data(), image->size());
+  auto again = SafetensorsFile::FromBuffer("again", copy.data(), copy.size());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(std::memcmp((*again)->View(*(*again)->Find("w")).data, v.data, 3), 0);
+}
+
+TEST_F(SafetensorsTest, F8E4M3ByteCountMustMatchItsShape) {
+  // 4 elements of 1 byte need 4 bytes, not 8 (as if F8 were 2 bytes wide) nor 2.
+  ExpectOpenError(
+      RawFile(R"({"w":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,8]}})", "xxxxxxxx"),
+      StatusCode::kDataLoss, {"tensor 'w'", "F8_E4M3"});
+  ExpectOpenError(RawFile(R"({"w":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,2]}})", "xx"),
+                  StatusCode::kDataLoss, {"tensor 'w'", "F8_E4M3"});
+  // The other 8-bit float formats are known but not read.
+  for (const char* dtype : {"F8_E5M2", "F8_E4M3FNUZ", "F8_E8M0"}) {
+    ExpectOpenError(RawFile(std::string(R"({"w":{"dtype":")") + dtype +
+                                R"(","shape":[4],"data_offsets":[0,4]}})",
+                            "xxxx"),
                     StatusCode::kUnimplemented, {"tensor 'w'", dtype});
   }
 }

@@ -40,7 +40,9 @@ void LoadRow(const Matrix& m, int64_t r, float* out) {
       for (int64_t i = 0; i < n; ++i) out[i] = F16ToF32(p[i]);
       return;
     }
-    case DType::kI32: break;
+    case DType::kI32:
+    case DType::kF8E4M3:  // block-scaled: dequantized by the loader (model/fp8_weights.h)
+      break;
   }
   std::fill(out, out + n, 0.0f);  // unreachable for bound weights (dtype checked at load)
 }

@@ -105,7 +105,8 @@ void MatMulF32(const float* x, int64_t M, int64_t K, const Matrix& w, int64_t n0
     case DType::kF32: return MatMulF32Typed<DType::kF32>(x, M, K, w, n0, n1, y);
     case DType::kBF16: return MatMulF32Typed<DType::kBF16>(x, M, K, w, n0, n1, y);
     case DType::kF16: return MatMulF32Typed<DType::kF16>(x, M, K, w, n0, n1, y);
-    case DType::kI32: break;
+    case DType::kI32:
+    case DType::kF8E4M3: break;
   }
   ReferenceVariant().matmul_f32(x, M, K, w, n0, n1, y);  // unreachable for bound weights
 }

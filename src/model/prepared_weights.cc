@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "kernels/bf16_blocked.h"
@@ -12,45 +14,58 @@ namespace vls {
 
 namespace {
 
-// One prepared matrix and the checkpoint matrices stacked into it, in row order.
+// One prepared matrix and the checkpoint matrices stacked into it, in row order (with the
+// names of their tensors, for errors).
 struct Group {
   PreparedEntry entry;
-  std::vector<kernels::Matrix> sources;
+  std::vector<WeightMatrix> sources;
+  std::vector<std::string> names;
 };
 
-DType StorageDType(kernels::Precision p, const std::vector<kernels::Matrix>& sources) {
+// The dtype a source is stored in at kF32: its own, except FP8, which is dequantized to F32
+// (the product of an E4M3 value and its scale needs up to 15 significant bits; F32 holds it
+// exactly, BF16 and F16 do not).
+DType DenseDType(const WeightMatrix& m) { return m.fp8.fp8() ? DType::kF32 : m.m.dtype; }
+
+DType StorageDType(kernels::Precision p, const std::vector<WeightMatrix>& sources) {
   if (p == kernels::Precision::kBF16) return DType::kBF16;
   // Unused for Q8; F32 is what ParsePreparedStorageName reads "Q8" back as, so an artifact's
   // entries compare equal to the plan whatever the checkpoint's dtype.
   if (p == kernels::Precision::kInt8) return DType::kF32;
-  for (const kernels::Matrix& m : sources) {
-    if (m.dtype != sources.front().dtype) return DType::kF32;
+  for (const WeightMatrix& m : sources) {
+    if (DenseDType(m) != DenseDType(sources.front())) return DType::kF32;
   }
-  return sources.front().dtype;
+  return DenseDType(sources.front());
 }
 
 std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::Precision p) {
   std::vector<Group> groups;
-  auto add = [&](std::string name, std::vector<kernels::Matrix> sources) {
+  auto add = [&](std::string name, std::vector<WeightMatrix> sources,
+                 std::vector<std::string> names) {
     Group g;
     g.entry.name = std::move(name);
     g.entry.dtype = StorageDType(p, sources);
     if (p == kernels::Precision::kInt8) g.entry.format = kernels::MatrixFormat::kQ8;
     if (p == kernels::Precision::kBF16) g.entry.format = kernels::MatrixFormat::kBf16Blocked;
-    g.entry.cols = sources.front().cols;
-    for (const kernels::Matrix& m : sources) g.entry.rows += m.rows;
+    g.entry.cols = sources.front().m.cols;
+    for (const WeightMatrix& m : sources) g.entry.rows += m.m.rows;
     g.sources = std::move(sources);
+    g.names = std::move(names);
     groups.push_back(std::move(g));
   };
+  const std::string& wp = cfg.weight_prefix;
   for (int l = 0; l < cfg.layers; ++l) {
     const Qwen3LayerWeights& L = w.layers[static_cast<size_t>(l)];
     const std::string lp = "layers." + std::to_string(l) + ".";
-    add(lp + "qkv", {L.q, L.k, L.v});
-    add(lp + "o", {L.o});
-    add(lp + "gate_up", {L.gate, L.up});
-    add(lp + "down", {L.down});
+    const std::string tp = wp + lp;  // the tensors' names
+    add(lp + "qkv", {L.q, L.k, L.v},
+        {tp + "self_attn.q_proj.weight", tp + "self_attn.k_proj.weight",
+         tp + "self_attn.v_proj.weight"});
+    add(lp + "o", {L.o}, {tp + "self_attn.o_proj.weight"});
+    add(lp + "gate_up", {L.gate, L.up}, {tp + "mlp.gate_proj.weight", tp + "mlp.up_proj.weight"});
+    add(lp + "down", {L.down}, {tp + "mlp.down_proj.weight"});
   }
-  add("lm_head", {w.lm_head});
+  add("lm_head", {w.lm_head}, {cfg.tied ? wp + "embed_tokens.weight" : "lm_head.weight"});
   uint64_t offset = 0;
   for (Group& g : groups) {
     g.entry.offset = offset;
@@ -86,38 +101,65 @@ void ConvertRows(const kernels::Matrix& src, int64_t r0, int64_t r1, DType dt, s
   }
 }
 
-// Converts or quantizes every source of `g` into `dst` (the entry's place in the region).
-void FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
-  const bool q8 = g.entry.format == kernels::MatrixFormat::kQ8;
-  const bool blocked = g.entry.format == kernels::MatrixFormat::kBf16Blocked;
-  const size_t row_bytes = static_cast<size_t>(g.entry.cols) * DTypeSize(g.entry.dtype);
+// Converts or quantizes rows [r0, r1) of `src` (a dense matrix) into rows [dst_row + r0,
+// dst_row + r1) of the entry `e` at `dst`.
+void FillRows(const PreparedEntry& e, const kernels::Matrix& src, int64_t r0, int64_t r1,
+              int64_t dst_row, std::byte* dst) {
+  if (e.format == kernels::MatrixFormat::kQ8) {
+    kernels::QuantizeQ8(src, r0, r1, dst, e.rows, dst_row);
+  } else if (e.format == kernels::MatrixFormat::kBf16Blocked) {
+    kernels::PackBf16Blocked(src, r0, r1, dst, e.rows, dst_row);
+  } else {
+    const size_t row_bytes = static_cast<size_t>(e.cols) * DTypeSize(e.dtype);
+    ConvertRows(src, r0, r1, e.dtype, dst + static_cast<size_t>(dst_row) * row_bytes);
+  }
+}
+
+// Converts or quantizes every source of `g` into `dst` (the entry's place in the region). An
+// FP8 source is dequantized chunk by chunk into a per-chunk f32 buffer that then takes the
+// dense path, so no whole dequantized matrix ever exists; DataLoss for a NaN code.
+Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
   int64_t row = 0;  // the first stacked row of the current source
-  for (const kernels::Matrix& src : g.sources) {
+  for (size_t i = 0; i < g.sources.size(); ++i) {
+    const kernels::Matrix& src = g.sources[i].m;
+    const Fp8BlockScales& fp8 = g.sources[i].fp8;
     const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
-    // Rows are converted in chunks of about 4 MiB of source and each chunk's file pages are
-    // dropped right after, so only a few chunks of the source are resident beside the
-    // prepared copy. (Each release is a TLB shootdown across cores, so not per row.) The
-    // embedding rows of a tied head are faulted back in on lookup.
+    // Rows are converted in chunks of about 4 MiB of source (of f32 for an FP8 source) and
+    // each chunk's file pages are dropped right after, so only a few chunks of the source are
+    // resident beside the prepared copy. (Each release is a TLB shootdown across cores, so not
+    // per row.) The embedding rows of a tied head are faulted back in on lookup.
+    const size_t chunk_row = fp8.fp8() ? static_cast<size_t>(src.cols) * 4 : src_row;
     const int64_t rows_per_chunk = std::max<int64_t>(
-        1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, src_row)));
+        1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, chunk_row)));
     const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
+    std::mutex mu;
+    std::optional<Status> failure;  // the first NaN code found
     ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
+      std::vector<float> dequantized;  // [rows of a chunk, cols]
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t r0 = c * rows_per_chunk, r1 = std::min(src.rows, r0 + rows_per_chunk);
-        if (q8) {
-          kernels::QuantizeQ8(src, r0, r1, dst, g.entry.rows, row);
-        } else if (blocked) {
-          kernels::PackBf16Blocked(src, r0, r1, dst, g.entry.rows, row);
+        if (fp8.fp8()) {
+          dequantized.resize(static_cast<size_t>((r1 - r0) * src.cols));
+          int64_t bad_row = 0, bad_col = 0;
+          if (!DequantizeFp8Rows(src, fp8, r0, r1, dequantized.data(), &bad_row, &bad_col)) {
+            const std::lock_guard<std::mutex> lock(mu);
+            if (!failure) failure = Fp8NaNError(g.names[i], bad_row, bad_col);
+            return;
+          }
+          const kernels::Matrix part{DType::kF32, dequantized.data(), r1 - r0, src.cols};
+          FillRows(g.entry, part, 0, r1 - r0, row + r0, dst);
         } else {
-          ConvertRows(src, r0, r1, g.entry.dtype, dst + static_cast<size_t>(row) * row_bytes);
+          FillRows(g.entry, src, r0, r1, row, dst);
         }
         ReleaseFilePages(static_cast<const std::byte*>(src.data) + r0 * src_row,
                          static_cast<size_t>(r1 - r0) * src_row);
       }
     });
+    if (failure) return *failure;
     ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * src_row);
     row += src.rows;
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -172,7 +214,7 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
   const int total = static_cast<int>(groups.size());
   for (int i = 0; i < total; ++i) {
     const Group& g = groups[static_cast<size_t>(i)];
-    FillEntry(g, pw->region_->data() + g.entry.offset, ctx);
+    VLS_RETURN_IF_ERROR(FillEntry(g, pw->region_->data() + g.entry.offset, ctx));
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);
   }

@@ -521,6 +521,12 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
     }
   }
   VLS_RETURN_IF_ERROR(ParseDeepStack(root, text, vision ? &*vision : nullptr, cfg));
+  VLS_ASSIGN_OR_RETURN(const Json* quant, TextOrRoot(text, root, "quantization_config"));
+  if (quant) {
+    const Obj& where = text.Get("quantization_config") ? text : root;
+    VLS_ASSIGN_OR_RETURN(
+        cfg.fp8, ParseQuantizationConfig(*quant, label + ": " + where.Key("quantization_config")));
+  }
   return cfg;
 }
 
@@ -600,6 +606,8 @@ std::string CanonicalConfigText(const Qwen3Config& c) {
     o << "none";
   }
   o << "\n";
+  // Only a quantized model has this line, so other models' identities stay what they were.
+  if (c.fp8) o << CanonicalQuantizationText(*c.fp8);
   return o.str();
 }
 

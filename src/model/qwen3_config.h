@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/quantization_config.h"
 
 namespace vls {
 
@@ -83,6 +84,9 @@ struct Qwen3Config {
   int bos_token_id = -1;
 
   std::optional<DeepStackConfig> deepstack;
+  // quantization_config (top level, or text_config's; both must agree when both are given):
+  // set for an FP8 block-quantized checkpoint (model/quantization_config.h).
+  std::optional<Fp8Quantization> fp8;
 };
 
 // Parses config.json text (under ParseUntrustedJson's rules and the bounds above). `label` names

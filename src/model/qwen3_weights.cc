@@ -8,11 +8,14 @@ namespace {
 
 class Binder {
  public:
-  Binder(const SafetensorsCheckpoint& ckpt) : ckpt_(ckpt) {}  // NOLINT(google-explicit-constructor)
+  Binder(const SafetensorsCheckpoint& ckpt, const std::optional<Fp8Quantization>& fp8)
+      : ckpt_(ckpt), fp8_(fp8) {}
 
   // Looks up `name`, checks its dtype and shape; records problems instead of failing fast so
-  // that one load reports every missing or malformed tensor.
-  const SafetensorsCheckpoint::Tensor* Take(const std::string& name, const Shape& shape) {
+  // that one load reports every missing or malformed tensor. `linear`: a Linear weight, which
+  // may be F8_E4M3.
+  const SafetensorsCheckpoint::Tensor* Take(const std::string& name, const Shape& shape,
+                                            bool linear = false) {
     used_.insert(name);
     const SafetensorsCheckpoint::Tensor* t = ckpt_.Find(name);
     if (t == nullptr) {
@@ -20,9 +23,13 @@ class Binder {
       return nullptr;
     }
     const DType dt = t->view.dtype;
-    if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+    if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16 &&
+        !(linear && dt == DType::kF8E4M3)) {
       problems_.push_back("tensor '" + name + "' has dtype " + std::string(DTypeName(dt)) +
-                          "; weights must be F32, BF16 or F16");
+                          (dt == DType::kF8E4M3
+                               ? "; only Linear weights (q/k/v/o/gate/up/down_proj, lm_head) "
+                                 "may be FP8"
+                               : "; weights must be F32, BF16 or F16"));
       return nullptr;
     }
     if (t->view.shape != shape) {
@@ -38,6 +45,23 @@ class Binder {
     const auto* t = Take(name, {rows, cols});
     if (!t) return {};
     return {t->view.dtype, t->view.data, rows, cols};
+  }
+
+  // A Linear weight and, when it is FP8, its block scales (model/fp8_weights.h).
+  WeightMatrix TakeLinear(const std::string& name, int64_t rows, int64_t cols) {
+    const std::string scale_name = Fp8ScaleName(name);
+    const SafetensorsCheckpoint::Tensor* scale = ckpt_.Find(scale_name);
+    if (scale != nullptr) used_.insert(scale_name);
+    const auto* t = Take(name, {rows, cols}, /*linear=*/true);
+    if (!t) return {};
+    StatusOr<Fp8BlockScales> fp8 =
+        BindFp8Scales(fp8_, name, t->view, scale != nullptr ? &scale->view : nullptr);
+    if (!fp8.ok()) {
+      problems_.push_back(fp8.status().message());
+      return {};
+    }
+    if (fp8->fp8()) bound_.push_back(scale_name);
+    return {{t->view.dtype, t->view.data, rows, cols}, *fp8};
   }
 
   std::vector<float> TakeVector(const std::string& name, int64_t n) {
@@ -72,6 +96,7 @@ class Binder {
 
  private:
   const SafetensorsCheckpoint& ckpt_;
+  const std::optional<Fp8Quantization>& fp8_;
   std::set<std::string> used_;
   std::vector<std::string> missing_, problems_, bound_;
 };
@@ -84,7 +109,7 @@ bool SameBytes(const TensorView& a, const TensorView& b) {
 }  // namespace
 
 StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const SafetensorsCheckpoint& ckpt) {
-  Binder b(ckpt);
+  Binder b(ckpt, cfg.fp8);
   Qwen3Weights w;
   const std::string& p = cfg.weight_prefix;
   const int64_t H = cfg.hidden, D = cfg.head_dim, I = cfg.intermediate, V = cfg.vocab;
@@ -100,20 +125,20 @@ StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const Safetensor
     const std::string lp = p + "layers." + std::to_string(l) + ".";
     Qwen3LayerWeights& L = w.layers[static_cast<size_t>(l)];
     L.input_norm = b.TakeVector(lp + "input_layernorm.weight", H);
-    L.q = b.TakeMatrix(lp + "self_attn.q_proj.weight", qdim, H);
-    L.k = b.TakeMatrix(lp + "self_attn.k_proj.weight", kvdim, H);
-    L.v = b.TakeMatrix(lp + "self_attn.v_proj.weight", kvdim, H);
-    L.o = b.TakeMatrix(lp + "self_attn.o_proj.weight", H, qdim);
+    L.q = b.TakeLinear(lp + "self_attn.q_proj.weight", qdim, H);
+    L.k = b.TakeLinear(lp + "self_attn.k_proj.weight", kvdim, H);
+    L.v = b.TakeLinear(lp + "self_attn.v_proj.weight", kvdim, H);
+    L.o = b.TakeLinear(lp + "self_attn.o_proj.weight", H, qdim);
     L.q_norm = b.TakeVector(lp + "self_attn.q_norm.weight", D);
     L.k_norm = b.TakeVector(lp + "self_attn.k_norm.weight", D);
     L.post_norm = b.TakeVector(lp + "post_attention_layernorm.weight", H);
-    L.gate = b.TakeMatrix(lp + "mlp.gate_proj.weight", I, H);
-    L.up = b.TakeMatrix(lp + "mlp.up_proj.weight", I, H);
-    L.down = b.TakeMatrix(lp + "mlp.down_proj.weight", H, I);
+    L.gate = b.TakeLinear(lp + "mlp.gate_proj.weight", I, H);
+    L.up = b.TakeLinear(lp + "mlp.up_proj.weight", I, H);
+    L.down = b.TakeLinear(lp + "mlp.down_proj.weight", H, I);
   }
   const SafetensorsCheckpoint::Tensor* head = ckpt.Find("lm_head.weight");
   if (cfg.tied) {
-    w.lm_head = w.embed;
+    w.lm_head = {w.embed, {}};
     if (head != nullptr) {
       // A tied checkpoint may still carry lm_head.weight; accept it only as an exact copy.
       const SafetensorsCheckpoint::Tensor* emb = ckpt.Find(p + "embed_tokens.weight");
@@ -124,7 +149,7 @@ StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const Safetensor
       (void)b.Take("lm_head.weight", {V, H});
     }
   } else {
-    w.lm_head = b.TakeMatrix("lm_head.weight", V, H);
+    w.lm_head = b.TakeLinear("lm_head.weight", V, H);
   }
   VLS_RETURN_IF_ERROR(b.Finish(cfg.model_type == "qwen3_vl" ? "model.visual." : ""));
   w.bound_names = b.bound();

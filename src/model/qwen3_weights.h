@@ -8,17 +8,20 @@
 #include "base/status.h"
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
+#include "model/fp8_weights.h"
 #include "model/qwen3_config.h"
 
 namespace vls {
 
+// The Linear weights are as stored: float, or FP8 with block scales (model/fp8_weights.h), which
+// only PreparedWeights reads (it dequantizes them); embeddings and norms are never FP8.
 struct Qwen3LayerWeights {
-  kernels::Matrix q, k, v, o;      // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
-  kernels::Matrix gate, up, down;  // [I, H], [I, H], [H, I]
-  std::vector<float> input_norm;   // [H]
-  std::vector<float> post_norm;    // [H]
-  std::vector<float> q_norm;       // [D]
-  std::vector<float> k_norm;       // [D]
+  WeightMatrix q, k, v, o;        // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
+  WeightMatrix gate, up, down;    // [I, H], [I, H], [H, I]
+  std::vector<float> input_norm;  // [H]
+  std::vector<float> post_norm;   // [H]
+  std::vector<float> q_norm;      // [D]
+  std::vector<float> k_norm;      // [D]
 };
 
 struct Qwen3Weights {
@@ -26,14 +29,16 @@ struct Qwen3Weights {
   // The checkpoint file `embed` points into (null for an in-memory checkpoint): embedding rows
   // are read from it with pread, so looked-up rows do not stay mapped (Qwen3Model::Embed).
   const MappedFile* embed_file = nullptr;
-  kernels::Matrix lm_head;        // [V, H]; the embedding matrix when tied
+  WeightMatrix lm_head;           // [V, H]; the embedding matrix when tied
   std::vector<float> final_norm;  // [H]
   std::vector<Qwen3LayerWeights> layers;
   // Name, dtype, shape of every bound tensor in a fixed order (for the artifact identity).
   std::vector<std::string> bound_names;
 };
 
-// Binds and checks every tensor against the config: dtype (F32/BF16/F16), exact shape,
+// Binds and checks every tensor against the config: dtype (F32/BF16/F16; F8_E4M3 for the
+// Linear weights q/k/v/o/gate/up/down_proj and lm_head under the rules of
+// model/fp8_weights.h, their `.weight_scale_inv` tensors bound with them), exact shape,
 // missing tensors and unexpected tensors are all reported by name (up to the first 20 each).
 // `model.visual.*` tensors of a qwen3_vl checkpoint belong to the vision tower and are allowed.
 // Matrices are views into the checkpoint: it must outlive the returned weights.

@@ -163,27 +163,80 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
   return c;
 }
 
+// quantization_config as Qwen's FP8 releases write it (model/quantization_config.h).
+Json MakeQuantizationConfig(const TestModelSpec& s) {
+  Json excluded = Json::array();
+  if (!s.fp8_lm_head) excluded.push_back("lm_head");
+  if (s.arch == "qwen3-vl" && !s.fp8_vision) excluded.push_back("model.visual");
+  Json q;
+  q["activation_scheme"] = "dynamic";
+  q["fmt"] = "e4m3";
+  q["quant_method"] = "fp8";
+  q["weight_block_size"] = {s.fp8_block_rows, s.fp8_block_cols};
+  q["modules_to_not_convert"] = excluded;
+  return q;
+}
+
+// Quantizes w[rows, cols] to E4M3 codes with one BF16 scale per [bh, bw] block: returns the
+// codes and the scales [ceil(rows / bh), ceil(cols / bw)].
+std::pair<HostTensor, HostTensor> QuantizeFp8(const std::vector<float>& w, int64_t rows,
+                                              int64_t cols, int64_t bh, int64_t bw) {
+  const int64_t gr = (rows + bh - 1) / bh, gc = (cols + bw - 1) / bw;
+  std::vector<float> codes(w.size()), scales(static_cast<size_t>(gr * gc));
+  for (int64_t br = 0; br < gr; ++br) {
+    for (int64_t bc = 0; bc < gc; ++bc) {
+      const int64_t r1 = std::min(rows, (br + 1) * bh), c1 = std::min(cols, (bc + 1) * bw);
+      float amax = 0;
+      for (int64_t r = br * bh; r < r1; ++r) {
+        for (int64_t c = bc * bw; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+      }
+      const float scale = amax > 0 ? Bf16ToF32(F32ToBf16(amax / 448.0f)) : 1.0f;
+      scales[size_t(br * gc + bc)] = scale;
+      for (int64_t r = br * bh; r < r1; ++r) {
+        for (int64_t c = bc * bw; c < c1; ++c) {
+          codes[size_t(r * cols + c)] = std::clamp(w[r * cols + c] / scale, -448.0f, 448.0f);
+        }
+      }
+    }
+  }
+  return {FromF32As(DType::kF8E4M3, {rows, cols}, codes),
+          FromF32As(DType::kBF16, {gr, gc}, scales)};
+}
+
 struct Gen {
   std::vector<std::pair<std::string, HostTensor>> tensors;
   Rng rng;
   DType dtype;
   double scale;
+  int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // for Store's `fp8`
+
+  // Stores w[rows, cols] as `name`: in `dtype`, or with `fp8` as E4M3 codes plus its
+  // `_scale_inv` tensor.
+  void Store(const std::string& name, Shape shape, const std::vector<float>& v, bool fp8) {
+    if (!fp8) {
+      tensors.emplace_back(name, FromF32As(dtype, std::move(shape), v));
+      return;
+    }
+    auto [codes, scales] = QuantizeFp8(v, shape[0], shape[1], fp8_block_rows, fp8_block_cols);
+    tensors.emplace_back(name, std::move(codes));
+    tensors.emplace_back(name + "_scale_inv", std::move(scales));
+  }
 
   // `edit`, when set, changes the values before they are stored (a scripted model).
   using Edit = std::function<void(std::vector<float>&)>;
   void Matrix(const std::string& name, int64_t rows, int64_t cols, double stddev,
-              const Edit& edit = nullptr) {
+              const Edit& edit = nullptr, bool fp8 = false) {
     std::vector<float> v(static_cast<size_t>(rows * cols));
     for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
     if (edit) edit(v);
-    tensors.emplace_back(name, FromF32As(dtype, {rows, cols}, v));
+    Store(name, {rows, cols}, v, fp8);
   }
   void Tensor(const std::string& name, Shape shape, double stddev, double mean = 0.0,
-              const Edit& edit = nullptr) {
+              const Edit& edit = nullptr, bool fp8 = false) {
     std::vector<float> v(static_cast<size_t>(NumElements(shape)));
     for (float& x : v) x = static_cast<float>(mean + rng.Normal() * stddev);
     if (edit) edit(v);
-    tensors.emplace_back(name, FromF32As(dtype, std::move(shape), v));
+    Store(name, std::move(shape), v, fp8);
   }
   void Norm(const std::string& name, int64_t n, const Edit& edit = nullptr) {
     Tensor(name, {n}, 0.1, 1.0, edit);
@@ -323,44 +376,52 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("cannot create folder '" + dir + "': " + ec.message());
   const Ids ids = SpecialIds(s.vocab);
-  const Json cfg = MakeConfig(s, ids, mrope);
+  Json cfg = MakeConfig(s, ids, mrope);
+  if (s.fp8) cfg["quantization_config"] = MakeQuantizationConfig(s);
 
   const Gen::Edit zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   const Gen::Edit one = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 1.0f); };
   const Gen::Edit none = nullptr;
-  Gen g{{}, Rng(s.seed), s.dtype, s.init_scale};
+  Gen g{{}, Rng(s.seed), s.dtype, s.init_scale, s.fp8_block_rows, s.fp8_block_cols};
+  const bool q = s.fp8, qv = s.fp8 && s.fp8_vision;  // quantize the text / vision Linears
   const std::string p = s.arch == "qwen3" ? "model." : "model.language_model.";
   const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate, V = s.vocab;
   const double sh = 1.0 / std::sqrt(static_cast<double>(H));
   if (verbose)
-    std::fprintf(stderr, "[make-test-model] %s: %s, H=%d L=%d heads=%d/%d D=%d I=%d V=%d, %s, %s\n",
+    std::fprintf(stderr,
+                 "[make-test-model] %s: %s, H=%d L=%d heads=%d/%d D=%d I=%d V=%d, %s%s, %s\n",
                  dir.c_str(), s.arch.c_str(), s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
                  s.intermediate, s.vocab, std::string(DTypeName(s.dtype)).c_str(),
+                 s.fp8 ? (" + F8_E4M3 Linears in blocks of " + std::to_string(s.fp8_block_rows) +
+                          "x" + std::to_string(s.fp8_block_cols))
+                             .c_str()
+                       : "",
                  s.tied ? "tied" : "untied");
   g.Matrix(p + "embed_tokens.weight", V, H, 1.0,
            script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Embeddings(w); }) : none);
   for (int l = 0; l < s.layers; ++l) {
     const std::string lp = p + "layers." + std::to_string(l) + ".";
     g.Norm(lp + "input_layernorm.weight", H);
-    g.Matrix(lp + "self_attn.q_proj.weight", s.heads * D, H, sh);
-    g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh);
-    g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh);
+    g.Matrix(lp + "self_attn.q_proj.weight", s.heads * D, H, sh, none, q);
+    g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh, none, q);
+    g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh, none, q);
     g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D,
-             1.0 / std::sqrt(static_cast<double>(s.heads * D)), script.on() ? zero : none);
+             1.0 / std::sqrt(static_cast<double>(s.heads * D)), script.on() ? zero : none, q);
     g.Norm(lp + "self_attn.q_norm.weight", D);
     g.Norm(lp + "self_attn.k_norm.weight", D);
     g.Norm(lp + "post_attention_layernorm.weight", H);
-    g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh);
-    g.Matrix(lp + "mlp.up_proj.weight", I, H, sh);
+    g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh, none, q);
+    g.Matrix(lp + "mlp.up_proj.weight", I, H, sh, none, q);
     g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)),
-             script.on() ? zero : none);
+             script.on() ? zero : none, q);
     if (s.layers >= 8 && (l + 1) % 4 == 0)
       if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
   }
   g.Norm(p + "norm.weight", H, script.on() ? one : none);
   if (!s.tied) {
     g.Matrix("lm_head.weight", V, H, sh,
-             script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Head(w); }) : none);
+             script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Head(w); }) : none,
+             q && s.fp8_lm_head);
   }
   if (s.arch == "qwen3-vl" && s.vision) {
     // The vision tower in the real layout (qwen3vl-spec §A.3, §D); the text decoder ignores
@@ -379,13 +440,13 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
         g.Norm(bp + n + ".weight", Dv);
         g.Tensor(bp + n + ".bias", {Dv}, 0.02);
       }
-      g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, inv_sqrt(Dv));
+      g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
       g.Tensor(bp + "attn.qkv.bias", {3 * Dv}, 0.02);
-      g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, inv_sqrt(Dv));
+      g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
       g.Tensor(bp + "attn.proj.bias", {Dv}, 0.02);
-      g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, inv_sqrt(Dv));
+      g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
       g.Tensor(bp + "mlp.linear_fc1.bias", {Iv}, 0.02);
-      g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, inv_sqrt(Iv));
+      g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, inv_sqrt(Iv), 0.0, none, qv);
       g.Tensor(bp + "mlp.linear_fc2.bias", {Dv}, 0.02);
       if (verbose && depth >= 8 && (b + 1) % 8 == 0)
         std::fprintf(stderr, "[make-test-model] vision block %s/%s\n",
@@ -394,9 +455,9 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     auto merger = [&](const std::string& mp, int64_t norm_dim) {
       g.Norm(mp + "norm.weight", norm_dim);
       g.Tensor(mp + "norm.bias", {norm_dim}, 0.02);
-      g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, inv_sqrt(4 * Dv));
+      g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, inv_sqrt(4 * Dv), 0.0, none, qv);
       g.Tensor(mp + "linear_fc1.bias", {4 * Dv}, 0.02);
-      g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, inv_sqrt(4 * Dv));
+      g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, inv_sqrt(4 * Dv), 0.0, none, qv);
       g.Tensor(mp + "linear_fc2.bias", {H}, 0.02);
     };
     merger(vp + "merger.", Dv);

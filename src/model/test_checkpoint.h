@@ -37,6 +37,19 @@ struct TestModelSpec {
   int64_t min_pixels = 4096, max_pixels = 65536;
   uint64_t seed = 0;
   double init_scale = 1.0;
+  // An FP8 checkpoint as Qwen's FP8 releases store one (model/fp8_weights.h): the text
+  // decoder's Linear weights (q/k/v/o/gate/up/down_proj) quantized to F8_E4M3 with a BF16
+  // `weight_scale_inv` per [fp8_block_rows, fp8_block_cols] block, computed like the reference
+  // quantizers (scale = amax / 448 rounded to BF16, code = e4m3(clamp(w / scale, ±448)); an
+  // all-zero block gets scale 1 and zero codes, as transformers' Fp8Quantize does), config.json
+  // declaring quantization_config; embeddings, norms and biases stay in `dtype`. lm_head (with
+  // fp8_lm_head) and the vision tower's Linear weights (blocks and mergers, with fp8_vision;
+  // the patch embedding is a convolution and stays) are quantized only when asked, and
+  // modules_to_not_convert lists "lm_head" and "model.visual" otherwise.
+  bool fp8 = false;
+  int fp8_block_rows = 128, fp8_block_cols = 128;
+  bool fp8_lm_head = false;
+  bool fp8_vision = false;
   // A scripted model (untied only): for each (token, next) pair, greedy decoding after `token`
   // gives `next`, whatever came before. The layers' output projections (o_proj, down_proj) are
   // zero, so each position's final hidden state is its own embedding; the pairs' tokens get

@@ -1,5 +1,6 @@
 #include "tensor/dtype.h"
 
+#include <array>
 #include <cmath>
 
 namespace vls {
@@ -10,6 +11,7 @@ std::string_view DTypeName(DType t) {
     case DType::kI32: return "I32";
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -23,6 +25,8 @@ bool ParseDTypeName(std::string_view name, DType* out) {
     *out = DType::kBF16;
   else if (name == "F16")
     *out = DType::kF16;
+  else if (name == "F8_E4M3")
+    *out = DType::kF8E4M3;
   else
     return false;
   return true;
@@ -61,6 +65,63 @@ uint16_t F32ToF16(float f) {
   uint32_t rem = mant & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // round to nearest even
   return static_cast<uint16_t>(sign | h);
+}
+
+namespace {
+
+// The 256 E4M3 values as f32 bit patterns, built from the bit fields: a normal code's f32 has
+// the same sign, exponent e - 7 + 127 and the 3 mantissa bits at the top of its 23; a
+// subnormal's value m·2^-9 (m in 1..7) is normalised by shifting m up to its leading bit.
+constexpr std::array<uint32_t, 256> MakeE4M3Table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t c = 0; c < 256; ++c) {
+    const uint32_t sign = (c & 0x80u) << 24, exp = (c >> 3) & 0xFu, mant = c & 7u;
+    uint32_t bits = 0;
+    if ((c & 0x7Fu) == 0x7Fu) {
+      bits = 0x7FC00000u;
+    } else if (exp != 0) {
+      bits = ((exp - 7 + 127) << 23) | (mant << 20);
+    } else if (mant != 0) {
+      int lead = 2;  // position of m's highest set bit
+      while (((mant >> lead) & 1u) == 0) --lead;
+      // m·2^-9 = 1.f · 2^(lead - 9), f the bits of m below its leading one.
+      const uint32_t frac = (mant & ((1u << lead) - 1u)) << (23 - lead);
+      bits = (static_cast<uint32_t>(lead - 9 + 127) << 23) | frac;
+    }
+    t[c] = sign | bits;
+  }
+  return t;
+}
+
+constexpr std::array<uint32_t, 256> kE4M3Table = MakeE4M3Table();
+
+}  // namespace
+
+float F8E4M3ToF32(uint8_t code) { return std::bit_cast<float>(kE4M3Table[code]); }
+
+uint8_t F32ToF8E4M3(float f) {
+  // The algorithm of c10/util/Float8_e4m3fn.h (fp8e4m3fn_from_fp32_value), restated.
+  uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = bits & 0x80000000u;
+  bits ^= sign;
+  constexpr uint32_t kFirstNaNOrOverflow = 1087u << 20;  // 480.0f: rounds to 0x7F or beyond
+  constexpr uint32_t kSubnormalLimit = 121u << 23;       // 2^-6, the smallest normal
+  constexpr uint32_t kDenormMask = 141u << 23;           // 2^14: aligns m·2^-9 to the low bits
+  uint8_t out = 0;
+  if (bits >= kFirstNaNOrOverflow) {
+    out = 0x7F;  // NaN, or a magnitude that does not fit
+  } else if (bits < kSubnormalLimit) {
+    // Adding 2^14 puts the subnormal's mantissa in the low bits, rounded to nearest even by
+    // the f32 addition itself.
+    const float sum = std::bit_cast<float>(bits) + std::bit_cast<float>(kDenormMask);
+    out = static_cast<uint8_t>(std::bit_cast<uint32_t>(sum) - kDenormMask);
+  } else {
+    const uint32_t mant_odd = (bits >> 20) & 1u;
+    bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu;  // re-bias, round half up
+    bits += mant_odd;                                           // ...half to even
+    out = static_cast<uint8_t>(bits >> 20);
+  }
+  return static_cast<uint8_t>(out | (sign >> 24));
 }
 
 }  // namespace vls

@@ -59,6 +59,9 @@ std::vector<float> ToF32Vector(const TensorView& view) {
     case DType::kF16:
       for (size_t i = 0; i < n; ++i) out[i] = F16ToF32(view.u16()[i]);
       break;
+    case DType::kF8E4M3:  // the element values, without any block scale
+      for (size_t i = 0; i < n; ++i) out[i] = F8E4M3ToF32(static_cast<uint8_t>(view.data[i]));
+      break;
     case DType::kI32: assert(false && "ToF32Vector on I32"); break;
   }
   return out;
@@ -77,6 +80,11 @@ HostTensor FromF32As(DType dtype, Shape shape, std::span<const float> values) {
       break;
     case DType::kF16:
       for (size_t i = 0; i < values.size(); ++i) u16[i] = F32ToF16(values[i]);
+      break;
+    case DType::kF8E4M3:
+      for (size_t i = 0; i < values.size(); ++i) {
+        t.data()[i] = static_cast<std::byte>(F32ToF8E4M3(values[i]));
+      }
       break;
     case DType::kI32: assert(false && "FromF32As to I32"); break;
   }

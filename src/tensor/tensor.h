@@ -77,9 +77,10 @@ class HostTensor {
   Storage storage_;
 };
 
-// Converts any float dtype view to f32 values. REQUIRES: view dtype is F32, BF16 or F16.
+// Converts any float dtype view to f32 values (F8_E4M3: each element's own value, no block
+// scale applied). REQUIRES: view dtype is F32, BF16, F16 or F8_E4M3.
 std::vector<float> ToF32Vector(const TensorView& view);
-// Converts f32 values to bf16/f16/f32 bytes of `dtype`.
+// Converts f32 values to bf16/f16/f32/f8_e4m3 bytes of `dtype`.
 HostTensor FromF32As(DType dtype, Shape shape, std::span<const float> values);
 
 }  // namespace vls

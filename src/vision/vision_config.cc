@@ -190,6 +190,7 @@ StatusOr<std::optional<VisionConfig>> ParseVisionConfig(const std::string& json_
   if (vc == root.end() || vc->is_null()) return std::optional<VisionConfig>();
   if (!vc->is_object()) return InvalidArgument(label + ": vision_config: expected an object");
   VLS_ASSIGN_OR_RETURN(VisionConfig c, ParseVisionObject(VisionObj{&*vc, label}, text));
+  c.fp8 = text.fp8;  // quantization_config is the whole checkpoint's, parsed with the text's
   return std::optional<VisionConfig>(std::move(c));
 }
 

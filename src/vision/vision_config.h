@@ -28,6 +28,9 @@ struct VisionConfig {
   int num_position_embeddings = 0;            // a perfect square G² (grid side G = sqrt)
   int out_hidden = 0;                         // O; equals the text hidden size H
   std::vector<int> deepstack_visual_indexes;  // strictly increasing, each in [0, depth)
+  // The checkpoint's quantization_config (Qwen3Config::fp8, copied by ParseVisionConfig): the
+  // tower's Linear weights may be FP8 under it (vision_weights.h).
+  std::optional<Fp8Quantization> fp8;
 
   int head_dim() const { return hidden / heads; }
   int64_t patch_dim() const {

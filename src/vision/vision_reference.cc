@@ -20,7 +20,7 @@ std::vector<float> Widen(const kernels::Matrix& m) {
 
 // y[M, N] = x[M, K] · Wᵀ + b.
 std::vector<float> Linear(const std::vector<float>& x, int64_t M, const VisionRawLinear& l) {
-  const std::vector<float> w = Widen(l.w), b = Widen(l.b);
+  const std::vector<float> w = WidenVisionWeight(l), b = Widen(l.b);
   const int64_t N = l.w.rows, K = l.w.cols;
   std::vector<float> y(static_cast<size_t>(M * N));
   for (int64_t m = 0; m < M; ++m) {

@@ -18,27 +18,46 @@ namespace {
 // reports all of them.
 class Binder {
  public:
-  explicit Binder(const SafetensorsCheckpoint& ckpt) : ckpt_(ckpt) {}
+  Binder(const SafetensorsCheckpoint& ckpt, const std::optional<Fp8Quantization>& fp8)
+      : ckpt_(ckpt), fp8_(fp8) {}
 
+  // `scales`: the tensor is a Linear weight, which may be FP8; its block scales go there.
   kernels::Matrix Take(const std::string& short_name, const Shape& shape, int64_t rows,
-                       int64_t cols) {
+                       int64_t cols, Fp8BlockScales* scales = nullptr) {
     const std::string name = kVisionWeightPrefix + short_name;
     used_.insert(name);
+    const SafetensorsCheckpoint::Tensor* scale = nullptr;
+    if (scales != nullptr) {
+      used_.insert(Fp8ScaleName(name));
+      scale = ckpt_.Find(Fp8ScaleName(name));
+    }
     const SafetensorsCheckpoint::Tensor* t = ckpt_.Find(name);
     if (t == nullptr) {
       missing_.push_back(name);
       return {};
     }
     const DType dt = t->view.dtype;
-    if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+    if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16 &&
+        !(scales != nullptr && dt == DType::kF8E4M3)) {
       problems_.push_back("tensor '" + name + "' has dtype " + std::string(DTypeName(dt)) +
-                          "; weights must be F32, BF16 or F16");
+                          (dt == DType::kF8E4M3
+                               ? "; only the Linear weights of the blocks and mergers may be FP8"
+                               : "; weights must be F32, BF16 or F16"));
       return {};
     }
     if (t->view.shape != shape) {
       problems_.push_back("tensor '" + name + "' has shape " + ShapeToString(t->view.shape) +
                           " but the vision config requires " + ShapeToString(shape));
       return {};
+    }
+    if (scales != nullptr) {
+      StatusOr<Fp8BlockScales> s =
+          BindFp8Scales(fp8_, name, t->view, scale != nullptr ? &scale->view : nullptr);
+      if (!s.ok()) {
+        problems_.push_back(s.status().message());
+        return {};
+      }
+      *scales = *s;
     }
     return {dt, t->view.data, rows, cols};
   }
@@ -47,7 +66,10 @@ class Binder {
   }
   kernels::Matrix Vector(const std::string& name, int64_t n) { return Take(name, {n}, 1, n); }
   VisionRawLinear Linear(const std::string& name, int64_t out, int64_t in) {
-    return {Matrix(name + ".weight", out, in), Vector(name + ".bias", out)};
+    VisionRawLinear l;
+    l.w = Take(name + ".weight", {out, in}, out, in, &l.w_fp8);
+    l.b = Vector(name + ".bias", out);
+    return l;
   }
   VisionRawNorm Norm(const std::string& name, int64_t n) {
     return {Vector(name + ".weight", n), Vector(name + ".bias", n)};
@@ -76,6 +98,7 @@ class Binder {
 
  private:
   const SafetensorsCheckpoint& ckpt_;
+  const std::optional<Fp8Quantization>& fp8_;
   std::set<std::string> used_;
   std::vector<std::string> missing_, problems_;
 };
@@ -95,41 +118,63 @@ bool RowsFinite(const kernels::Matrix& src, int64_t r0, int64_t r1, std::vector<
   return true;
 }
 
-// Writes `src` into dst in the storage of precision `p`, over the pool. DataLoss (naming the
-// tensor) when a Q8 source holds a value that is not finite (quantization needs a finite
-// block maximum).
-Status Convert(kernels::Precision p, const kernels::Matrix& src, const std::string& name,
-               std::byte* dst, const kernels::Context& ctx) {
+// Writes rows [r0, r1) of `src` (dense) as rows [dst_row + r0, dst_row + r1) of a matrix of
+// `rows` rows in the storage of precision `p` at dst. False when a Q8 source holds a value that
+// is not finite (quantization needs a finite block maximum).
+bool ConvertRows(kernels::Precision p, const kernels::Matrix& src, int64_t r0, int64_t r1,
+                 int64_t rows, int64_t dst_row, std::byte* dst, std::vector<float>& row) {
+  switch (p) {
+    case kernels::Precision::kBF16:
+      kernels::PackBf16Blocked(src, r0, r1, dst, rows, dst_row);
+      break;
+    case kernels::Precision::kInt8:
+      if (!RowsFinite(src, r0, r1, row)) return false;
+      kernels::QuantizeQ8(src, r0, r1, dst, rows, dst_row);
+      break;
+    case kernels::Precision::kF32: {
+      const size_t row_bytes = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
+      std::memcpy(dst + static_cast<size_t>(dst_row + r0) * row_bytes,
+                  static_cast<const std::byte*>(src.data) + static_cast<size_t>(r0) * row_bytes,
+                  static_cast<size_t>(r1 - r0) * row_bytes);
+      break;
+    }
+  }
+  return true;
+}
+
+// Writes `src` into dst in the storage of precision `p`, over the pool; an FP8 source (`fp8`
+// set) is dequantized 64 rows at a time into f32 first. DataLoss (naming the tensor) when a Q8
+// source holds a value that is not finite, or an FP8 source a NaN code.
+Status Convert(kernels::Precision p, const kernels::Matrix& src, const Fp8BlockScales& fp8,
+               const std::string& name, std::byte* dst, const kernels::Context& ctx) {
   const int64_t rows_per_chunk = 64;
   const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
   std::atomic<bool> bad{false};
+  std::atomic<int64_t> nan_at{-1};  // row * cols + col of a NaN code
   ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
-    std::vector<float> row;
+    std::vector<float> row, dequantized;
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t r0 = c * rows_per_chunk, r1 = std::min(src.rows, r0 + rows_per_chunk);
-      switch (p) {
-        case kernels::Precision::kBF16:
-          kernels::PackBf16Blocked(src, r0, r1, dst, src.rows, 0);
-          break;
-        case kernels::Precision::kInt8:
-          if (!RowsFinite(src, r0, r1, row)) {
-            bad.store(true);
-            return;
-          }
-          kernels::QuantizeQ8(src, r0, r1, dst);
-          break;
-        case kernels::Precision::kF32: {
-          const size_t row_bytes = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
-          std::memcpy(dst + static_cast<size_t>(r0) * row_bytes,
-                      static_cast<const std::byte*>(src.data) + static_cast<size_t>(r0) * row_bytes,
-                      static_cast<size_t>(r1 - r0) * row_bytes);
-          break;
-        }
+      if (!fp8.fp8()) {
+        if (!ConvertRows(p, src, r0, r1, src.rows, 0, dst, row)) bad.store(true);
+        continue;
       }
+      dequantized.resize(static_cast<size_t>((r1 - r0) * src.cols));
+      int64_t bad_row = 0, bad_col = 0;
+      if (!DequantizeFp8Rows(src, fp8, r0, r1, dequantized.data(), &bad_row, &bad_col)) {
+        nan_at.store(bad_row * src.cols + bad_col);
+        return;
+      }
+      const kernels::Matrix part{DType::kF32, dequantized.data(), r1 - r0, src.cols};
+      if (!ConvertRows(p, part, 0, r1 - r0, src.rows, r0, dst, row)) bad.store(true);
     }
   });
+  const std::string tensor = std::string(kVisionWeightPrefix) + name;
+  if (const int64_t at = nan_at.load(); at >= 0) {
+    return Fp8NaNError(tensor, at / src.cols, at % src.cols);
+  }
   if (bad.load()) {
-    return DataLoss("tensor '" + std::string(kVisionWeightPrefix) + name +
+    return DataLoss("tensor '" + tensor +
                     "' holds a value that is not finite; it cannot be quantized to Q8");
   }
   return Status::Ok();
@@ -142,7 +187,8 @@ PreparedEntry EntryFor(const std::string& name, const kernels::Matrix& src, bool
   e.name = name;
   e.rows = src.rows;
   e.cols = src.cols;
-  e.dtype = vector ? DType::kF32 : src.dtype;
+  // An FP8 weight is dequantized to F32 (exact, model/fp8_weights.h).
+  e.dtype = vector || src.dtype == DType::kF8E4M3 ? DType::kF32 : src.dtype;
   if (!vector && p == kernels::Precision::kBF16) {
     e.format = kernels::MatrixFormat::kBf16Blocked;
     e.dtype = DType::kBF16;
@@ -158,7 +204,7 @@ PreparedEntry EntryFor(const std::string& name, const kernels::Matrix& src, bool
 
 StatusOr<VisionWeights> BindVisionWeights(const VisionConfig& cfg,
                                           const SafetensorsCheckpoint& ckpt) {
-  Binder b(ckpt);
+  Binder b(ckpt, cfg.fp8);
   VisionWeights w;
   const int64_t Dv = cfg.hidden, Iv = cfg.intermediate, P = cfg.patch_size;
   const int64_t Md = cfg.merged_dim(), O = cfg.out_hidden;
@@ -189,10 +235,32 @@ StatusOr<VisionWeights> BindVisionWeights(const VisionConfig& cfg,
   return w;
 }
 
+std::vector<float> WidenVisionWeight(const VisionRawLinear& l) {
+  const kernels::Matrix& m = l.w;
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  if (!l.w_fp8.fp8()) {
+    for (int64_t r = 0; r < m.rows; ++r) kernels::LoadRow(m, r, out.data() + r * m.cols);
+    return out;
+  }
+  int64_t bad_row = 0, bad_col = 0;
+  if (!DequantizeFp8Rows(m, l.w_fp8, 0, m.rows, out.data(), &bad_row, &bad_col)) {
+    // Prepare refuses such a weight; the reference shows it as NaN rather than stopping.
+    for (int64_t r = 0; r < m.rows; ++r) {
+      for (int64_t c = 0; c < m.cols; ++c) {
+        const uint8_t code = static_cast<const uint8_t*>(m.data)[r * m.cols + c];
+        out[size_t(r * m.cols + c)] =
+            F8E4M3ToF32(code) * l.w_fp8.At(r / l.w_fp8.block_rows, c / l.w_fp8.block_cols);
+      }
+    }
+  }
+  return out;
+}
+
 // One prepared tensor: where it comes from and the member it binds to (a matrix or a vector).
 struct PreparedVisionWeights::Job {
   std::string name;
   const kernels::Matrix* src = nullptr;
+  const Fp8BlockScales* fp8 = nullptr;  // a Linear weight's block scales (maybe empty)
   kernels::Matrix* matrix = nullptr;
   const float** vector = nullptr;
 };
@@ -202,12 +270,12 @@ std::vector<PreparedVisionWeights::Job> PreparedVisionWeights::Jobs(const Vision
   blocks_.resize(w.blocks.size());
   deepstack_.resize(w.deepstack.size());
   const auto linear = [&](const std::string& name, const VisionRawLinear& raw, VisionLinear* out) {
-    mats.push_back({name + ".weight", &raw.w, &out->w, nullptr});
-    vecs.push_back({name + ".bias", &raw.b, nullptr, &out->b});
+    mats.push_back({name + ".weight", &raw.w, &raw.w_fp8, &out->w, nullptr});
+    vecs.push_back({name + ".bias", &raw.b, nullptr, nullptr, &out->b});
   };
   const auto norm = [&](const std::string& name, const VisionRawNorm& raw, VisionNorm* out) {
-    vecs.push_back({name + ".weight", &raw.w, nullptr, &out->w});
-    vecs.push_back({name + ".bias", &raw.b, nullptr, &out->b});
+    vecs.push_back({name + ".weight", &raw.w, nullptr, nullptr, &out->w});
+    vecs.push_back({name + ".bias", &raw.b, nullptr, nullptr, &out->b});
   };
   const auto merger = [&](const std::string& name, const VisionRawMerger& raw, VisionMerger* out) {
     norm(name + "norm", raw.norm, &out->norm);
@@ -215,7 +283,7 @@ std::vector<PreparedVisionWeights::Job> PreparedVisionWeights::Jobs(const Vision
     linear(name + "linear_fc2", raw.fc2, &out->fc2);
   };
   linear("patch_embed.proj", w.patch, &patch_);
-  vecs.push_back({"pos_embed.weight", &w.pos, nullptr, &pos_});
+  vecs.push_back({"pos_embed.weight", &w.pos, nullptr, nullptr, &pos_});
   for (size_t j = 0; j < w.blocks.size(); ++j) {
     const std::string name = "blocks." + std::to_string(j) + ".";
     const VisionRawBlock& raw = w.blocks[j];
@@ -322,7 +390,7 @@ StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
       auto* out = reinterpret_cast<float*>(at);
       for (int64_t r = 0; r < src.rows; ++r) kernels::LoadRow(src, r, out + r * src.cols);
     } else {
-      VLS_RETURN_IF_ERROR(Convert(p, src, jobs[i].name, at, ctx));
+      VLS_RETURN_IF_ERROR(Convert(p, src, *jobs[i].fp8, jobs[i].name, at, ctx));
     }
     if (release_source_pages && src.data != nullptr) {
       ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * static_cast<size_t>(src.cols) *

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "io/safetensors.h"
 #include "kernels/dispatch.h"
+#include "model/fp8_weights.h"
 #include "model/prepared_weights.h"
 #include "vision/vision_config.h"
 
@@ -32,10 +33,13 @@ namespace vls {
 inline constexpr const char* kVisionWeightPrefix = "model.visual.";
 
 // A Linear layer's or LayerNorm's parameters as stored: dense F32/BF16/F16 matrices (a vector
-// is a [1, n] matrix) pointing into the checkpoint mapping.
+// is a [1, n] matrix) pointing into the checkpoint mapping. A Linear weight of an FP8
+// checkpoint may instead be F8_E4M3 codes with block scales (model/fp8_weights.h); only
+// PreparedVisionWeights::Prepare and WidenVisionWeight read those (dequantized).
 struct VisionRawLinear {
-  kernels::Matrix w;  // [out, in]
-  kernels::Matrix b;  // [1, out]
+  kernels::Matrix w;     // [out, in]
+  kernels::Matrix b;     // [1, out]
+  Fp8BlockScales w_fp8;  // w's block scales when w is F8_E4M3
 };
 struct VisionRawNorm {
   kernels::Matrix w;  // [1, n]
@@ -64,9 +68,15 @@ struct VisionWeights {
 // Binds every model.visual.* tensor of `ckpt` for `cfg`: each must exist (NotFound naming it),
 // be F32, BF16 or F16 with exactly the expected shape (InvalidArgument naming the tensor, the
 // expected and the found shape), and no other model.visual.* tensor may exist (InvalidArgument
-// naming it). The views stay valid while `ckpt` lives.
+// naming it). The Linear weights of the blocks and mergers may be F8_E4M3 under cfg.fp8, each
+// with its `.weight_scale_inv` (the rules of model/fp8_weights.h; the patch embedding is a
+// convolution and never FP8). The views stay valid while `ckpt` lives.
 StatusOr<VisionWeights> BindVisionWeights(const VisionConfig& cfg,
                                           const SafetensorsCheckpoint& ckpt);
+
+// l.w as f32 values [out · in] (dequantized when FP8; a NaN code gives NaN), for the scalar
+// reference (VisionModel::ReferenceEncode).
+std::vector<float> WidenVisionWeight(const VisionRawLinear& l);
 
 // A prepared Linear: the matrix in the precision's storage (see below) and its bias in f32.
 struct VisionLinear {
@@ -101,7 +111,8 @@ Status CheckPreparedVisionLayout(const std::vector<PreparedEntry>& have,
 
 // Weights converted once at load, like the text decoder's (model/prepared_weights.h), into one
 // region laid out by PlanPreparedVisionEntries. Matrix storage by ctx.precision(): kF32 the
-// checkpoint's dtype, bytes unchanged (widened to f32 in the kernels, so the path stays exact);
+// checkpoint's dtype, bytes unchanged (widened to f32 in the kernels, so the path stays exact;
+// an FP8 weight is dequantized to F32, exactly as model/fp8_weights.h says);
 // kBF16 BF16 blocked (kernels/bf16_blocked.h); kInt8 Q8 (kernels/quant.h). Biases, norms and
 // the position table are widened to f32. The region is either prepared here or a prepared
 // artifact's vision section mapped back (FromRegion).
