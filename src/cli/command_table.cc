@@ -25,6 +25,8 @@ const std::vector<Command>& Commands() {
       {"batch", "JSONL requests through the continuous-batch engine", RunBatch, BatchSpec},
       {"bench", "throughput, latency and serving benchmarks of a model", RunBench, BenchSpec},
       {"compile", "prepare a model's weights once into an artifact file", RunCompile, CompileSpec},
+      {"eval-kl", "KL divergence of a precision's next-token distribution from f32", RunEvalKl,
+       EvalKlSpec},
       {"inspect", "a model's config, entries, manifests and artifact identity", RunInspect,
        InspectSpec},
       {"make-test-model", "write a random checkpoint in the Hugging Face layout", RunMakeTestModel,

@@ -41,7 +41,7 @@ TEST(CommandTable, EveryFlagIsDocumentedAndEveryCommandHasAnExample) {
       rest = m.suffix();
     }
   }
-  EXPECT_EQ(names.size(), 12u);
+  EXPECT_EQ(names.size(), 13u);
 }
 
 TEST(NearestName, SuggestsCloseNamesOnly) {

@@ -20,6 +20,7 @@ int RunCompile(int argc, char** argv);
 int RunRun(int argc, char** argv);     // run_command.cc
 int RunVision(int argc, char** argv);  // vision_command.cc
 int RunServe(int argc, char** argv);   // serve_command.cc
+int RunEvalKl(int argc, char** argv);  // eval_kl_command.cc
 
 CommandSpec MakeTestModelSpec();
 CommandSpec ForwardSpec();
@@ -30,6 +31,7 @@ CommandSpec CompileSpec();
 CommandSpec RunSpec();
 CommandSpec VisionSpec();
 CommandSpec ServeSpec();
+CommandSpec EvalKlSpec();        // eval_kl_command.cc
 CommandSpec TokenizeSpec();      // text_commands.cc
 CommandSpec DetokenizeSpec();    // text_commands.cc
 CommandSpec ChatTemplateSpec();  // text_commands.cc

