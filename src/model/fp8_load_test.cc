@@ -3,44 +3,25 @@
 // compute, at every precision, and every corrupt or mismatched checkpoint is refused naming the
 // tensor or the key.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cmath>
-#include <filesystem>
+#include <cstring>
 #include <functional>
-#include <map>
-#include <nlohmann/json.hpp>
 
-#include "io/safetensors.h"
+#include "model/fp8_test_util.h"
 #include "model/qwen3_model.h"
 #include "model/test_checkpoint.h"
 
 namespace vls {
 namespace {
 
-namespace fs = std::filesystem;
-using Json = nlohmann::json;
-using Tensors = std::map<std::string, HostTensor>;
-
-// E4M3 by the OCP formula, independent of tensor/dtype.cc.
-double E4M3(uint8_t code) {
-  const double sign = (code & 0x80) ? -1.0 : 1.0;
-  const int e = (code >> 3) & 15, m = code & 7;
-  if (e == 15 && m == 7) return NAN;
-  return e == 0 ? sign * std::ldexp(m / 8.0, -6) : sign * std::ldexp(1.0 + m / 8.0, e - 7);
-}
-
-std::string Scratch(const std::string& tag) {
-  return (fs::temp_directory_path() /
-          ("vls_fp8_load_test_" + std::to_string(::getpid()) + "_" + tag))
-      .string();
-}
+using fp8_test::Json;
+using fp8_test::Tensors;
 
 // A tiny untied Qwen3 with every Linear in FP8 (lm_head too) in 48 x 40 blocks: hidden 96 and
 // intermediate 200 leave edge blocks of 48 x 16 and 8 x 40 (written once per process).
 const std::string& Fp8Model() {
   static const std::string dir = [] {
-    const std::string d = Scratch("fp8");
+    const std::string d = fp8_test::Scratch("fp8");
     TestModelSpec spec;
     spec.arch = "qwen3";
     spec.vision = false;
@@ -61,83 +42,12 @@ const std::string& Fp8Model() {
   return dir;
 }
 
-Tensors ReadAll(const std::string& dir) {
-  auto f = SafetensorsFile::Open(JoinPath(dir, "model.safetensors"));
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  Tensors out;
-  for (const SafetensorsEntry& e : (*f)->entries()) {
-    out.emplace(e.name, HostTensor::Copy((*f)->View(e)));
-  }
-  return out;
-}
-
-void WriteAll(const std::string& dir, const Tensors& tensors) {
-  std::vector<NamedTensor> list;
-  for (const auto& [name, t] : tensors) list.push_back({name, t.view()});
-  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "model.safetensors"), list).ok());
-}
-
-Json ReadConfig(const std::string& dir) {
-  auto text = ReadFileAtMost(JoinPath(dir, "config.json"), 1 << 20);
-  EXPECT_TRUE(text.ok());
-  return Json::parse(*text);
-}
-
-void WriteConfig(const std::string& dir, const Json& cfg) {
-  ASSERT_TRUE(WriteStringToFile(JoinPath(dir, "config.json"), cfg.dump(2)).ok());
-}
-
-// A copy of the FP8 model in `tag`, changed by `tensors` and `config`.
 std::string Variant(const std::string& tag, const std::function<void(Tensors&)>& tensors,
                     const std::function<void(Json&)>& config = nullptr) {
-  const std::string d = Scratch(tag);
-  fs::remove_all(d);
-  fs::copy(Fp8Model(), d);
-  if (tensors) {
-    Tensors t = ReadAll(d);
-    tensors(t);
-    WriteAll(d, t);
-  }
-  if (config) {
-    Json c = ReadConfig(d);
-    config(c);
-    WriteConfig(d, c);
-  }
-  return d;
+  return fp8_test::Variant(Fp8Model(), tag, tensors, config);
 }
 
-// The FP8 model's weights dequantized by the formula into `dtype` (F32: exact; BF16: rounded to
-// nearest even), without scale tensors or quantization_config.
-std::string Dequantized(DType dtype) {
-  const std::string tag = std::string("deq_") + std::string(DTypeName(dtype));
-  const Json q = ReadConfig(Fp8Model())["quantization_config"];
-  const int64_t bh = q["weight_block_size"][0], bw = q["weight_block_size"][1];
-  return Variant(
-      tag,
-      [&](Tensors& t) {
-        Tensors out;
-        for (auto& [name, w] : t) {
-          if (name.ends_with("_scale_inv")) continue;
-          if (w.dtype() != DType::kF8E4M3) {
-            out.emplace(name, std::move(w));
-            continue;
-          }
-          const HostTensor& s = t.at(name + "_scale_inv");
-          const int64_t R = w.shape()[0], C = w.shape()[1], gc = s.shape()[1];
-          std::vector<float> v(static_cast<size_t>(R * C));
-          for (int64_t r = 0; r < R; ++r) {
-            for (int64_t c = 0; c < C; ++c) {
-              const double scale = Bf16ToF32(s.view().u16()[(r / bh) * gc + c / bw]);
-              v[size_t(r * C + c)] =
-                  static_cast<float>(E4M3(static_cast<uint8_t>(w.data()[r * C + c])) * scale);
-            }
-          }
-          out.emplace(name, FromF32As(dtype, w.shape(), v));
-        }
-        t = std::move(out);
-      },
-      [](Json& c) { c.erase("quantization_config"); });
-}
+std::string Dequantized(DType dtype) { return fp8_test::Dequantized(Fp8Model(), dtype); }
 
 ModelOptions Options(kernels::Precision p) {
   ModelOptions o;
@@ -271,7 +181,7 @@ TEST(Fp8LoadTest, RefusesTensorsTheConfigContradicts) {
       StatusCode::kUnimplemented, {"quant_method: \"awq\" is not supported"});
   // A model whose weights are all float still loads under an FP8 config (partly quantized).
   auto plain = Qwen3Model::Load(
-      Variant("all_float", [](Tensors& t) { t = ReadAll(Dequantized(DType::kBF16)); }),
+      Variant("all_float", [](Tensors& t) { t = fp8_test::ReadAll(Dequantized(DType::kBF16)); }),
       Options(kernels::Precision::kF32));
   EXPECT_TRUE(plain.ok()) << plain.status().ToString();
 }
