@@ -50,8 +50,8 @@ CommandSpec EvalKlSpec() {
       "models and every position that predicts a token of its chunk (chunk - 1 a chunk; the\n"
       "short contexts count too, unlike llama.cpp's second half only) is compared: for each\n"
       "temperature T, P = softmax(logits / T) in double, KL(P_f32 || P_test). Random-weight\n"
-      "test models are near one-hot at T=1, hence T=16 too; on such models random ids are as\n"
-      "meaningful a text as any.\n"
+      "test models can be almost flat or almost one-hot at T=1, hence a second temperature;\n"
+      "on such models random ids are as meaningful a text as any (docs/eval_kl.md).\n"
       "\n"
       "  --model DIR          model folder (required) or Org/Name: a Hugging Face repository id\n"
       "                       in the local cache\n"
@@ -168,11 +168,11 @@ Status ChunkLogits(Session& session, std::span<const int32_t> ids, std::vector<f
 
 void PrintTable(const std::string& header, const std::vector<KlSummary>& results) {
   std::printf("%s\n", header.c_str());
-  std::printf("%8s %12s %12s %12s %12s %9s %10s\n", "T", "mean KL", "median KL", "p99 KL", "max KL",
+  std::printf("%8s %12s %12s %12s %12s %9s %12s\n", "T", "mean KL", "median KL", "p99 KL", "max KL",
               "top-1", "RMS dp");
   for (const KlSummary& s : results) {
-    std::printf("%8g %12.4e %12.4e %12.4e %12.4e %8.2f%% %9.4f%%\n", s.temperature, s.kl_mean,
-                s.kl_median, s.kl_p99, s.kl_max, 100 * s.top1_agreement, 100 * s.rms_delta_p);
+    std::printf("%8g %12.4e %12.4e %12.4e %12.4e %8.2f%% %12.4e\n", s.temperature, s.kl_mean,
+                s.kl_median, s.kl_p99, s.kl_max, 100 * s.top1_agreement, s.rms_delta_p);
   }
 }
 
@@ -232,7 +232,7 @@ Status EvalKl(const Args& args) {
               part[static_cast<size_t>(i + 1)]);
     }
     std::fprintf(stderr, "[eval-kl] chunk %lld/%lld: %lld positions, mean KL(T=%g) %.4e\n",
-                 static_cast<long long>(c + 1), static_cast<long long>(chunks),
+                 static_cast<long long>(c) + 1, static_cast<long long>(chunks),
                  static_cast<long long>(acc.positions()), temps[0], acc.MeanKl(0));
   }
   const double seconds =
@@ -266,7 +266,8 @@ Status EvalKl(const Args& args) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     PrintTable("eval-kl " + model_dir + ": " + precision + " (KV " + KvName(test_lo) +
-                   ") vs f32; " + std::to_string(n) + " tokens (" + source + "), " +
+                   ") vs f32; " + std::to_string(n) + " tokens (" + source +
+                   (source == "random" ? ", seed " + std::to_string(seed) : std::string()) + "), " +
                    std::to_string(chunks) + " chunks of " + std::to_string(chunk) + ", " +
                    std::to_string(acc.positions()) + " positions, " +
                    std::to_string(static_cast<int>(std::lround(seconds))) + " s",

