@@ -10,9 +10,14 @@ class Handle:
 
     Every C call runs inside `with self._use() as h:`, which raises ClosedError after close().
     close() refuses new calls at once, waits for the calls in flight (C calls of this package
-    never block for long), closes the children (sessions, batches and chats of a model; the C
-    ABI requires them freed before their model), then frees the handle. Closing twice is a
-    no-op; so is closing from a finalizer."""
+    never block for long), closes the children (sessions, batches and chats of a model), then
+    frees the handle. The C ABI requires every child freed before its parent: a parent whose
+    child is still alive but out of its reach (a child being finalized by the garbage
+    collector) is freed right after that child instead. Closing twice is a no-op; so is closing
+    from a finalizer.
+
+    A child adopts its C handle while it holds its parent's _use() (so a parent closing
+    concurrently waits for it and then closes it)."""
     _kind = "handle"
 
     def __init__(self, parent=None):
@@ -20,12 +25,18 @@ class Handle:
         self._cv = threading.Condition()
         self._busy = 0
         self._children = weakref.WeakSet()
+        self._live_children = 0  # adopted and not yet freed
+        self._pending = None  # our handle, once closed, while children still live
         self._parent = parent  # a strong reference: the parent outlives the child
         if parent is not None:
             with parent._use():
                 parent._children.add(self)
 
     def _adopt(self, handle):
+        """Takes ownership of a created C handle. REQUIRES: the parent's _use() is held."""
+        if self._parent is not None:
+            with self._parent._cv:
+                self._parent._live_children += 1
         self._h = handle
 
     class _Use:
@@ -71,7 +82,24 @@ class Handle:
                 cv.wait()
         for child in list(self._children):
             child.close()
-        self._free(h)
+        with cv:
+            if self._live_children > 0:
+                self._pending = h
+                return
+        self._release(h)
+
+    def _release(self, handle):
+        self._free(handle)
+        if self._parent is not None:
+            self._parent._child_released()
+
+    def _child_released(self):
+        with self._cv:
+            self._live_children -= 1
+            if self._live_children > 0 or self._pending is None:
+                return
+            h, self._pending = self._pending, None
+        self._release(h)
 
     def _free(self, handle):
         raise NotImplementedError

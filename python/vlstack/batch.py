@@ -108,13 +108,20 @@ class Batch(Handle):
         self._chats = set()  # chat requests whose text is not all taken
         self._pumping = False
         self._threaded = False
+        self._chat_users = []  # the Chats submitted to: each is freed only after this batch
         h = ctypes.c_void_p()
         with model._use() as mh:
             check(_lib.lib().vls_batch_create(mh, ctypes.byref(h)))
-        self._adopt(h)
+            self._adopt(h)
 
     def _free(self, handle):
         _lib.lib().vls_batch_free(handle)
+
+    def _release(self, handle):
+        users, self._chat_users = self._chat_users, []
+        super()._release(handle)
+        for chat in users:
+            chat._child_released()
 
     # ---- submissions ------------------------------------------------------------------------
 
@@ -192,6 +199,11 @@ class Batch(Handle):
         if "\0" in text:
             raise invalid("Batch.submit_chat: the request holds a NUL character")
         with chat._use() as ch, self._ev:
+            if all(c is not chat for c in self._chat_users):
+                # The C chat must outlive this batch (its requests decode with its tokenizer).
+                with chat._cv:
+                    chat._live_children += 1
+                self._chat_users.append(chat)
             return self._submitted(self._submit("vls_batch_submit_chat", ch,
                                                 text.encode("utf-8", "surrogatepass")), chat=True)
 

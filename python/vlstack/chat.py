@@ -45,7 +45,7 @@ class Chat(Handle):
         h = ctypes.c_void_p()
         with model._use() as mh:
             check(_lib.lib().vls_chat_create(mh, os.fsencode(self.path), ctypes.byref(h)))
-        self._adopt(h)
+            self._adopt(h)
 
     def _free(self, handle):
         _lib.lib().vls_chat_free(handle)

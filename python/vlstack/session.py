@@ -56,7 +56,7 @@ class Session(Handle):
         h = ctypes.c_void_p()
         with model._use() as mh:
             check(_lib.lib().vls_session_create(mh, ctypes.byref(h)))
-        self._adopt(h)
+            self._adopt(h)
 
     def _free(self, handle):
         _lib.lib().vls_session_free(handle)

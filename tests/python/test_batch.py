@@ -1,8 +1,10 @@
 """Batch through the bindings: greedy tokens equal to `vlstack batch`, chat text equal to
 `vlstack run`, streaming equal to non-streaming (on this thread and on the batch's thread),
 cancel mid-way with an unharmed bystander, stop strings, the low-level calls and refusals."""
+import gc
 import threading
 import unittest
+import weakref
 
 import vlstack
 from vlstack import FinishReason
@@ -150,6 +152,36 @@ class BatchTest(unittest.TestCase):
                 self.assertEqual(r.finish_reason, FinishReason.STOP)
         # Without a batch: a temporary one.
         self.assertEqual("".join(self.chat.generate(PROMPTS[0], max_tokens=24)), want)
+
+    def test_closing_in_any_order(self):
+        # A chat closed while a batch still runs its request: refused for new calls at once,
+        # freed (the C rule) only after the batch.
+        with self.model.batch() as b:
+            chat = vlstack.Chat(self.model)
+            want = b.result(b.submit_chat(chat, chat.request(PROMPTS[0], max_tokens=8))).text
+            b.start()
+            rid = b.submit_chat(chat, chat.request(PROMPTS[0], max_tokens=8))
+            chat.close()
+            self.assertTrue(chat.closed)
+            with self.assertRaises(vlstack.ClosedError):
+                chat.tokenize("x")
+            with self.assertRaises(vlstack.ClosedError):
+                b.submit_chat(chat, chat.request("x"))
+            self.assertEqual(b.result(rid).text, want)
+            self.assertIsNotNone(chat._pending, "the C chat lives while the batch does")
+        self.assertIsNone(chat._pending)
+        # A model, its batch (threaded, busy) and chat dropped together in a reference cycle:
+        # the collector finalizes them in any order, the C handles are freed children first.
+        m = vlstack.Model(self.dir, capacity=32, threads=util.THREADS)
+        b, c = m.batch(), m.chat()
+        b.start()
+        b.submit_chat(c, c.request(PROMPTS[1], max_tokens=8))
+        cycle = [m, b, c]
+        cycle.append(cycle)
+        gone = [weakref.ref(x) for x in cycle[:3]]
+        del m, b, c, cycle
+        gc.collect()
+        self.assertEqual([r() for r in gone], [None] * 3)
 
     def test_low_level_and_refusals(self):
         with self.model.batch() as b:

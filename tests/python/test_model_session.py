@@ -126,7 +126,8 @@ class ModelSessionTest(unittest.TestCase):
                            "embeddings has shape [5, 8]; expected [?, 64]")
             bad = emb.copy()
             bad[1, 3] = np.inf
-            assert_refused(self, lambda: s.prefill_embeddings(bad), "vls_session_prefill_embeddings")
+            assert_refused(self, lambda: s.prefill_embeddings(bad),
+                           "vls_session_prefill_embeddings")
 
     def deepstack_args(self, S=6, Nv=2):
         H, K = self.info.hidden, self.info.deepstack_layer_count
