@@ -69,22 +69,27 @@ class BatchTest(unittest.TestCase):
                         self.assertEqual(e.finish_reason, FinishReason.LENGTH)
             self.assertEqual(got, want)
             self.assertEqual(b.poll(), [], "streams leave no events behind")
-        # On the batch's own thread, one Python thread per stream.
+        # One Python thread per stream: the streams take turns stepping the engine, then the
+        # same on the batch's own thread.
+        for threaded in (False, True):
+            with self.model.batch() as b:
+                if threaded:
+                    b.start()
+                rids = [b.submit_tokens(ids, max_new_tokens=12, ignore_eos=True)
+                        for ids in self.ids]
+                got = [None] * len(rids)
+
+                def read(i, b=b, rids=rids, got=got):
+                    got[i] = list(t.token for t in b.stream(rids[i]))
+
+                threads = [threading.Thread(target=read, args=(i,)) for i in range(len(rids))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                b.stop()
+                self.assertEqual(got, want, "threaded" if threaded else "stepped by the streams")
         with self.model.batch() as b:
-            b.start()
-            rids = [b.submit_tokens(ids, max_new_tokens=12, ignore_eos=True) for ids in self.ids]
-            got = [None] * len(rids)
-
-            def read(i):
-                got[i] = list(t.token for t in b.stream(rids[i]))
-
-            threads = [threading.Thread(target=read, args=(i,)) for i in range(len(rids))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
-            b.stop()
-            self.assertEqual(got, want)
             # generate() on the threaded batch, then step() works again after stop.
             b.start()
             self.assertEqual(list(b.generate(self.ids[0], max_new_tokens=12, ignore_eos=True)),
