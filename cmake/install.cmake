@@ -5,6 +5,7 @@
 #   include/vlstack/vlstack.h             the one public header
 #   lib/pkgconfig/vlstack.pc              pkg-config, relocatable (prefix from ${pcfiledir})
 #   lib/cmake/vlstack/                    find_package(vlstack): the imported target vlstack::vlstack
+#   lib/python3/dist-packages/vlstack/    the Python bindings (VLS_INSTALL_PYTHONDIR)
 #   share/doc/vlstack/                    README.md and docs/
 # (lib is GNUInstallDirs' CMAKE_INSTALL_LIBDIR). cmake/package.cmake packs the same files
 # into a Debian package. docs/install.md describes both.
@@ -56,6 +57,14 @@ install(FILES ${PROJECT_BINARY_DIR}/install/vlstackConfig.cmake
         DESTINATION ${VLS_CMAKE_PACKAGE_DIR})
 install(EXPORT vlstackTargets NAMESPACE vlstack:: FILE vlstackTargets.cmake
         DESTINATION ${VLS_CMAKE_PACKAGE_DIR})
+
+# The Python bindings (python/vlstack, pure Python over libvlstack.so) where Debian's python3
+# looks for packages under /usr; under another prefix, put <prefix>/lib/python3/dist-packages on
+# PYTHONPATH. The package finds the library two folders up from that one (<prefix>/lib).
+set(VLS_INSTALL_PYTHONDIR lib/python3/dist-packages
+    CACHE STRING "where the Python package goes, relative to the install prefix")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/vlstack DESTINATION ${VLS_INSTALL_PYTHONDIR}
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -23,6 +23,9 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+# The Python bindings (/usr/lib/python3/dist-packages/vlstack) need python3 and NumPy; the
+# library and CLI do not.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3, python3-numpy")
 
 # `cpack --config CPackSourceConfig.cmake`: a source tarball without what .gitignore leaves out.
 set(CPACK_SOURCE_GENERATOR TGZ)

@@ -141,6 +141,9 @@ def _candidates():
     """(description, argument for ctypes.CDLL) in search order, when VLSTACK_LIBRARY is unset."""
     here = os.path.dirname(os.path.abspath(__file__))
     out = [os.path.join(here, SONAME)]
+    # Installed by `cmake --install` / the DEB: <prefix>/lib/python3/dist-packages/vlstack, the
+    # library in <prefix>/lib.
+    out.append(os.path.normpath(os.path.join(here, "..", "..", "..", SONAME)))
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
         out.append(os.path.join(prefix, "lib", SONAME))
     out.append(SONAME)  # the dynamic loader's own search

@@ -136,6 +136,8 @@ def check_installed_tree(root, dirs, version, abi, source, build):
         f"{lib}/cmake/vlstack/vlstackTargets.cmake", f"{docdir}/README.md",
     }
     expected |= {f"{docdir}/{p}" for p in list_tree(os.path.join(source, "docs"))}
+    expected |= {f"{dirs['python']}/vlstack/{p}" for p in os.listdir(os.path.join(source, "python/vlstack"))
+                 if p.endswith(".py")}
     found = list_tree(root)
     per_config_name = re.escape(f"{lib}/cmake/vlstack/vlstackTargets-") + r"[a-z]+\.cmake"
     per_config = {p for p in found if re.fullmatch(per_config_name, p)}
@@ -305,6 +307,8 @@ def check_deb(deb, tmp, version, abi, real, source, model_dir, expected_tokens, 
                      "Section", "Description", "Depends"])
     print(fields, flush=True)
     control = dict(re.findall(r"^([A-Za-z-]+): (.*)$", fields, re.M))
+    _, recommends = run(["dpkg-deb", "-f", deb, "Recommends"])
+    check("python3-numpy" in recommends, f"{deb}: Recommends '{recommends.strip()}' lacks NumPy")
     check(control.get("Package") == "vlstack", f"{deb}: Package {control.get('Package')}")
     check(control.get("Version") == version, f"{deb}: Version {control.get('Version')}")
     check(control.get("Section") == "science", f"{deb}: Section {control.get('Section')}")
@@ -363,6 +367,34 @@ def check_deb(deb, tmp, version, abi, real, source, model_dir, expected_tokens, 
     check_uses_library(binary, env, libdir)
     tokens = run_consumer(binary, model_dir, env, abi, config)
     check(tokens == expected_tokens, f"the packaged library gives {tokens}, not {expected_tokens}")
+    check_python(usr, {"python": "lib/python3/dist-packages"}, libdir, model_dir, expected_tokens)
+
+
+def check_python(root, dirs, lib_dir, model_dir, expected_tokens):
+    """The installed Python package imports from <root>/<python dir> with nothing else set, finds
+    the library installed beside it, and greedy-decodes the consumer's tokens."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "VLSTACK_LIBRARY")}
+    env["PYTHONPATH"] = os.path.join(root, dirs["python"])
+    script = (
+        "import sys, numpy as np, vlstack\n"
+        "with vlstack.Model(sys.argv[1], capacity=64, threads=1) as m:\n"
+        "    s = m.session()\n"
+        "    s.prefill_tokens(np.array([1, 2, 3, 4, 5], dtype=np.int32))\n"
+        "    a = int(np.argmax(s.logits))\n"
+        "    s.decode(a)\n"
+        "    b = int(np.argmax(s.logits))\n"
+        "    print('PYRESULT', vlstack.library_path(), vlstack.__file__, a, b)\n")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    _, out = run(["/usr/bin/python3", "-c", script, model_dir], env=env, cwd=root)
+    lines = [l for l in out.splitlines() if l.startswith("PYRESULT ")]
+    check(len(lines) == 1, f"the Python check printed no result:\n{out}")
+    _, lib_path, package, a, b = lines[0].split()
+    check(os.path.realpath(os.path.dirname(lib_path)) == os.path.realpath(lib_dir),
+          f"the installed Python package loaded {lib_path}, not the library in {lib_dir}")
+    check(os.path.realpath(package).startswith(os.path.realpath(root)),
+          f"imported vlstack from {package}, not from {root}")
+    check((int(a), int(b)) == tuple(expected_tokens),
+          f"the Python package's greedy tokens {(a, b)} differ from the consumer's {expected_tokens}")
 
 
 def main():
@@ -383,7 +415,8 @@ def main():
     dirs = {"bin": cache.get("CMAKE_INSTALL_BINDIR") or "bin",
             "lib": cache.get("CMAKE_INSTALL_LIBDIR") or "lib",
             "include": cache.get("CMAKE_INSTALL_INCLUDEDIR") or "include",
-            "doc": cache.get("CMAKE_INSTALL_DOCDIR") or f"{datarootdir}/doc/vlstack"}
+            "doc": cache.get("CMAKE_INSTALL_DOCDIR") or f"{datarootdir}/doc/vlstack",
+            "python": cache.get("VLS_INSTALL_PYTHONDIR") or "lib/python3/dist-packages"}
     for key, value in dirs.items():
         check(not os.path.isabs(value), f"CMAKE_INSTALL_{key.upper()}DIR {value} is absolute")
     version_tuple = project_version(source)
@@ -417,6 +450,8 @@ def main():
         env = dict(os.environ, LD_LIBRARY_PATH=libdir)
         check_uses_library(binary, env, libdir)
         tokens = run_consumer(binary, model_dir, env, abi, config)
+
+        check_python(prefix, dirs, libdir, model_dir, tokens)
 
         # 4. The CLI agrees (its own copy of the runtime, greedy over the same prompt).
         cli = cli_greedy_tokens(exe, model_dir, tmp, eos_ids)
