@@ -25,6 +25,8 @@ import urllib.request
 
 import numpy as np
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def write_safetensors(path, tensors):
     header, blobs, off = {}, [], 0
@@ -156,6 +158,15 @@ def chat(a):
                               stop], input="What is a vision-language model?",
                              capture_output=True, text=True, check=True).stdout
         print(f"[demo] with --stop {json.dumps(stop)}: " + json.dumps(cut))
+    print("\n[demo] the same model from Python: python/vlstack over libvlstack.so (the C ABI), "
+          "python/examples/chat.py")
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(a.vlstack))))
+    env = dict(os.environ, VLSTACK_LIBRARY=os.path.join(build, "src/capi/libvlstack.so.1"))
+    example = os.path.join(REPO, "python/examples/chat.py")
+    print(f"$ VLSTACK_LIBRARY={env['VLSTACK_LIBRARY']} python3 {example} --model {model} "
+          "--prompt 'What is DeepStack?' --max-tokens 16", flush=True)
+    subprocess.run(["/usr/bin/python3", example, "--model", model, "--prompt", "What is DeepStack?",
+                    "--max-tokens", "16"], env=env, check=True)
     print()
 
 
@@ -166,6 +177,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=8)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
+    run([a.vlstack, "--version"])
     chat(a)
     model = os.path.join(a.work, "tiny-qwen3-vl")
     run([a.vlstack, "make-test-model", "--out", model, "--seed", "7", "--untied"])

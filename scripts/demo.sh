@@ -2,7 +2,7 @@
 # The main job: install what is missing, build, then serve a generated model folder with
 # `vlstack serve` and talk to it with the official OpenAI client (a streamed question about a
 # picture, usage, a stop string, the metrics, SIGTERM), then `vlstack run` (a question about a
-# picture, a prompt, piped input, a stop string), then the
+# picture, a prompt, piped input, a stop string), the same model from Python, then the
 # engine underneath on a tiny Qwen3-VL checkpoint (the vision tower, forward with an image and
 # M-RoPE through the DeepStack entry, greedy decoding, a batch with an image request, then a
 # compiled BF16 artifact benchmarked).
