@@ -116,9 +116,11 @@ void FillRows(const PreparedEntry& e, const kernels::Matrix& src, int64_t r0, in
 }
 
 // Converts or quantizes every source of `g` into `dst` (the entry's place in the region). An
-// FP8 source is dequantized chunk by chunk into a per-chunk f32 buffer that then takes the
-// dense path, so no whole dequantized matrix ever exists; DataLoss for a NaN code.
-Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
+// FP8 source is dequantized chunk by chunk into the participant's f32 buffer of `buffers` (one
+// per pool participant, about 4 MiB, reused across entries) that then takes the dense path, so
+// no whole dequantized matrix ever exists; DataLoss for a NaN code.
+Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
+                 std::vector<std::vector<float>>& buffers) {
   int64_t row = 0;  // the first stacked row of the current source
   for (size_t i = 0; i < g.sources.size(); ++i) {
     const kernels::Matrix& src = g.sources[i].m;
@@ -134,8 +136,8 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx) {
     const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
     std::mutex mu;
     std::optional<Status> failure;  // the first NaN code found
-    ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1) {
-      std::vector<float> dequantized;  // [rows of a chunk, cols]
+    ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1, int thread) {
+      std::vector<float>& dequantized = buffers[static_cast<size_t>(thread)];  // [rows, cols]
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t r0 = c * rows_per_chunk, r1 = std::min(src.rows, r0 + rows_per_chunk);
         if (fp8.fp8()) {
@@ -212,9 +214,10 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
   pw->data_ = pw->region_->data();
   pw->size_ = last.offset + last.bytes;
   const int total = static_cast<int>(groups.size());
+  std::vector<std::vector<float>> buffers(static_cast<size_t>(ctx.pool().threads()));
   for (int i = 0; i < total; ++i) {
     const Group& g = groups[static_cast<size_t>(i)];
-    VLS_RETURN_IF_ERROR(FillEntry(g, pw->region_->data() + g.entry.offset, ctx));
+    VLS_RETURN_IF_ERROR(FillEntry(g, pw->region_->data() + g.entry.offset, ctx, buffers));
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);
   }
