@@ -146,7 +146,7 @@ def main():
         for flag in ("--prompt", "--stop", "--max-tokens", "--temperature", "--image", "--prefill-chunk"):
             assert flag in h.stdout, flag
         expect_error([vls, "run", "--prompt", "hi"], "--model")
-        expect_error([vls, "run", "--model", f"{work}/missing", "--prompt", "hi"], "not a folder")
+        expect_error([vls, "run", "--model", f"{work}/missing", "--prompt", "hi"], "does not exist")
         expect_error(base + ["--prompt", "hi", "--image", "cat.png"], "cat.png")
         expect_error(base + ["--prompt", "hi", "--bogus"], "--bogus")
         expect_error(base + ["--prompt", "hi", "--stop", ""], "stop[0] is empty")
