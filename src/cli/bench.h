@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/quantile.h"  // Quantile
 #include "runtime/batch_engine.h"
 #include "runtime/image_encoder.h"
 #include "runtime/loaded_model.h"
@@ -42,7 +43,6 @@ struct Distribution {
   double mean = 0, p50 = 0, p99 = 0, max = 0;
   size_t count = 0;
 };
-double Quantile(std::vector<double> v, double q);
 Distribution Distribute(const std::vector<double>& v);
 std::string DistributionJson(const Distribution& d);  // {"mean":…,"p50":…,"p99":…,"max":…,…}
 

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <utility>
 
+#include "cli/quantile.h"
+
 namespace vls::cli {
 
 void LogSoftmax(std::span<const float> logits, double temperature, std::vector<double>* out) {
@@ -31,15 +33,6 @@ double KlDivergence(std::span<const double> log_p, std::span<const double> log_q
 
 int64_t ArgMax(std::span<const float> logits) {
   return std::max_element(logits.begin(), logits.end()) - logits.begin();
-}
-
-double LinearQuantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
 KlAccumulator::KlAccumulator(std::vector<double> temperatures)
@@ -76,8 +69,8 @@ std::vector<KlSummary> KlAccumulator::Summarise() const {
     if (positions_ > 0) {
       const auto n = static_cast<double>(positions_);
       s.kl_mean = MeanKl(t);
-      s.kl_median = LinearQuantile(kl, 0.5);
-      s.kl_p99 = LinearQuantile(kl, 0.99);
+      s.kl_median = Quantile(kl, 0.5);
+      s.kl_p99 = Quantile(kl, 0.99);
       s.kl_max = *std::max_element(kl.begin(), kl.end());
       s.top1_agreement = static_cast<double>(top1_same_) / n;
       s.rms_delta_p = std::sqrt(delta_p_sq_[t] / n);

@@ -56,9 +56,6 @@ class KlAccumulator {
   std::vector<double> log_ref_, log_test_;  // [V] scratch
 };
 
-// The q-quantile of v (0 <= q <= 1) by linear interpolation between order statistics, as
-// NumPy's default percentile; 0 for an empty v.
-double LinearQuantile(std::vector<double> v, double q);
 
 }  // namespace vls::cli
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "cli/quantile.h"
+
 namespace vls::cli {
 namespace {
 
@@ -33,14 +35,14 @@ TEST(EvalKlStats, KlOfTwoKnownDistributions) {
   EXPECT_EQ(KlDivergence(p, p), 0.0);
 }
 
-TEST(EvalKlStats, LinearQuantileMatchesNumPy) {
+TEST(EvalKlStats, QuantileMatchesNumPy) {
   // numpy.percentile([4, 1, 3, 2], [0, 50, 99, 100]) = 1, 2.5, 3.97, 4.
   const std::vector<double> v = {4, 1, 3, 2};
-  EXPECT_DOUBLE_EQ(LinearQuantile(v, 0.0), 1.0);
-  EXPECT_DOUBLE_EQ(LinearQuantile(v, 0.5), 2.5);
-  EXPECT_NEAR(LinearQuantile(v, 0.99), 3.97, 1e-12);
-  EXPECT_DOUBLE_EQ(LinearQuantile(v, 1.0), 4.0);
-  EXPECT_EQ(LinearQuantile({}, 0.5), 0.0);
+  EXPECT_DOUBLE_EQ(Quantile(v, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(Quantile(v, 0.5), 2.5);
+  EXPECT_NEAR(Quantile(v, 0.99), 3.97, 1e-12);
+  EXPECT_DOUBLE_EQ(Quantile(v, 1.0), 4.0);
+  EXPECT_EQ(Quantile({}, 0.5), 0.0);
 }
 
 TEST(EvalKlStats, AccumulatorSummarises) {
