@@ -56,7 +56,6 @@ class KlAccumulator {
   std::vector<double> log_ref_, log_test_;  // [V] scratch
 };
 
-
 }  // namespace vls::cli
 
 #endif  // VLSTACK_CLI_EVAL_KL_STATS_H_
