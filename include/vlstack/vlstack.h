@@ -134,6 +134,18 @@ vls_model_options vls_model_default_options(void);
  * REQUIRES: dir and out non-NULL. */
 vls_status vls_model_load(const char* dir, const vls_model_options* options, vls_model** out);
 
+/* The folder `model` names, for vls_model_load and vls_chat_create: `model` itself when that
+ * path exists (VLS_ERR_INVALID_ARGUMENT when it is not a folder); otherwise, when it has the
+ * form of a Hugging Face repository id ("Org/Name" or "Org/Name@revision"), that repository's
+ * snapshot folder in the local Hugging Face cache, looked up offline in $HF_HUB_CACHE,
+ * $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub and
+ * ~/.cache/huggingface/hub (refs/<revision> names the commit; a commit prefix of 7 or more hex
+ * digits names a snapshot directly); VLS_ERR_NOT_FOUND, naming every place looked, when neither.
+ * The folder is written to buf NUL-terminated; *needed (when non-NULL) receives its byte length
+ * + 1; VLS_ERR_OUT_OF_RANGE when len is smaller (buf may be NULL when len is 0).
+ * REQUIRES: model non-NULL. */
+vls_status vls_resolve_model(const char* model, char* buf, size_t len, size_t* needed);
+
 /* Writes the model's prepared weights as an artifact at `path` (through `path`.tmp and a
  * rename) whose header carries the model's identity, so a later vls_model_load with the same
  * checkpoint, precision and bounds can map it via options.artifact.

@@ -21,7 +21,7 @@ from .chat import Chat
 from .errors import (CancelledError, ClosedError, DataLossError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, IoError, NotFoundError, OutOfRangeError,
                      ResourceExhaustedError, UnimplementedError, VlsError, status_name)
-from .model import KvCache, Model, ModelInfo, PositionMode, Precision
+from .model import KvCache, Model, ModelInfo, PositionMode, Precision, resolve_model
 from .session import Session
 
 __version__ = "0.1.0"
@@ -38,5 +38,5 @@ __all__ = [
     "KvCache", "LibraryError", "Model", "ModelInfo", "NotFoundError", "OutOfRangeError",
     "PositionMode", "Precision", "ResourceExhaustedError", "Result", "Session",
     "UnimplementedError", "VlsError", "abi_version", "library_path", "load_library",
-    "request_options", "status_name",
+    "request_options", "resolve_model", "status_name",
 ]

@@ -130,6 +130,7 @@ _OPTIONAL = {
     "vls_chat_detokenize": (c_int32, [_H, POINTER(c_int32), c_size_t, c_int32, c_void_p, c_size_t,
                                       _SZ]),
     "vls_chat_render": (c_int32, [_H, c_char_p, c_void_p, c_size_t, _SZ]),
+    "vls_resolve_model": (c_int32, [c_char_p, c_void_p, c_size_t, _SZ]),
 }
 
 _lock = threading.Lock()

@@ -6,7 +6,7 @@ import os
 
 from . import _lib
 from ._handle import Handle
-from .errors import check, invalid
+from .errors import OutOfRangeError, check, invalid
 
 
 class PositionMode(enum.IntEnum):
@@ -58,8 +58,34 @@ def _enum_option(name, value, cls):
     return int(cls(value))
 
 
+def resolve_model(path):
+    """The folder `path` names (vls_resolve_model): itself when it exists, else the snapshot of
+    the Hugging Face repository id "Org/Name[@revision]" in the local cache (offline). Raises
+    NotFoundError naming every place looked. Paths that exist, and paths that cannot be an id
+    (absolute, or not of the form Org/Name), come back as they are, so vls_model_load reports
+    them; so does every path with a library without the call."""
+    path = os.fspath(path)
+    could_be_id = (not os.path.isabs(path) and path.split("@")[0].count("/") == 1
+                   and not path.startswith("."))
+    if os.path.exists(path) or not could_be_id or not _lib.has("vls_resolve_model"):
+        return path
+    fn = _lib.lib().vls_resolve_model
+    needed = ctypes.c_size_t()
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        st = fn(os.fsencode(path), buf, size, ctypes.byref(needed))
+        if st == OutOfRangeError.code and needed.value > size:
+            size = needed.value
+            continue
+        check(st)
+        return os.fsdecode(buf.raw[:needed.value - 1])
+
+
 class Model(Handle):
-    """A Qwen3 / Qwen3-VL checkpoint loaded from a Hugging Face folder (vls_model_load).
+    """A Qwen3 / Qwen3-VL checkpoint loaded from a Hugging Face folder (vls_model_load), or
+    from a repository id ("Qwen/Qwen3-VL-2B-Instruct") found in the local Hugging Face cache
+    (resolve_model); .path is the folder.
 
     Options (vls_model_options; None keeps the library's default):
       capacity: per-session context C (default 4096); slots: batch slots B (default 1);
@@ -77,7 +103,7 @@ class Model(Handle):
                  precision=None, artifact=None, kv_cache=None):
         super().__init__()
         lib = _lib.lib()
-        self.path = os.fspath(path)
+        self.path = resolve_model(path)
         opts = lib.vls_model_default_options()
         for name, value in (("capacity", capacity), ("slots", slots), ("nmax", nmax),
                             ("threads", threads)):

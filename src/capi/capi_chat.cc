@@ -1,6 +1,7 @@
 // The C ABI's chat entry points (vls_chat_*, vls_batch_submit_chat, vls_batch_take_text) over
 // the runtime's request pipeline (runtime/chat_pipeline.h, chat_json.h, text_stream.h), and the
-// front end's tokenizer and template on their own (vls_chat_tokenize, _detokenize, _render).
+// front end's tokenizer and template on their own (vls_chat_tokenize, _detokenize, _render), and
+// vls_resolve_model (a folder or a Hugging Face repository id in the local cache: io/hf_cache.h).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "base/status.h"
 #include "capi/capi_internal.h"
+#include "io/hf_cache.h"
 #include "runtime/chat_json.h"
 #include "runtime/chat_pipeline.h"
 #include "vlstack/vlstack.h"
@@ -135,6 +137,13 @@ Status Render(const vls_chat* chat, const char* request_json, char* buf, size_t 
   return WriteText(prompt, buf, len, needed);
 }
 
+Status ResolveModel(const char* model, char* buf, size_t len, size_t* needed) {
+  if (model == nullptr) return InvalidArgument("model is NULL");
+  if (buf == nullptr && len > 0) return InvalidArgument("buf is NULL but len is not 0");
+  VLS_ASSIGN_OR_RETURN(std::string dir, ResolveModelFolder(model));
+  return WriteText(dir, buf, len, needed);
+}
+
 }  // namespace
 }  // namespace vls::capi
 
@@ -197,6 +206,11 @@ vls_status vls_chat_detokenize(const vls_chat* chat, const int32_t* ids, size_t 
                                int32_t skip_special, char* buf, size_t len, size_t* needed) {
   return Guard("vls_chat_detokenize",
                [&] { return vls::capi::Detokenize(chat, ids, n, skip_special, buf, len, needed); });
+}
+
+vls_status vls_resolve_model(const char* model, char* buf, size_t len, size_t* needed) {
+  return Guard("vls_resolve_model",
+               [&] { return vls::capi::ResolveModel(model, buf, len, needed); });
 }
 
 vls_status vls_chat_render(const vls_chat* chat, const char* request_json, char* buf, size_t len,

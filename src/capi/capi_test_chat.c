@@ -1,6 +1,8 @@
 /* Chat requests through the C ABI: text in, text out. A model folder with the real Qwen3
  * tokenizer and a ChatML template; requests as JSON; the text taken in pieces while the batch
  * steps; stop strings cut exactly; bad requests refused whole. */
+#define _XOPEN_SOURCE 700
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,7 +208,67 @@ static void TokenizerTests(const vls_chat* chat) {
                 VLS_ERR_INVALID_ARGUMENT, "chat is NULL");
 }
 
+/* vls_resolve_model: a folder as given, a repository id in a Hugging Face cache laid out here
+ * (refs/main -> snapshots/<commit>, the snapshot a link to the chat folder), and refusals. */
+static void ResolveTests(const char* dir_chat) {
+  char buf[8192];
+  size_t needed = 0;
+  REQUIRE_OK(vls_resolve_model(dir_chat, buf, sizeof(buf), &needed));
+  CHECK(strcmp(buf, dir_chat) == 0 && needed == strlen(dir_chat) + 1,
+        "an existing folder resolves to itself ('%s')", buf);
+  RejectedPlain("resolve short buffer", vls_resolve_model(dir_chat, buf, 3, &needed),
+                VLS_ERR_OUT_OF_RANGE, "needs");
+  CHECK(needed == strlen(dir_chat) + 1, "a short buffer still reports the size needed");
+  RejectedPlain("resolve NULL", vls_resolve_model(NULL, buf, sizeof(buf), NULL),
+                VLS_ERR_INVALID_ARGUMENT, "model");
+  RejectedPlain("resolve NULL buf", vls_resolve_model(dir_chat, NULL, 8, NULL),
+                VLS_ERR_INVALID_ARGUMENT, "buf");
+  RejectedPlain("resolve missing",
+                vls_resolve_model("/nonexistent/vls_model", buf, sizeof(buf), NULL),
+                VLS_ERR_NOT_FOUND, "does not exist");
+  char file[4200];
+  snprintf(file, sizeof(file), "%s/config.json", dir_chat);
+  RejectedPlain("resolve a file", vls_resolve_model(file, buf, sizeof(buf), NULL),
+                VLS_ERR_INVALID_ARGUMENT, "not a folder");
+
+  char cache[4200], cmd[20000], ref[4300], snapshot[4400];
+  snprintf(cache, sizeof(cache), "%s_hf_cache", dir_chat);
+  snprintf(snapshot, sizeof(snapshot), "%s/models--test-org--chat/snapshots/abc1234def", cache);
+  snprintf(cmd, sizeof(cmd),
+           "mkdir -p '%s/models--test-org--chat/refs' '%s/models--test-org--chat/snapshots' && ln "
+           "-s '%s' '%s'",
+           cache, cache, dir_chat, snapshot);
+  CHECK(system(cmd) == 0, "laying out the cache");
+  snprintf(ref, sizeof(ref), "%s/models--test-org--chat/refs/main", cache);
+  FILE* f = fopen(ref, "w");
+  CHECK(f != NULL, "writing refs/main");
+  if (f == NULL) return;
+  fputs("abc1234def\n", f);
+  fclose(f);
+  const char* old = getenv("HF_HUB_CACHE");
+  char saved[4200] = "";
+  if (old != NULL) snprintf(saved, sizeof(saved), "%s", old);
+  setenv("HF_HUB_CACHE", cache, 1);
+  REQUIRE_OK(vls_resolve_model("test-org/chat", buf, sizeof(buf), NULL));
+  CHECK(strcmp(buf, snapshot) == 0, "a repository id resolves to its snapshot ('%s')", buf);
+  REQUIRE_OK(vls_resolve_model("test-org/chat@abc1234", buf, sizeof(buf), NULL));
+  CHECK(strcmp(buf, snapshot) == 0, "a commit prefix resolves to its snapshot ('%s')", buf);
+  RejectedPlain("resolve uncached id", vls_resolve_model("test-org/absent", buf, sizeof(buf), NULL),
+                VLS_ERR_NOT_FOUND, "models--test-org--absent: absent");
+  RejectedPlain("resolve missing revision",
+                vls_resolve_model("test-org/chat@v9", buf, sizeof(buf), NULL), VLS_ERR_NOT_FOUND,
+                "no refs/v9 file");
+  if (old != NULL) {
+    setenv("HF_HUB_CACHE", saved, 1);
+  } else {
+    unsetenv("HF_HUB_CACHE");
+  }
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache);
+  CHECK(system(cmd) == 0, "removing the cache");
+}
+
 void ChatTests(const char* dir_chat) {
+  ResolveTests(dir_chat);
   vls_model_options opts = vls_model_default_options();
   opts.capacity = 96;
   opts.slots = 2;

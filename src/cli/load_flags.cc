@@ -16,26 +16,14 @@ const std::set<std::string>& LoadFlagNames() {
 }
 
 StatusOr<ModelLocation> ModelFlag(const Args& args) {
-  VLS_ASSIGN_OR_RETURN(std::string dir, args.Require("model"));
-  std::error_code ec;
-  const auto st = std::filesystem::status(dir, ec);
-  if (std::filesystem::exists(st)) {
-    if (!std::filesystem::is_directory(st)) {
-      return InvalidArgument("--model: '" + dir + "' is not a folder");
-    }
-    std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
-    if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
-    return ModelLocation{dir, name.empty() ? "vlstack" : name};
-  }
-  // Not a path: a Hugging Face repository id, looked up in the local cache.
-  StatusOr<HfRepoRef> repo = ParseHfRepoId(dir);
-  if (!repo.ok()) return NotFound("--model: the model folder '" + dir + "' does not exist");
-  StatusOr<std::string> snapshot = ResolveHfRepo(*repo, HfCacheDirs());
-  if (!snapshot.ok()) {
-    return NotFound("--model: '" + dir +
-                    "' is neither a folder nor a cached model: " + snapshot.status().message());
-  }
-  return ModelLocation{*snapshot, repo->org + "/" + repo->name};
+  VLS_ASSIGN_OR_RETURN(std::string model, args.Require("model"));
+  std::string repo_id;
+  StatusOr<std::string> dir = ResolveModelFolder(model, &repo_id);
+  if (!dir.ok()) return dir.status().WithContext("--model");
+  if (!repo_id.empty()) return ModelLocation{*dir, repo_id};
+  std::string name = std::filesystem::path(*dir).lexically_normal().filename().string();
+  if (name.empty()) name = std::filesystem::path(*dir).parent_path().filename().string();
+  return ModelLocation{*dir, name.empty() ? "vlstack" : name};
 }
 
 StatusOr<std::string> ModelDirFlag(const Args& args) {

@@ -171,4 +171,23 @@ StatusOr<std::string> ResolveHfRepo(const HfRepoRef& repo,
                   "`) or pass the model folder's path");
 }
 
+StatusOr<std::string> ResolveModelFolder(const std::string& model, std::string* repo_id) {
+  if (repo_id != nullptr) repo_id->clear();
+  std::error_code ec;
+  const auto st = fs::status(model, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) return InvalidArgument("'" + model + "' is not a folder");
+    return model;
+  }
+  StatusOr<HfRepoRef> repo = ParseHfRepoId(model);
+  if (!repo.ok()) return NotFound("the model folder '" + model + "' does not exist");
+  StatusOr<std::string> snapshot = ResolveHfRepo(*repo, HfCacheDirs());
+  if (!snapshot.ok()) {
+    return NotFound("'" + model +
+                    "' is neither a folder nor a cached model: " + snapshot.status().message());
+  }
+  if (repo_id != nullptr) *repo_id = repo->org + "/" + repo->name;
+  return snapshot;
+}
+
 }  // namespace vls

@@ -47,6 +47,12 @@ std::vector<std::string> HfCacheDirs(
 StatusOr<std::string> ResolveHfRepo(const HfRepoRef& repo,
                                     const std::vector<std::string>& cache_dirs);
 
+// What a user's "model" names: `model` itself when that path exists (InvalidArgument when it
+// is not a folder), else the snapshot folder of the repository id `model` in HfCacheDirs()
+// (NotFound saying where it looked), else NotFound for a folder that does not exist.
+// *repo_id (when non-null) receives "Org/Name" when the id was resolved, else is cleared.
+StatusOr<std::string> ResolveModelFolder(const std::string& model, std::string* repo_id = nullptr);
+
 }  // namespace vls
 
 #endif  // VLSTACK_IO_HF_CACHE_H_

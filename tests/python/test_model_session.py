@@ -1,8 +1,11 @@
 """Model and Session through the bindings: options and info, identity, prefills and decode,
 logits as copies, the checks in Python and in the C ABI (DeepStack payload rules among them),
 and the life of handles (close twice, use after close, a model closing its children)."""
+import os
 import re
+import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 
@@ -51,6 +54,29 @@ class ModelSessionTest(unittest.TestCase):
         ident = self.model.identity
         self.assertRegex(ident, r"^[0-9a-f]{64}$")
         self.assertEqual(ident, self.model.identity)
+
+    def test_model_by_repository_id(self):
+        """Model("Org/Name") loads the snapshot a Hugging Face cache holds for it (refs/main ->
+        snapshots/<commit>); an id the cache lacks raises NotFoundError naming where it looked."""
+        with tempfile.TemporaryDirectory() as cache:
+            repo = os.path.join(cache, "models--test-org--chat")
+            os.makedirs(os.path.join(repo, "refs"))
+            os.makedirs(os.path.join(repo, "snapshots"))
+            snapshot = os.path.join(repo, "snapshots", "0a1b2c3d4e")
+            os.symlink(os.path.abspath(self.dir), snapshot)
+            with open(os.path.join(repo, "refs", "main"), "w") as f:
+                f.write("0a1b2c3d4e\n")
+            with mock.patch.dict(os.environ, {"HF_HUB_CACHE": cache}):
+                self.assertEqual(vlstack.resolve_model(self.dir), self.dir)
+                self.assertEqual(vlstack.resolve_model("/no/such/model"), "/no/such/model")
+                self.assertEqual(vlstack.resolve_model("test-org/chat"), snapshot)
+                with vlstack.Model("test-org/chat", capacity=64, slots=2,
+                                   threads=util.THREADS) as m:
+                    self.assertEqual(m.path, snapshot)
+                    self.assertEqual(m.identity, self.model.identity)
+                e = assert_refused(self, lambda: vlstack.Model("test-org/absent"),
+                                   "models--test-org--absent", status="NOT_FOUND")
+                self.assertIsInstance(e, vlstack.NotFoundError)
 
     def test_model_options(self):
         with vlstack.Model(self.dir, capacity=32, precision="bf16", kv_cache="bf16",
