@@ -108,7 +108,7 @@ typedef struct vls_model_options {
   int32_t nmax;         /* DeepStack Nmax: 0 = the config's, else the capacity */
   int32_t threads;      /* 0 = all cores */
   /* Since ABI 1.1 (struct_size >= 32); a smaller struct_size means the defaults. */
-  int32_t precision;    /* VLS_PRECISION_F32 (exact reference path), _BF16 or _INT8 */
+  int32_t precision;    /* VLS_PRECISION_F32 (exact reference path), _BF16, _INT8 or _INT4 */
   const char* artifact; /* NULL, or a prepared-weights artifact (vls_model_write_artifact,
                          * `vlstack compile`) to map instead of preparing; refused with
                          * VLS_ERR_FAILED_PRECONDITION unless its identity equals this load's */
@@ -120,6 +120,7 @@ typedef struct vls_model_options {
 #define VLS_PRECISION_F32 0
 #define VLS_PRECISION_BF16 1
 #define VLS_PRECISION_INT8 2 /* Q8 blocked weights, per-call quantized activations */
+#define VLS_PRECISION_INT4 3 /* Q4 blocked weights (LM head Q8), per-call quantized activations */
 
 #define VLS_KV_CACHE_DEFAULT 0
 #define VLS_KV_CACHE_F32 1

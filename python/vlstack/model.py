@@ -20,6 +20,7 @@ class Precision(enum.IntEnum):
     F32 = 0
     BF16 = 1
     INT8 = 2
+    INT4 = 3
 
 
 class KvCache(enum.IntEnum):
@@ -90,7 +91,7 @@ class Model(Handle):
     Options (vls_model_options; None keeps the library's default):
       capacity: per-session context C (default 4096); slots: batch slots B (default 1);
       nmax: DeepStack Nmax (0: the config's); threads (0: all cores);
-      precision: "f32" (default), "bf16" or "int8" (or a Precision);
+      precision: "f32" (default), "bf16", "int8" or "int4" (or a Precision);
       artifact: a prepared-weights artifact to map (`vlstack compile`);
       kv_cache: "default", "f32" or "bf16" (or a KvCache).
 

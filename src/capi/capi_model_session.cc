@@ -172,9 +172,11 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
       lo.precision = vls::kernels::Precision::kBF16;
     } else if (o.precision == VLS_PRECISION_INT8) {
       lo.precision = vls::kernels::Precision::kInt8;
+    } else if (o.precision == VLS_PRECISION_INT4) {
+      lo.precision = vls::kernels::Precision::kInt4;
     } else {
       return InvalidArgument("options.precision " + std::to_string(o.precision) +
-                             " is not VLS_PRECISION_F32 (0), _BF16 (1) or _INT8 (2)");
+                             " is not VLS_PRECISION_F32 (0), _BF16 (1), _INT8 (2) or _INT4 (3)");
     }
     if (o.kv_cache == VLS_KV_CACHE_F32) {
       lo.kv_dtype = vls::KvDType::kF32;

@@ -33,7 +33,8 @@ StatusOr<std::string> ModelDirFlag(const Args& args) {
 
 std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {
   std::string help =
-      "  --precision P        matmul weights: f32, bf16 or int8 (default " + default_precision +
+      "  --precision P        matmul weights: f32, bf16, int8 or int4 (default " +
+      default_precision +
       ")\n"
       "  --kv-cache K         KV cache element type: f32 or bf16 (default: f32 at --precision\n"
       "                       f32, else bf16)\n"
@@ -55,8 +56,10 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
     o->precision = kernels::Precision::kBF16;
   } else if (p == "int8") {
     o->precision = kernels::Precision::kInt8;
+  } else if (p == "int4") {
+    o->precision = kernels::Precision::kInt4;
   } else {
-    return InvalidArgument("--precision must be f32, bf16 or int8, not '" + p + "'");
+    return InvalidArgument("--precision must be f32, bf16, int8 or int4, not '" + p + "'");
   }
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, kMaxThreads));
   o->threads = static_cast<int>(threads);

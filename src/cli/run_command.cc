@@ -58,7 +58,7 @@ constexpr const char* kHelp =
     "  --capacity C         context capacity in tokens (default 4096)\n"
     "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 64; 0: the\n"
     "                       whole prompt at once)\n"
-    "  --precision P        f32, bf16 or int8 (default bf16)\n"
+    "  --precision P        f32, bf16, int8 or int4 (default bf16)\n"
     "  --kv-cache K         f32 or bf16 (default: f32 at --precision f32, else bf16)\n"
     "  --threads T          kernel threads (default: all cores)\n"
     "  --artifact FILE      prepared weights from `vlstack compile`\n"

@@ -10,6 +10,7 @@
 
 #include "kernels/bf16_blocked.h"
 #include "kernels/onednn_matmul.h"
+#include "kernels/q4.h"
 
 namespace vls::kernels {
 
@@ -181,6 +182,7 @@ const char* PrecisionName(Precision p) {
     case Precision::kF32: return "f32";
     case Precision::kBF16: return "bf16";
     case Precision::kInt8: return "int8";
+    case Precision::kInt4: return "int4";
   }
   return "f32";
 }
@@ -256,6 +258,23 @@ void Context::MatMulQ8(const float* x, int64_t M, int64_t K, const Matrix& w, fl
   });
 }
 
+// Q4 weights: as Q8, the activations (int8 per 32 columns, with their sums) in the caller's
+// matmul_x buffer.
+void Context::MatMulQ4(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                       ScratchArena& own) const {
+  const Q4Activations a =
+      Q4ActivationsAt(own.matmul_x.Reserve(static_cast<size_t>(Q4ActivationBytes(M, K))), M, K);
+  const Q4Kernels& q = Q4KernelsFor(*variant_);
+  RowPrologue quantize(M, pool_->threads());
+  constexpr int64_t kBlock = kQ4Rows;
+  const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
+  pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    quantize.Run([&](int64_t r0, int64_t r1) { q.quantize(x, r0, r1, a); });
+    q.matmul(a, w, b * kBlock, std::min(N, e * kBlock), y);
+  });
+}
+
 // BF16 blocked weights: oneDNN reads them in place from kOneDnnMinRows rows (row blocks over
 // the pool, each a single-threaded call); below that, or when oneDNN fails, the variant's blocked
 // kernel (the reference's when it has none) over 64-row blocks.
@@ -318,6 +337,7 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
   ScratchArena& own = scratch(lease.thread());
   if (w.format == MatrixFormat::kQ8) return MatMulQ8(x, M, K, w, y, own);
   if (w.format == MatrixFormat::kBf16Blocked) return MatMulBf16Blocked(x, M, K, w, y, own);
+  if (w.format == MatrixFormat::kQ4) return MatMulQ4(x, M, K, w, y, own);
   // Work is split over output columns in blocks of 16 weight rows, so each weight row is
   // read by one thread, once for all M rows.
   constexpr int64_t kBlock = 16;

@@ -30,7 +30,11 @@ namespace vls::kernels {
 //   kInt8: weights prepared as Q8 (quant.h), activations quantized per row and block per call,
 //          int32 block sums. Q8 matrices take this path under every precision (they cannot be
 //          read otherwise); dense matrices are computed as in kF32.
-enum class Precision { kF32, kBF16, kInt8 };
+//   kInt4: weights prepared as Q4 (q4.h: 4-bit codes, F16 scale and min per 32 columns; the
+//          LM head and matrices Q4 cannot hold as Q8), activations quantized per row and
+//          32 columns per call, int32 group sums. Q4 matrices take this path under every
+//          precision.
+enum class Precision { kF32, kBF16, kInt8, kInt4 };
 class OneDnnPackedBf16;  // kernels/onednn_matmul.h
 const char* PrecisionName(Precision p);
 
@@ -149,6 +153,8 @@ class Context {
                 ScratchArena& own) const;
   void MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                          ScratchArena& own) const;
+  void MatMulQ4(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
+                ScratchArena& own) const;
 
   std::unique_ptr<ThreadPool> pool_;
   Precision precision_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/bf16_blocked.h"
+#include "kernels/q4.h"
 #include "kernels/quant.h"
 
 namespace vls::kernels {
@@ -17,6 +18,13 @@ void LoadRow(const Matrix& m, int64_t r, float* out) {
     for (int64_t i = 0; i < n; ++i) {
       out[i] = static_cast<float>(q[Q8WeightIndex(n, r, i)]) *
                m.scales[Q8BlockIndex(n, r, i / kQ8Block)];
+    }
+    return;
+  }
+  if (m.format == MatrixFormat::kQ4) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = i / kQ4Group;
+      out[i] = Q4Scale(m, r, g) * static_cast<float>(Q4Code(m, r, i)) + Q4Min(m, r, g);
     }
     return;
   }

@@ -15,6 +15,8 @@
 //   attention*.{h,cc}   blocked online-softmax attention over one GQA group (AVX-512).
 //   elementwise_avx512  RMSNorm, SiLU·up, RoPE and BF16 rounding; avx512_math.h their exp.
 //   quant.h             the Q8 weight format and the per-call activation quantizer.
+//   q4.h                the Q4 (4-bit) weight format, its activation quantizer and reference;
+//                       matmul_avx512_q4.cc its AVX512-VNNI kernels (ADR 0019).
 //   bf16_blocked.h      the BF16 blocked weight format (oneDNN's own layout, read in place).
 //   onednn_matmul.h     prefill GEMMs through oneDNN (optional at build time).
 //   scratch.h           the per-thread scratch arenas a Context owns.
@@ -47,6 +49,10 @@ enum class MatrixFormat : uint8_t {
   // BF16 blocked (kernels/bf16_blocked.h): `data` holds BF16 values in 64-row × 32-column
   // tiles, column pairs interleaved per row, zero-padded to whole tiles. `dtype` is kBF16.
   kBf16Blocked,
+  // Q4 blocked (kernels/q4.h): `data` holds 320-byte blocks of 16 rows × 32 columns, 4-bit
+  // codes with an F16 scale and min per (row, 32 columns); value = d · q + m. `dtype` is
+  // ignored.
+  kQ4,
 };
 
 // A read-only [rows, cols] matrix in a float dtype, or quantized (format kQ8).

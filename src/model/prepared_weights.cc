@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kernels/bf16_blocked.h"
+#include "kernels/q4.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -31,7 +32,7 @@ DType StorageDType(kernels::Precision p, const std::vector<WeightMatrix>& source
   if (p == kernels::Precision::kBF16) return DType::kBF16;
   // Unused for Q8; F32 is what ParsePreparedStorageName reads "Q8" back as, so an artifact's
   // entries compare equal to the plan whatever the checkpoint's dtype.
-  if (p == kernels::Precision::kInt8) return DType::kF32;
+  if (p == kernels::Precision::kInt8 || p == kernels::Precision::kInt4) return DType::kF32;
   for (const WeightMatrix& m : sources) {
     if (DenseDType(m) != DenseDType(sources.front())) return DType::kF32;
   }
@@ -49,6 +50,11 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
     if (p == kernels::Precision::kBF16) g.entry.format = kernels::MatrixFormat::kBf16Blocked;
     g.entry.cols = sources.front().m.cols;
     for (const WeightMatrix& m : sources) g.entry.rows += m.m.rows;
+    if (p == kernels::Precision::kInt4) {
+      // The LM head stays at 8 bits (ADR 0019: measured KL), as does any matrix Q4 cannot hold.
+      const bool q4 = g.entry.name != "lm_head" && kernels::Q4Supports(g.entry.rows, g.entry.cols);
+      g.entry.format = q4 ? kernels::MatrixFormat::kQ4 : kernels::MatrixFormat::kQ8;
+    }
     g.sources = std::move(sources);
     g.names = std::move(names);
     groups.push_back(std::move(g));
@@ -107,6 +113,8 @@ void FillRows(const PreparedEntry& e, const kernels::Matrix& src, int64_t r0, in
               int64_t dst_row, std::byte* dst) {
   if (e.format == kernels::MatrixFormat::kQ8) {
     kernels::QuantizeQ8(src, r0, r1, dst, e.rows, dst_row);
+  } else if (e.format == kernels::MatrixFormat::kQ4) {
+    kernels::QuantizeQ4(src, r0, r1, dst, e.rows, dst_row);
   } else if (e.format == kernels::MatrixFormat::kBf16Blocked) {
     kernels::PackBf16Blocked(src, r0, r1, dst, e.rows, dst_row);
   } else {
@@ -168,6 +176,7 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
 
 std::string PreparedStorageName(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ8) return "Q8";
+  if (e.format == kernels::MatrixFormat::kQ4) return "Q4";
   if (e.format == kernels::MatrixFormat::kBf16Blocked) return "BF16_BLOCKED";
   return std::string(DTypeName(e.dtype));
 }
@@ -175,6 +184,11 @@ std::string PreparedStorageName(const PreparedEntry& e) {
 bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
   if (name == "Q8") {
     e->format = kernels::MatrixFormat::kQ8;
+    e->dtype = DType::kF32;
+    return true;
+  }
+  if (name == "Q4") {
+    e->format = kernels::MatrixFormat::kQ4;
     e->dtype = DType::kF32;
     return true;
   }
@@ -190,6 +204,10 @@ bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
 uint64_t PreparedEntryBytes(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ8) {
     return static_cast<uint64_t>(kernels::Q8LayoutFor(e.rows, e.cols).bytes);
+  }
+  if (e.format == kernels::MatrixFormat::kQ4) {
+    if (!kernels::Q4Supports(e.rows, e.cols)) return 0;  // never planned; refused when bound
+    return static_cast<uint64_t>(kernels::Q4Bytes(e.rows, e.cols));
   }
   if (e.format == kernels::MatrixFormat::kBf16Blocked) {
     return static_cast<uint64_t>(kernels::Bf16BlockedBytes(e.rows, e.cols));
@@ -236,6 +254,9 @@ Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
       switch (e.format) {
         case kernels::MatrixFormat::kQ8:
           *out = kernels::Q8MatrixAt(data_ + e.offset, e.rows, e.cols);
+          break;
+        case kernels::MatrixFormat::kQ4:
+          *out = kernels::Q4MatrixAt(data_ + e.offset, e.rows, e.cols);
           break;
         case kernels::MatrixFormat::kBf16Blocked:
           *out = kernels::Bf16BlockedMatrixAt(data_ + e.offset, e.rows, e.cols);

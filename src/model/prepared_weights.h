@@ -13,6 +13,9 @@
 //          read one copy; F32 and F16 sources are rounded to nearest even once, here.
 //   kInt8: Q8 blocked (kernels/quant.h: int8 per 128-column block with an f32 scale), about
 //          1.06 bytes per weight; activations are quantized per call.
+//   kInt4: Q4 blocked (kernels/q4.h: 4-bit codes with an F16 scale and min per 32 columns,
+//          0.625 bytes per weight) for the layers; the LM head (and a matrix whose columns are
+//          not a multiple of 32) as Q8 (ADR 0019). Entries read "Q4" (PreparedStorageName).
 #ifndef VLSTACK_MODEL_PREPARED_WEIGHTS_H_
 #define VLSTACK_MODEL_PREPARED_WEIGHTS_H_
 

@@ -18,6 +18,10 @@ const char* ComputeText(kernels::Precision p) {
     case kernels::Precision::kInt8:
       return "compute=q8 blocked weights (128-column blocks, f32 scales) against per-call "
              "q8 activations, int32 block sums, f32 accumulation\n";
+    case kernels::Precision::kInt4:
+      return "compute=q4 blocked weights (32-column groups, f16 scale and min; lm head q8) "
+             "against per-call q8 activations (32-column groups), int32 group sums, f32 "
+             "accumulation\n";
     case kernels::Precision::kF32: break;
   }
   return "compute=f32 reference kernels, f32 accumulation\n";

@@ -9,6 +9,7 @@
 
 #include "base/memory.h"
 #include "kernels/bf16_blocked.h"
+#include "kernels/q4.h"
 #include "kernels/quant.h"
 
 namespace vls {
@@ -128,6 +129,7 @@ bool ConvertRows(kernels::Precision p, const kernels::Matrix& src, int64_t r0, i
       kernels::PackBf16Blocked(src, r0, r1, dst, rows, dst_row);
       break;
     case kernels::Precision::kInt8:
+    case kernels::Precision::kInt4:  // the vision tower stays at 8 bits (ADR 0019)
       if (!RowsFinite(src, r0, r1, row)) return false;
       kernels::QuantizeQ8(src, r0, r1, dst, rows, dst_row);
       break;
@@ -192,7 +194,7 @@ PreparedEntry EntryFor(const std::string& name, const kernels::Matrix& src, bool
   if (!vector && p == kernels::Precision::kBF16) {
     e.format = kernels::MatrixFormat::kBf16Blocked;
     e.dtype = DType::kBF16;
-  } else if (!vector && p == kernels::Precision::kInt8) {
+  } else if (!vector && (p == kernels::Precision::kInt8 || p == kernels::Precision::kInt4)) {
     e.format = kernels::MatrixFormat::kQ8;
     e.dtype = DType::kF32;  // as ParsePreparedStorageName reads "Q8" back
   }
@@ -365,6 +367,9 @@ void PreparedVisionWeights::Bind(const std::vector<Job>& jobs) {
         break;
       case kernels::MatrixFormat::kQ8:
         *jobs[i].matrix = kernels::Q8MatrixAt(at, e.rows, e.cols);
+        break;
+      case kernels::MatrixFormat::kQ4:  // never planned for the tower (it stays at Q8)
+        *jobs[i].matrix = kernels::Q4MatrixAt(at, e.rows, e.cols);
         break;
       case kernels::MatrixFormat::kDense:
         *jobs[i].matrix = kernels::Matrix{e.dtype, at, e.rows, e.cols};

@@ -1,0 +1,252 @@
+// The Q4 kernels (kernels/q4.h) for the AVX512-VNNI variants: vpdpbusd of the 4-bit weight codes
+// (u8, unpacked in registers from one 64-byte load: low nibbles, then high nibbles) with the
+// s8 activations (broadcast 4 columns of one row), int32 sums per 32-column group. Compiled with
+// -mavx512vnni; only called after the CPU check in dispatch.cc. Every result equals the
+// reference's bit for bit: group dot products are exact integers (|dot| <= 32·15·127), and per
+// (m, n) the f32 combination is the reference's t = f32(dot) · d, t = fma(m, Σqx, t),
+// acc = fma(t, s, acc) in group order.
+//
+// One kernel for every M, tiled as the Q8 kernel (matmul_avx512_vnni.cc): MR activation rows ×
+// NG groups of 16 weight rows. Decode (M <= 3) takes 4 row groups per tile (4 weight streams)
+// and prefetches one tile ahead, with two accumulators per output vector at M <= 2 (low and high
+// nibbles) to hide the vpdpbusd latency; batched decode and prefill take 8 rows × 2 row groups,
+// prefill with the weights in chunks that stay in L2 while every row tile passes over them.
+//
+// Built a second time with VLS_AVX512_EMULATION (kernels/avx512_emulation.h, scalar stand-ins
+// for the intrinsics used here) into q4_test, so the tiling and epilogue are also tested on CPUs
+// without AVX-512.
+#ifdef VLS_AVX512_EMULATION
+#include "kernels/avx512_emulation.h"
+#else
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/q4.h"
+#include "kernels/quant.h"
+
+namespace vls::kernels {
+
+namespace {
+
+inline __mmask16 Mask16(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+// One group of 32 values: the scale, Σq, and the s8 codes. No clamp: |x| <= amax, so
+// |x · fl(127 / amax)| <= 127 · (1 + 2⁻²⁴) rounds to at most 127 (as the Q8 kernel).
+void QuantizeQ4ActivationsVnni(const float* x, int64_t r0, int64_t r1, const Q4Activations& a) {
+  const int64_t K = a.cols, ng = a.groups;
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* xg = x + r * K + g * kQ4Group;
+      int8_t* qg = a.q + r * K + g * kQ4Group;
+      const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+      const float amax = _mm512_reduce_max_ps(
+          _mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+      const bool nonzero = amax >= kQ8MinActivationAmax;
+      const __m512 inv = _mm512_set1_ps(nonzero ? 127.0f / amax : 0.0f);
+      // cvtps rounds to nearest even (the default MXCSR mode), like std::nearbyint.
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qg), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qg + 16), _mm512_cvtsepi32_epi8(q1));
+      a.scales[r * ng + g] = nonzero ? amax / 127.0f : 0.0f;
+      a.sums[r * ng + g] = static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+    }
+  }
+}
+
+// One Q4 product: x[M, K] (quantized, row-major) times the blocked weights.
+struct Q4Problem {
+  const int8_t* xq;   // [M, K]
+  const float* xs;    // [M, ng]
+  const float* xsum;  // [M, ng]
+  int64_t M, K, ng;
+  const uint8_t* w;  // [row groups, ng] blocks of kQ4BlockBytes
+  int64_t N;
+  float* y;
+};
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// acc + w · x (vpdpbusd, u8 codes × s8 activations). The empty asm pins the result to a
+// register, as in the Q8 kernel (GCC 12 otherwise shuffles the accumulators between registers).
+inline __m512i Dpbusd(__m512i acc, __m512i w, __m512i x) {
+  __m512i r = _mm512_dpbusd_epi32(acc, w, x);
+#ifndef VLS_AVX512_EMULATION
+  asm("" : "+v"(r));
+#endif
+  return r;
+}
+
+// Outputs y[m0 .. m0+MR, 16 G0 .. 16 (G0+NG)] restricted to columns [n0, n1). kSplit keeps the
+// low- and high-nibble products in separate accumulators (more independent chains).
+template <int MR, int NG, bool kPrefetch, bool kSplit>
+void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
+  const int64_t K = p.K, ng = p.ng;
+  const int64_t gstride = ng * kQ4BlockBytes;  // bytes between row groups
+  const uint8_t* wg = p.w + G0 * gstride;
+  const int8_t* xm = p.xq + m0 * K;
+  // Decode prefetches the same block of the next tile's row groups: the row groups are
+  // contiguous, so this streams the matrix one tile ahead of the loads.
+  const int64_t ahead = NG * gstride;
+  const __m512i nibble = _mm512_set1_epi8(15);
+  // The f32 sums live in memory: they change once per group, the registers hold the int32 ones.
+  alignas(64) float facc[MR][NG][16] = {};
+  for (int64_t g = 0; g < ng; ++g) {
+    __m512i acc[MR][NG], acc_hi[kSplit ? MR : 1][kSplit ? NG : 1];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NG; ++j) {
+        acc[i][j] = _mm512_setzero_si512();
+        if constexpr (kSplit) acc_hi[i][j] = _mm512_setzero_si512();
+      }
+    }
+    const int8_t* xg = xm + g * kQ4Group;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      __m512i lo[NG], hi[NG];
+#pragma GCC unroll 4
+      for (int j = 0; j < NG; ++j) {
+        const uint8_t* bp = wg + j * gstride + g * kQ4BlockBytes + 64 * v;
+        if constexpr (kPrefetch)
+          _mm_prefetch(reinterpret_cast<const char*>(bp + ahead), _MM_HINT_T0);
+        const __m512i packed = _mm512_loadu_si512(bp);
+        lo[j] = _mm512_and_si512(packed, nibble);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m512i xl = Broadcast4(xg + i * K + 4 * v);
+        const __m512i xh = Broadcast4(xg + i * K + 16 + 4 * v);
+#pragma GCC unroll 4
+        for (int j = 0; j < NG; ++j) {
+          acc[i][j] = Dpbusd(acc[i][j], lo[j], xl);
+          if constexpr (kSplit) {
+            acc_hi[i][j] = Dpbusd(acc_hi[i][j], hi[j], xh);
+          } else {
+            acc[i][j] = Dpbusd(acc[i][j], hi[j], xh);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NG; ++j) {
+      const uint8_t* sp = wg + j * gstride + g * kQ4BlockBytes + kQ4ScalesOffset;
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(sp + ahead), _MM_HINT_T0);
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));
+      const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(sp + (kQ4MinsOffset - kQ4ScalesOffset))));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        __m512i dot = acc[i][j];
+        if constexpr (kSplit) dot = _mm512_add_epi32(dot, acc_hi[i][j]);
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), d);
+        t = _mm512_fmadd_ps(mn, _mm512_set1_ps(p.xsum[(m0 + i) * ng + g]), t);
+        _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(t, _mm512_set1_ps(p.xs[(m0 + i) * ng + g]),
+                                                    _mm512_load_ps(facc[i][j])));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NG; ++j) {
+    const int64_t nbase = (G0 + j) * 16;
+    const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
+    const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, _mm512_load_ps(facc[i][j]));
+  }
+}
+
+// Tiles of MR rows (the last one smaller) × NG row groups (the last one smaller) over row groups
+// [G0, G1), walked in chunks of kChunk row groups that stay in L2 while every row tile passes.
+template <int MR, int NG, bool kPrefetch>
+struct Tiling {
+  static constexpr int64_t kChunk = 8;
+  static constexpr bool kSplit = MR <= 2;
+
+  template <int R>
+  static void Rows(const Q4Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, int64_t n1) {
+    if (nrg == NG) {
+      Tile<R, NG, kPrefetch, (R <= 2)>(p, m0, G, n0, n1);
+    } else {
+      for (int64_t k = 0; k < nrg; ++k) Tile<R, 1, kPrefetch, true>(p, m0, G + k, n0, n1);
+    }
+  }
+
+  static void Run(const Q4Problem& p, int64_t n0, int64_t n1) {
+    const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
+    for (int64_t gc = G0; gc < G1; gc += kChunk) {
+      const int64_t ge = std::min(G1, gc + kChunk);
+      for (int64_t m0 = 0; m0 < p.M; m0 += MR) {
+        const int64_t mr = std::min<int64_t>(MR, p.M - m0);
+        for (int64_t G = gc; G < ge; G += NG) {
+          const int64_t nrg = std::min<int64_t>(NG, ge - G);
+          if (mr == MR) {
+            Rows<MR>(p, m0, G, nrg, n0, n1);
+          } else {
+            Remainder(p, mr, m0, G, nrg, n0, n1);
+          }
+        }
+      }
+    }
+  }
+
+  static void Remainder(const Q4Problem& p, int64_t mr, int64_t m0, int64_t G, int64_t nrg,
+                        int64_t n0, int64_t n1) {
+    if constexpr (MR > 1) {
+      // mr < MR: split in halves so few tile shapes are instantiated.
+      if (mr >= MR / 2) {
+        Tiling<MR / 2, NG, kPrefetch>::template Rows<MR / 2>(p, m0, G, nrg, n0, n1);
+        m0 += MR / 2;
+        mr -= MR / 2;
+      }
+      if (mr > 0)
+        Tiling<(MR / 2 > 1 ? MR / 2 : 1), NG, kPrefetch>::Remainder(p, mr, m0, G, nrg, n0, n1);
+    } else {
+      (void)mr;
+      Rows<1>(p, m0, G, nrg, n0, n1);
+    }
+  }
+};
+
+void MatMulQ4Vnni(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  const Q4Problem p{
+      x.q,    x.scales, x.sums, x.rows, x.cols, x.groups, static_cast<const uint8_t*>(w.data),
+      w.rows, y};
+  if (p.M <= 3) {
+    switch (p.M) {
+      case 1: return Tiling<1, 4, true>::Run(p, n0, n1);
+      case 2: return Tiling<2, 4, true>::Run(p, n0, n1);
+      default: return Tiling<3, 4, true>::Run(p, n0, n1);
+    }
+  }
+  if (p.M <= 16) return Tiling<8, 2, true>::Run(p, n0, n1);
+  Tiling<8, 2, false>::Run(p, n0, n1);
+}
+
+}  // namespace
+
+#ifdef VLS_AVX512_EMULATION
+const Q4Kernels& EmulatedAvx512VnniQ4Kernels() {
+  static const Q4Kernels k = {"avx512vnni (emulated)", QuantizeQ4ActivationsVnni, MatMulQ4Vnni};
+  return k;
+}
+#else
+const Q4Kernels* Avx512VnniQ4Kernels() {
+  static const Q4Kernels k = {"avx512vnni", QuantizeQ4ActivationsVnni, MatMulQ4Vnni};
+  return &k;
+}
+#endif
+
+}  // namespace vls::kernels
