@@ -22,6 +22,7 @@
 #include "cli/image_request.h"
 #include "cli/load_flags.h"
 #include "cli/request_input.h"
+#include "cli/speculative_flags.h"
 #include "io/untrusted_json.h"
 #include "runtime/batch_engine.h"
 #include "runtime/stop_matcher.h"
@@ -67,9 +68,10 @@ CommandSpec BatchSpec() {
       "  --prefill-chunk N    prompt rows prefilled per engine step, interleaved with the other\n"
       "                       slots' decode; 0 for whole prompts (default 64)\n"
       "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n" +
-      LoadFlagsHelp("f32") + "  --help               this text\n";
+      SpeculativeFlagsHelp() + LoadFlagsHelp("f32") + "  --help               this text\n";
   spec.value_flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"no-prefix-reuse"};
   spec.example =
       "  vlstack batch --model ./model --requests requests.jsonl --slots 8 > results.jsonl\n";
@@ -209,6 +211,7 @@ Status Batch(const Args& args) {
   VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", eo.prefill_chunk, 0, 1 << 24));
   eo.prefill_chunk = static_cast<int>(chunk);
   eo.prefix_reuse = !args.Has("no-prefix-reuse");
+  VLS_RETURN_IF_ERROR(ApplySpeculativeFlags(args, &eo.speculative));
   LoadOptions lo;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
@@ -245,9 +248,9 @@ Status Batch(const Args& args) {
   const long long capacity = model->bounds().capacity;
   std::fprintf(stderr,
                "[batch] %zu requests, %lld slots, capacity %lld, %s, prefill chunk %d, prefix "
-               "reuse %s\n",
+               "reuse %s, draft tokens %d\n",
                lines.size(), slots, capacity, kernels::PrecisionName(lo.precision),
-               eo.prefill_chunk, eo.prefix_reuse ? "on" : "off");
+               eo.prefill_chunk, eo.prefix_reuse ? "on" : "off", eo.speculative.draft_tokens);
 
   // The tokenizer, only when some request has stop strings; without one those requests fail.
   std::unique_ptr<tok::Tokenizer> tokenizer;

@@ -16,6 +16,10 @@
 // second apart, which a shared machine whose bandwidth swings within minutes cannot skew the way
 // it skews two separate runs.
 //
+// `--speculate ngram` runs every repetition twice, plain and speculative (in alternating order,
+// paired as --baseline-slots is), and reports both generation rates, their per-rep ratio, the
+// share of drafted tokens accepted and the tokens per verify pass (docs/speculative.md).
+//
 // `--image FILE` (repeatable) adds, in every repetition after the text run, an image request on
 // a fresh engine (bench.h RunImageRep): the vision encode time through ImageEncoder (cache
 // off), the patches, the tower's GFLOP/s (vision/vision_flops.h over the encode time) and the
@@ -33,6 +37,7 @@
 #include "cli/commands.h"
 #include "cli/image_request.h"
 #include "cli/load_flags.h"
+#include "cli/speculative_flags.h"
 #include "model/qwen3_config.h"
 #include "runtime/loaded_model.h"
 #include "runtime/sampler.h"
@@ -89,6 +94,10 @@ CommandSpec BenchSpec() {
       "                       the encode to the first token: encode, pad expansion, prefill\n"
       "                       through the DeepStack entry, first token)\n"
       "  --json               one JSON object instead of the text report\n" +
+      SpeculativeFlagsHelp() +
+      "                       (bench: each repetition also runs without speculation, paired;\n"
+      "                       reports both generation rates, their ratio, the acceptance rate\n"
+      "                       and the mean tokens accepted per verify pass)\n" +
       LoadFlagsHelp("bf16") +
       "\n"
       "Serving (--serve), as vLLM's benchmark_serving: the engine steps on its own thread, a\n"
@@ -119,6 +128,7 @@ CommandSpec BenchSpec() {
       "seed",          "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
       "window-tokens", "image"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"json", "kernel-loop", "no-prefix-reuse", "serve"};
   spec.example =
       "  vlstack bench --model ./model --precision bf16 --slots 8 --prompt-tokens 128 \\\n"
@@ -131,7 +141,8 @@ namespace {
 double PeakRssMb() { return bench::PeakRssMb(); }
 
 struct RepResult {
-  double prompt_tps, gen_tps, ttft_ms;
+  double prompt_tps = 0, gen_tps = 0, ttft_ms = 0;
+  EngineCounters counters;  // the engine's (speculation figures)
 };
 
 // --image: the files' bytes, the encoder (cache off) and each rep's figures.
@@ -219,6 +230,7 @@ StatusOr<RepResult> RunEngineRep(const LoadedModel& lm, const EngineOptions& eo,
   r.prompt_tps = static_cast<double>(prompt) * slots / Seconds(t0, prefill_end);
   r.gen_tps = gen > 0 && decoded > 0 && decode_s > 0 ? static_cast<double>(decoded) / decode_s : 0;
   r.ttft_ms = bench::Millis(t0, traces.at(ids[0]).times[0]);
+  r.counters = engine.counters();
   return r;
 }
 
@@ -274,8 +286,11 @@ StatusOr<RepResult> RunKernelRep(const Qwen3Model& model, int prompt, int gen, i
     });
   }
   const double gen_s = Seconds(t0, Clock::now());
-  return RepResult{static_cast<double>(prompt) * slots / prefill_s,
-                   gen > 0 ? static_cast<double>(gen) * slots / gen_s : 0.0, ttft_s * 1e3};
+  RepResult r;
+  r.prompt_tps = static_cast<double>(prompt) * slots / prefill_s;
+  r.gen_tps = gen > 0 ? static_cast<double>(gen) * slots / gen_s : 0.0;
+  r.ttft_ms = ttft_s * 1e3;
+  return r;
 }
 
 Status Throughput(const Args& args, const bench::Loader& load) {
@@ -319,8 +334,23 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     return RunEngineRep(lm, setup.engine, static_cast<int>(prompt), static_cast<int>(gen), n,
                         static_cast<uint64_t>(r) + 1);
   };
+  // --speculate: the same repetition without speculation, paired.
+  const bool speculate = setup.engine.speculative.draft_tokens > 0;
+  std::vector<double> plain_gtps, spec_ratio, acceptance, per_pass;
+  const auto run_plain = [&](int r) -> Status {
+    EngineOptions plain = setup.engine;
+    plain.speculative = SpeculativeParams();
+    VLS_ASSIGN_OR_RETURN(RepResult b,
+                         RunEngineRep(lm, plain, static_cast<int>(prompt), static_cast<int>(gen),
+                                      static_cast<int>(slots), static_cast<uint64_t>(r) + 1));
+    std::fprintf(stderr, "[bench] rep %d/%lld: without speculation: generation %.2f tok/s\n", r + 1,
+                 reps, b.gen_tps);
+    plain_gtps.push_back(b.gen_tps);
+    return Status::Ok();
+  };
   std::vector<double> ptps, gtps, ttft, base_gtps, ratio;
   for (int r = 0; r < reps; ++r) {
+    if (speculate && r % 2 == 0) VLS_RETURN_IF_ERROR(run_plain(r));
     // The baseline runs first in even repetitions and second in odd ones, so neither run
     // always follows the other.
     const auto run_baseline = [&]() -> Status {
@@ -336,6 +366,23 @@ Status Throughput(const Args& args, const bench::Loader& load) {
                  "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
                  r + 1, reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
     if (paired && r % 2 == 1) VLS_RETURN_IF_ERROR(run_baseline());
+    if (speculate && r % 2 == 1) VLS_RETURN_IF_ERROR(run_plain(r));
+    if (speculate) {
+      const EngineCounters& c = res.counters;
+      spec_ratio.push_back(plain_gtps.back() > 0 ? res.gen_tps / plain_gtps.back() : 0.0);
+      acceptance.push_back(c.draft_tokens > 0 ? static_cast<double>(c.accepted_draft_tokens) /
+                                                    static_cast<double>(c.draft_tokens)
+                                              : 0.0);
+      per_pass.push_back(c.verify_passes > 0 ? static_cast<double>(c.accepted_draft_tokens) /
+                                                   static_cast<double>(c.verify_passes)
+                                             : 0.0);
+      std::fprintf(stderr,
+                   "[bench] rep %d/%lld: speculation: %.1f%% of %llu drafted accepted, %.2f "
+                   "accepted per verify pass, ratio %.2f\n",
+                   r + 1, reps, 100 * acceptance.back(),
+                   static_cast<unsigned long long>(c.draft_tokens), per_pass.back(),
+                   spec_ratio.back());
+    }
     if (paired) {
       if (base_gtps.back() <= 0 || res.gen_tps <= 0) {
         return InvalidArgument("--gen-tokens " + std::to_string(gen) +
@@ -369,6 +416,13 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       extra = ",\"baseline_slots\":" + std::to_string(baseline) +
               ",\"baseline_generation_tokens_per_s\":" + StatsJson(Summarise(base_gtps)) +
               ",\"generation_ratio\":" + StatsJson(Summarise(ratio));
+    }
+    if (speculate) {
+      extra += ",\"draft_tokens\":" + std::to_string(setup.engine.speculative.draft_tokens) +
+               ",\"plain_generation_tokens_per_s\":" + StatsJson(Summarise(plain_gtps)) +
+               ",\"speculative_ratio\":" + StatsJson(Summarise(spec_ratio)) +
+               ",\"acceptance_rate\":" + StatsJson(Summarise(acceptance)) +
+               ",\"accepted_per_verify_pass\":" + StatsJson(Summarise(per_pass));
     }
     if (images.encoder != nullptr) {
       extra += ",\"images\":" + std::to_string(images.images.size()) +
@@ -407,6 +461,19 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       std::printf(
           "generation ratio     min %.2f median %.2f max %.2f (%lld / %lld slots, per rep)\n",
           q.min, q.median, q.max, slots, baseline);
+    }
+    if (speculate) {
+      const Stats b = Summarise(plain_gtps), q = Summarise(spec_ratio), a = Summarise(acceptance),
+                  pp = Summarise(per_pass);
+      std::printf("without speculation  min %.2f median %.2f max %.2f (generation tokens/s)\n",
+                  b.min, b.median, b.max);
+      std::printf(
+          "speculative ratio    min %.2f median %.2f max %.2f (ngram, %d draft tokens, "
+          "per rep)\n",
+          q.min, q.median, q.max, setup.engine.speculative.draft_tokens);
+      std::printf("acceptance rate      min %.3f median %.3f max %.3f\n", a.min, a.median, a.max);
+      std::printf("accepted per verify  min %.2f median %.2f max %.2f\n", pp.min, pp.median,
+                  pp.max);
     }
     if (images.encoder != nullptr) {
       const Stats e = Summarise(images.encode_ms), f = Summarise(images.gflops),
@@ -469,6 +536,14 @@ Status Bench(const Args& args) {
         "--kernel-loop does not use the engine: no --prefill-chunk or "
         "--no-prefix-reuse");
   }
+  SpeculativeParams speculative;
+  VLS_RETURN_IF_ERROR(ApplySpeculativeFlags(args, &speculative));
+  if (speculative.draft_tokens > 0 &&
+      (mode != "throughput" || args.Has("kernel-loop") || args.Has("baseline-slots"))) {
+    return InvalidArgument(
+        "--speculate is measured in the throughput mode, without --kernel-loop or "
+        "--baseline-slots");
+  }
   std::unique_ptr<LoadedModel> loaded;
   const bench::Loader load = [&](int capacity, int slots) -> StatusOr<bench::Setup> {
     LoadOptions o = base;
@@ -487,6 +562,7 @@ Status Bench(const Args& args) {
     s.model = loaded.get();
     s.engine.prefill_chunk = chunks.front();
     s.engine.prefix_reuse = !args.Has("no-prefix-reuse");
+    s.engine.speculative = speculative;
     s.json = args.Has("json");
     s.threads = loaded->model().context().pool().threads();
     return s;

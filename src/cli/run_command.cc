@@ -18,6 +18,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
+#include "cli/speculative_flags.h"
 #include "runtime/batch_engine.h"
 #include "runtime/chat_pipeline.h"
 #include "runtime/text_stream.h"
@@ -28,7 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 
-constexpr const char* kHelp =
+constexpr const char* kHelpHead =
     "usage: vlstack run --model DIR [--prompt TEXT] [options]\n"
     "\n"
     "Chat with a model: renders the model's chat template, streams the reply to stdout as it\n"
@@ -57,7 +58,8 @@ constexpr const char* kHelp =
     "  --stop STR           (repeatable) stop string: the reply ends right before it\n"
     "  --capacity C         context capacity in tokens (default 4096)\n"
     "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 64; 0: the\n"
-    "                       whole prompt at once)\n"
+    "                       whole prompt at once)\n";
+constexpr const char* kHelpTail =
     "  --precision P        f32, bf16, int8 or int4 (default bf16)\n"
     "  --kv-cache K         f32 or bf16 (default: f32 at --precision f32, else bf16)\n"
     "  --threads T          kernel threads (default: all cores)\n"
@@ -101,6 +103,20 @@ void PrintStats(const Turn& t) {
   std::fprintf(stderr, "[run] generation: %d tokens, %.1f tokens/s; finish: %s\n", t.tokens,
                t.tokens > 1 && gen_ms > 0 ? 1e3 * (t.tokens - 1) / gen_ms : 0.0,
                FinishReasonName(t.finish));
+}
+
+// Speculation's totals over the engine's life (with --speculate).
+void PrintSpeculation(const BatchEngine& engine) {
+  if (engine.options().speculative.draft_tokens == 0) return;
+  const EngineCounters c = engine.counters();
+  std::fprintf(stderr,
+               "[run] speculation: %llu verify passes, %llu drafted, %llu accepted (%.1f%%)\n",
+               static_cast<unsigned long long>(c.verify_passes),
+               static_cast<unsigned long long>(c.draft_tokens),
+               static_cast<unsigned long long>(c.accepted_draft_tokens),
+               c.draft_tokens > 0 ? 100.0 * static_cast<double>(c.accepted_draft_tokens) /
+                                        static_cast<double>(c.draft_tokens)
+                                  : 0.0);
 }
 
 struct Options {
@@ -250,6 +266,7 @@ int Run(const Args& args) {
   const bool tty_out = ::isatty(STDOUT_FILENO) == 1;
   Turn* current = nullptr;
   EngineOptions eo;
+  if (Status s = ApplySpeculativeFlags(args, &eo.speculative); !s.ok()) return RunFail(s);
   eo.prefill_chunk = static_cast<int>(*chunk);
   eo.prefix_reuse = true;
   BatchEngine engine(
@@ -297,6 +314,7 @@ int Run(const Args& args) {
   if (tty_out && (turn.text.empty() || turn.text.back() != '\n')) std::fputc('\n', stdout);
   std::fflush(stdout);
   PrintStats(turn);
+  PrintSpeculation(engine);
   return 0;
 }
 
@@ -305,10 +323,11 @@ int Run(const Args& args) {
 CommandSpec RunSpec() {
   CommandSpec spec;
   spec.name = "run";
-  spec.usage = kHelp;
+  spec.usage = std::string(kHelpHead) + SpeculativeFlagsHelp() + kHelpTail;
   spec.value_flags = {"model", "prompt", "system", "image", "max-tokens", "temperature",
                       "top-p", "top-k",  "seed",   "stop",  "capacity",   "prefill-chunk"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.example =
       "  vlstack run --model Qwen/Qwen3-VL-2B-Instruct --prompt 'What is in this picture?' \\\n"
       "      --image photo.jpg --max-tokens 200\n"

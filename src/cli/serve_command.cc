@@ -18,6 +18,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
+#include "cli/speculative_flags.h"
 #include "runtime/chat_pipeline.h"
 #include "runtime/image_encoder.h"
 #include "runtime/loaded_model.h"
@@ -67,6 +68,7 @@ struct ServeFlags {
   server::HttpOptions http;
   LoadOptions load;
   int prefill_chunk = 64;
+  SpeculativeParams speculative;  // --speculate: the engine default
   size_t max_queue = 64;
   int drain_timeout_s = 30;
   std::string allow_files;
@@ -105,6 +107,7 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   f.drain_timeout_s = static_cast<int>(drain);
   VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", 64, 0, 1 << 24));
   f.prefill_chunk = static_cast<int>(chunk);
+  VLS_RETURN_IF_ERROR(ApplySpeculativeFlags(args, &f.speculative));
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 1024, 4, 16384));
   f.http.http_threads = static_cast<int>(threads);
   f.http.log_requests = !args.Has("quiet");
@@ -151,6 +154,7 @@ StatusOr<Loaded> LoadAll(const ServeFlags& f, server::ServerMetrics* metrics) {
   VLS_ASSIGN_OR_RETURN(l.pipeline, ChatPipeline::Load(f.dir, *l.model, po));
   EngineOptions eo;
   eo.prefill_chunk = f.prefill_chunk;
+  eo.speculative = f.speculative;
   server::ServiceOptions so;
   so.max_queue = f.max_queue;
   VLS_ASSIGN_OR_RETURN(l.service,
@@ -222,12 +226,14 @@ int Serve(const Args& args) {
 CommandSpec ServeSpec() {
   CommandSpec spec;
   spec.name = "serve";
-  spec.usage = std::string(kHelp) + LoadFlagsHelp("bf16") + "  --help               this text\n";
+  spec.usage = std::string(kHelp) + SpeculativeFlagsHelp() + LoadFlagsHelp("bf16") +
+               "  --help               this text\n";
   spec.value_flags = {"model",         "model-name",    "host",         "port",
                       "api-key",       "slots",         "capacity",     "max-queue",
                       "max-body-mb",   "max-images",    "max-messages", "allow-local-files",
                       "drain-timeout", "prefill-chunk", "http-threads"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"quiet"};
   spec.example =
       "  vlstack serve --model Qwen/Qwen3-VL-2B-Instruct --port 8080 --slots 4\n"

@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 
+#include "kernels/dispatch.h"
 #include "tokenizer/utf8.h"
 
 namespace vls {
@@ -285,6 +286,11 @@ void BatchEngine::FinishSlot(Slot& slot, FinishReason reason, const std::string&
 void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) {
   Fault("sample", slot.id);
   const int32_t token = slot.sampler->Sample(logits, slot.request.tokens, slot.generated);
+  RecordToken(slot, token, logits, out);
+}
+
+bool BatchEngine::RecordToken(Slot& slot, int32_t token, std::span<const float> logits,
+                              StepResult* out) {
   slot.generated.push_back(token);
   TokenEvent e = MakeEvent(slot);
   e.token = token;
@@ -306,9 +312,10 @@ void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResul
   if (done) {
     out->finished.push_back(slot.id);
     ReleaseSlot(slot);
-    return;
+    return true;
   }
   slot.next_token = token;
+  return false;
 }
 
 void BatchEngine::ApplyCancels(StepResult* out) {
@@ -449,51 +456,113 @@ void BatchEngine::PrefillSlots(int64_t budget, StepResult* out) {
   }
 }
 
+std::vector<int32_t> BatchEngine::Draft(const Slot& slot, int64_t room) const {
+  const SpeculativeParams& sp =
+      slot.request.speculative ? *slot.request.speculative : options_.speculative;
+  // A pass emits at most drafts + 1 tokens and writes drafts + 1 KV rows: never draft past the
+  // request's token limit or the slot's capacity.
+  const int64_t tokens_left =
+      slot.request.max_new_tokens - static_cast<int64_t>(slot.generated.size()) - 1;
+  const int64_t rows_left = slot.session->capacity() - slot.session->length() - 1;
+  const int64_t limit =
+      std::min({static_cast<int64_t>(sp.draft_tokens), tokens_left, rows_left, room});
+  if (limit <= 0) return {};
+  return DraftNgram(slot.request.tokens, slot.generated, sp, static_cast<int>(limit));
+}
+
+void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
+                            std::span<const float> logits, StepResult* out) {
+  const size_t V = static_cast<size_t>(model_.config().vocab);
+  const uint64_t id = slot.id;
+  const int32_t fed = slot.next_token;
+  const int base = slot.session->length() - static_cast<int>(draft.size()) - 1;  // fed's row
+  // Row j's logits decide token j of this pass. While token j is draft[j] the pass's row j + 1
+  // (fed draft[j]) computed the right next distribution; the first other token ends the run.
+  // Emitting stops early at a finish (EOS, stop id, length): nothing past it is emitted.
+  size_t accepted = 0;
+  std::string error;
+  try {
+    for (size_t j = 0; j <= draft.size(); ++j) {
+      const std::span<const float> row = logits.subspan(j * V, V);
+      Fault("sample", id);
+      bool ok = false;
+      const int32_t token =
+          j < draft.size()
+              ? slot.sampler->Verify(row, slot.request.tokens, slot.generated, draft[j], &ok)
+              : slot.sampler->Sample(row, slot.request.tokens, slot.generated);
+      if (ok) ++accepted;
+      if (RecordToken(slot, token, row, out) || !ok) break;
+    }
+  } catch (...) {
+    error = ErrorOf("sampling", std::current_exception());
+  }
+  if (!draft.empty()) ++verify_passes_;
+  drafted_ += draft.size();
+  accepted_ += accepted;
+  // The sequence keeps the rows of `fed` and the accepted drafts; the rejected drafts' rows go.
+  slot.kept.resize(static_cast<size_t>(base));
+  for (size_t i = 0; i <= accepted; ++i) {
+    const int index = base + static_cast<int>(i);
+    slot.kept.push_back(TokenKey(i == 0 ? fed : draft[i - 1],
+                                 *DecodeCoordinate(index, slot.session->rope_delta())));
+  }
+  slot.session->Rewind(base + 1 + static_cast<int>(accepted));
+  if (!error.empty() && slot.phase != Phase::kFree && slot.id == id) {
+    FinishSlot(slot, FinishReason::kError, error, out);
+  }
+}
+
 void BatchEngine::DecodeActive(StepResult* out) {
   std::vector<Slot*> rows;
   for (Slot& s : slots_) {
     if (s.phase == Phase::kDecode && s.next_token >= 0) rows.push_back(&s);
   }
   if (rows.empty()) return;
+  // Drafts fill the pass up to the rows a plain step could have run through the same matmul
+  // kernels (from kOneDnnMinRows rows BF16 products change kernel, and greedy speculation
+  // must give the plain tokens bit for bit).
+  int64_t room =
+      std::max<int64_t>(0, kernels::kOneDnnMinRows - 1 - static_cast<int64_t>(rows.size()));
+  std::vector<std::vector<int32_t>> drafts(rows.size());
   std::vector<Session*> sessions;
-  std::vector<int32_t> tokens;
-  for (Slot* s : rows) {
-    sessions.push_back(s->session.get());
-    tokens.push_back(s->next_token);
-  }
-  // The row each token is written at, for its prefix key.
-  auto keep = [](Slot& s) {
-    const int index = s.session->length() - 1;
-    s.kept.resize(static_cast<size_t>(index));
-    s.kept.push_back(TokenKey(s.next_token, *DecodeCoordinate(index, s.session->rope_delta())));
-  };
-  // A row's sampling that throws finishes that row only.
-  auto emit = [&](Slot& s, std::span<const float> row_logits) {
+  std::vector<int32_t> tokens, counts;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    Slot& s = *rows[b];
     try {
-      keep(s);
-      EmitToken(s, row_logits, out);
-    } catch (...) {
-      FinishSlot(s, FinishReason::kError, ErrorOf("sampling", std::current_exception()), out);
+      drafts[b] = Draft(s, room);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory drafting: decode plainly
     }
-  };
-  std::vector<float> logits;
-  Status st = Session::DecodeBatch(sessions, tokens, &logits);
+    room -= static_cast<int64_t>(drafts[b].size());
+    sessions.push_back(s.session.get());
+    tokens.push_back(s.next_token);
+    tokens.insert(tokens.end(), drafts[b].begin(), drafts[b].end());
+    counts.push_back(static_cast<int32_t>(drafts[b].size() + 1));
+  }
   const size_t V = static_cast<size_t>(model_.config().vocab);
+  std::vector<float> logits;
+  Status st = Session::DecodeRuns(sessions, tokens, counts, &logits);
   if (st.ok()) {
+    size_t row = 0;
     for (size_t b = 0; b < rows.size(); ++b) {
-      emit(*rows[b], std::span<const float>(logits.data() + b * V, V));
+      const size_t n = static_cast<size_t>(counts[b]);
+      AcceptRun(*rows[b], drafts[b], std::span<const float>(logits.data() + row * V, n * V), out);
+      row += n;
     }
     return;
   }
-  // Isolate the failure: decode row by row so one bad row cannot fail the others.
-  for (Slot* s : rows) {
+  // Isolate the failure: decode slot by slot so one bad row cannot fail the others.
+  for (size_t b = 0; b < rows.size(); ++b) {
+    Session* one_session = sessions[b];
+    std::vector<int32_t> run{rows[b]->next_token};
+    run.insert(run.end(), drafts[b].begin(), drafts[b].end());
     std::vector<float> one;
-    const Status rs = s->session->Decode(s->next_token, &one);
+    const Status rs = Session::DecodeRuns(std::span<Session* const>(&one_session, 1), run,
+                                          std::span<const int32_t>(&counts[b], 1), &one);
     if (!rs.ok()) {
-      FinishSlot(*s, FinishReason::kError, rs.ToString(), out);
+      FinishSlot(*rows[b], FinishReason::kError, rs.ToString(), out);
       continue;
     }
-    emit(*s, one);
+    AcceptRun(*rows[b], drafts[b], one, out);
   }
 }
 
@@ -504,7 +573,8 @@ void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
 }
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
-  const uint64_t chunks_before = chunks_;
+  const uint64_t chunks_before = chunks_, verify_before = verify_passes_, drafted_before = drafted_,
+                 accepted_before = accepted_;
   try {
     ApplyCancels(out);
     Admit(out);
@@ -523,6 +593,9 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
   for (uint64_t id : out->finished) live_.erase(id);
   ++counters_.steps;
   counters_.prefill_chunks += chunks_ - chunks_before;
+  counters_.verify_passes += verify_passes_ - verify_before;
+  counters_.draft_tokens += drafted_ - drafted_before;
+  counters_.accepted_draft_tokens += accepted_ - accepted_before;
   for (const TokenEvent& e : out->events) {
     if (e.token < 0) continue;
     ++counters_.generated_tokens;

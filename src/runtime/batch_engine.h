@@ -10,7 +10,9 @@
 //      admission order, so one long prompt never stalls the decode of the others; a slot whose
 //      prompt is complete samples its first token;
 //   4. one shared ragged decode step over every slot past its prefill; sample, emit, retire
-//      finished rows (EOS or a stop id wins over the length limit).
+//      finished rows (EOS or a stop id wins over the length limit). A speculating slot runs
+//      its last token plus its prompt-lookup drafts as consecutive rows of the same pass and
+//      emits the accepted prefix and one more token, one event each (docs/speculative.md).
 // Chunks keep M-RoPE positions continuous and slice the DeepStack payload per chunk (positions
 // rebased, exactly the feature rows of the chunk), so results equal the unchunked prefill.
 //
@@ -76,6 +78,10 @@ struct EngineOptions {
   int prefill_chunk = 64;
   // Admit a request into the free slot whose kept rows share its longest prefix.
   bool prefix_reuse = true;
+  // Speculative decoding for requests that do not set their own (GenerationRequest::speculative):
+  // prompt-lookup drafts of up to draft_tokens tokens, verified in the shared decode pass
+  // (docs/speculative.md). Off by default.
+  SpeculativeParams speculative = {};
   // Tests only: called with "admit", "prefill" or "sample" and the request id at those points
   // of a step; whatever it throws is treated as that request's failure (fault injection).
   std::function<void(std::string_view point, uint64_t request_id)> fault_hook_for_testing = nullptr;
@@ -86,6 +92,9 @@ struct EngineCounters {
   uint64_t submitted = 0, finished = 0;
   uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0, prefill_chunks = 0;
+  // Speculative decoding: verify passes (decode rows that carried drafts), tokens drafted, and
+  // drafted tokens accepted (emitted as drafted).
+  uint64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
 };
 
 class BatchEngine {
@@ -191,6 +200,14 @@ class BatchEngine {
   // Prefill chunks within `budget` rows (< 0: unlimited).
   void PrefillSlots(int64_t budget, StepResult* out) VLS_REQUIRES(step_mu_);
   void DecodeActive(StepResult* out) VLS_REQUIRES(step_mu_);
+  // The prompt-lookup draft of a decoding slot, at most `room` tokens (empty when it does not
+  // speculate).
+  std::vector<int32_t> Draft(const Slot& slot, int64_t room) const;
+  // After a decode pass that ran slot's next token and `draft` as rows [0, n) (logits
+  // [n, V]): verifies the drafts in order, emits the accepted ones and one more token, and
+  // keeps the KV rows of the tokens that stay in the sequence.
+  void AcceptRun(Slot& slot, std::span<const int32_t> draft, std::span<const float> logits,
+                 StepResult* out) VLS_REQUIRES(step_mu_);
   void StepLocked(bool decode, StepResult* out) VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
   // Runs the next chunk (at most `rows` rows) of a prefilling slot; a failure finishes it.
   void PrefillChunk(Slot& slot, int64_t rows, StepResult* out) VLS_REQUIRES(step_mu_);
@@ -198,8 +215,11 @@ class BatchEngine {
   static RowKey TokenKey(int32_t token, RopeCoord coord);
   // Frees a slot for the next request; its kept rows stay for reuse.
   void ReleaseSlot(Slot& slot) VLS_REQUIRES(step_mu_);
-  // Records a sampled token; finishes the slot on EOS/stop id/length.
+  // Samples and records a token; finishes the slot on EOS/stop id/length.
   void EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) VLS_REQUIRES(step_mu_);
+  // Records `token` (sampled from `logits`); true when it finished the slot.
+  bool RecordToken(Slot& slot, int32_t token, std::span<const float> logits, StepResult* out)
+      VLS_REQUIRES(step_mu_);
   void FinishSlot(Slot& slot, FinishReason reason, const std::string& error, StepResult* out)
       VLS_REQUIRES(step_mu_);
   TokenEvent MakeEvent(const Slot& slot) const;
@@ -224,6 +244,10 @@ class BatchEngine {
   std::vector<Slot> slots_ VLS_GUARDED_BY(step_mu_);
   uint64_t admit_seq_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t chunks_ VLS_GUARDED_BY(step_mu_) = 0;  // prefill chunks run
+  // Speculation so far (EngineCounters' fields of the same names).
+  uint64_t verify_passes_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t drafted_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t accepted_ VLS_GUARDED_BY(step_mu_) = 0;
 
   // Delivery: one at a time, in step order; recursive so a callback may cancel.
   std::recursive_mutex deliver_mu_;

@@ -17,12 +17,14 @@
 
 namespace vls {
 
+// `tied`: tied tiny models tend to repeat their input token (speculation tests want that);
+// untied ones vary.
 inline std::unique_ptr<LoadedModel> LoadModel(
     const std::string& name, int slots, int capacity = 32,
-    kernels::Precision precision = kernels::Precision::kF32) {
+    kernels::Precision precision = kernels::Precision::kF32, bool tied = false) {
   TestModelSpec spec;
   spec.deepstack = 2;
-  spec.tied = false;  // tied tiny models tend to repeat their input token; untied ones vary
+  spec.tied = tied;
   spec.dtype = DType::kF32;
   spec.seed = 5;
   const char* tmp = std::getenv("TEST_TMPDIR");

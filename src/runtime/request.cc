@@ -130,6 +130,7 @@ Status ValidateRequest(const LoadedModel& lm, const GenerationRequest& r) {
                              " is not finite");
     }
   }
+  if (r.speculative) VLS_RETURN_IF_ERROR(ValidateSpeculativeParams(*r.speculative));
   return ValidateSamplingParams(r.sampling);
 }
 

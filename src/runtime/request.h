@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "runtime/deepstack.h"
 #include "runtime/loaded_model.h"
+#include "runtime/ngram_draft.h"
 #include "runtime/positions.h"
 #include "runtime/sampler.h"
 
@@ -50,6 +51,8 @@ struct GenerationRequest {
   SamplingParams sampling;
   // Log-probabilities: -1 none; 0 the sampled token's; N > 0 also the N most likely tokens.
   int logprobs = -1;
+  // Speculative decoding (prompt lookup, docs/speculative.md); unset: the engine's default.
+  std::optional<SpeculativeParams> speculative = std::nullopt;
 
   PromptView prompt() const;
   size_t bytes() const;  // buffer bytes this request owns
@@ -65,7 +68,8 @@ inline constexpr int kMaxTopLogprobs = 20;
 Status ValidatePrompt(const LoadedModel& model, int capacity, const PromptView& prompt);
 
 // ValidatePrompt at the model's capacity, plus: max_new_tokens > 0 and prompt + max_new_tokens
-// <= C, sampling parameters, stop token ids in [0, V), logprobs in [-1, kMaxTopLogprobs].
+// <= C, sampling parameters, stop token ids in [0, V), logprobs in [-1, kMaxTopLogprobs],
+// speculative parameters.
 Status ValidateRequest(const LoadedModel& model, const GenerationRequest& request);
 
 // Pieces of ValidatePrompt for callers that check a prompt before building it (the C ABI):

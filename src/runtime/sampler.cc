@@ -110,13 +110,13 @@ double Sampler::NextUniform() {
   return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> prompt,
-                        std::span<const int32_t> generated) {
+bool Sampler::Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
+                      std::span<const int32_t> generated) {
   const auto V = static_cast<int32_t>(logits.size());
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
   const bool bias = !params_.logit_bias.empty();
-  if (params_.temperature <= 0.0f && !penalties && !bias) return ArgMax(logits);  // no copy needed
+  if (params_.temperature <= 0.0f && !penalties && !bias) return false;  // no copy needed
   scratch_.assign(logits.begin(), logits.end());
   float* l = scratch_.data();
   for (const auto& [t, b] : params_.logit_bias) {
@@ -146,8 +146,56 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
       l[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
     }
   }
+  return true;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> generated) {
+  if (!Prepare(logits, prompt, generated)) return ArgMax(logits);
   if (params_.temperature <= 0.0f) return ArgMax(scratch_);
   return SampleTemperature();
+}
+
+int32_t Sampler::Verify(std::span<const float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> generated, int32_t draft, bool* accepted) {
+  if (params_.temperature <= 0.0f) {
+    const int32_t token = Sample(logits, prompt, generated);
+    *accepted = token == draft;
+    return token;
+  }
+  Prepare(logits, prompt, generated);
+  const Candidates c = TemperatureCandidates();
+  *accepted = false;
+  if (c.weights.empty()) {  // a degenerate distribution: one token has all the mass
+    *accepted = c.fallback == draft;
+    return c.fallback;
+  }
+  auto token_at = [&c](size_t i) {
+    return c.tokens.empty() ? static_cast<int32_t>(i) : c.tokens[i];
+  };
+  // p(draft): its weight among the candidates (0 when the cuts removed it).
+  size_t at = c.weights.size();
+  if (c.tokens.empty()) {
+    if (draft >= 0 && static_cast<size_t>(draft) < c.weights.size())
+      at = static_cast<size_t>(draft);
+  } else {
+    at = static_cast<size_t>(std::find(c.tokens.begin(), c.tokens.end(), draft) - c.tokens.begin());
+  }
+  const double w = at < c.weights.size() ? c.weights[at] : 0.0;
+  if (w > 0 && NextUniform() * c.total < w) {
+    *accepted = true;
+    return draft;
+  }
+  // Rejected: draw from p with the draft removed, renormalised. Its weight is zeroed in place
+  // (the candidates are scratch, rebuilt by the next call).
+  if (at < c.weights.size()) c.weights[at] = 0.0;
+  const double rest = c.total - w;
+  if (!(rest > 0)) {  // rounding: the draft held all the mass after all
+    *accepted = true;
+    return draft;
+  }
+  const size_t i = Draw(c.weights, rest);
+  return i < c.weights.size() ? token_at(i) : c.fallback;
 }
 
 size_t Sampler::Draw(std::span<const double> w, double total) {
@@ -159,7 +207,7 @@ size_t Sampler::Draw(std::span<const double> w, double total) {
   return w.size();  // rounding left u at or above 0: the caller's fallback
 }
 
-int32_t Sampler::SampleTemperature() {
+Sampler::Candidates Sampler::TemperatureCandidates() {
   // Candidates in logit order (descending, index ascending on ties); top-k keeps the first
   // top_k, and top-p and min-p trim the tail of what is left. Only the prefix of the order that
   // the cuts need is sorted: a prefix of kFirstPrefix, grown kPrefixGrowth-fold until the cuts
@@ -173,7 +221,9 @@ int32_t Sampler::SampleTemperature() {
   }
   const int32_t best = ArgMax(scratch_);
   const double mx = l[best];
-  if (!std::isfinite(mx)) return best;  // nothing but -inf (or an infinite logit): greedy
+  Candidates c;
+  c.fallback = best;
+  if (!std::isfinite(mx)) return c;  // nothing but -inf (or an infinite logit): greedy
   const double temp = params_.temperature;
   auto weight = [&](int32_t t) { return std::exp((l[t] - mx) / temp); };
   const size_t m = params_.top_k > 0 ? std::min(V, static_cast<size_t>(params_.top_k)) : V;
@@ -185,8 +235,9 @@ int32_t Sampler::SampleTemperature() {
     weights_.resize(V);
     for (size_t i = 0; i < V; ++i) z += weights_[i] = weight(static_cast<int32_t>(i));
     if (!cuts) {  // every token is a candidate: draw in index order, no sorting needed
-      const size_t i = Draw(weights_, z);
-      return i < V ? static_cast<int32_t>(i) : best;
+      c.weights = weights_;
+      c.total = z;
+      return c;
     }
   }
   order_.resize(V);
@@ -224,9 +275,20 @@ int32_t Sampler::SampleTemperature() {
       n = keep;
     }
     if (!found) continue;
-    const std::span<const double> kept(p.data(), n);
-    return order_[std::min(n - 1, Draw(kept, std::accumulate(kept.begin(), kept.end(), 0.0)))];
+    c.tokens = std::span<const int32_t>(order_.data(), n);
+    c.weights = std::span<double>(p.data(), n);
+    c.total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
+    c.fallback = order_[n - 1];
+    return c;
   }
+}
+
+int32_t Sampler::SampleTemperature() {
+  const Candidates c = TemperatureCandidates();
+  if (c.weights.empty()) return c.fallback;
+  const size_t i = Draw(c.weights, c.total);
+  if (i >= c.weights.size()) return c.fallback;
+  return c.tokens.empty() ? static_cast<int32_t>(i) : c.tokens[i];
 }
 
 }  // namespace vls

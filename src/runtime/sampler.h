@@ -38,9 +38,33 @@ class Sampler {
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> generated);
 
+  // Speculative verification of a drafted token (docs/speculative.md): returns the token to
+  // emit and whether it is `draft` accepted. Greedy: the token Sample returns (accepted when it
+  // equals the draft). Sampled, with p the distribution Sample draws from (penalties,
+  // temperature, top-k, top-p, min-p): accept with probability p(draft), else draw from p with
+  // the draft removed and renormalised, so the emitted token is distributed as p exactly.
+  int32_t Verify(std::span<const float> logits, std::span<const int32_t> prompt,
+                 std::span<const int32_t> generated, int32_t draft, bool* accepted);
+
  private:
-  double NextUniform();         // [0, 1)
-  int32_t SampleTemperature();  // over scratch_ (the penalised logits), temperature > 0
+  // The distribution a temperature sample draws from: token tokens[i] (token i when `tokens`
+  // is empty) with weight weights[i], normalised by `total`; `fallback` when a draw falls past
+  // the end by rounding.
+  struct Candidates {
+    std::span<const int32_t> tokens;
+    std::span<double> weights;  // scratch: Verify zeroes the rejected draft's
+    double total = 0;
+    int32_t fallback = 0;
+  };
+  // Applies the logit bias and the penalties to scratch_; false when the request is greedy
+  // without either (the raw logits are then the argmax's input).
+  bool Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
+               std::span<const int32_t> generated);
+  double NextUniform();  // [0, 1)
+  // Over scratch_ (the penalised logits), temperature > 0. A degenerate distribution (all -inf
+  // or an infinite logit) gives an empty candidate list with `fallback` its argmax.
+  Candidates TemperatureCandidates();
+  int32_t SampleTemperature();
   // The index i where a uniform draw over [0, total) falls among weights w, or w.size().
   size_t Draw(std::span<const double> w, double total);
 

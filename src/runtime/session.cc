@@ -54,6 +54,11 @@ void Session::Reset() {
   rope_delta_ = 0;
 }
 
+void Session::Rewind(int length) {
+  length_ = std::clamp(length, 0, length_);
+  valid_rows_ = length_;
+}
+
 void Session::Truncate(int64_t rows) {
   length_ = 0;
   rope_delta_ = 0;
@@ -205,14 +210,29 @@ Status Session::Decode(int32_t token, std::vector<float>* logits) {
 
 Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                             std::vector<float>* logits) {
-  if (sessions.empty() || sessions.size() != tokens.size()) {
+  const std::vector<int32_t> ones(sessions.size(), 1);
+  return DecodeRuns(sessions, tokens, ones, logits);
+}
+
+Status Session::DecodeRuns(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                           std::span<const int32_t> counts, std::vector<float>* logits) {
+  if (sessions.empty() || sessions.size() != counts.size()) {
     return InvalidArgument("decode: " + std::to_string(sessions.size()) + " sessions but " +
+                           std::to_string(counts.size()) + " runs");
+  }
+  size_t total = 0;
+  for (const int32_t n : counts) {
+    if (n < 1) return InvalidArgument("decode: a run of " + std::to_string(n) + " tokens");
+    total += static_cast<size_t>(n);
+  }
+  if (total != tokens.size()) {
+    return InvalidArgument("decode: runs of " + std::to_string(total) + " tokens but " +
                            std::to_string(tokens.size()) + " tokens");
   }
   const LoadedModel& lm = sessions[0]->lm_;
   EntryRun run;
   run.tokens = tokens;
-  run.rows.reserve(sessions.size());
+  run.rows.reserve(total);
   for (size_t b = 0; b < sessions.size(); ++b) {
     Session& s = *sessions[b];
     if (&s.lm_ != &lm) return InvalidArgument("decode: sessions belong to different models");
@@ -220,20 +240,26 @@ Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const 
       if (sessions[c] == sessions[b]) return InvalidArgument("decode: a session appears twice");
     }
     if (s.length_ == 0) return FailedPrecondition("decode: no prefill has run on this session");
-    if (s.length_ >= s.capacity_) {
+    const int32_t n = counts[b];
+    if (s.length_ > s.capacity_ - n) {
       return OutOfRange("decode: the sequence is at its context capacity " +
                         std::to_string(s.capacity_));
     }
-    VLS_RETURN_IF_ERROR(ValidateTokenIds(tokens.subspan(b, 1), lm.config().vocab, "decode token"));
-    VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(s.length_, s.rope_delta_));
-    run.rows.push_back(ForwardRow{s.cache_.get(), s.length_, coord});
+    const size_t first = run.rows.size();
+    VLS_RETURN_IF_ERROR(ValidateTokenIds(tokens.subspan(first, static_cast<size_t>(n)),
+                                         lm.config().vocab, "decode token"));
+    for (int32_t j = 0; j < n; ++j) {
+      VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(s.length_ + j, s.rope_delta_));
+      run.rows.push_back(ForwardRow{s.cache_.get(), s.length_ + j, coord});
+    }
   }
-  // A throw leaves every session as it was: only row length() of each cache was being written,
-  // and no length moves.
+  // A throw leaves every session as it was: only rows from length() on of each cache were
+  // being written, and no length moves.
   VLS_RETURN_IF_ERROR(RunEntry(*lm.entries().Find(kEntryDecode), run, "decode"));
-  for (Session* s : sessions) {
-    ++s->length_;
-    s->valid_rows_ = s->length_;
+  for (size_t b = 0; b < sessions.size(); ++b) {
+    Session& s = *sessions[b];
+    s.length_ += counts[b];
+    s.valid_rows_ = s.length_;
   }
   *logits = std::move(run.logits);
   return Status::Ok();

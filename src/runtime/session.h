@@ -74,6 +74,13 @@ class Session {
   // session changes. logits: [B, V].
   static Status DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                             std::vector<float>* logits);
+  // The same with counts[b] >= 1 consecutive tokens for session b (speculative verification:
+  // the last accepted token and the drafts): `tokens` holds the runs in session order, session
+  // b's j-th token goes to index length() + j at coordinate length() + j + delta, attending to
+  // the earlier rows of its run. logits: [sum(counts), V], one row per token. Every session
+  // must have room for its whole run; on error no session changes.
+  static Status DecodeRuns(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                           std::span<const int32_t> counts, std::vector<float>* logits);
 
   // Committed sequence length (0 while no prefill has completed); decode appends at it.
   int length() const { return length_; }
@@ -90,6 +97,9 @@ class Session {
   // Ends the committed sequence but keeps rows [0, min(rows, valid_rows())) valid, for a prompt
   // that will continue from them (prefix reuse).
   void Truncate(int64_t rows);
+  // Keeps the committed sequence but shortens it to `length` rows (the rejected drafts of a
+  // verify pass). REQUIRES: 0 < length <= length().
+  void Rewind(int length);
 
  private:
   // Runs rows [begin, end) through `entry` (run holds the chunk's inputs), catching anything the
