@@ -16,13 +16,15 @@ namespace {
 struct Case {
   int64_t M, K, N;
 };
-// K: one column, tails of 1-3 columns past a multiple of 4, a short last block, several blocks;
-// N odd (partial 16-row weight groups), several chunks of groups; M: every decode tile shape
-// (1, 2, 3 rows, 8 with remainders of 4, 2, 1) and prefill tiles with remainders.
-constexpr Case kCases[] = {{1, 1, 1},     {1, 77, 5},    {3, 130, 33},  {17, 77, 31},
-                           {3, 512, 41},  {17, 1000, 7}, {8, 2049, 65}, {1, 2049, 17},
-                           {5, 131, 19},  {50, 258, 37}, {33, 128, 9},  {2, 384, 50},
-                           {8, 256, 300}, {7, 130, 47},  {16, 96, 33},  {13, 1024, 70}};
+// K (kQ8Block = 32): one column, tails of 1-3 columns past a multiple of 4, one block less or
+// more than a column (31, 33), a short last block (33, 77, 100, 130, 1000, 2049), exact blocks
+// (32, 96, 128, 256, ...); N odd (partial 16-row weight groups), several chunks of groups; M:
+// every decode tile shape (1, 2, 3 rows) and prefill tiles (6 rows) with remainders of 3, 1, 2.
+constexpr Case kCases[] = {
+    {1, 1, 1},     {1, 77, 5},    {3, 130, 33}, {17, 77, 31},   {3, 512, 41}, {17, 1000, 7},
+    {8, 2049, 65}, {1, 2049, 17}, {5, 131, 19}, {50, 258, 37},  {33, 128, 9}, {2, 384, 50},
+    {8, 256, 300}, {7, 130, 47},  {16, 96, 33}, {13, 1024, 70}, {4, 33, 20},  {9, 100, 18},
+    {2, 31, 17},   {1, 32, 16},   {19, 64, 35}, {1, 100, 64},   {14, 33, 3}};
 
 std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -36,7 +38,7 @@ std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
 struct Q8Weights {
   Q8Weights(int64_t N, int64_t K, uint32_t seed) : layout(Q8LayoutFor(N, K)) {
     std::vector<float> v = Random(size_t(N * K), seed, 0.05f);
-    if (N > 2) std::fill_n(v.begin() + 2 * K, std::min<int64_t>(K, 128), 0.0f);
+    if (N > 2) std::fill_n(v.begin() + 2 * K, std::min<int64_t>(K, kQ8Block), 0.0f);
     buf = static_cast<uint8_t*>(std::aligned_alloc(64, size_t(layout.bytes)));
     QuantizeQ8(Matrix{DType::kF32, v.data(), N, K}, 0, N, buf);
     m = Q8MatrixAt(buf, N, K);
@@ -59,7 +61,7 @@ TEST(KernelsQ8Test, EveryVariantQuantizesActivationsLikeTheReference) {
     if (v->quantize_q8 == nullptr) continue;
     for (const Case& c : kCases) {
       std::vector<float> x = Random(size_t(c.M * c.K), 1);
-      if (c.K >= 128) std::fill_n(x.begin(), 128, 0.0f);  // a zero block
+      if (c.K >= kQ8Block) std::fill_n(x.begin(), kQ8Block, 0.0f);  // a zero block
       const Q8Activations ref = Quantized(ReferenceVariant(), x, c.M, c.K);
       const Q8Activations got = Quantized(*v, x, c.M, c.K);
       EXPECT_EQ(got.q, ref.q) << v->name << " M=" << c.M << " K=" << c.K;
@@ -73,15 +75,15 @@ TEST(KernelsQ8Test, EveryVariantQuantizesActivationsLikeTheReference) {
 // neighbours one ulp inside, values that land on .5 after scaling. The vector kernels skip the
 // reference's ±127 clamp (|x · fl(127 / amax)| never rounds past 127); this pins that down.
 TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
-  constexpr int64_t M = 64, K = 3 * 128;
+  constexpr int64_t B = kQ8Block, M = 64, K = 3 * 128;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::uniform_int_distribution<int> e(-140, 120);
   std::vector<float> x(size_t(M * K));
-  for (int64_t b = 0; b < M * K / 128; ++b) {
-    float* blk = x.data() + b * 128;
+  for (int64_t b = 0; b < M * K / B; ++b) {
+    float* blk = x.data() + b * B;
     const float amax = std::ldexp(1.0f + 0.5f * std::abs(u(rng)), e(rng));
-    for (int64_t i = 0; i < 128; ++i) blk[i] = amax * u(rng);
+    for (int64_t i = 0; i < B; ++i) blk[i] = amax * u(rng);
     blk[0] = amax;
     blk[1] = -amax;
     blk[2] = std::nextafter(amax, 0.0f);
@@ -90,11 +92,11 @@ TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
   }
   const Q8Activations ref = Quantized(ReferenceVariant(), x, M, K);
   int tiny = 0;
-  for (int64_t b = 0; b < M * K / 128; ++b) {
-    if (std::abs(x[size_t(b * 128)]) >= kQ8MinActivationAmax) continue;
+  for (int64_t b = 0; b < M * K / B; ++b) {
+    if (std::abs(x[size_t(b * B)]) >= kQ8MinActivationAmax) continue;
     ++tiny;
     EXPECT_EQ(ref.scales[size_t(b)], 0.0f) << "block " << b;
-    for (int64_t i = 0; i < 128; ++i) ASSERT_EQ(ref.q[size_t(b * 128 + i)], 128) << "block " << b;
+    for (int64_t i = 0; i < B; ++i) ASSERT_EQ(ref.q[size_t(b * B + i)], 128) << "block " << b;
   }
   EXPECT_GT(tiny, 0);
   for (const KernelVariant* v : SupportedVariants()) {

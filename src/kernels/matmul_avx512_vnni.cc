@@ -7,12 +7,14 @@
 // One kernel for every M. The weights are interleaved (quant.h): one 64-byte vector holds 4
 // columns of 16 weight rows, so a vpdpbusd of it with 4 activation bytes of one row (broadcast)
 // adds to 16 outputs of that row: no horizontal sums, and block scales and sums load as vectors.
-// A register tile is MR activation rows × NG groups of 16 weight rows; per block and vector the
-// epilogue subtracts 128·Σq (the zero point of the u8 activations), converts, multiplies by sx
-// and adds with one fma with sw. Decode (M ≤ 3) takes 4 groups per tile (4 weight streams and
-// enough independent accumulators to hide the vpdpbusd latency) and prefetches one tile ahead;
-// batched decode and prefill take 8 rows × 2 groups (16 int32 accumulators), prefill with the
-// weights in chunks that stay in L2 while every row tile passes over them.
+// A register tile is MR activation rows × NG groups of 16 weight rows. A block is 32 columns
+// (8 steps): each block's int32 sums start at −128·Σq (the zero point of the u8 activations), so
+// the epilogue per block and vector is only convert, multiply by sx and fma with sw into f32
+// sums that stay in registers (MR · NG ≤ 12: 2 · 12 accumulators plus the operands fit the 32
+// vector registers). Decode (M ≤ 3) takes 4 groups per tile (4 weight streams and enough
+// independent accumulators to hide the vpdpbusd latency) and prefetches one tile ahead; batched
+// decode and prefill take 6 rows × 2 groups, prefill with the weights in chunks that stay in L2
+// while every row tile passes over them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -116,9 +118,34 @@ inline __m512i Dpbusd(__m512i acc, __m512i x, __m512i w) {
   return r;
 }
 
-// Outputs y[m0 .. m0+MR, 16 g0 .. 16 (g0+NG)] restricted to columns [n0, n1).
+// One 4-column step of a tile: acc[i][j] += x[i, 4 s .. 4 s + 4] · w[group g0 + j, same columns].
+template <int MR, int NG, bool kPrefetch>
+inline void Step(const int8_t* wg, int64_t wstride, int64_t ahead, const uint8_t* xm, int64_t K,
+                 int64_t s, __m512i (&acc)[MR][NG]) {
+  __m512i wv[NG];
+#pragma GCC unroll 4
+  for (int j = 0; j < NG; ++j) {
+    const int8_t* wp = wg + j * wstride + s * 64;
+    if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(wp) + ahead, _MM_HINT_T0);
+    wv[j] = _mm512_loadu_si512(wp);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const __m512i xv = Broadcast4(xm + i * K + 4 * s);
+#pragma GCC unroll 4
+    for (int j = 0; j < NG; ++j) acc[i][j] = Dpbusd(acc[i][j], xv, wv[j]);
+  }
+}
+
+// Outputs y[m0 .. m0+MR, 16 g0 .. 16 (g0+NG)] restricted to columns [n0, n1). Per block, the
+// int32 sums start at −128 · Σq (the zero point of the u8 activations, so the block's exact dot
+// product is complete after its steps), then the block's 8 steps (kQ8Block / 4) run with
+// a constant trip count, and one convert, one multiply by sx and one fma with sw per
+// accumulator add it to the f32 sums, which stay in registers (MR · NG ≤ 12).
 template <int MR, int NG, bool kPrefetch>
 void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
+  static_assert(MR * NG <= 12, "int32 and f32 accumulators must fit in the 32 registers");
+  constexpr int64_t kBlockSteps = kQ8Block / 4;
   const int64_t K = p.K, nb = p.nb, steps = p.steps;
   const int8_t* wg = p.wq + g0 * steps * 64;
   const int64_t wstride = steps * 64;  // bytes between groups
@@ -126,50 +153,39 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   // Decode prefetches the same column quad one tile (NG groups) ahead: the groups are
   // contiguous, so this streams the matrix one tile ahead of the loads.
   const int64_t ahead = NG * wstride;
-  // The f32 sums live in memory: they change once per block, and the registers hold the
-  // int32 accumulators.
-  alignas(64) float facc[MR][NG][16] = {};
+  __m512 facc[MR][NG];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NG; ++j) facc[i][j] = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t s0 = b * (kQ8Block / 4), s1 = std::min(steps, s0 + kQ8Block / 4);
+    const int64_t s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
     __m512i acc[MR][NG];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NG; ++j) acc[i][j] = _mm512_setzero_si512();
+    for (int j = 0; j < NG; ++j) {
+      const __m512i zp = _mm512_sub_epi32(
+          _mm512_setzero_si512(),
+          _mm512_slli_epi32(_mm512_loadu_si512(p.wsum + ((g0 + j) * nb + b) * 16), 7));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) acc[i][j] = zp;
     }
-    for (int64_t s = s0; s < s1; ++s) {
-      {  // one 4-column step
-        __m512i wv[NG];
-#pragma GCC unroll 4
-        for (int j = 0; j < NG; ++j) {
-          const int8_t* wp = wg + j * wstride + s * 64;
-          if constexpr (kPrefetch) {
-            _mm_prefetch(reinterpret_cast<const char*>(wp) + ahead, _MM_HINT_T0);
-          }
-          wv[j] = _mm512_loadu_si512(wp);
-        }
+    if (s1 - s0 == kBlockSteps) {
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          const __m512i xv = Broadcast4(xm + i * K + 4 * s);
-#pragma GCC unroll 4
-          for (int j = 0; j < NG; ++j) {
-            acc[i][j] = Dpbusd(acc[i][j], xv, wv[j]);
-          }
-        }
+      for (int64_t t = 0; t < kBlockSteps; ++t) {
+        Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s0 + t, acc);
       }
+    } else {
+      for (int64_t s = s0; s < s1; ++s) Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s, acc);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NG; ++j) {
       const __m512 sw = _mm512_loadu_ps(p.ws + ((g0 + j) * nb + b) * 16);
-      // The zero point of the u8 activations: 128 · Σq of each weight row's block.
-      const __m512i zp =
-          _mm512_slli_epi32(_mm512_loadu_si512(p.wsum + ((g0 + j) * nb + b) * 16), 7);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        const __m512i dot = _mm512_sub_epi32(acc[i][j], zp);
         const __m512 t =
-            _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(p.xs[(m0 + i) * nb + b]));
-        _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(t, sw, _mm512_load_ps(facc[i][j])));
+            _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][j]), _mm512_set1_ps(p.xs[(m0 + i) * nb + b]));
+        facc[i][j] = _mm512_fmadd_ps(t, sw, facc[i][j]);
       }
     }
   }
@@ -180,7 +196,7 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
     const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, _mm512_load_ps(facc[i][j]));
+      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, facc[i][j]);
   }
 }
 
@@ -247,7 +263,7 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
                     w.sums,
                     w.rows,
                     y};
-  // Decode: one tile row over 4 groups (4 weight streams, 4+ accumulators), or tiles of 8 rows
+  // Decode: one tile row over 4 groups (4 weight streams, 4+ accumulators), or tiles of 6 rows
   // × 2 groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
   if (p.M <= 3) {
     switch (p.M) {
@@ -256,8 +272,8 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
       default: return Tiling<3, 4, true>::Run(p, n0, n1);
     }
   }
-  if (p.M <= 16) return Tiling<8, 2, true>::Run(p, n0, n1);
-  Tiling<8, 2, false>::Run(p, n0, n1);
+  if (p.M <= 16) return Tiling<6, 2, true>::Run(p, n0, n1);
+  Tiling<6, 2, false>::Run(p, n0, n1);
 }
 
 }  // namespace

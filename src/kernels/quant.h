@@ -1,7 +1,7 @@
 // The "Q8 blocked" 8-bit weight format and the matching dynamic activation quantization.
 //
 // Weights: int8 symmetric, [rows, cols] (PyTorch Linear layout). Each row is split into blocks
-// of kQ8Block columns (the last block of a row is shorter when cols % kQ8Block != 0); each
+// of kQ8Block = 32 columns (the last block of a row is shorter when cols % kQ8Block != 0); each
 // (row, block) has scale = max|w| / 127 and q = round_to_nearest_even(w / scale) in [-127, 127]
 // (an all-zero block has scale 0 and q 0), plus Σq of the block as int32. Stored interleaved for
 // AVX512-VNNI: rows in groups of 16, q as [groups, ceil(cols/4), 16, 4] (one 64-byte vector holds
@@ -12,6 +12,12 @@
 // their own scale, and stored offset by +128 as u8 (AVX512-VNNI multiplies u8 by s8). The matmul
 // computes, exactly in int32 per block and then in f32 in block order,
 //   y[m, n] = Σ_b sx[m, b] · sw[n, b] · (Σ_{k∈b} (qx + 128) · qw − 128 · Σ_{k∈b} qw).
+//
+// Why 32 columns (ADR 0007, addendum): like llama.cpp's Q8_0, which quantizes weights and
+// activations in blocks of 32. With 128-column blocks one outlier coarsened the step of 127
+// neighbours, and the output distribution moved 1.4x as far as Q8_0's on the same weights; the
+// format (block size 128) was changed, so prepared artifacts name their Q8 storage with the
+// block size ("Q8B32") and refuse the old "Q8" entries.
 #ifndef VLSTACK_KERNELS_QUANT_H_
 #define VLSTACK_KERNELS_QUANT_H_
 
@@ -22,7 +28,7 @@
 
 namespace vls::kernels {
 
-inline constexpr int64_t kQ8Block = 128;
+inline constexpr int64_t kQ8Block = 32;
 inline constexpr int64_t kQ8Group = 16;  // weight rows interleaved together
 constexpr int64_t Q8Blocks(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
 constexpr int64_t Q8Groups(int64_t rows) { return (rows + kQ8Group - 1) / kQ8Group; }

@@ -33,7 +33,7 @@ struct Aligned {
 TEST(QuantTest, LayoutOffsetsAre64ByteAlignedAndCoverEveryPart) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 77}, {5, 130}, {2048, 6144}}) {
     const Q8Layout l = Q8LayoutFor(rows, cols);
-    EXPECT_EQ(l.blocks, (cols + 127) / 128);
+    EXPECT_EQ(l.blocks, (cols + kQ8Block - 1) / kQ8Block);
     EXPECT_EQ(l.groups, (rows + 15) / 16);
     EXPECT_EQ(l.steps, (cols + 3) / 4);
     EXPECT_EQ(l.q_offset, 0);
@@ -53,10 +53,10 @@ TEST(QuantTest, LayoutOffsetsAre64ByteAlignedAndCoverEveryPart) {
 
 TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (int64_t K : {1, 77, 128, 130, 2049}) {
+    for (int64_t K : {1, 31, 32, 33, 77, 100, 128, 130, 2049}) {
       const int64_t N = 5;
       std::vector<float> v = Random(size_t(N * K), 1);
-      for (int64_t k = 0; k < std::min<int64_t>(K, 128); ++k)
+      for (int64_t k = 0; k < std::min<int64_t>(K, kQ8Block); ++k)
         v[size_t(2 * K + k)] = 0.0f;  // zero block
       v[size_t(3 * K)] = 50.0f;       // outlier
       HostTensor t = FromF32As(dt, {N, K}, v);
@@ -75,7 +75,7 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
         for (int64_t b = 0; b < l.blocks; ++b) {
           const float scale = q.scales[Q8BlockIndex(K, n, b)];
           int32_t sum = 0, qmax = 0;
-          for (int64_t k = b * 128; k < std::min(K, (b + 1) * 128); ++k) {
+          for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
             const int32_t qk = qw[Q8WeightIndex(K, n, k)];
             ASSERT_LE(std::abs(qk), 127);
             // Plus the f32 rounding of w / scale and of q · scale.
@@ -96,6 +96,40 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
       }
     }
   }
+}
+
+// Blocks are kQ8Block = 32 columns (the Q8_0 granularity): an outlier coarsens only its own
+// block's step. Columns 31 | 32 and 63 | 64 lie on either side of a boundary; the last block of
+// 100 columns holds 4.
+TEST(QuantTest, BlocksAre32ColumnsAndAnOutlierStaysInItsBlock) {
+  EXPECT_EQ(kQ8Block, 32);
+  EXPECT_EQ(Q8Blocks(31), 1);
+  EXPECT_EQ(Q8Blocks(32), 1);
+  EXPECT_EQ(Q8Blocks(33), 2);
+  EXPECT_EQ(Q8Blocks(100), 4);
+  EXPECT_EQ(Q8Blocks(130), 5);
+  const int64_t K = 100;
+  std::vector<float> v(size_t(K), 0.5f);
+  v[31] = 100.0f;  // the last column of block 0
+  v[64] = -8.0f;   // the first column of block 2
+  v[99] = 2.0f;    // the last (short) block 3
+  const Q8Layout l = Q8LayoutFor(1, K);
+  Aligned buf(l.bytes);
+  QuantizeQ8(Matrix{DType::kF32, v.data(), 1, K}, 0, 1, buf.p);
+  const Matrix q = Q8MatrixAt(buf.p, 1, K);
+  const float want[] = {100.0f, 0.5f, 8.0f, 2.0f};  // max|w| per block
+  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(q.scales[Q8BlockIndex(K, 0, b)], want[b] / 127.0f);
+  // Block 1 (columns 32..63) holds only 0.5s (q = 127): the outliers beside it leave its step.
+  std::vector<float> d(static_cast<size_t>(K));
+  LoadRow(q, 0, d.data());
+  for (int64_t k = 32; k < 64; ++k) EXPECT_FLOAT_EQ(d[size_t(k)], 0.5f) << k;
+  // The same boundaries for activations.
+  Q8Activations a;
+  a.Resize(1, K);
+  QuantizeActivationsQ8(v.data(), 0, 1, &a);
+  ASSERT_EQ(a.blocks, 4);
+  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(a.scales[size_t(b)], want[b] / 127.0f);
+  for (int64_t k = 32; k < 64; ++k) EXPECT_EQ(a.q[size_t(k)], 128 + 127) << k;
 }
 
 // Parts that start and end inside 16-row groups, each quantized in two row ranges, into buffers
@@ -138,23 +172,23 @@ TEST(QuantTest, StackedPartsEqualTheStackedMatrix) {
 }
 
 TEST(QuantTest, ActivationsWithinHalfAScale) {
-  const int64_t M = 19, K = 130;
+  const int64_t M = 19, K = 130, nb = Q8Blocks(K);
   std::vector<float> x = Random(size_t(M * K), 2);
-  for (int64_t k = 0; k < 128; ++k) x[size_t(4 * K + k)] = 0.0f;
+  for (int64_t k = 0; k < kQ8Block; ++k) x[size_t(4 * K + k)] = 0.0f;
   Q8Activations a;
   a.Resize(M, K);
   EXPECT_GE(a.q.size(), size_t(M * K + kQ8ActivationSlack));
   QuantizeActivationsQ8(x.data(), 0, M, &a);
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t k = 0; k < K; ++k) {
-      const float s = a.scales[size_t(m * 2 + k / 128)];
+      const float s = a.scales[size_t(m * nb + k / kQ8Block)];
       const uint8_t u = a.q[size_t(m * K + k)];
       ASSERT_GE(u, 1);  // q in [-127, 127]
       ASSERT_LE(std::fabs((int(u) - 128) * s - x[size_t(m * K + k)]),
                 s / 2 + 1e-6 * std::fabs(x[size_t(m * K + k)]));
     }
   }
-  EXPECT_EQ(a.scales[size_t(4 * 2)], 0.0f);
+  EXPECT_EQ(a.scales[size_t(4 * nb)], 0.0f);
   EXPECT_EQ(a.q[size_t(4 * K)], 128);
 }
 

@@ -254,7 +254,7 @@ TEST_F(PreparedArtifactTest, ArtifactOfAnotherShapeOrPrecisionIsRefused) {
       << f.ToString();
 }
 
-// Q8 entries read back as "Q8" whatever the checkpoint's dtype: an int8 artifact of a BF16
+// Q8 entries read back as "Q8B32" whatever the checkpoint's dtype: an int8 artifact of a BF16
 // checkpoint maps back (it was refused as a layout mismatch before).
 TEST(PreparedArtifactInt8Test, Int8ArtifactOfABf16CheckpointMapsBack) {
   const std::string dir = (fs::temp_directory_path() / "vls_artifact_test_int8_bf16").string();
@@ -286,6 +286,44 @@ TEST(PreparedArtifactInt8Test, Int8ArtifactOfABf16CheckpointMapsBack) {
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
   EXPECT_EQ(b.layer(0).qkv.format, kernels::MatrixFormat::kQ8);
+  fs::remove(path);
+  fs::remove_all(dir);
+}
+
+// An int8 artifact written before the Q8 blocks became 32 columns (storage "Q8", 128-column
+// blocks) is refused by name, never mapped as if its bytes were the new layout; the layout text
+// (and so the identity) names the block size.
+TEST(PreparedArtifactInt8Test, Old128ColumnQ8ArtifactIsRefused) {
+  const std::string dir = ModelDir("vls_artifact_test_int8_old", 48);
+  ModelOptions o;
+  o.threads = 2;
+  o.precision = kernels::Precision::kInt8;
+  auto fresh = Qwen3Model::Load(dir, o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_NE((*fresh)->prepared().LayoutText().find("layers.0.qkv Q8B32 ["), std::string::npos)
+      << (*fresh)->prepared().LayoutText();
+  const std::string path = (fs::temp_directory_path() / "vls_artifact_test_int8_old.vlsp").string();
+  ArtifactHeader h;
+  h.identity = std::string(64, 'd');
+  h.precision = "int8";
+  ASSERT_TRUE(WritePreparedArtifact(path, h, (*fresh)->prepared(), nullptr).ok());
+  std::string bytes = Slurp(path);
+  // The same header length, as the old writer's "Q8" with the JSON padded by spaces.
+  const std::string from = "\"dtype\":\"Q8B32\"", to = "\"dtype\":\"Q8\"   ";
+  size_t edits = 0;
+  for (size_t at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at)) {
+    bytes.replace(at, from.size(), to);
+    ++edits;
+  }
+  ASSERT_GT(edits, 0u);
+  Spit(path, bytes);
+  o.artifact = path;
+  const Status s = Qwen3Model::Load(dir, o).status();
+  EXPECT_FALSE(s.ok());
+  for (const char* needle : {"is stored as 'Q8' (int8 in 128-column blocks", "'Q8B32'",
+                             "run vlstack compile again", path.c_str()}) {
+    EXPECT_NE(s.ToString().find(needle), std::string::npos) << needle << ": " << s.ToString();
+  }
   fs::remove(path);
   fs::remove_all(dir);
 }

@@ -30,7 +30,7 @@ DType DenseDType(const WeightMatrix& m) { return m.fp8.fp8() ? DType::kF32 : m.m
 
 DType StorageDType(kernels::Precision p, const std::vector<WeightMatrix>& sources) {
   if (p == kernels::Precision::kBF16) return DType::kBF16;
-  // Unused for Q8; F32 is what ParsePreparedStorageName reads "Q8" back as, so an artifact's
+  // Unused for Q8; F32 is what ParsePreparedStorageName reads "Q8B32" back as, so an artifact's
   // entries compare equal to the plan whatever the checkpoint's dtype.
   if (p == kernels::Precision::kInt8 || p == kernels::Precision::kInt4) return DType::kF32;
   for (const WeightMatrix& m : sources) {
@@ -174,15 +174,17 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
 
 }  // namespace
 
+static_assert(kernels::kQ8Block == 32, "kQ8StorageName names the Q8 block size");
+
 std::string PreparedStorageName(const PreparedEntry& e) {
-  if (e.format == kernels::MatrixFormat::kQ8) return "Q8";
+  if (e.format == kernels::MatrixFormat::kQ8) return kQ8StorageName;
   if (e.format == kernels::MatrixFormat::kQ4) return "Q4";
   if (e.format == kernels::MatrixFormat::kBf16Blocked) return "BF16_BLOCKED";
   return std::string(DTypeName(e.dtype));
 }
 
 bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
-  if (name == "Q8") {
+  if (name == kQ8StorageName) {
     e->format = kernels::MatrixFormat::kQ8;
     e->dtype = DType::kF32;
     return true;

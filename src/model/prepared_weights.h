@@ -47,8 +47,14 @@ struct PreparedEntry {
   uint64_t bytes = 0;
 };
 
-// "F32"/"BF16"/"F16" for dense entries, "Q8" and "BF16_BLOCKED" for the others; and the
-// inverse (false if unknown).
+// "F32"/"BF16"/"F16" for dense entries, kQ8StorageName and "BF16_BLOCKED" for the others; and
+// the inverse (false if unknown).
+//
+// The Q8 name carries the block size (kernels::kQ8Block), which the bytes depend on: "Q8" was
+// the 128-column layout, refused since the blocks became 32 columns (ADR 0007, addendum), and
+// it also enters the artifact identity through PreparedWeights::LayoutText.
+inline constexpr char kQ8StorageName[] = "Q8B32";
+inline constexpr char kQ8OldStorageName[] = "Q8";
 std::string PreparedStorageName(const PreparedEntry& e);
 bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e);
 // The bytes an entry of this storage and shape occupies.

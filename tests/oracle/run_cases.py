@@ -39,7 +39,7 @@ import compare  # noqa: E402
 # so the BF16 path is really exercised.
 BF16_RTOL = 2e-2
 BF16_ATOL_SCALE = 2e-2
-# The int8 path (`--precision int8`) quantizes weights and activations to int8 per 128-column
+# The int8 path (`--precision int8`) quantizes weights and activations to int8 per 32-column
 # block (kernels/quant.h): each element is off by up to half a step, amax/254, i.e. ~0.4% of
 # the block's largest value, and a dot product of random-sign errors by ~1% of its scale per
 # quantized operand (the KV cache is BF16, as above). Chained as above, 10% of the tensor's
