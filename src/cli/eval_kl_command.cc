@@ -62,6 +62,9 @@ CommandSpec EvalKlSpec() {
       "  --tokens N           tokens of the stream, at least 2 (default 512)\n"
       "  --chunk N            context per chunk, at least 2 (default 128); the last chunk may be\n"
       "                       shorter\n"
+      "  --score-from N       compare only the positions i >= N of each chunk (default 0);\n"
+      "                       llama-perplexity --kl-divergence scores from chunk / 2, so\n"
+      "                       --chunk 512 --score-from 256 makes the same comparison\n"
       "  --capacity C         context capacity of the loads, at least --chunk (default: --chunk);\n"
       "                       an --artifact must have been compiled with the same --capacity\n"
       "  --input FILE         a text file, tokenized with the model folder's tokenizer.json; its\n"
@@ -78,8 +81,8 @@ CommandSpec EvalKlSpec() {
       "                       top1_agreement (fraction of positions whose argmax agrees) and\n"
       "                       rms_delta_p (RMS of P_test - P_f32 on the next token)\n"
       "  --help               this text\n";
-  spec.value_flags = {"model", "tokens", "chunk", "capacity",
-                      "input", "ids",    "seed",  "temperature"};
+  spec.value_flags = {"model", "tokens", "chunk",       "capacity",  "input",
+                      "ids",   "seed",   "temperature", "score-from"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"json"};
   spec.example =
@@ -185,6 +188,7 @@ Status EvalKl(const Args& args) {
   VLS_ASSIGN_OR_RETURN(long long tokens, args.Int("tokens", 512, 2, kMaxTokens));
   VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("chunk", 128, 2, kMaxCapacity));
   VLS_ASSIGN_OR_RETURN(long long capacity, args.Int("capacity", chunk, chunk, kMaxCapacity));
+  VLS_ASSIGN_OR_RETURN(long long score_from, args.Int("score-from", 0, 0, chunk - 2));
   VLS_ASSIGN_OR_RETURN(long long seed, args.Int("seed", 0, 0, 1LL << 62));
   VLS_ASSIGN_OR_RETURN(std::vector<double> temps, TemperatureFlags(args));
   const bool json = args.Has("json");
@@ -225,7 +229,7 @@ Status EvalKl(const Args& args) {
     VLS_RETURN_IF_ERROR(ChunkLogits(*ref, part, &ref_logits).WithContext("the f32 reference"));
     VLS_RETURN_IF_ERROR(
         ChunkLogits(*test, part, &test_logits).WithContext("the " + precision + " model"));
-    for (int64_t i = 0; i + 1 < len; ++i) {
+    for (int64_t i = score_from; i + 1 < len; ++i) {
       const auto row = static_cast<size_t>(i * V);
       acc.Add(std::span<const float>(ref_logits).subspan(row, static_cast<size_t>(V)),
               std::span<const float>(test_logits).subspan(row, static_cast<size_t>(V)),
@@ -249,6 +253,7 @@ Status EvalKl(const Args& args) {
     j["tokens"] = n;
     j["chunk"] = chunk;
     j["chunks"] = chunks;
+    j["score_from"] = score_from;
     j["positions"] = acc.positions();
     j["seconds"] = seconds;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();

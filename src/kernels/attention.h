@@ -24,13 +24,20 @@ struct AttentionTile {
   const float* v = nullptr;
   const uint16_t* k_bf16 = nullptr;
   const uint16_t* v_bf16 = nullptr;
-  // [rows] row r attends keys [0, last[r]] (causal by physical index).
+  // [rows] row r attends keys [first, last[r]] (causal by physical index; `first` > 0 when
+  // one row's keys are split over several work items).
   const int32_t* last = nullptr;
+  int32_t first = 0;
   int64_t rows = 0, group = 0, head_dim = 0;
   float scale = 1.0f;
-  // Same layout as q: out[r·out_row_stride + j·D .. + D) = softmax(scale·q·Kᵀ)·V.
+  // Same layout as q: out[r·out_row_stride + j·D .. + D) = softmax(scale·q·Kᵀ)·V over the
+  // tile's keys (0 for a query with none: first > last[r]).
   float* out = nullptr;
   int64_t out_row_stride = 0;
+  // Optional [rows, group]: the log of the softmax denominator over the tile's keys,
+  // lse = max + log Σ exp(s - max) (-inf for a query with none), so the partial results of
+  // a split key range combine exactly: out = Σ_p exp(lse_p - LSE)·out_p, LSE = log Σ exp(lse_p).
+  float* lse = nullptr;
 };
 
 namespace avx512_internal {

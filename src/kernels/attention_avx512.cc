@@ -309,9 +309,9 @@ void AttendBlocks(const AttentionTile& w, State& st) {
   const int64_t nq = w.rows * w.group, D = w.head_dim;
   const int64_t T = st.keys;
   const KvPtrs<KV> kv = Kv(w, KV{});
-  PrefetchRows(kv.k, 0, kPrefetchKeys, T, D);
-  PrefetchRows(kv.v, 0, kPrefetchKeys, T, D);
-  for (int64_t t0 = 0; t0 < T; t0 += kKeyBlock) {
+  PrefetchRows(kv.k, w.first, kPrefetchKeys, T, D);
+  PrefetchRows(kv.v, w.first, kPrefetchKeys, T, D);
+  for (int64_t t0 = w.first; t0 < T; t0 += kKeyBlock) {
     const int64_t tb = std::min(kKeyBlock, T - t0);
     ForQueryTiles<KV, ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
                                {w, st, t0, tb});
@@ -336,10 +336,14 @@ void Attention(const AttentionTile& w, ScratchBuffer& scratch) {
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {
       const int64_t i = r * w.group + j;
-      const float inv = 1.0f / st.l[i];
+      const bool none = st.l[i] == 0.0f;  // no key of the tile (first > last[r])
+      const float inv = none ? 0.0f : 1.0f / st.l[i];
       const float* acc = st.acc + i * D;
       float* out = w.out + r * w.out_row_stride + j * D;
       for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+      if (w.lse != nullptr) {
+        w.lse[i] = none ? -std::numeric_limits<float>::infinity() : st.m[i] + std::log(st.l[i]);
+      }
     }
   }
 }

@@ -35,9 +35,19 @@ void Attend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
 // The two paths of Attend, for tests.
 void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
                      const float* q, std::span<const ForwardRow> rows, float* out);
-// REQUIRES: ctx.variant().attention != nullptr.
+// REQUIRES: ctx.variant().attention != nullptr. Splits each row's keys into KeySplits(...)
+// ranges when there are fewer (row block, KV head) work items than twice the threads (decode
+// of one or a few rows at a long context): each range is its own work item and the partial
+// softmax results are combined by their log-sum-exp (flash-decoding).
 void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
                    const float* q, std::span<const ForwardRow> rows, float* out);
+// The same with the number of key ranges given (tests; 1: no split).
+void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
+                   const float* q, std::span<const ForwardRow> rows, float* out, int64_t splits);
+// How many key ranges BlockedAttend cuts each item into: 1 when `items` (row blocks x KV heads)
+// already keep `threads` busy, else enough for about 2 items per thread, each range at least
+// 512 keys, at most 16 ranges.
+int64_t KeySplits(int64_t items, int threads, int64_t keys);
 
 }  // namespace vls
 

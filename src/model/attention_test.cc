@@ -1,5 +1,6 @@
-// The blocked attention path (every variant with an attention kernel, 1 and 2 threads) against
-// the reference path on random Q/K/V, over f32 and BF16 caches: prefill of one cache, prefill
+// The blocked attention path (every variant with an attention kernel, and a plain scalar tile
+// kernel that runs anywhere; 1 and 2 threads; whole and split key ranges) against the
+// reference path on random Q/K/V, over f32 and BF16 caches: prefill of one cache, prefill
 // continuing a cache, and ragged decode rows of three caches with different lengths in one
 // call. Then a BF16 cache against an f32 one holding the same values, and the cache layout.
 #include "model/attention.h"
@@ -12,10 +13,62 @@
 #include <random>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace vls {
 namespace {
 
 constexpr int kLayers = 2, kLayer = 1;
+
+// A plain scalar implementation of the attention tile contract (kernels/attention.h: keys
+// [first, last[r]], normalised output, optional log-sum-exp), two-pass in double: it lets the
+// blocked path's work split and its combination of split key ranges run on CPUs without the
+// AVX-512 kernel (the "plain-tile" variant below).
+void PlainTile(const kernels::AttentionTile& w, kernels::ScratchBuffer& /*scratch*/) {
+  const int64_t D = w.head_dim;
+  auto key = [&](const float* f, const uint16_t* b, int64_t t, int64_t d) {
+    return f != nullptr ? f[t * D + d] : Bf16ToF32(b[t * D + d]);
+  };
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t j = 0; j < w.group; ++j) {
+      const float* q = w.q + r * w.q_row_stride + j * D;
+      float* out = w.out + r * w.out_row_stride + j * D;
+      std::vector<double> s;
+      for (int64_t t = w.first; t <= w.last[r]; ++t) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += double{q[d]} * key(w.k, w.k_bf16, t, d);
+        s.push_back(dot * w.scale);
+      }
+      const double mx = s.empty() ? 0.0 : *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t d = 0; d < D; ++d) {
+        double acc = 0;
+        for (size_t i = 0; i < s.size(); ++i) acc += s[i] * key(w.v, w.v_bf16, w.first + i, d);
+        out[d] = s.empty() ? 0.0f : static_cast<float>(acc / sum);
+      }
+      if (w.lse != nullptr) {
+        w.lse[r * w.group + j] = s.empty() ? -INFINITY : static_cast<float>(mx + std::log(sum));
+      }
+    }
+  }
+}
+
+// The variants whose blocked path Compare checks: every supported one with an attention
+// kernel, and the reference variant with PlainTile as its kernel.
+std::vector<const kernels::KernelVariant*> BlockedVariants() {
+  static const kernels::KernelVariant plain = [] {
+    kernels::KernelVariant v = kernels::ReferenceVariant();
+    v.name = "plain-tile";
+    v.attention = PlainTile;
+    return v;
+  }();
+  std::vector<const kernels::KernelVariant*> out = {&plain};
+  for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
+    if (v->attention != nullptr) out.push_back(v);
+  }
+  return out;
+}
 
 struct Case {
   int64_t D, group;
@@ -39,7 +92,11 @@ void FillCache(KvCache& cache, int length, std::mt19937& rng) {
 // rescaling by exp(m_old - m_new) per key block and in the exp polynomial (~1 ulp): each
 // output is off by a few ulps times the number of terms along its longest sum; 1e-5 is about
 // 100 ulps of 1.0 (the largest error seen over all cases was 9e-7).
-void Compare(const AttentionShape& shape, float q_scale, std::span<const ForwardRow> rows) {
+// splits > 0: the blocked path with that many key ranges per item (flash-decoding), whose
+// partial results are combined by log-sum-exp: a few more roundings per output (the rescale of
+// each part and its weighted sum), far inside the same bound.
+void Compare(const AttentionShape& shape, float q_scale, std::span<const ForwardRow> rows,
+             int64_t splits = 0) {
   const auto M = static_cast<int64_t>(rows.size());
   const int64_t n = M * shape.heads * shape.head_dim;
   std::mt19937 rng(7);
@@ -50,23 +107,27 @@ void Compare(const AttentionShape& shape, float q_scale, std::span<const Forward
   std::vector<float> want(static_cast<size_t>(n), NAN);
   ReferenceAttend(ref_ctx, kLayer, shape, q.data(), rows, want.data());
   int checked = 0;
-  for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
-    if (v->attention == nullptr) continue;
+  for (const kernels::KernelVariant* v : BlockedVariants()) {
     for (int threads : {1, 2}) {
       const kernels::Context ctx(threads, kernels::Precision::kF32, v);
       std::vector<float> got(static_cast<size_t>(n), NAN);
-      Attend(ctx, kLayer, shape, q.data(), rows, got.data());
+      if (splits > 0) {
+        BlockedAttend(ctx, kLayer, shape, q.data(), rows, got.data(), splits);
+      } else {
+        Attend(ctx, kLayer, shape, q.data(), rows, got.data());
+      }
       float worst = 0.0f;
       for (int64_t i = 0; i < n; ++i) {
         const float err = std::fabs(got[static_cast<size_t>(i)] - want[static_cast<size_t>(i)]);
         worst = std::max(worst, std::isnan(err) ? INFINITY : err);
       }
       EXPECT_LE(worst, 1e-5f) << v->name << " threads=" << threads << " M=" << M
-                              << " D=" << shape.head_dim << " nh=" << shape.heads;
+                              << " D=" << shape.head_dim << " nh=" << shape.heads
+                              << " splits=" << splits;
       ++checked;
     }
   }
-  if (checked == 0) GTEST_SKIP() << "no variant with an attention kernel on this CPU";
+  EXPECT_GT(checked, 0);
 }
 
 const Case kCases[] = {{128, 1, 1.0f}, {128, 2, 1.0f}, {128, 4, 4.0f},
@@ -125,6 +186,44 @@ TEST(AttentionTest, RaggedDecodeAndMixedRowsMatchReference) {
       RaggedCase(c, dt);
     }
   }
+}
+
+// Key ranges split over work items: decode rows of caches of 1, 77 and 1500 keys (ranges
+// shorter than a key block, rows with no key in the later ranges, more ranges than keys), and
+// a prefill block of one cache, against the reference.
+TEST(AttentionTest, SplitKeyRangesMatchReference) {
+  for (const KvDType dt : kDTypes) {
+    for (const Case& c : {kCases[1], kCases[2]}) {
+      const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
+      const int lengths[] = {1, 77, 1500};
+      std::vector<std::unique_ptr<KvCache>> caches;
+      std::mt19937 rng(5);
+      std::vector<ForwardRow> decode;
+      for (int len : lengths) {
+        caches.push_back(
+            std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D), dt));
+        FillCache(*caches.back(), len, rng);
+        decode.push_back({caches.back().get(), len - 1, {len - 1, len - 1, len - 1}});
+      }
+      std::vector<ForwardRow> prefill;
+      for (int i = 1480; i < 1500; ++i) prefill.push_back({caches[2].get(), i, {i, i, i}});
+      for (int64_t splits : {1, 2, 3, 5, 16, 2000}) {
+        SCOPED_TRACE(std::string(dt == KvDType::kBf16 ? "bf16" : "f32") +
+                     " splits=" + std::to_string(splits));
+        Compare(shape, c.q_scale, decode, splits);
+        Compare(shape, c.q_scale, std::span<const ForwardRow>(decode).subspan(2), splits);
+        Compare(shape, c.q_scale, prefill, splits);
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, KeySplitsOnlyWhenItemsLeaveThreadsIdle) {
+  EXPECT_EQ(KeySplits(8, 2, 100000), 1);   // 8 KV heads keep 2 threads busy
+  EXPECT_EQ(KeySplits(8, 16, 100000), 4);  // 2 items per thread
+  EXPECT_EQ(KeySplits(8, 16, 1024), 2);    // ranges of at least 512 keys
+  EXPECT_EQ(KeySplits(8, 16, 300), 1);
+  EXPECT_EQ(KeySplits(1, 64, 1 << 20), 16);  // at most 16 ranges
 }
 
 TEST(AttentionTest, Bf16CacheStaysWithinBf16RoundingOfTheF32Cache) {

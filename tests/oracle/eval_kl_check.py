@@ -54,19 +54,24 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
-def reference_stats(ref_chunks, test_chunks, id_chunks):
-    """The statistics eval-kl reports, from per-chunk [L, V] logits."""
+def reference_stats(ref_chunks, test_chunks, id_chunks, score_from=0):
+    """The statistics eval-kl reports, from per-chunk [L, V] logits, over the positions
+    i >= score_from of each chunk."""
     out = []
     for t in TEMPS:
         kl, dp, same = [], [], []
         for ref, test, ids in zip(ref_chunks, test_chunks, id_chunks):
             rows = len(ids) - 1  # positions that predict a token of their chunk
-            lp = log_softmax(ref[:rows] / t)
-            lq = log_softmax(test[:rows] / t)
+            if rows <= score_from:
+                continue
+            ref, test = ref[score_from:rows], test[score_from:rows]
+            rows -= score_from
+            lp = log_softmax(ref / t)
+            lq = log_softmax(test / t)
             kl.append(np.maximum((np.exp(lp) * (lp - lq)).sum(axis=-1), 0.0))
-            nxt = ids[1:]
+            nxt = ids[score_from + 1:]
             dp.append(np.exp(lq[np.arange(rows), nxt]) - np.exp(lp[np.arange(rows), nxt]))
-            same.append(ref[:rows].argmax(-1) == test[:rows].argmax(-1))
+            same.append(ref.argmax(-1) == test.argmax(-1))
         kl, dp, same = np.concatenate(kl), np.concatenate(dp), np.concatenate(same)
         out.append({"temperature": t, "positions": len(kl), "kl_mean": kl.mean(),
                     "kl_median": np.percentile(kl, 50), "kl_p99": np.percentile(kl, 99),
@@ -154,6 +159,19 @@ def main():
                     close = abs(g[k] - v) <= 1e-6 * abs(v) + 1e-12
                     check(close, f"{precision} T={w['temperature']} {k}: eval-kl {g[k]!r}, "
                                  f"NumPy {v!r}")
+            # llama-perplexity's protocol: only the second half of each chunk (the 4-token last
+            # chunk has no position >= 24 and counts nothing).
+            half = CHUNK // 2
+            want = reference_stats(ref_logits, test_logits, id_chunks, score_from=half)
+            got_half = eval_kl(vls, model, precision, ["--ids", ids_file, "--chunk", str(CHUNK),
+                                                       "--score-from", str(half)])
+            check(got_half["positions"] == 2 * (CHUNK - 1 - half)
+                  and got_half["score_from"] == half, f"{precision} --score-from: {got_half}")
+            for w, g in zip(want, got_half["results"]):
+                for k, v in w.items():
+                    close = abs(g[k] - v) <= 1e-6 * abs(v) + 1e-12
+                    check(close, f"{precision} --score-from T={w['temperature']} {k}: "
+                                 f"eval-kl {g[k]!r}, NumPy {v!r}")
             means[precision] = [r["kl_mean"] for r in got["results"]]
             print(f"{precision}: " + ", ".join(
                 f"T={r['temperature']:g} mean KL {r['kl_mean']:.3e} p99 {r['kl_p99']:.3e} "
@@ -189,6 +207,8 @@ def main():
                             (["--precision", "bf16", "--temperature", "0"], "--temperature"),
                             (["--precision", "bf16", "--temperature", "x"], "--temperature"),
                             (["--precision", "bf16", "--seed", "-1"], "--seed"),
+                            (["--precision", "bf16", "--chunk", "8", "--score-from", "7"],
+                             "--score-from"),
                             (["--precision", "bf16", "--input", ids_file, "--ids", ids_file],
                              "--ids"),
                             (["--precision", "bf16", "--input", ids_file], "tokenizer.json"),

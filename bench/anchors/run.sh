@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# vlstack side by side with ik_llama.cpp (and llama.cpp where its tree knows Qwen3) on the same
+# random weights, in one run (issue 18's anchors):
+#   speed  prompt processing and generation, BF16 / int8 / int4 against BF16 / Q8_0 / Q4_0 /
+#          Q4_K_M: `vlstack bench` and `llama-bench`, alternating per repetition;
+#   kl     KL from the f32 reference over the same text: `vlstack eval-kl --chunk 512
+#          --score-from 256` and `llama-perplexity --kl-divergence -c 512` (the same positions:
+#          the second half of each 512-token context);
+#   depth  generation after a long prompt: `vlstack bench --prompt-tokens D` and
+#          `llama-bench -gp D,N` (ik_llama.cpp) / `-d D` (llama.cpp).
+#
+#   [IK=DIR] [LLAMA=DIR] [PARTS="speed kl depth"] [SHAPES=qwen3-0.6b] [PRECISIONS="bf16 int8 int4"]
+#   [THREADS=2] [REPS=3] [PROMPT=512] [GEN=64] [DEPTHS="4096 16384"] [KL_TOKENS=2048]
+#   bash bench/anchors/run.sh VLSTACK_BUILD_DIR [WORK]
+#
+# IK and LLAMA are source trees (from `fetch`ed snapshots) built with
+#   cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
+#   cmake --build build -j2 --target llama-bench llama-perplexity llama-quantize
+# (bench/anchors/build_anchor.sh SRC does that). A tree whose source has no qwen3 architecture is
+# skipped with a note. The GGUF files are written by hf_to_gguf.py with the tree's own gguf-py
+# and quantized by its own llama-quantize. ik_llama.cpp runs with its best CPU options
+# (-rtr 1 -fa 1: weights repacked at load, flash attention).
+#
+# Output: one JSON line per measurement on stderr and in WORK/results.jsonl, a table on stdout.
+# Run on a quiet machine: nothing else may compete for the cores.
+set -euo pipefail
+build=${1:?usage: run.sh VLSTACK_BUILD_DIR [WORK]}
+work=${2:-/tmp/vls_anchors}
+here=$(cd "$(dirname "$0")" && pwd)
+vlstack=$build/src/cli/vlstack
+[ -x "$vlstack" ] || { echo "run.sh: no vlstack at $vlstack" >&2; exit 1; }
+parts=${PARTS:-speed kl depth}
+shapes=${SHAPES:-qwen3-0.6b}
+precisions=${PRECISIONS:-bf16 int8 int4}
+threads=${THREADS:-2}
+reps=${REPS:-3}
+prompt=${PROMPT:-512}
+gen=${GEN:-64}
+depths=${DEPTHS:-4096 16384}
+kl_tokens=${KL_TOKENS:-2048}
+py=/usr/bin/python3
+mkdir -p "$work"
+out=$work/results.jsonl
+: >"$out"
+emit() { echo "$1" | tee -a "$out" >&2; }
+
+# The anchors that can run Qwen3: name=dir pairs.
+anchors=()
+for pair in "ik=${IK:-}" "llama=${LLAMA:-}"; do
+  name=${pair%%=*} dir=${pair#*=}
+  [ -n "$dir" ] || continue
+  if ! grep -q '"qwen3"' "$dir/src/llama-arch.cpp" 2>/dev/null && \
+     ! grep -q '"qwen3"' "$dir/src/llama.cpp" 2>/dev/null; then
+    echo "run.sh: $name ($dir) has no qwen3 architecture: skipped" >&2
+    continue
+  fi
+  [ -x "$dir/build/bin/llama-bench" ] || { echo "run.sh: $name: not built ($dir/build/bin)" >&2; exit 1; }
+  anchors+=("$name=$dir")
+done
+[ ${#anchors[@]} -gt 0 ] || echo "run.sh: no anchor (IK=, LLAMA=): vlstack figures only" >&2
+
+# GGUF types standing beside each vlstack precision.
+ggufs_for() {
+  case $1 in bf16) echo bf16 ;; int8) echo q8_0 ;; int4) echo "q4_0 q4_k_m" ;; f32) echo f32 ;; esac
+}
+supports() { "$vlstack" bench --help | grep -q "$1" ; }
+
+make_model() {  # shape -> model dir
+  local m=$work/$1
+  [ -f "$m/config.json" ] || "$vlstack" make-test-model --shape "$1" --untied --out "$m" >&2
+  echo "$m"
+}
+gguf_of() {  # anchor_dir model_dir type -> path (written once per anchor tree and type)
+  local dir=$1 m=$2 t=$3 tag
+  tag=$(basename "$dir")
+  local f=$m.$tag.$t.gguf
+  if [ ! -f "$f" ]; then
+    case $t in
+      f32|bf16) PYTHONPATH=$dir/gguf-py $py "$here/hf_to_gguf.py" "$m" "$f" --type "$t" >&2 ;;
+      *) "$dir/build/bin/llama-quantize" "$(gguf_of "$dir" "$m" f32)" "$f" "${t^^}" "$threads" \
+           >"$f.log" 2>&1 || { tail -5 "$f.log" >&2; exit 1; } ;;
+    esac
+  fi
+  echo "$f"
+}
+
+vls_bench() {  # model precision prompt gen -> json
+  "$vlstack" bench --model "$1" --precision "$2" --threads "$threads" --prompt-tokens "$3" \
+    --gen-tokens "$4" --reps 1 --json 2>/dev/null
+}
+anchor_bench() {  # name dir gguf args... -> json array
+  local name=$1 dir=$2 f=$3; shift 3
+  local extra=()
+  [ "$name" = ik ] && extra=(-rtr 1 -fa 1)
+  "$dir/build/bin/llama-bench" -m "$f" -t "$threads" -r 1 -o json "${extra[@]}" "$@" 2>/dev/null
+}
+summ() {  # engine shape precision test value
+  emit "{\"engine\":\"$1\",\"shape\":\"$2\",\"precision\":\"$3\",\"test\":\"$4\",\"tok_s\":$5}"
+}
+
+for shape in $shapes; do
+  model=$(make_model "$shape")
+  for part in $parts; do
+    case $part in
+    speed)
+      for p in $precisions; do
+        supports "$p" || { echo "run.sh: vlstack has no --precision $p: skipped" >&2; continue; }
+        for ((r = 0; r < reps; r++)); do
+          j=$(vls_bench "$model" "$p" "$prompt" "$gen")
+          summ vlstack "$shape" "$p" "pp$prompt" \
+            "$(echo "$j" | $py -c 'import json,sys; print(json.load(sys.stdin)["prompt_tokens_per_s"]["median"])')"
+          summ vlstack "$shape" "$p" "tg$gen" \
+            "$(echo "$j" | $py -c 'import json,sys; print(json.load(sys.stdin)["generation_tokens_per_s"]["median"])')"
+          for a in "${anchors[@]}"; do
+            name=${a%%=*} dir=${a#*=}
+            for t in $(ggufs_for "$p"); do
+              f=$(gguf_of "$dir" "$model" "$t")
+              anchor_bench "$name" "$dir" "$f" -p "$prompt" -n "$gen" | $py -c '
+import json, sys
+for t in json.load(sys.stdin):
+    test = f"pp{t[\"n_prompt\"]}" if t["n_gen"] == 0 else f"tg{t[\"n_gen\"]}"
+    print(test, t["avg_ts"])' | while read -r test ts; do
+                summ "$name" "$shape" "$t" "$test" "$ts"
+              done
+            done
+          done
+        done
+      done
+      ;;
+    kl)
+      text=$work/kl_text.txt
+      [ -f "$text" ] || cat "$here"/../../README.md "$here"/../../docs/*.md "$here"/../../docs/adr/*.md >"$text"
+      for p in $precisions; do
+        [ "$p" = f32 ] && continue
+        supports "$p" || continue
+        j=$("$vlstack" eval-kl --model "$model" --precision "$p" --input "$text" \
+              --tokens "$kl_tokens" --chunk 512 --score-from 256 --temperature 1 \
+              --threads "$threads" --json 2>/dev/null)
+        emit "$(echo "$j" | $py -c '
+import json, sys
+j = json.load(sys.stdin); r = j["results"][0]
+print(json.dumps({"engine": "vlstack", "shape": sys.argv[1], "precision": sys.argv[2],
+                  "test": "kl", "positions": r["positions"], "kl_mean": r["kl_mean"],
+                  "kl_p99": r["kl_p99"], "top1": r["top1_agreement"]}))' "$shape" "$p")"
+      done
+      for a in "${anchors[@]}"; do
+        name=${a%%=*} dir=${a#*=}
+        base=$work/$shape.$name.kld
+        ppl=$dir/build/bin/llama-perplexity
+        chunks=$((kl_tokens / 512))
+        "$ppl" -m "$(gguf_of "$dir" "$model" f32)" -f "$text" -c 512 --chunks "$chunks" \
+          -t "$threads" --kl-divergence-base "$base" >"$base.log" 2>&1 ||
+          { tail -5 "$base.log" >&2; exit 1; }
+        for p in $precisions; do
+          for t in $(ggufs_for "$p"); do
+            f=$(gguf_of "$dir" "$model" "$t")
+            "$ppl" -m "$f" -c 512 --chunks "$chunks" -t "$threads" --kl-divergence-base "$base" \
+              --kl-divergence >"$f.kl.log" 2>&1 || { tail -5 "$f.kl.log" >&2; exit 1; }
+            emit "$($py - "$f.kl.log" "$name" "$shape" "$t" <<'EOF'
+import json, re, sys
+log = open(sys.argv[1]).read()
+def grab(label):
+    m = re.search(label + r"\s*:\s*([-0-9.eE+]+)", log)
+    return float(m.group(1)) if m else None
+print(json.dumps({"engine": sys.argv[2], "shape": sys.argv[3], "precision": sys.argv[4],
+                  "test": "kl", "kl_mean": grab("Mean    KLD"), "kl_p99": grab("99.0%   KLD"),
+                  "top1": (grab("Same top p") or 0) / 100}))
+EOF
+)"
+          done
+        done
+      done
+      ;;
+    depth)
+      for d in $depths; do
+        for ((r = 0; r < reps; r++)); do
+          j=$("$vlstack" bench --model "$model" --precision bf16 --threads "$threads" \
+                --prompt-tokens "$d" --gen-tokens "$gen" --reps 1 --json 2>/dev/null)
+          summ vlstack "$shape" bf16 "tg$gen@d$d" \
+            "$(echo "$j" | $py -c 'import json,sys; print(json.load(sys.stdin)["generation_tokens_per_s"]["median"])')"
+          for a in "${anchors[@]}"; do
+            name=${a%%=*} dir=${a#*=}
+            f=$(gguf_of "$dir" "$model" bf16)
+            if [ "$name" = ik ]; then args=(-p 0 -n 0 -gp "$d,$gen"); else args=(-p 0 -n "$gen" -d "$d"); fi
+            ts=$(anchor_bench "$name" "$dir" "$f" "${args[@]}" |
+                 $py -c 'import json,sys; print(json.load(sys.stdin)[-1]["avg_ts"])')
+            summ "$name" "$shape" bf16 "tg$gen@d$d" "$ts"
+          done
+        done
+      done
+      ;;
+    *) echo "run.sh: unknown part '$part'" >&2; exit 2 ;;
+    esac
+  done
+done
+
+$py - "$out" <<'EOF'
+import collections, json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+speed = collections.defaultdict(list)
+for r in rows:
+    if "tok_s" in r:
+        speed[(r["shape"], r["test"], r["engine"], r["precision"])].append(r["tok_s"])
+print("| shape | test | engine | weights | tok/s median (min-max) |")
+print("|---|---|---|---|---|")
+for (shape, test, engine, prec), v in sorted(speed.items()):
+    print(f"| {shape} | {test} | {engine} | {prec} | {statistics.median(v):.1f} "
+          f"({min(v):.1f}-{max(v):.1f}) |")
+kl = [r for r in rows if r.get("test") == "kl"]
+if kl:
+    print("\n| shape | engine | weights | mean KL (T=1) | p99 KL | top-1 |")
+    print("|---|---|---|---|---|---|")
+    for r in kl:
+        print(f"| {r['shape']} | {r['engine']} | {r['precision']} | {r['kl_mean']:.3e} | "
+              f"{r['kl_p99'] if r['kl_p99'] is None else format(r['kl_p99'], '.3e')} | "
+              f"{r['top1']:.3f} |")
+EOF
