@@ -102,6 +102,7 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
   // The f32 sums live in memory: they change once per group, the registers hold the int32 ones.
   alignas(64) float facc[MR][NG][16] = {};
   for (int64_t g = 0; g < ng; ++g) {
+    // NOLINTNEXTLINE(bugprone-branch-clone): the branches differ per instantiation
     __m512i acc[MR][NG], acc_hi[kSplit ? MR : 1][kSplit ? NG : 1];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
