@@ -42,7 +42,7 @@ CommandSpec EvalKlSpec() {
   CommandSpec spec;
   spec.name = "eval-kl";
   spec.usage =
-      "usage: vlstack eval-kl --model DIR --precision bf16|int8 [options]\n"
+      "usage: vlstack eval-kl --model DIR --precision bf16|int8|int4 [options]\n"
       "\n"
       "KL divergence of the model's next-token distribution at --precision from the same\n"
       "model at f32 (the reference), as llama-perplexity --kl-divergence reports it. The token\n"
@@ -55,7 +55,8 @@ CommandSpec EvalKlSpec() {
       "\n"
       "  --model DIR          model folder (required) or Org/Name: a Hugging Face repository id\n"
       "                       in the local cache\n"
-      "  --precision P        the precision measured: bf16, int8 (or f32: KL 0) (required)\n" +
+      "  --precision P        the precision measured: bf16, int8, int4 (or f32: KL 0) "
+      "(required)\n" +
       LoadFlagsHelpAfterPrecision() +
       "                       (these apply to the measured model; the reference is always f32\n"
       "                       with an f32 KV cache and the same --threads)\n"

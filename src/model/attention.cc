@@ -13,10 +13,6 @@ namespace {
 // Query rows per blocked work item: enough that a K/V block in L1/L2 serves
 // kRowBlock·group queries in prefill, few enough that prefill still has many work items.
 constexpr int64_t kRowBlock = 16;
-// A key range is split only while every part keeps at least this many keys (the combine
-// costs O(D) per part and query head), into at most kMaxKeySplits parts.
-constexpr int64_t kMinSplitKeys = 512;
-constexpr int64_t kMaxKeySplits = 16;
 
 // A run of consecutive rows [m0, m0 + rows) of one cache.
 struct RowBlock {
@@ -87,23 +83,14 @@ void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShap
   });
 }
 
-int64_t KeySplits(int64_t items, int threads, int64_t keys) {
-  if (items >= 2 * static_cast<int64_t>(threads)) return 1;  // enough work items already
-  const int64_t want = (2 * static_cast<int64_t>(threads) + items - 1) / items;
-  return std::clamp<int64_t>(std::min(want, keys / kMinSplitKeys), 1, kMaxKeySplits);
-}
-
 void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
                    const float* q, std::span<const ForwardRow> rows, float* out) {
-  int64_t keys = 0;
-  for (const ForwardRow& r : rows) keys = std::max<int64_t>(keys, int64_t{r.index} + 1);
-  const int64_t blocks = static_cast<int64_t>(SplitRows(rows).size());
-  BlockedAttend(ctx, layer, shape, q, rows, out,
-                KeySplits(blocks * shape.kv_heads, ctx.pool().threads(), keys));
+  BlockedAttend(ctx, layer, shape, q, rows, out, kAttentionRangeKeys);
 }
 
 void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
-                   const float* q, std::span<const ForwardRow> rows, float* out, int64_t splits) {
+                   const float* q, std::span<const ForwardRow> rows, float* out,
+                   int64_t range_keys) {
   const int64_t nh = shape.heads, nkv = shape.kv_heads, D = shape.head_dim;
   const int64_t group = nh / nkv;
   const auto M = static_cast<int64_t>(rows.size());
@@ -111,31 +98,37 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
   const std::vector<RowBlock> blocks = SplitRows(rows);
   std::vector<int32_t> last(rows.size());  // [M] last key of each row
   for (size_t m = 0; m < rows.size(); ++m) last[m] = rows[m].index;
-  const int32_t keys = *std::max_element(last.begin(), last.end()) + 1;
-  splits = std::clamp<int64_t>(splits, 1, keys);
-  // With splits > 1 every (row block, KV head) item is cut into `splits` key ranges of whole
-  // key blocks; each writes its normalised partial output and log-sum-exp, combined below.
-  std::vector<float> part_out, part_lse;  // [splits, M, nh, D], [splits, M, nh]
-  if (splits > 1) {
-    part_out.resize(static_cast<size_t>(splits * M * nh * D));
-    part_lse.resize(static_cast<size_t>(splits * M * nh));
-  }
-  const auto span_keys = static_cast<int32_t>((keys + splits - 1) / splits);
-  // [splits, M] each split's last key per row: [first, min(last, first + span_keys - 1)]
-  // (below first when the row has no key there).
-  std::vector<int32_t> split_last(static_cast<size_t>(splits * M));
-  for (int64_t p = 0; p < splits; ++p) {
-    for (int64_t m = 0; m < M; ++m) {
-      split_last[static_cast<size_t>(p * M + m)] =
-          std::min(last[static_cast<size_t>(m)], static_cast<int32_t>((p + 1) * span_keys - 1));
+  const int64_t keys = *std::max_element(last.begin(), last.end()) + 1;
+  range_keys = std::max<int64_t>(range_keys, 1);
+  const int64_t ranges = (keys + range_keys - 1) / range_keys;
+  // With ranges > 1 every (row block, KV head) item is cut at the fixed key positions
+  // p·range_keys; each part writes its normalised partial output and log-sum-exp, combined
+  // below. The boundaries depend on nothing but range_keys, so a row's result does not depend
+  // on the other rows of the call (batch invariance: a row decoded alone, in a ragged batch or
+  // in a speculative verify pass rounds the same).
+  thread_local std::vector<float> part_out, part_lse;  // [ranges, M, nh, D], [ranges, M, nh]
+  std::vector<int32_t> range_last;                     // [ranges, M]
+  if (ranges > 1) {
+    part_out.resize(static_cast<size_t>(ranges * M * nh * D));
+    part_lse.resize(static_cast<size_t>(ranges * M * nh));
+    // Range p of row m: keys [p·range_keys, min(last, (p + 1)·range_keys - 1)] (below the
+    // first key when the row has none there).
+    range_last.resize(static_cast<size_t>(ranges * M));
+    for (int64_t p = 0; p < ranges; ++p) {
+      for (int64_t m = 0; m < M; ++m) {
+        range_last[static_cast<size_t>(p * M + m)] = static_cast<int32_t>(
+            std::min<int64_t>(last[static_cast<size_t>(m)], (p + 1) * range_keys - 1));
+      }
     }
   }
-  const auto items = static_cast<int64_t>(blocks.size()) * nkv * splits;
+  float* const part_out_data = part_out.data();
+  float* const part_lse_data = part_lse.data();
+  const auto items = static_cast<int64_t>(blocks.size()) * nkv * ranges;
   ctx.pool().ParallelFor(items, 1, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t it = begin; it < end; ++it) {
-      const int64_t split = it % splits;
-      const RowBlock& b = blocks[static_cast<size_t>(it / splits / nkv)];
-      const int g = static_cast<int>(it / splits % nkv);
+      const int64_t range = it % ranges;
+      const RowBlock& b = blocks[static_cast<size_t>(it / ranges / nkv)];
+      const int g = static_cast<int>(it / ranges % nkv);
       const KvCache& cache = *rows[static_cast<size_t>(b.m0)].cache;
       kernels::AttentionTile tile;
       tile.q = q + (b.m0 * nh + g * group) * D;
@@ -154,38 +147,38 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
       tile.scale = scale;
       tile.out = out + (b.m0 * nh + g * group) * D;
       tile.out_row_stride = nh * D;
-      if (splits > 1) {
-        tile.first = static_cast<int32_t>(split) * span_keys;
-        tile.last = split_last.data() + split * M + b.m0;
-        tile.out = part_out.data() + ((split * M + b.m0) * nh + g * group) * D;
-        // lse [rows, group] of this tile: heads g·group.. of rows b.m0.., row stride nh.
-        // The kernel writes it densely, so give it its own [rows, group] run per item.
-        tile.lse = part_lse.data() + (split * M + b.m0) * nh + g * group * b.rows;
+      if (ranges > 1) {
+        tile.first = static_cast<int32_t>(range * range_keys);
+        tile.last = range_last.data() + range * M + b.m0;
+        tile.out = part_out_data + ((range * M + b.m0) * nh + g * group) * D;
+        // The kernel writes lse densely as [rows, group]: this item's run is the g-th of the
+        // block's b.rows·nh floats of this range.
+        tile.lse = part_lse_data + (range * M + b.m0) * nh + g * group * b.rows;
       }
       ctx.variant().attention(tile, ctx.scratch(thread).attention);
     }
   });
-  if (splits == 1) return;
+  if (ranges == 1) return;
   // Combine per (row, head): out = Σ_p w_p·out_p, w_p = exp(lse_p - max) / Σ exp(lse_q - max).
-  // Split 0 holds key 0, which every row attends, so max is finite.
+  // Range 0 holds key 0, which every row attends, so max is finite; a row with keys in one
+  // range only gets w = 1, total = 1: its partial output unchanged, as if never split.
   for (const RowBlock& b : blocks) {
     for (int64_t r = 0; r < b.rows; ++r) {
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t g = h / group, j = h % group;
         auto lse = [&](int64_t p) {
-          return part_lse[static_cast<size_t>((p * M + b.m0) * nh + g * group * b.rows + r * group +
-                                              j)];
+          return part_lse_data[(p * M + b.m0) * nh + g * group * b.rows + r * group + j];
         };
         float mx = lse(0);
-        for (int64_t p = 1; p < splits; ++p) mx = std::max(mx, lse(p));
+        for (int64_t p = 1; p < ranges; ++p) mx = std::max(mx, lse(p));
         float* o = out + ((b.m0 + r) * nh + h) * D;
         std::fill_n(o, D, 0.0f);
         float total = 0.0f;
-        for (int64_t p = 0; p < splits; ++p) {
-          const float w = std::exp(lse(p) - mx);  // 0 for a split with no key of this row
+        for (int64_t p = 0; p < ranges; ++p) {
+          const float w = std::exp(lse(p) - mx);  // 0 for a range with no key of this row
           if (w == 0.0f) continue;
           total += w;
-          const float* po = part_out.data() + ((p * M + b.m0 + r) * nh + h) * D;
+          const float* po = part_out_data + ((p * M + b.m0 + r) * nh + h) * D;
           for (int64_t d = 0; d < D; ++d) o[d] += w * po[d];
         }
         const float inv = 1.0f / total;

@@ -35,19 +35,22 @@ void Attend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
 // The two paths of Attend, for tests.
 void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
                      const float* q, std::span<const ForwardRow> rows, float* out);
-// REQUIRES: ctx.variant().attention != nullptr. Splits each row's keys into KeySplits(...)
-// ranges when there are fewer (row block, KV head) work items than twice the threads (decode
-// of one or a few rows at a long context): each range is its own work item and the partial
-// softmax results are combined by their log-sum-exp (flash-decoding).
+// Keys per range of BlockedAttend: each row's keys are cut at the fixed positions
+// p·kAttentionRangeKeys into ranges, each range its own work item, and the partial softmax
+// results are combined by their log-sum-exp (flash-decoding). One decoding row at depth
+// 16,384 becomes 8 KV heads x 8 ranges = 64 items instead of 8, enough for 16 threads; the
+// combine costs O(D) per range and query head against O(range·D) for the range itself.
+inline constexpr int64_t kAttentionRangeKeys = 2048;
+
+// REQUIRES: ctx.variant().attention != nullptr. Cuts keys into kAttentionRangeKeys ranges
+// (above). The boundaries are fixed positions, so each row's result is independent of the
+// other rows in the call (batch invariance) and of the thread count.
 void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
                    const float* q, std::span<const ForwardRow> rows, float* out);
-// The same with the number of key ranges given (tests; 1: no split).
+// The same with another range size (tests; at least the longest row's keys: no split).
 void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
-                   const float* q, std::span<const ForwardRow> rows, float* out, int64_t splits);
-// How many key ranges BlockedAttend cuts each item into: 1 when `items` (row blocks x KV heads)
-// already keep `threads` busy, else enough for about 2 items per thread, each range at least
-// 512 keys, at most 16 ranges.
-int64_t KeySplits(int64_t items, int threads, int64_t keys);
+                   const float* q, std::span<const ForwardRow> rows, float* out,
+                   int64_t range_keys);
 
 }  // namespace vls
 

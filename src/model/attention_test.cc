@@ -92,11 +92,11 @@ void FillCache(KvCache& cache, int length, std::mt19937& rng) {
 // rescaling by exp(m_old - m_new) per key block and in the exp polynomial (~1 ulp): each
 // output is off by a few ulps times the number of terms along its longest sum; 1e-5 is about
 // 100 ulps of 1.0 (the largest error seen over all cases was 9e-7).
-// splits > 0: the blocked path with that many key ranges per item (flash-decoding), whose
-// partial results are combined by log-sum-exp: a few more roundings per output (the rescale of
-// each part and its weighted sum), far inside the same bound.
+// range_keys > 0: the blocked path with keys cut into ranges of that many (flash-decoding),
+// whose partial results are combined by log-sum-exp: a few more roundings per output (the
+// rescale of each part and its weighted sum), far inside the same bound.
 void Compare(const AttentionShape& shape, float q_scale, std::span<const ForwardRow> rows,
-             int64_t splits = 0) {
+             int64_t range_keys = 0) {
   const auto M = static_cast<int64_t>(rows.size());
   const int64_t n = M * shape.heads * shape.head_dim;
   std::mt19937 rng(7);
@@ -111,8 +111,8 @@ void Compare(const AttentionShape& shape, float q_scale, std::span<const Forward
     for (int threads : {1, 2}) {
       const kernels::Context ctx(threads, kernels::Precision::kF32, v);
       std::vector<float> got(static_cast<size_t>(n), NAN);
-      if (splits > 0) {
-        BlockedAttend(ctx, kLayer, shape, q.data(), rows, got.data(), splits);
+      if (range_keys > 0) {
+        BlockedAttend(ctx, kLayer, shape, q.data(), rows, got.data(), range_keys);
       } else {
         Attend(ctx, kLayer, shape, q.data(), rows, got.data());
       }
@@ -123,7 +123,7 @@ void Compare(const AttentionShape& shape, float q_scale, std::span<const Forward
       }
       EXPECT_LE(worst, 1e-5f) << v->name << " threads=" << threads << " M=" << M
                               << " D=" << shape.head_dim << " nh=" << shape.heads
-                              << " splits=" << splits;
+                              << " range_keys=" << range_keys;
       ++checked;
     }
   }
@@ -189,8 +189,8 @@ TEST(AttentionTest, RaggedDecodeAndMixedRowsMatchReference) {
 }
 
 // Key ranges split over work items: decode rows of caches of 1, 77 and 1500 keys (ranges
-// shorter than a key block, rows with no key in the later ranges, more ranges than keys), and
-// a prefill block of one cache, against the reference.
+// shorter than a key block, rows with no key in the later ranges, one key per range), and a
+// prefill block of one cache, against the reference.
 TEST(AttentionTest, SplitKeyRangesMatchReference) {
   for (const KvDType dt : kDTypes) {
     for (const Case& c : {kCases[1], kCases[2]}) {
@@ -207,23 +207,59 @@ TEST(AttentionTest, SplitKeyRangesMatchReference) {
       }
       std::vector<ForwardRow> prefill;
       for (int i = 1480; i < 1500; ++i) prefill.push_back({caches[2].get(), i, {i, i, i}});
-      for (int64_t splits : {1, 2, 3, 5, 16, 2000}) {
+      for (int64_t range_keys : {1, 7, 64, 100, 512, 1499, 1500, 2048}) {
         SCOPED_TRACE(std::string(dt == KvDType::kBf16 ? "bf16" : "f32") +
-                     " splits=" + std::to_string(splits));
-        Compare(shape, c.q_scale, decode, splits);
-        Compare(shape, c.q_scale, std::span<const ForwardRow>(decode).subspan(2), splits);
-        Compare(shape, c.q_scale, prefill, splits);
+                     " range_keys=" + std::to_string(range_keys));
+        Compare(shape, c.q_scale, decode, range_keys);
+        Compare(shape, c.q_scale, std::span<const ForwardRow>(decode).subspan(2), range_keys);
+        Compare(shape, c.q_scale, prefill, range_keys);
       }
     }
   }
 }
 
-TEST(AttentionTest, KeySplitsOnlyWhenItemsLeaveThreadsIdle) {
-  EXPECT_EQ(KeySplits(8, 2, 100000), 1);   // 8 KV heads keep 2 threads busy
-  EXPECT_EQ(KeySplits(8, 16, 100000), 4);  // 2 items per thread
-  EXPECT_EQ(KeySplits(8, 16, 1024), 2);    // ranges of at least 512 keys
-  EXPECT_EQ(KeySplits(8, 16, 300), 1);
-  EXPECT_EQ(KeySplits(1, 64, 1 << 20), 16);  // at most 16 ranges
+// Batch invariance: a row's output is bit for bit the same whether it is attended alone, with
+// rows of other caches, or with the rows after it in its own cache (a speculative verify
+// pass), at every thread count, split into ranges or not. Speculative decoding's greedy
+// parity and the engine's solo-vs-batched parity rest on this.
+TEST(AttentionTest, RowResultsDoNotDependOnTheOtherRows) {
+  const Case c = kCases[2];
+  const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
+  const int lengths[] = {300, 1000};
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::mt19937 rng(9);
+  for (int len : lengths) {
+    caches.push_back(
+        std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D), KvDType::kBf16));
+    FillCache(*caches.back(), len, rng);
+  }
+  const int64_t row_floats = shape.heads * shape.head_dim;
+  std::uniform_real_distribution<float> u(-c.q_scale, c.q_scale);
+  std::vector<float> q(static_cast<size_t>(12 * row_floats));  // up to 12 rows
+  for (float& x : q) x = u(rng);
+  // Row of interest: cache 1 at index 990, always first, with the same query.
+  const ForwardRow solo = {caches[1].get(), 990, {990, 990, 990}};
+  std::vector<std::vector<ForwardRow>> calls = {{solo}};
+  calls.push_back({solo, {caches[0].get(), 299, {299, 299, 299}}});
+  std::vector<ForwardRow> verify = {solo};
+  for (int i = 991; i < 1000; ++i) verify.push_back({caches[1].get(), i, {i, i, i}});
+  calls.push_back(verify);
+  for (const kernels::KernelVariant* v : BlockedVariants()) {
+    for (int64_t range_keys : {int64_t{128}, int64_t{500}, kAttentionRangeKeys}) {
+      std::vector<float> want;
+      for (int threads : {1, 2, 3}) {
+        const kernels::Context ctx(threads, kernels::Precision::kF32, v);
+        for (const auto& rows : calls) {
+          std::vector<float> got(rows.size() * static_cast<size_t>(row_floats), NAN);
+          BlockedAttend(ctx, kLayer, shape, q.data(), rows, got.data(), range_keys);
+          got.resize(static_cast<size_t>(row_floats));  // the first row's output
+          if (want.empty()) want = got;
+          EXPECT_EQ(got, want) << v->name << " threads=" << threads << " rows=" << rows.size()
+                               << " range_keys=" << range_keys;
+        }
+      }
+    }
+  }
 }
 
 TEST(AttentionTest, Bf16CacheStaysWithinBf16RoundingOfTheF32Cache) {
