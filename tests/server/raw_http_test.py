@@ -658,7 +658,7 @@ def hostile_cases(R, port, work):
 
 def queue_and_drain(R, vls, model, work):
     srv = Server(vls, ["--model", model, "--port", "0", "--slots", "1", "--max-queue", "1", "--capacity", "4096",
-                       "--precision", "f32", "--threads", "1", "--drain-timeout", "30"])
+                       "--precision", "f32", "--threads", "1", "--drain-timeout", "120"])
     port = srv.port
     long_body = json.dumps({"messages": USER, "max_tokens": 400, "ignore_eos": True, "temperature": 0}).encode()
 
@@ -693,8 +693,10 @@ def queue_and_drain(R, vls, model, work):
     R.run("queue full: 429 with Retry-After", burst, port)
 
     def drain():
-        # A streamed request in flight, then SIGTERM.
-        body = json.dumps({"messages": USER, "max_tokens": 1500, "ignore_eos": True, "temperature": 0,
+        # A streamed request in flight, then SIGTERM. 600 tokens: a few seconds where the kernels
+        # are AVX-512, about 17 s on the scalar reference kernels (35 tokens/s on one thread on a
+        # 2-core AVX2 host), well inside the server's --drain-timeout 120.
+        body = json.dumps({"messages": USER, "max_tokens": 600, "ignore_eos": True, "temperature": 0,
                            "stream": True}).encode()
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
         s.sendall(post_bytes(CHAT, body))
