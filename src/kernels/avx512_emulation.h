@@ -39,11 +39,14 @@ inline void SetLane(V512& v, int i, T t) {
 
 }  // namespace vls::kernels::emulation
 
+// The intrinsics' own type names, so the kernel file compiles unchanged.
+// NOLINTBEGIN(bugprone-reserved-identifier)
 using __m512i = vls::kernels::emulation::V512;
 using __m512 = vls::kernels::emulation::V512;
 using __m256i = vls::kernels::emulation::V256;
 using __m128i = vls::kernels::emulation::V128;
 using __mmask16 = uint16_t;
+// NOLINTEND(bugprone-reserved-identifier)
 #define _MM_HINT_T0 0
 
 namespace vls::kernels::emulation {
