@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <stdexcept>
 
 #include "kernels/dispatch.h"
 #include "tokenizer/utf8.h"
@@ -71,6 +72,7 @@ const char* FinishReasonName(FinishReason r) {
 StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::Create(const LoadedModel& model,
                                                            EventCallback callback,
                                                            EngineOptions options) {
+  VLS_RETURN_IF_ERROR(ValidateOptions(model, options));
   try {
     return std::make_unique<BatchEngine>(model, std::move(callback), std::move(options));
   } catch (const std::bad_alloc&) {
@@ -83,9 +85,26 @@ StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::Create(const LoadedModel& mo
 
 BatchEngine::BatchEngine(const LoadedModel& model, EventCallback callback, EngineOptions options)
     : model_(model), callback_(std::move(callback)), options_(std::move(options)) {
+  if (Status st = ValidateOptions(model, options_); !st.ok()) {
+    throw std::invalid_argument(st.ToString());
+  }
   std::lock_guard<std::mutex> lock(step_mu_);
   slots_.resize(static_cast<size_t>(model.bounds().slots));
   for (Slot& s : slots_) s.session = std::make_unique<Session>(model);
+  if (options_.draft_model != nullptr) {
+    drafter_ = std::make_unique<ModelDrafter>(*options_.draft_model, model.bounds().slots);
+  }
+}
+
+Status BatchEngine::ValidateOptions(const LoadedModel& model, const EngineOptions& options) {
+  VLS_RETURN_IF_ERROR(ValidateSpeculativeParams(options.speculative));
+  if (options.draft_model != nullptr) {
+    VLS_RETURN_IF_ERROR(CheckDraftModel(model, *options.draft_model, model.bounds().slots));
+  } else if (options.speculative.draft_tokens > 0 &&
+             options.speculative.source == DraftSource::kModel) {
+    return InvalidArgument("speculative: drafting from a model needs a draft model");
+  }
+  return Status::Ok();
 }
 
 void BatchEngine::Fault(std::string_view point, uint64_t id) const {
@@ -99,6 +118,10 @@ BatchEngine::~BatchEngine() { Stop(); }
 
 StatusOr<uint64_t> BatchEngine::Submit(GenerationRequest request) {
   VLS_RETURN_IF_ERROR(ValidateRequest(model_, request));  // no engine state is read or changed
+  if (request.speculative && request.speculative->draft_tokens > 0 &&
+      request.speculative->source == DraftSource::kModel && options_.draft_model == nullptr) {
+    return InvalidArgument("speculative: this engine has no draft model to draft from");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   pending_bytes_ += request.bytes();
@@ -270,6 +293,7 @@ void BatchEngine::ReleaseSlot(Slot& slot) {
   slot.sampler.reset();
   slot.generated.clear();
   slot.next_token = -1;
+  if (drafter_) drafter_->Forget(SlotIndex(slot));
   // `kept` and the session's valid rows stay: the next request may reuse them.
 }
 
@@ -428,6 +452,20 @@ void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
   slot.prefilled = end;
   if (!last) return;
   slot.phase = Phase::kDecode;
+  if (drafter_) {
+    const SpeculativeParams& sp = SpecOf(slot);
+    const int index = SlotIndex(slot);
+    try {
+      if (sp.draft_tokens > 0 && sp.source == DraftSource::kModel) {
+        // A prompt the draft model cannot take leaves the slot without drafts.
+        (void)drafter_->Begin(index, slot.request.prompt());
+      } else {
+        drafter_->Forget(index);
+      }
+    } catch (...) {  // out of memory in the draft model: decode without drafts
+      drafter_->Forget(index);
+    }
+  }
   // The slot keeps the prompt ids (penalties) and the limits; never the embeddings or the
   // DeepStack payload.
   slot.request.embeddings = std::vector<float>();
@@ -456,18 +494,52 @@ void BatchEngine::PrefillSlots(int64_t budget, StepResult* out) {
   }
 }
 
-std::vector<int32_t> BatchEngine::Draft(const Slot& slot, int64_t room) const {
-  const SpeculativeParams& sp =
-      slot.request.speculative ? *slot.request.speculative : options_.speculative;
+const SpeculativeParams& BatchEngine::SpecOf(const Slot& slot) const {
+  return slot.request.speculative ? *slot.request.speculative : options_.speculative;
+}
+
+int BatchEngine::SlotIndex(const Slot& slot) const {
+  return static_cast<int>(&slot - slots_.data());
+}
+
+int64_t BatchEngine::DraftLimit(const Slot& slot, int64_t room) const {
+  const SpeculativeParams& sp = SpecOf(slot);
   // A pass emits at most drafts + 1 tokens and writes drafts + 1 KV rows: never draft past the
   // request's token limit or the slot's capacity.
   const int64_t tokens_left =
       slot.request.max_new_tokens - static_cast<int64_t>(slot.generated.size()) - 1;
   const int64_t rows_left = slot.session->capacity() - slot.session->length() - 1;
-  const int64_t limit =
-      std::min({static_cast<int64_t>(sp.draft_tokens), tokens_left, rows_left, room});
+  int64_t limit = std::min({static_cast<int64_t>(sp.draft_tokens), tokens_left, rows_left, room});
+  if (sp.source == DraftSource::kModel) {
+    limit = drafter_ ? std::min(limit, drafter_->Room(SlotIndex(slot), slot.session->length())) : 0;
+  }
+  return std::max<int64_t>(limit, 0);
+}
+
+std::vector<int32_t> BatchEngine::Draft(const Slot& slot, int64_t limit) const {
   if (limit <= 0) return {};
-  return DraftNgram(slot.request.tokens, slot.generated, sp, static_cast<int>(limit));
+  return DraftNgram(slot.request.tokens, slot.generated, SpecOf(slot), static_cast<int>(limit));
+}
+
+void BatchEngine::ModelDrafts(std::span<Slot* const> rows, std::span<const int64_t> limits,
+                              std::vector<std::vector<int32_t>>* drafts) {
+  std::vector<ModelDrafter::Job> jobs;
+  std::vector<size_t> which;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const Slot& s = *rows[b];
+    if (limits[b] <= 0 || SpecOf(s).source != DraftSource::kModel) continue;
+    jobs.push_back({SlotIndex(s), s.request.tokens, s.generated, static_cast<int>(limits[b])});
+    which.push_back(b);
+  }
+  if (jobs.empty() || !drafter_) return;
+  std::vector<std::vector<int32_t>> got;
+  try {
+    drafter_->Draft(jobs, &got);
+  } catch (...) {  // out of memory drafting: these slots decode plainly this step
+    for (const ModelDrafter::Job& j : jobs) drafter_->Forget(j.slot);
+    return;
+  }
+  for (size_t i = 0; i < which.size(); ++i) (*drafts)[which[i]] = std::move(got[i]);
 }
 
 void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
@@ -507,6 +579,7 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
                                  *DecodeCoordinate(index, slot.session->rope_delta())));
   }
   slot.session->Rewind(base + 1 + static_cast<int>(accepted));
+  if (drafter_) drafter_->Keep(SlotIndex(slot), slot.session->length());
   if (!error.empty() && slot.phase != Phase::kFree && slot.id == id) {
     FinishSlot(slot, FinishReason::kError, error, out);
   }
@@ -524,15 +597,24 @@ void BatchEngine::DecodeActive(StepResult* out) {
   int64_t room =
       std::max<int64_t>(0, kernels::kOneDnnMinRows - 1 - static_cast<int64_t>(rows.size()));
   std::vector<std::vector<int32_t>> drafts(rows.size());
+  std::vector<int64_t> limits(rows.size(), 0);
+  for (size_t b = 0; b < rows.size(); ++b) {
+    Slot& s = *rows[b];
+    limits[b] = DraftLimit(s, room);
+    if (SpecOf(s).source == DraftSource::kNgram) {
+      try {
+        drafts[b] = Draft(s, limits[b]);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory drafting: decode plainly
+      }
+      limits[b] = static_cast<int64_t>(drafts[b].size());
+    }
+    room -= limits[b];
+  }
+  ModelDrafts(rows, limits, &drafts);
   std::vector<Session*> sessions;
   std::vector<int32_t> tokens, counts;
   for (size_t b = 0; b < rows.size(); ++b) {
     Slot& s = *rows[b];
-    try {
-      drafts[b] = Draft(s, room);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory drafting: decode plainly
-    }
-    room -= static_cast<int64_t>(drafts[b].size());
     sessions.push_back(s.session.get());
     tokens.push_back(s.next_token);
     tokens.insert(tokens.end(), drafts[b].begin(), drafts[b].end());

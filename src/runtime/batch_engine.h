@@ -40,6 +40,7 @@
 
 #include "base/thread_annotations.h"
 #include "runtime/deepstack.h"
+#include "runtime/model_draft.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -82,6 +83,10 @@ struct EngineOptions {
   // prompt-lookup drafts of up to draft_tokens tokens, verified in the shared decode pass
   // (docs/speculative.md). Off by default.
   SpeculativeParams speculative = {};
+  // The draft model of DraftSource::kModel speculation (not owned; outlives the engine): same
+  // vocabulary, loaded for at least the engine's slots (CheckDraftModel). Null: requests cannot
+  // speculate from a model.
+  const LoadedModel* draft_model = nullptr;
   // Tests only: called with "admit", "prefill" or "sample" and the request id at those points
   // of a step; whatever it throws is treated as that request's failure (fault injection).
   std::function<void(std::string_view point, uint64_t request_id)> fault_hook_for_testing = nullptr;
@@ -104,16 +109,21 @@ class BatchEngine {
   using EventCallback = std::function<bool(const TokenEvent&)>;
 
   // Slots and capacity come from the loaded model's static bounds. ResourceExhausted when the
-  // slots' KV caches cannot be allocated.
+  // slots' KV caches cannot be allocated; InvalidArgument when the options do not fit the model
+  // (ValidateOptions).
   static StatusOr<std::unique_ptr<BatchEngine>> Create(const LoadedModel& model,
                                                        EventCallback callback = nullptr,
                                                        EngineOptions options = {});
-  // The same, throwing std::bad_alloc when the KV caches cannot be allocated. Prefer Create.
+  // The same, throwing std::bad_alloc when the KV caches cannot be allocated and
+  // std::invalid_argument when the options do not fit. Prefer Create.
   // (LoadedModel::Load has checked that the memory of the bounds is there.)
   explicit BatchEngine(const LoadedModel& model, EventCallback callback = nullptr,
                        EngineOptions options = {});
   ~BatchEngine();
   BatchEngine(const BatchEngine&) = delete;
+  // The default speculative parameters, and a draft model that fits (CheckDraftModel); draft
+  // speculation by default needs the draft model.
+  static Status ValidateOptions(const LoadedModel& model, const EngineOptions& options);
   BatchEngine& operator=(const BatchEngine&) = delete;
 
   // Validates everything (ValidateRequest) and queues the request. A rejected submit changes
@@ -203,6 +213,14 @@ class BatchEngine {
   // The prompt-lookup draft of a decoding slot, at most `room` tokens (empty when it does not
   // speculate).
   std::vector<int32_t> Draft(const Slot& slot, int64_t room) const;
+  // The speculative parameters that apply to a slot's request.
+  const SpeculativeParams& SpecOf(const Slot& slot) const;
+  // Most tokens a slot may draft this step (0: none), `room` rows of the pass left.
+  int64_t DraftLimit(const Slot& slot, int64_t room) const;
+  // The drafts of the slots that speculate from the draft model, in one set of draft passes.
+  void ModelDrafts(std::span<Slot* const> rows, std::span<const int64_t> limits,
+                   std::vector<std::vector<int32_t>>* drafts);
+  int SlotIndex(const Slot& slot) const;
   // After a decode pass that ran slot's next token and `draft` as rows [0, n) (logits
   // [n, V]): verifies the drafts in order, emits the accepted ones and one more token, and
   // keeps the KV rows of the tokens that stay in the sequence.
@@ -248,6 +266,8 @@ class BatchEngine {
   uint64_t verify_passes_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t drafted_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t accepted_ VLS_GUARDED_BY(step_mu_) = 0;
+  // Draft sessions, one per slot, when options_.draft_model is set.
+  std::unique_ptr<ModelDrafter> drafter_ VLS_GUARDED_BY(step_mu_);
 
   // Delivery: one at a time, in step order; recursive so a callback may cancel.
   std::recursive_mutex deliver_mu_;

@@ -17,6 +17,26 @@
 
 namespace vls {
 
+// A tiny test checkpoint written from `spec` under TEST_TMPDIR/vls_batch_test_<name>, loaded
+// for `slots` slots of `capacity` rows with two threads (the parallel paths, whatever the
+// machine).
+inline std::unique_ptr<LoadedModel> LoadSpecCheckpoint(
+    const std::string& name, const TestModelSpec& spec, int slots, int capacity,
+    kernels::Precision precision = kernels::Precision::kF32) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_batch_test_" + name);
+  Status s = WriteTestCheckpoint(dir, spec, false);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  LoadOptions o;
+  o.capacity = capacity;
+  o.slots = slots;
+  o.precision = precision;
+  o.threads = 2;
+  auto lm = LoadedModel::Load(dir, o);
+  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
+  return lm.ok() ? std::move(*lm) : nullptr;
+}
+
 // `tied`: tied tiny models tend to repeat their input token (speculation tests want that);
 // untied ones vary.
 inline std::unique_ptr<LoadedModel> LoadModel(
@@ -27,18 +47,7 @@ inline std::unique_ptr<LoadedModel> LoadModel(
   spec.tied = tied;
   spec.dtype = DType::kF32;
   spec.seed = 5;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_batch_test_" + name);
-  Status s = WriteTestCheckpoint(dir, spec, false);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  LoadOptions o;
-  o.capacity = capacity;
-  o.slots = slots;
-  o.precision = precision;
-  o.threads = 2;  // the parallel paths, whatever the machine
-  auto lm = LoadedModel::Load(dir, o);
-  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
-  return lm.ok() ? std::move(*lm) : nullptr;
+  return LoadSpecCheckpoint(name, spec, slots, capacity, precision);
 }
 
 inline GenerationRequest Text(std::vector<int32_t> ids, int32_t delta, int max_new) {

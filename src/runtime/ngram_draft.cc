@@ -4,11 +4,17 @@
 
 namespace vls {
 
+const char* DraftSourceName(DraftSource s) { return s == DraftSource::kModel ? "draft" : "ngram"; }
+
 Status ValidateSpeculativeParams(const SpeculativeParams& p) {
   if (p.draft_tokens < 0 || p.draft_tokens > kMaxDraftTokens) {
     return InvalidArgument("speculative.draft_tokens: must be in [0, " +
                            std::to_string(kMaxDraftTokens) + "], got " +
                            std::to_string(p.draft_tokens));
+  }
+  if (p.source != DraftSource::kNgram && p.source != DraftSource::kModel) {
+    return InvalidArgument("speculative.source: unknown draft source " +
+                           std::to_string(static_cast<int>(p.source)));
   }
   if (p.min_ngram < 1 || p.max_ngram < p.min_ngram || p.max_ngram > kMaxNgram) {
     return InvalidArgument("speculative: n-gram sizes must satisfy 1 <= min_ngram (" +

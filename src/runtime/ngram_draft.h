@@ -13,11 +13,16 @@
 
 namespace vls {
 
+// Where drafts come from: prompt lookup, or the engine's draft model (runtime/model_draft.h).
+enum class DraftSource : int { kNgram = 0, kModel = 1 };
+const char* DraftSourceName(DraftSource s);  // "ngram" / "draft"
+
 // How a request speculates. draft_tokens == 0: plain decoding.
 struct SpeculativeParams {
   int draft_tokens = 0;  // most drafted tokens per verify pass (k)
-  int max_ngram = 3;     // the longest suffix matched
-  int min_ngram = 1;     // the shortest suffix matched
+  DraftSource source = DraftSource::kNgram;
+  int max_ngram = 3;  // the longest suffix matched
+  int min_ngram = 1;  // the shortest suffix matched
 };
 
 inline constexpr int kMaxDraftTokens = 64;
