@@ -246,11 +246,16 @@ Status Batch(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> model,
                        LoadForLines(model_dir, file_cfg, given_capacity, lo, &lines));
   const long long capacity = model->bounds().capacity;
+  lo.capacity = static_cast<int>(capacity);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> draft,
+                       LoadDraftModel(args, model_dir, *model, lo));
+  eo.draft_model = draft.get();
   std::fprintf(stderr,
                "[batch] %zu requests, %lld slots, capacity %lld, %s, prefill chunk %d, prefix "
-               "reuse %s, draft tokens %d\n",
+               "reuse %s, draft tokens %d (%s)\n",
                lines.size(), slots, capacity, kernels::PrecisionName(lo.precision),
-               eo.prefill_chunk, eo.prefix_reuse ? "on" : "off", eo.speculative.draft_tokens);
+               eo.prefill_chunk, eo.prefix_reuse ? "on" : "off", eo.speculative.draft_tokens,
+               DraftSourceName(eo.speculative.source));
 
   // The tokenizer, only when some request has stop strings; without one those requests fail.
   std::unique_ptr<tok::Tokenizer> tokenizer;

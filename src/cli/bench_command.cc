@@ -418,7 +418,8 @@ Status Throughput(const Args& args, const bench::Loader& load) {
               ",\"generation_ratio\":" + StatsJson(Summarise(ratio));
     }
     if (speculate) {
-      extra += ",\"draft_tokens\":" + std::to_string(setup.engine.speculative.draft_tokens) +
+      extra += ",\"speculate\":\"" + std::string(DraftSourceName(setup.engine.speculative.source)) +
+               "\"" + ",\"draft_tokens\":" + std::to_string(setup.engine.speculative.draft_tokens) +
                ",\"plain_generation_tokens_per_s\":" + StatsJson(Summarise(plain_gtps)) +
                ",\"speculative_ratio\":" + StatsJson(Summarise(spec_ratio)) +
                ",\"acceptance_rate\":" + StatsJson(Summarise(acceptance)) +
@@ -468,9 +469,10 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       std::printf("without speculation  min %.2f median %.2f max %.2f (generation tokens/s)\n",
                   b.min, b.median, b.max);
       std::printf(
-          "speculative ratio    min %.2f median %.2f max %.2f (ngram, %d draft tokens, "
+          "speculative ratio    min %.2f median %.2f max %.2f (%s, %d draft tokens, "
           "per rep)\n",
-          q.min, q.median, q.max, setup.engine.speculative.draft_tokens);
+          q.min, q.median, q.max, DraftSourceName(setup.engine.speculative.source),
+          setup.engine.speculative.draft_tokens);
       std::printf("acceptance rate      min %.3f median %.3f max %.3f\n", a.min, a.median, a.max);
       std::printf("accepted per verify  min %.2f median %.2f max %.2f\n", pp.min, pp.median,
                   pp.max);
@@ -544,7 +546,7 @@ Status Bench(const Args& args) {
         "--speculate is measured in the throughput mode, without --kernel-loop or "
         "--baseline-slots");
   }
-  std::unique_ptr<LoadedModel> loaded;
+  std::unique_ptr<LoadedModel> loaded, draft;
   const bench::Loader load = [&](int capacity, int slots) -> StatusOr<bench::Setup> {
     LoadOptions o = base;
     o.capacity = capacity;
@@ -563,6 +565,9 @@ Status Bench(const Args& args) {
     s.engine.prefill_chunk = chunks.front();
     s.engine.prefix_reuse = !args.Has("no-prefix-reuse");
     s.engine.speculative = speculative;
+    draft.reset();
+    VLS_ASSIGN_OR_RETURN(draft, LoadDraftModel(args, dir, *loaded, o));
+    s.engine.draft_model = draft.get();
     s.json = args.Has("json");
     s.threads = loaded->model().context().pool().threads();
     return s;

