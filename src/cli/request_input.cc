@@ -6,6 +6,7 @@
 #include <set>
 
 #include "io/untrusted_json.h"
+#include "runtime/chat_json.h"
 #include "runtime/session.h"
 #include "runtime/stop_matcher.h"
 #include "tensor/grid_thw.h"
@@ -261,7 +262,8 @@ constexpr std::string_view kBatchFields[] = {"id",
                                              "frequency_penalty",
                                              "seed",
                                              "stop",
-                                             "images"};
+                                             "images",
+                                             "speculative"};
 
 // A float sampling field: any finite JSON number a float holds.
 Status ReadFloatField(const Json& v, const char* what, float* out) {
@@ -283,7 +285,7 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
                            " (fields: id, input, "
                            "max_new_tokens, ignore_eos, cancel_after_tokens, temperature, top_k, "
                            "top_p, min_p, repetition_penalty, presence_penalty, "
-                           "frequency_penalty, seed, stop, images)");
+                           "frequency_penalty, seed, stop, images, speculative)");
   }
   // Each present, non-null field.
   auto field = [&j](const char* key) -> const Json* {
@@ -369,6 +371,11 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
     VLS_RETURN_IF_ERROR(ValidateStopStrings(stop).WithContext("field 'stop'"));
     line->stop = std::move(stop);
   }
+  if ((v = field("speculative"))) {
+    SpeculativeParams p;
+    VLS_RETURN_IF_ERROR(SpeculativeFromJson(nlohmann::ordered_json::parse(v->dump()), &p));
+    line->speculative = p;
+  }
   return Status::Ok();
 }
 
@@ -410,6 +417,7 @@ StatusOr<GenerationRequest> BatchRequest(RequestInput r, const BatchLine& line,
   g.max_new_tokens = line.max_new_tokens;
   g.ignore_eos = line.ignore_eos;
   g.sampling = line.sampling;
+  g.speculative = line.speculative;
   return g;
 }
 

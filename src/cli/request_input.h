@@ -78,6 +78,9 @@ struct BatchLine {
   std::optional<std::vector<std::string>> stop;  // given: the output line carries "text"
   // Image files (relative to the JSONL file): input_ids then holds one image pad per image.
   std::vector<std::string> images;
+  // {"method": "off" | "ngram" | "draft", "draft_tokens": K} (SpeculativeFromJson); unset: the
+  // engine's default (--speculate).
+  std::optional<SpeculativeParams> speculative;
 };
 
 // Most images one batch line may list.

@@ -8,7 +8,6 @@
 namespace vls::cli {
 
 namespace {
-constexpr int kDefaultDraftTokens = 8;
 
 // The parts of a tokenizer.json that map text to ids: the model (vocabulary, merges) and the
 // added tokens. Null when the folder has no tokenizer.json.
@@ -42,8 +41,9 @@ std::string SpeculativeFlagsHelp() {
          "  --draft-tokens K     most drafted tokens per verify pass (default " +
          std::to_string(kDefaultDraftTokens) + ", at most " + std::to_string(kMaxDraftTokens) +
          ")\n"
-         "  --draft-model DIR    the draft model's folder (implies --speculate draft); loaded\n"
-         "                       with the model's precision, threads, slots and capacity\n";
+         "  --draft-model DIR    the draft model's folder (without --speculate: draft); loaded\n"
+         "                       with the model's precision, threads, slots and capacity; with\n"
+         "                       --speculate off or ngram, requests may still choose it\n";
 }
 
 Status ApplySpeculativeFlags(const Args& args, SpeculativeParams* p) {
@@ -54,9 +54,6 @@ Status ApplySpeculativeFlags(const Args& args, SpeculativeParams* p) {
   }
   if (mode == "draft" && !args.Has("draft-model")) {
     return InvalidArgument("--speculate draft needs --draft-model DIR");
-  }
-  if (mode != "draft" && args.Has("draft-model")) {
-    return InvalidArgument("--draft-model needs --speculate draft (or no --speculate)");
   }
   if (mode == "off") {
     if (args.Has("draft-tokens")) {

@@ -20,8 +20,9 @@ const std::set<std::string>& SpeculativeFlagNames();
 std::string SpeculativeFlagsHelp();
 
 // --speculate off|ngram|draft (default off; draft when only --draft-model is given),
-// --draft-tokens K (default 8, in [1, 64]; not with off) and --draft-model DIR (only with
-// draft). Errors name the flag.
+// --draft-tokens K (default 8, in [1, 64]; not with off) and --draft-model DIR (required by
+// draft; with off or ngram it stays available to requests that ask for it). Errors name the
+// flag.
 Status ApplySpeculativeFlags(const Args& args, SpeculativeParams* p);
 
 // The --draft-model folder loaded for an engine on `model` (from `model_dir`) with `options`

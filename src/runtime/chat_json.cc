@@ -153,9 +153,48 @@ constexpr const char* kKnown[] = {"messages",
                                   "stop_token_ids",
                                   "ignore_eos",
                                   "logprobs",
-                                  "logit_bias"};
+                                  "logit_bias",
+                                  "speculative"};
+
+Status ReadSpeculative(const Json& j, std::optional<SpeculativeParams>* out) {
+  const Json* v = Field(j, "speculative");
+  if (v == nullptr) return Status::Ok();
+  SpeculativeParams p;
+  VLS_RETURN_IF_ERROR(Named(SpeculativeFromJson(*v, &p)));
+  *out = p;
+  return Status::Ok();
+}
 
 }  // namespace
+
+Status SpeculativeFromJson(const Json& v, SpeculativeParams* out) {
+  auto bad = [](const std::string& why) { return InvalidArgument("\"speculative\" " + why); };
+  if (!v.is_object()) return bad("must be an object {\"method\": \"off\" | \"ngram\" | \"draft\"}");
+  for (const auto& [key, value] : v.items()) {
+    if (key != "method" && key != "draft_tokens") {
+      return bad("has an unknown field " + JsonSnippet(Json(key)));
+    }
+  }
+  const Json* method = Field(v, "method");
+  if (method == nullptr || !method->is_string()) {
+    return bad("needs \"method\": \"off\", \"ngram\" or \"draft\"");
+  }
+  const std::string m = method->get<std::string>();
+  if (m != "off" && m != "ngram" && m != "draft") {
+    return bad("method " + JsonSnippet(Json(m)) + " is not \"off\", \"ngram\" or \"draft\"");
+  }
+  int64_t k = kDefaultDraftTokens;
+  bool k_set = false;
+  if (const Json* d = Field(v, "draft_tokens")) {
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*d, "\"speculative.draft_tokens\"", 1, kMaxDraftTokens, &k));
+    k_set = true;
+  }
+  if (m == "off" && k_set) return bad("draft_tokens needs a method other than off");
+  *out = SpeculativeParams();
+  out->draft_tokens = m == "off" ? 0 : static_cast<int>(k);
+  out->source = m == "draft" ? DraftSource::kModel : DraftSource::kNgram;
+  return Status::Ok();
+}
 
 StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& defaults) {
   if (!j.is_object()) return InvalidArgument("chat request: must be a JSON object");
@@ -249,6 +288,7 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
       s.logit_bias.emplace_back(id, static_cast<float>(std::clamp(b, -100.0, 100.0)));
     }
   }
+  VLS_RETURN_IF_ERROR(ReadSpeculative(j, &r.speculative));
   return r;
 }
 

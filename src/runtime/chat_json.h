@@ -6,7 +6,8 @@
 //    "top_k": int?, "min_p": num?, "repetition_penalty": num?, "presence_penalty": num?,
 //    "frequency_penalty": num?, "seed": uint?, "stop": string | [string]?,
 //    "stop_token_ids": [int]?, "ignore_eos": bool?, "logprobs": int?,
-//    "logit_bias": {"<token id>": num}?}
+//    "logit_bias": {"<token id>": num}?,
+//    "speculative": {"method": "off" | "ngram" | "draft", "draft_tokens": int?}?}
 //
 // Sampling fields that are absent (or null) keep `defaults` (the model's generation_config).
 // Every field is read strictly (integers are JSON integers in range, booleans true or false,
@@ -31,6 +32,10 @@ namespace vls {
 // refused repeated keys. For chat requests, whose key order the template sees.
 Status ParseUntrustedOrderedJson(std::string_view label, std::string_view text,
                                  nlohmann::ordered_json* out, const JsonParseOptions& options = {});
+
+// {"method": "off" | "ngram" | "draft", "draft_tokens": 1..64?} (draft_tokens 8 when absent;
+// "off" takes none): a request's speculative decoding. Errors start with "\"speculative\"".
+Status SpeculativeFromJson(const nlohmann::ordered_json& v, SpeculativeParams* out);
 
 StatusOr<ChatRequest> ChatRequestFromJson(const nlohmann::ordered_json& j,
                                           const SamplingParams& defaults);

@@ -31,6 +31,26 @@ TEST(ChatJsonTest, FieldsAndDefaults) {
   EXPECT_TRUE(r->add_generation_prompt);
 }
 
+TEST(ChatJsonTest, SpeculativeMethodAndDraftTokens) {
+  const SamplingParams d;
+  const std::string head = R"({"messages":[{"role":"user","content":"x"}])";
+  auto absent = ChatRequestFromJsonText(head + "}", d);
+  auto null = ChatRequestFromJsonText(head + R"(,"speculative":null})", d);
+  auto off = ChatRequestFromJsonText(head + R"(,"speculative":{"method":"off"}})", d);
+  auto ngram = ChatRequestFromJsonText(head + R"(,"speculative":{"method":"ngram"}})", d);
+  auto draft =
+      ChatRequestFromJsonText(head + R"(,"speculative":{"method":"draft","draft_tokens":3}})", d);
+  ASSERT_TRUE(absent.ok() && null.ok() && off.ok() && ngram.ok() && draft.ok());
+  EXPECT_FALSE(absent->speculative.has_value());  // the engine's default
+  EXPECT_FALSE(null->speculative.has_value());
+  ASSERT_TRUE(off->speculative && ngram->speculative && draft->speculative);
+  EXPECT_EQ(off->speculative->draft_tokens, 0);
+  EXPECT_EQ(ngram->speculative->draft_tokens, kDefaultDraftTokens);
+  EXPECT_EQ(ngram->speculative->source, DraftSource::kNgram);
+  EXPECT_EQ(draft->speculative->draft_tokens, 3);
+  EXPECT_EQ(draft->speculative->source, DraftSource::kModel);
+}
+
 TEST(ChatJsonTest, BadFieldsAreNamed) {
   const SamplingParams d;
   const char* cases[][2] = {
@@ -49,6 +69,17 @@ TEST(ChatJsonTest, BadFieldsAreNamed) {
       {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"a":1}})", "logit_bias"},
       {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"3":"x"}})", "logit_bias"},
       {R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"speculative":"ngram"})", "speculative"},
+      {R"({"messages":[{"role":"user","content":"x"}],"speculative":{}})", "method"},
+      {R"({"messages":[{"role":"user","content":"x"}],"speculative":{"method":"eagle"}})", "eagle"},
+      {R"({"messages":[{"role":"user","content":"x"}],"speculative":{"method":"ngram","k":2}})",
+       "unknown field \"k\""},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "speculative":{"method":"ngram","draft_tokens":65}})",
+       "speculative.draft_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "speculative":{"method":"off","draft_tokens":2}})",
+       "needs a method"},
       {R"([1,2])", "object"},
       {R"({"messages":)", "JSON"},
   };

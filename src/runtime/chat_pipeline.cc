@@ -296,6 +296,7 @@ Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out
   }
   r.sampling = request.sampling;
   r.logprobs = request.logprobs;
+  r.speculative = request.speculative;
   VLS_RETURN_IF_ERROR(ValidateRequest(model_, r));
   out->stop = request.stop;
   return Status::Ok();

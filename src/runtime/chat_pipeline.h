@@ -54,6 +54,8 @@ struct ChatRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;  // EOS ids do not stop (stop_token_ids still do)
   int logprobs = -1;        // GenerationRequest::logprobs
+  // GenerationRequest::speculative (unset: the engine's default; docs/speculative.md).
+  std::optional<SpeculativeParams> speculative;
 };
 
 // One image or video part of a message, in prompt order.

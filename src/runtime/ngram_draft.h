@@ -26,6 +26,7 @@ struct SpeculativeParams {
 };
 
 inline constexpr int kMaxDraftTokens = 64;
+inline constexpr int kDefaultDraftTokens = 8;  // the CLI's and the request JSON's default
 inline constexpr int kMaxNgram = 16;
 
 // 0 <= draft_tokens <= kMaxDraftTokens, 1 <= min_ngram <= max_ngram <= kMaxNgram.

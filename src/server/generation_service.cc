@@ -166,6 +166,10 @@ ServiceLoad GenerationService::load() const {
   l.queued = static_cast<int64_t>(engine_->pending_count());
   l.busy = static_cast<int64_t>(engine_->active_count());
   l.slots = slots_;
+  const EngineCounters c = engine_->counters();
+  l.verify_passes = static_cast<int64_t>(c.verify_passes);
+  l.draft_tokens = static_cast<int64_t>(c.draft_tokens);
+  l.accepted_draft_tokens = static_cast<int64_t>(c.accepted_draft_tokens);
   std::lock_guard<std::mutex> lock(mu_);
   l.in_flight = static_cast<int64_t>(live_.size());
   return l;

@@ -80,6 +80,8 @@ struct ServiceLoad {
   int64_t busy = 0;       // slots running a request
   int64_t slots = 0;      // slots in all
   int64_t in_flight = 0;  // submitted and not finished
+  // Speculative decoding so far (EngineCounters): verify passes, drafted and accepted tokens.
+  int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
 };
 
 class GenerationService {

@@ -441,6 +441,9 @@ GaugeValues HttpServer::Impl::Gauges() const {
     g.slots_busy = l.busy;
     g.slots_total = l.slots;
     g.requests_in_flight = l.in_flight;
+    g.verify_passes = l.verify_passes;
+    g.draft_tokens = l.draft_tokens;
+    g.accepted_draft_tokens = l.accepted_draft_tokens;
   }
   g.draining = draining.load() ? 1 : 0;
   return g;

@@ -188,6 +188,12 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
                 prompt_tokens_cached_.load(std::memory_order_relaxed), &out);
   AppendCounter("vlstack_generation_tokens_total", "Tokens generated.",
                 generation_tokens_.load(std::memory_order_relaxed), &out);
+  AppendCounter("vlstack_speculative_verify_passes_total",
+                "Decode passes that verified drafted tokens.", g.verify_passes, &out);
+  AppendCounter("vlstack_speculative_draft_tokens_total", "Tokens drafted for verification.",
+                g.draft_tokens, &out);
+  AppendCounter("vlstack_speculative_accepted_tokens_total",
+                "Drafted tokens accepted (emitted as drafted).", g.accepted_draft_tokens, &out);
   AppendGauge("vlstack_queue_depth", "Requests waiting for a slot.", g.queue_depth, &out);
   AppendGauge("vlstack_slots_busy", "Engine slots serving a request.", g.slots_busy, &out);
   AppendGauge("vlstack_slots_total", "Engine slots.", g.slots_total, &out);

@@ -5,6 +5,8 @@
 //   vlstack_prompt_tokens_total                  counter: prompt tokens of admitted requests
 //   vlstack_prompt_tokens_cached_total           counter: of those, served from a prefix cache
 //   vlstack_generation_tokens_total              counter: tokens generated
+//   vlstack_speculative_verify_passes_total, vlstack_speculative_draft_tokens_total,
+//   vlstack_speculative_accepted_tokens_total    counters: speculative decoding, from the engine
 //   vlstack_queue_depth, vlstack_slots_busy, vlstack_slots_total,
 //   vlstack_requests_in_flight, vlstack_draining gauges, read from the server at render time
 //   vlstack_time_to_first_token_seconds, vlstack_inter_token_latency_seconds,
@@ -61,10 +63,12 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Gauges the server reads from its queue and engine when /metrics is asked for.
+// Values the server reads from its queue and engine when /metrics is asked for: gauges, and the
+// engine's own (monotone) speculation counters.
 struct GaugeValues {
   int64_t queue_depth = 0, slots_busy = 0, slots_total = 0, requests_in_flight = 0;
   int64_t draining = 0;  // 1 while SIGTERM drains the requests in flight
+  int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
 };
 
 class ServerMetrics {

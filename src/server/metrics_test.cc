@@ -165,7 +165,13 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   g.slots_total = 4;
   g.requests_in_flight = 5;
   g.draining = 1;
+  g.verify_passes = 7;
+  g.draft_tokens = 40;
+  g.accepted_draft_tokens = 31;
   const std::string text = m.Render(g);
+  EXPECT_EQ(SampleValue(text, "vlstack_speculative_verify_passes_total"), "7");
+  EXPECT_EQ(SampleValue(text, "vlstack_speculative_draft_tokens_total"), "40");
+  EXPECT_EQ(SampleValue(text, "vlstack_speculative_accepted_tokens_total"), "31");
   EXPECT_EQ(SampleValue(text, "vlstack_queue_depth"), "3");
   EXPECT_EQ(SampleValue(text, "vlstack_slots_busy"), "2");
   EXPECT_EQ(SampleValue(text, "vlstack_slots_total"), "4");
@@ -202,9 +208,9 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 13u);
-  // 11 request series, 3 counters, 5 gauges, 4 histograms of (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 3 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(families.size(), 16u);
+  // 11 request series, 6 counters, 5 gauges, 4 histograms of (buckets + 1) + 2 lines each.
+  EXPECT_EQ(samples, 11 + 6 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 

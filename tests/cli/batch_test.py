@@ -209,6 +209,19 @@ def main():
         assert out[0]["finish_reason"] == "error" and "tokenizer" in out[0]["error"], out[0]
         assert out[1]["finish_reason"] == "length" and out[1]["tokens"] == toks, out[1]
 
+        # Speculative decoding per line (prompt lookup; the model itself as --draft-model) keeps
+        # the greedy tokens; a draft line without a draft model, or a bad field, fails alone.
+        spec = lambda method, k=4: dict(base, stop=None, speculative={"method": method, "draft_tokens": k})
+        out = b.run([dict(spec("ngram"), id="ngram"), dict(spec("draft"), id="draft"),
+                     dict(base, id="plain"), dict(base, id="bad", speculative={"method": "x"})],
+                    ["--draft-model", model, "--speculate", "off"])
+        for o in out[:3]:
+            assert o["finish_reason"] == "length" and o["tokens"] == toks, o
+        assert out[3]["finish_reason"] == "error" and "speculative" in out[3]["error"], out[3]
+        out = b.run([dict(spec("draft"), id="nomodel"), dict(base, id="plain")])
+        assert out[0]["finish_reason"] == "error" and "no draft model" in out[0]["error"], out[0]
+        assert out[1]["tokens"] == toks, out[1]
+
         # Prefix reuse: on one slot the second request runs after the first finished and reuses
         # the prompt they share; not with --no-prefix-reuse.
         shared = ids(3, 20)

@@ -156,8 +156,6 @@ def main():
             passes, drafted, accepted = map(int, m.groups())
             assert (drafted > 0 and accepted == drafted) if full else accepted <= drafted, (flags, m.groups())
         expect_error(base + ["--prompt", "hi", "--speculate", "draft"], "needs --draft-model")
-        expect_error(base + ["--prompt", "hi", "--speculate", "ngram", "--draft-model", draft],
-                     "--draft-model needs --speculate draft")
         expect_error(base + ["--prompt", "hi", "--draft-model", tiny], "vocabulary of 512")
         expect_error(base + ["--prompt", "hi", "--draft-model", f"{work}/missing"], "--draft-model")
         other = f"{work}/other_tokenizer"

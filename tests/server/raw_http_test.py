@@ -314,6 +314,8 @@ BAD_FIELDS = [
     ("repetition_penalty", "x"), ("repetition_penalty", 0), ("repetition_penalty", -1),
     ("ignore_eos", "x"), ("stop_token_ids", "x"), ("stop_token_ids", ["a"]),
     ("chat_template_kwargs", "x"), ("chat_template_kwargs", 5),
+    ("speculative", "ngram"), ("speculative", {"method": "eagle"}), ("speculative", {"draft_tokens": 2}),
+    ("speculative", {"method": "ngram", "draft_tokens": 0}), ("speculative", {"method": "ngram", "k": 1}),
 ]
 
 
@@ -443,6 +445,25 @@ def hostile_cases(R, port, work):
 
     R.run("an unknown field", lambda: expect_error(chat(port, frobnicate=1), 400, "unknown field", "frobnicate"), port)
     R.run("n=1 accepted", lambda: check(chat(port, n=1)[0] == 200, "n=1 refused"), port)
+
+    def speculative():
+        # Per request: prompt lookup and the server's draft model (--draft-model: the model itself,
+        # so every draft is accepted) give the plain greedy reply; /metrics counts the drafts.
+        def reply(**extra):
+            st, _, b = chat(port, max_tokens=16, **extra)
+            check(st == 200, f"{extra}: {st} {b[:200]!r}")
+            return json.loads(b)["choices"][0]["message"]["content"]
+        plain = reply()
+        check(reply(speculative={"method": "ngram", "draft_tokens": 4}) == plain, "ngram reply differs")
+        before = metrics(port)
+        check(reply(speculative={"method": "draft", "draft_tokens": 3}) == plain, "draft reply differs")
+        after = metrics(port)
+        drafted = after["vlstack_speculative_draft_tokens_total"] - before["vlstack_speculative_draft_tokens_total"]
+        accepted = after["vlstack_speculative_accepted_tokens_total"] - before["vlstack_speculative_accepted_tokens_total"]
+        passes = after["vlstack_speculative_verify_passes_total"] - before["vlstack_speculative_verify_passes_total"]
+        check(drafted > 0 and accepted == drafted and passes > 0, f"drafted {drafted}, accepted {accepted}, passes {passes}")
+        check(reply(speculative={"method": "off"}) == plain, "off reply differs")
+    R.run("per-request speculative decoding, counted in /metrics", speculative, port)
     R.run("too many messages (--max-messages 8)", lambda: expect_error(chat(port, messages=USER * 9), 400, "9 messages", "messages"), port)
 
     img = "data:image/png;base64," + __import__("base64").b64encode(png(32, 32)).decode()
@@ -661,6 +682,8 @@ def queue_and_drain(R, vls, model, work):
                        "--precision", "f32", "--threads", "1", "--drain-timeout", "120"])
     port = srv.port
     long_body = json.dumps({"messages": USER, "max_tokens": 400, "ignore_eos": True, "temperature": 0}).encode()
+    R.run("a draft-model request to a server without --draft-model gets 400",
+          lambda: expect_error(chat(port, speculative={"method": "draft"}), 400, "no draft model"), port)
 
     def burst():
         socks = []
@@ -812,7 +835,8 @@ def main():
         srv_main = Server(a.vlstack, ["--model", model, "--port", "0", "--slots", "2", "--capacity", "2048",
                                       "--max-body-mb", "1", "--max-messages", "8", "--max-images", "2",
                                       "--allow-local-files", os.path.join(work, "imgs"),
-                                      "--precision", "f32", "--threads", "2"])
+                                      "--precision", "f32", "--threads", "2",
+                                      "--speculate", "off", "--draft-model", model])
         try:
             R.run("the server starts healthy", lambda: None, srv_main.port)
             hostile_cases(R, srv_main.port, work)
