@@ -2,7 +2,7 @@
 """Chat with a model through the vlstack Python bindings: the reply streams to stdout.
 
 usage: chat.py --model DIR --prompt TEXT [--system TEXT] [--max-tokens N] [--temperature T]
-               [--capacity C] [--threads T] [--precision f32|bf16|int8]
+               [--capacity C] [--threads T] [--precision f32|bf16|int8|int4]
 
 The prompt's token count (the rendered chat template, tokenized) goes to stderr. Greedy unless
 --temperature is given (then the model's generation_config.json defaults apply otherwise).
@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--temperature", type=float)
     ap.add_argument("--capacity", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=0, help="kernel threads (0: all cores)")
-    ap.add_argument("--precision", default="f32", choices=["f32", "bf16", "int8"])
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16", "int8", "int4"])
     a = ap.parse_args()
 
     fields = {"max_tokens": a.max_tokens}
