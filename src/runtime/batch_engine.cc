@@ -429,6 +429,7 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   slot.generated.clear();
   slot.next_token = -1;
   slot.request = std::move(p.request);
+  slot.draft_window = SpecOf(slot).draft_tokens;
 }
 
 void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
@@ -509,7 +510,9 @@ int64_t BatchEngine::DraftLimit(const Slot& slot, int64_t room) const {
   const int64_t tokens_left =
       slot.request.max_new_tokens - static_cast<int64_t>(slot.generated.size()) - 1;
   const int64_t rows_left = slot.session->capacity() - slot.session->length() - 1;
-  int64_t limit = std::min({static_cast<int64_t>(sp.draft_tokens), tokens_left, rows_left, room});
+  int64_t limit =
+      std::min({static_cast<int64_t>(std::min(sp.draft_tokens, slot.draft_window)), tokens_left,
+                rows_left, room});
   if (sp.source == DraftSource::kModel) {
     limit = drafter_ ? std::min(limit, drafter_->Room(SlotIndex(slot), slot.session->length())) : 0;
   }
@@ -568,7 +571,18 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
   } catch (...) {
     error = ErrorOf("sampling", std::current_exception());
   }
-  if (!draft.empty()) ++verify_passes_;
+  if (!draft.empty()) {
+    ++verify_passes_;
+    // Draft more while every draft is accepted, fewer after a rejection: a run of rejections
+    // (free text) costs one drafted row per pass, a run of acceptances keeps the full window.
+    // (A pass cut short by a finish or a stop leaves the window as it is.)
+    const int most = SpecOf(slot).draft_tokens;
+    if (accepted == draft.size()) {
+      slot.draft_window = std::min(most, slot.draft_window + 2);
+    } else if (slot.phase == Phase::kDecode && slot.id == id) {
+      slot.draft_window = std::max(1, slot.draft_window - 1);
+    }
+  }
   drafted_ += draft.size();
   accepted_ += accepted;
   // The sequence keeps the rows of `fed` and the accepted drafts; the rejected drafts' rows go.

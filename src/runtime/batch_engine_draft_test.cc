@@ -83,6 +83,29 @@ TEST(DraftModelTest, AnotherModelsDraftsLeaveGreedyTokensUnchanged) {
   EXPECT_LT(all.counters.accepted_draft_tokens, all.counters.draft_tokens);
 }
 
+// The draft window adapts: a draft model that is almost always wrong drafts about one token per
+// pass after the first few (8, 7, 6, ... 1), where a fixed window would draft 8 every pass; the
+// target as its own draft keeps the whole window.
+TEST(DraftModelTest, RejectionsShrinkTheDraftWindow) {
+  auto lm = LoadModel("draft_window_target", 1, 64);
+  auto wrong = LoadSpecCheckpoint("draft_window_wrong", Untied(43, 2), 1, 64);
+  ASSERT_TRUE(lm && wrong);
+  const GenerationRequest r = Text({5, 6, 7, 8, 9, 10, 11}, 0, 40);
+  const Result bad = RunAll(*lm, {r}, DraftOptions(wrong.get(), 8));
+  const EngineCounters& c = bad.counters;
+  EXPECT_EQ(bad.by_id.at(bad.ids[0]).tokens, GreedyAlone(*lm, r));
+  ASSERT_GT(c.verify_passes, 20u);
+  const uint64_t rejected = c.draft_tokens - c.accepted_draft_tokens;
+  // Each accepted draft may widen the window by 2 for the next pass.
+  EXPECT_LE(c.draft_tokens, 36 + (c.verify_passes - 8) + 2 * c.accepted_draft_tokens)
+      << c.draft_tokens << " drafted, " << rejected << " rejected in " << c.verify_passes
+      << " passes";
+  const Result good = RunAll(*lm, {r}, DraftOptions(lm.get(), 8));
+  EXPECT_EQ(good.by_id.at(good.ids[0]).tokens, GreedyAlone(*lm, r));
+  EXPECT_EQ(good.counters.accepted_draft_tokens, good.counters.draft_tokens);
+  EXPECT_LE(good.counters.verify_passes, 5u);  // 39 tokens after the first, 9 a pass
+}
+
 // Prompts the draft model cannot take (embedding rows without ids; longer than its cache) decode
 // without model drafts, with the same tokens.
 TEST(DraftModelTest, PromptsTheDraftCannotTakeDecodePlainly) {
