@@ -573,14 +573,14 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
   }
   if (!draft.empty()) {
     ++verify_passes_;
-    // Draft more while every draft is accepted, fewer after a rejection: a run of rejections
-    // (free text) costs one drafted row per pass, a run of acceptances keeps the full window.
-    // (A pass cut short by a finish or a stop leaves the window as it is.)
+    // Draft more while every draft is accepted; after a rejection, one more than were accepted:
+    // a run of rejections (free text) costs one drafted row per pass, a run of acceptances keeps
+    // the full window. (A pass cut short by a finish or a stop leaves the window as it is.)
     const int most = SpecOf(slot).draft_tokens;
     if (accepted == draft.size()) {
       slot.draft_window = std::min(most, slot.draft_window + 2);
     } else if (slot.phase == Phase::kDecode && slot.id == id) {
-      slot.draft_window = std::max(1, slot.draft_window - 1);
+      slot.draft_window = static_cast<int>(accepted) + 1;
     }
   }
   drafted_ += draft.size();

@@ -190,7 +190,7 @@ class BatchEngine {
     int64_t prefilled = 0;      // prompt rows in the cache
     int32_t cached = 0;         // prompt rows served from reuse
     // Most drafts of the next verify pass (adaptive, in [1, draft_tokens]): +2 after a pass
-    // that accepted every draft, -1 after one that rejected one (docs/speculative.md).
+    // that accepted every draft, accepted + 1 after one that rejected one (docs/speculative.md).
     int draft_window = 0;
     // Keys of the rows the cache holds for the current or last occupant; rows [0,
     // kept.size()) are valid.
