@@ -510,9 +510,8 @@ int64_t BatchEngine::DraftLimit(const Slot& slot, int64_t room) const {
   const int64_t tokens_left =
       slot.request.max_new_tokens - static_cast<int64_t>(slot.generated.size()) - 1;
   const int64_t rows_left = slot.session->capacity() - slot.session->length() - 1;
-  int64_t limit =
-      std::min({static_cast<int64_t>(std::min(sp.draft_tokens, slot.draft_window)), tokens_left,
-                rows_left, room});
+  int64_t limit = std::min({static_cast<int64_t>(std::min(sp.draft_tokens, slot.draft_window)),
+                            tokens_left, rows_left, room});
   if (sp.source == DraftSource::kModel) {
     limit = drafter_ ? std::min(limit, drafter_->Room(SlotIndex(slot), slot.session->length())) : 0;
   }
