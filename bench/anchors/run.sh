@@ -24,9 +24,14 @@
 # Output: one JSON line per measurement on stderr and in WORK/results.jsonl, a table on stdout.
 # Run on a quiet machine: nothing else may compete for the cores.
 set -euo pipefail
-build=${1:?usage: run.sh VLSTACK_BUILD_DIR [WORK]}
+build=$(cd "${1:?usage: run.sh VLSTACK_BUILD_DIR [WORK]}" && pwd)
 work=${2:-/tmp/vls_anchors}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
+# The llama.cpp tools write llama.log into the current folder: keep it in WORK.
+OLDPWD_ROOT=$PWD
+cd "$work"
 vlstack=$build/src/cli/vlstack
 [ -x "$vlstack" ] || { echo "run.sh: no vlstack at $vlstack" >&2; exit 1; }
 parts=${PARTS:-speed kl depth}
@@ -49,6 +54,7 @@ anchors=()
 for pair in "ik=${IK:-}" "llama=${LLAMA:-}"; do
   name=${pair%%=*} dir=${pair#*=}
   [ -n "$dir" ] || continue
+  dir=$(cd "$OLDPWD_ROOT" && cd "$dir" && pwd)
   if ! grep -q '"qwen3"' "$dir/src/llama-arch.cpp" 2>/dev/null && \
      ! grep -q '"qwen3"' "$dir/src/llama.cpp" 2>/dev/null; then
     echo "run.sh: $name ($dir) has no qwen3 architecture: skipped" >&2
