@@ -28,6 +28,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -256,6 +257,8 @@ class BatchEngine {
   Status CancelRequest(uint64_t id, std::vector<TokenEvent>* delivered, bool from_callback)
       VLS_EXCLUDES(mu_);
   bool IdleLocked() const VLS_REQUIRES(mu_);
+  // The error text of an exception caught in a step (`what` names the work that threw).
+  static std::string ErrorOf(const char* what, std::exception_ptr e);
 
   const LoadedModel& model_;
   EventCallback callback_;
