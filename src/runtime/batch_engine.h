@@ -11,8 +11,9 @@
 //      prompt is complete samples its first token;
 //   4. one shared ragged decode step over every slot past its prefill; sample, emit, retire
 //      finished rows (EOS or a stop id wins over the length limit). A speculating slot runs
-//      its last token plus its prompt-lookup drafts as consecutive rows of the same pass and
-//      emits the accepted prefix and one more token, one event each (docs/speculative.md).
+//      its last token plus its drafts (prompt lookup or the draft model) as consecutive rows
+//      of the same pass and emits the accepted prefix and one more token, one event each
+//      (docs/speculative.md).
 // Chunks keep M-RoPE positions continuous and slice the DeepStack payload per chunk (positions
 // rebased, exactly the feature rows of the chunk), so results equal the unchunked prefill.
 //
