@@ -104,6 +104,16 @@ const KernelVariant kReference = {
     .silu_mul = SiluMul,
 };
 
+bool CpuHasAvx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
 bool CpuHasAvx512() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -191,6 +201,7 @@ const KernelVariant& ReferenceVariant() { return kReference; }
 
 std::vector<const KernelVariant*> SupportedVariants() {
   std::vector<const KernelVariant*> out = {&kReference};
+  if (CpuHasAvx2() && Avx2Variant() != nullptr) out.push_back(Avx2Variant());
   if (CpuHasAvx512() && Avx512Variant() != nullptr) out.push_back(Avx512Variant());
   if (CpuHasAvx512Vnni() && Avx512VnniVariant() != nullptr) out.push_back(Avx512VnniVariant());
   if (CpuHasAvx512Bf16() && Avx512Bf16Variant() != nullptr) out.push_back(Avx512Bf16Variant());

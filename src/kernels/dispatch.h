@@ -36,6 +36,7 @@ namespace vls::kernels {
 //          precision.
 enum class Precision { kF32, kBF16, kInt8, kInt4 };
 class OneDnnPackedBf16;  // kernels/onednn_matmul.h
+struct Q4Kernels;        // kernels/q4.h
 const char* PrecisionName(Precision p);
 
 // One implementation of the hot ops: a table of entries, filled by name (designated
@@ -81,6 +82,8 @@ struct KernelVariant {
   void (*to_bf16)(const float* x, int64_t n, uint16_t* out) = nullptr;
   // As kernels::ApplyRope, within f32 rounding of it (fused multiply-adds). Null: that.
   void (*apply_rope)(float* x, const float* cos, const float* sin, int64_t D) = nullptr;
+  // The Q4 entries (kernels/q4.h). Null: the reference's.
+  const Q4Kernels* q4 = nullptr;
 };
 
 // The scalar reference (always available).
@@ -88,7 +91,7 @@ const KernelVariant& ReferenceVariant();
 // Every variant this CPU can run, reference first.
 std::vector<const KernelVariant*> SupportedVariants();
 // The variant used by default: the environment variable VLS_KERNELS names one ("reference",
-// "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
+// "avx2", "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
 const KernelVariant& DefaultVariant();
 
 // Thread safety: const methods may be called from any thread. Context::MatMul holds the pool
@@ -175,6 +178,9 @@ inline constexpr int64_t kOneDnnCols = 256;
 // each call reads all the weights, which at 128 rows is still far from memory-bound).
 inline constexpr int64_t kOneDnnRows = 128;
 
+// AVX2 + FMA + F16C, for CPUs without AVX-512 (kernels/avx2_internal.h; null when the build
+// is not for x86-64).
+const KernelVariant* Avx2Variant();
 // The AVX-512 variants (defined in their own files, compiled with their -m flags; null when
 // the build has no x86-64 AVX-512 support).
 const KernelVariant* Avx512Variant();

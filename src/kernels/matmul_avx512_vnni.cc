@@ -22,6 +22,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/matmul_tiles.h"
+#include "kernels/q4.h"
 #include "kernels/quant.h"
 
 namespace vls::kernels {
@@ -286,6 +287,7 @@ const KernelVariant* Avx512VnniVariant() {
     k.name = "avx512vnni";
     k.quantize_q8 = QuantizeQ8Vnni;
     k.matmul_q8 = MatMulQ8Vnni;
+    k.q4 = Avx512VnniQ4Kernels();
     return k;
   }();
   return &v;

@@ -229,11 +229,7 @@ const Q4Kernels& ReferenceQ4Kernels() {
 }
 
 const Q4Kernels& Q4KernelsFor(const KernelVariant& v) {
-  // The variants whose Q8 kernels are their own (not the reference's) are AVX512-VNNI ones.
-  const bool vnni = &v != &ReferenceVariant() && v.matmul_q8 != nullptr &&
-                    v.matmul_q8 != ReferenceVariant().matmul_q8;
-  if (vnni && Avx512VnniQ4Kernels() != nullptr) return *Avx512VnniQ4Kernels();
-  return ReferenceQ4Kernels();
+  return v.q4 != nullptr ? *v.q4 : ReferenceQ4Kernels();
 }
 
 }  // namespace vls::kernels

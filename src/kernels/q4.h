@@ -109,8 +109,8 @@ struct Q4Kernels {
 const Q4Kernels& ReferenceQ4Kernels();
 // The AVX512-VNNI kernels (matmul_avx512_q4.cc); null when the build has no AVX-512.
 const Q4Kernels* Avx512VnniQ4Kernels();
-// The Q4 kernels a variant runs: the AVX512-VNNI ones for the variants with VNNI Q8 kernels
-// ("avx512vnni", "avx512bf16"), the reference for the others.
+// The Q4 kernels a variant runs: its own (KernelVariant::q4: the AVX512-VNNI ones for
+// "avx512vnni" and "avx512bf16", the AVX2 ones for "avx2"), else the reference.
 const Q4Kernels& Q4KernelsFor(const KernelVariant& v);
 
 }  // namespace vls::kernels
