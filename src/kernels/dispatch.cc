@@ -208,6 +208,12 @@ std::vector<const KernelVariant*> SupportedVariants() {
   return out;
 }
 
+// By name: taking the AVX-512 variants' addresses would construct them, which runs AVX-512
+// instructions.
+bool IsAvx512Variant(const KernelVariant& v) {
+  return v.name != nullptr && std::strncmp(v.name, "avx512", 6) == 0;
+}
+
 const KernelVariant& DefaultVariant() {
   static const KernelVariant& chosen = ChooseDefault();
   return chosen;

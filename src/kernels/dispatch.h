@@ -90,6 +90,9 @@ struct KernelVariant {
 const KernelVariant& ReferenceVariant();
 // Every variant this CPU can run, reference first.
 std::vector<const KernelVariant*> SupportedVariants();
+// Whether v is one of the AVX-512 variants: callers with AVX-512 code of their own (the vision
+// tower) run it only then. Any other non-reference variant ("avx2") runs on CPUs without it.
+bool IsAvx512Variant(const KernelVariant& v);
 // The variant used by default: the environment variable VLS_KERNELS names one ("reference",
 // "avx2", "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
 const KernelVariant& DefaultVariant();

@@ -3,7 +3,7 @@
 // these. The rest of the folder:
 //
 //   dispatch.h          KernelVariant, a table of entry points per instruction set ("reference",
-//                       "avx512", "avx512vnni", "avx512bf16"; the fastest the CPU runs is chosen
+//                       "avx2", "avx512", "avx512vnni", "avx512bf16"; the fastest the CPU runs is chosen
 //                       once, or the one VLS_KERNELS names), and Context: the thread pool,
 //                       precision, variant and per-thread scratch arenas a model runs with.
 //                       Context::MatMul routes each product by weight format, precision and
@@ -20,10 +20,12 @@
 //   bf16_blocked.h      the BF16 blocked weight format (oneDNN's own layout, read in place).
 //   onednn_matmul.h     prefill GEMMs through oneDNN (optional at build time).
 //   scratch.h           the per-thread scratch arenas a Context owns.
+//   *_avx2.cc           the "avx2" variant (AVX2 + FMA + F16C) for CPUs without AVX-512: the
+//                       same entries on 256-bit vectors; avx2_internal.h lists its files.
 //
-// The AVX-512 files are compiled with their own -m flags and called only after the CPU check
-// in dispatch.cc (no_avx512.cc stands in for them elsewhere), so the rest of the binary stays
-// baseline x86-64.
+// The AVX2 and AVX-512 files are compiled with their own -m flags and called only after the CPU
+// check in dispatch.cc (no_avx512.cc stands in for them elsewhere), so the rest of the binary
+// stays baseline x86-64.
 //
 // Activations are f32 row-major. Weights are PyTorch Linear layout [out, in] and may stay in
 // their stored dtype (F32, BF16, F16) or be prepared as Q8 or BF16 blocked (MatrixFormat);

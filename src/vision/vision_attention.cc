@@ -35,7 +35,7 @@ void AddRowsAvx512OrScalar(float* x, const float* b, int64_t n, bool avx512) {
 
 bool GemmAttentionAvailable(const kernels::Context& ctx) {
 #ifdef VLS_VISION_AVX512
-  return &ctx.variant() != &kernels::ReferenceVariant() && ctx.uses_onednn() &&
+  return kernels::IsAvx512Variant(ctx.variant()) && ctx.uses_onednn() &&
          kernels::OneDnnBf16Available();
 #else
   (void)ctx;
@@ -67,7 +67,7 @@ void PackHeadsBf16(const float* qkv, const float* b, const float* cos, const flo
                    int64_t heads, int64_t hd, std::span<const int64_t> segments,
                    const HeadsBf16& out, const kernels::Context& ctx) {
   const int64_t Dv = heads * hd, half = hd / 2;
-  const bool avx512 = &ctx.variant() != &kernels::ReferenceVariant();
+  const bool avx512 = kernels::IsAvx512Variant(ctx.variant());
   ctx.pool().ParallelFor(np, std::max<int64_t>(1, 4096 / Dv), [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(3 * Dv));
     std::vector<uint16_t> v(static_cast<size_t>(Dv));

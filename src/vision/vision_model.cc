@@ -95,7 +95,7 @@ class FastEncoder {
       : cfg_(cfg),
         w_(w),
         ctx_(ctx),
-        avx512_(&ctx.variant() != &kernels::ReferenceVariant()),
+        avx512_(kernels::IsAvx512Variant(ctx.variant())),
         gemm_attention_(ctx.precision() != kernels::Precision::kF32 &&
                         vision_internal::GemmAttentionAvailable(ctx)) {}
 
