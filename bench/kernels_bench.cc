@@ -8,6 +8,8 @@
 // so decode should approach memory bandwidth).
 // MatMul/q8 also runs the 2B down projection (K 6144 → N 2048); its weight bytes include the
 // block scales and sums (1 + 8/128 bytes per weight), and FLOP/s counts 2 ops per int8 MAC.
+// MatMul/q4 runs the q8 shapes on Q4 weights (0.5 + 4/32 bytes per weight: codes, F16 d and m)
+// for every variant, the reference included (its prefill calls take seconds).
 //
 // "bf16/<variant>" is the own kernel (oneDNN routing off); "bf16/onednn" and
 // "bf16/onednn_packed" run oneDNN's matmul on [N, K] weights in place and on weights packed
@@ -17,14 +19,19 @@
 // crossover sweep M 8…128 sets kOneDnnMinRows).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16_blocked.h"
 #include "kernels/dispatch.h"
 #include "kernels/onednn_matmul.h"
+#include "kernels/q4.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -172,6 +179,56 @@ void BM_QuantizeQ8(benchmark::State& state, const KernelVariant* v) {
                          benchmark::Counter::kIsRate);
 }
 
+// Q4 weights [N, K], quantized once per shape and kept for the process: QuantizeQ4's search
+// would take about a minute for the LM head, so at most kQ4QuantizedRows rows are quantized and
+// their row groups repeated down the matrix (the kernels' speed does not depend on the values).
+const Matrix& Q4Weights(int64_t N, int64_t K) {
+  struct Buffer {
+    void* data = nullptr;
+    Matrix m;
+    ~Buffer() { std::free(data); }
+  };
+  static std::map<std::pair<int64_t, int64_t>, Buffer> cache;
+  Buffer& b = cache[{N, K}];
+  if (b.data != nullptr) return b.m;
+  constexpr int64_t kQ4QuantizedRows = 512;  // a multiple of kQ4Rows
+  const int64_t rows = std::min(N, kQ4QuantizedRows);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(rows * K));
+  for (float& f : wf) f = d(rng) * 0.02f;
+  const auto bytes = static_cast<size_t>(Q4Bytes(N, K));
+  b.data = std::aligned_alloc(64, bytes);
+  QuantizeQ4(Matrix{DType::kF32, wf.data(), rows, K}, 0, rows, b.data, rows, 0);
+  const auto part = static_cast<size_t>(Q4Bytes(rows, K));
+  auto* base = static_cast<uint8_t*>(b.data);
+  for (size_t off = part; off < bytes; off += part) {
+    std::memcpy(base + off, base, std::min(part, bytes - off));
+  }
+  b.m = Q4MatrixAt(b.data, N, K);
+  return b.m;
+}
+
+void BM_MatMulQ4(benchmark::State& state, const KernelVariant* v) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
+  for (float& f : x) f = d(rng);
+  const Matrix& wm = Q4Weights(N, K);
+  Context ctx(threads, Precision::kInt4, v);
+  for (auto _ : state) {
+    ctx.MatMul(x.data(), M, K, wm, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * iters, benchmark::Counter::kIsRate);
+  state.counters["wbytes/s"] =
+      benchmark::Counter(static_cast<double>(Q4Bytes(N, K)) * iters, benchmark::Counter::kIsRate);
+}
+
 void Q8Shapes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     for (int64_t m : {1, 8, 512}) {
@@ -213,6 +270,8 @@ void Crossover(benchmark::internal::Benchmark* b) {
 
 int Register() {
   for (const KernelVariant* v : SupportedVariants()) {
+    benchmark::RegisterBenchmark((std::string("MatMul/q4/") + v->name).c_str(), BM_MatMulQ4, v)
+        ->Apply(Q8Shapes);
     if (v == &ReferenceVariant()) continue;  // minutes per prefill call; not worth timing
     benchmark::RegisterBenchmark((std::string("MatMul/f32/") + v->name).c_str(), BM_MatMul, v,
                                  Precision::kF32)

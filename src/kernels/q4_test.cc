@@ -219,6 +219,39 @@ void ExpectEqualToReference(const Q4Kernels& k) {
   }
 }
 
+// The largest int32 group sums the kernels can meet: every code 15 (all nibbles set) against
+// activations of +127 everywhere and of −127 everywhere. The AVX2 kernel adds u8 × s8 products in
+// int16 over a whole group (at most 8 · 2 · 15 · 127 = 30480 in a lane), so this is where an
+// overflow would show.
+TEST(Q4Test, EveryVariantsKernelsAreExactAtExtremeCodes) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    const Q4Kernels& k = Q4KernelsFor(*v);
+    for (const Case& c : {Case{1, 256, 40}, Case{4, 128, 33}, Case{5, 64, 17}}) {
+      Q4Weights w(c.N, c.K, 31);
+      std::fill_n(w.buf, Q4Bytes(c.N, c.K), uint8_t{0xff});  // codes 15, d = m = F16 NaN bits
+      // Real scales (1 and 0) so the products stay finite: d = 1.0 (0x3c00), m = 0.
+      for (int64_t b = 0; b < Q4RowGroups(c.N) * Q4Groups(c.K); ++b) {
+        auto* h = reinterpret_cast<uint16_t*>(w.buf + b * kQ4BlockBytes + kQ4ScalesOffset);
+        for (int r = 0; r < 16; ++r) h[r] = 0x3c00, h[16 + r] = 0;
+      }
+      for (const float sign : {1.0f, -1.0f}) {
+        const std::vector<float> x(size_t(c.M * c.K), sign);
+        Q4Input a(c.M, c.K);
+        k.quantize(x.data(), 0, c.M, a.a);
+        ASSERT_EQ(a.a.q[0], sign > 0 ? 127 : -127) << k.name;
+        std::vector<float> yr(size_t(c.M * c.N)), yg(yr.size());
+        RefMatMulQ4(a.a, w.m, 0, c.N, yr.data());
+        k.matmul(a.a, w.m, 0, c.N, yg.data());
+        for (size_t i = 0; i < yr.size(); ++i) {
+          // Σ over K of 15 · ±127 · s, s = 1/127 rounded to f32.
+          ASSERT_NEAR(yr[i], sign * 15.0f * static_cast<float>(c.K), 1e-3 * c.K) << k.name;
+          ASSERT_EQ(yg[i], yr[i]) << k.name << " M=" << c.M << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Q4Test, EmulatedVnniKernelsEqualTheReferenceBitForBit) {
   ExpectEqualToReference(EmulatedAvx512VnniQ4Kernels());
 }
