@@ -218,6 +218,32 @@ TEST(AttentionTest, SplitKeyRangesMatchReference) {
   }
 }
 
+// Head sizes that are not a multiple of the kernels' vector and register-tile widths (20: a
+// partial vector only after two whole ones; 80 and 96: whole vectors but partial register
+// tiles; 72: both), with 3 query heads per KV head (a remainder query tile in decode): a
+// prefill chunk continuing a cache across a key-block boundary, whole and split into ranges,
+// and the decode row alone.
+TEST(AttentionTest, OddHeadSizesMatchReference) {
+  for (const KvDType dt : kDTypes) {
+    for (const int64_t D : {20, 72, 80, 96}) {
+      for (const int64_t group : {1, 3}) {
+        const AttentionShape shape{kKvHeads * group, kKvHeads, D};
+        constexpr int kStart = 60, kRows = 9;
+        KvCache cache(kLayers, kStart + kRows, kKvHeads, static_cast<int>(D), dt);
+        std::mt19937 rng(static_cast<unsigned>(D + group));
+        FillCache(cache, kStart + kRows, rng);
+        std::vector<ForwardRow> rows;
+        for (int i = kStart; i < kStart + kRows; ++i) rows.push_back({&cache, i, {i, i, i}});
+        SCOPED_TRACE(std::string(dt == KvDType::kBf16 ? "bf16" : "f32") +
+                     " D=" + std::to_string(D) + " group=" + std::to_string(group));
+        Compare(shape, 2.0f, rows);
+        Compare(shape, 2.0f, rows, 32);
+        Compare(shape, 2.0f, std::span<const ForwardRow>(rows).subspan(kRows - 1));
+      }
+    }
+  }
+}
+
 // Batch invariance: a row's output is bit for bit the same whether it is attended alone, with
 // rows of other caches, or with the rows after it in its own cache (a speculative verify
 // pass), at every thread count, split into ranges or not. Speculative decoding's greedy
