@@ -119,6 +119,39 @@ TEST(KernelsDispatchTest, Bf16PrecisionStaysWithinBf16RoundingOfF32) {
   }
 }
 
+// Batched decode and speculative verification give each row what it would get alone, bit for
+// bit (docs/speculative.md): a row's dense product must not depend on M or the tile it lands in.
+TEST(KernelsDispatchTest, EveryDenseKernelsRowResultDoesNotDependOnM) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const Case c{17, 1001, 37};
+      const std::vector<float> x = Random(size_t(c.M * c.K), 9);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = F32ToBf16(x[i]);
+      HostTensor wt = FromF32As(dt, {c.N, c.K}, Random(size_t(c.N * c.K), 10));
+      const Matrix w{dt, wt.data(), c.N, c.K};
+      const bool bf16 = dt == DType::kBF16 && v->matmul_bf16 != nullptr;
+      std::vector<float> all(size_t(c.M * c.N)), one(size_t(c.N));
+      v->matmul_f32(x.data(), c.M, c.K, w, 0, c.N, all.data());
+      std::vector<float> all_bf16(all.size());
+      if (bf16) v->matmul_bf16(xb.data(), c.M, c.K, w, 0, c.N, all_bf16.data());
+      for (int64_t m = 0; m < c.M; ++m) {
+        v->matmul_f32(&x[size_t(m * c.K)], 1, c.K, w, 0, c.N, one.data());
+        for (int64_t n = 0; n < c.N; ++n) {
+          ASSERT_EQ(one[size_t(n)], all[size_t(m * c.N + n)])
+              << v->name << " f32 " << DTypeName(dt) << " " << m << "," << n;
+        }
+        if (!bf16) continue;
+        v->matmul_bf16(&xb[size_t(m * c.K)], 1, c.K, w, 0, c.N, one.data());
+        for (int64_t n = 0; n < c.N; ++n) {
+          ASSERT_EQ(one[size_t(n)], all_bf16[size_t(m * c.N + n)])
+              << v->name << " bf16 " << m << "," << n;
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelsDispatchTest, ContextMatMulSplitsOverThreadsLikeOneCall) {
   for (const KernelVariant* v : SupportedVariants()) {
     const Case c{5, 300, 257};
