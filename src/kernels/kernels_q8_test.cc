@@ -125,6 +125,55 @@ TEST(KernelsQ8Test, EveryVariantMatMulQ8EqualsTheReferenceExactly) {
   }
 }
 
+// Every code at ±127 on both sides, the signs arranged so that adjacent products agree: the
+// largest block dot products (±127² · 32) and the largest pairs of products a 16-bit multiply-add
+// (AVX2 vpmaddubsw, which saturates at ±32767) can meet, u8 activations at 1 and 255 included.
+// Row patterns: all +1, all −1, signs alternating by pairs of columns, signs by column mod 3.
+TEST(KernelsQ8Test, EveryVariantMatMulQ8IsExactAtExtremeCodes) {
+  const auto sign = [](int64_t pattern, int64_t k) {
+    switch (pattern % 4) {
+      case 0: return 1.0f;
+      case 1: return -1.0f;
+      case 2: return (k / 2) % 2 == 0 ? 1.0f : -1.0f;
+      default: return k % 3 == 0 ? -1.0f : 1.0f;
+    }
+  };
+  for (const Case& c : {Case{1, 96, 35}, Case{2, 100, 20}, Case{3, 64, 33}, Case{4, 256, 16},
+                        Case{9, 130, 37}, Case{20, 1024, 48}}) {
+    std::vector<float> x(size_t(c.M * c.K)), wf(size_t(c.N * c.K));
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t k = 0; k < c.K; ++k) x[size_t(m * c.K + k)] = sign(m, k);
+    }
+    for (int64_t n = 0; n < c.N; ++n) {
+      for (int64_t k = 0; k < c.K; ++k) wf[size_t(n * c.K + k)] = 0.5f * sign(n / 4 + n, k);
+    }
+    const Q8Layout layout = Q8LayoutFor(c.N, c.K);
+    std::vector<uint8_t> buf(size_t(layout.bytes));
+    QuantizeQ8(Matrix{DType::kF32, wf.data(), c.N, c.K}, 0, c.N, buf.data());
+    const Matrix w = Q8MatrixAt(buf.data(), c.N, c.K);
+    const Q8Activations a = Quantized(ReferenceVariant(), x, c.M, c.K);
+    std::vector<float> ref(size_t(c.M * c.N));
+    ReferenceVariant().matmul_q8(a, w, 0, c.N, ref.data());
+    // The codes are ±127 (u8 1 and 255), so the reference is Σ x · w up to f32 scale rounding.
+    ASSERT_TRUE(a.q[0] == 255 && (c.M < 2 || a.q[size_t(c.K)] == 1));
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        double exact = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          exact += double(x[size_t(m * c.K + k)]) * wf[size_t(n * c.K + k)];
+        }
+        ASSERT_NEAR(ref[size_t(m * c.N + n)], exact, 1e-5 * double(c.K)) << m << "," << n;
+      }
+    }
+    for (const KernelVariant* v : SupportedVariants()) {
+      if (v->matmul_q8 == nullptr) continue;
+      std::vector<float> got(size_t(c.M * c.N), -2.0f);
+      v->matmul_q8(a, w, 0, c.N, got.data());
+      ASSERT_EQ(got, ref) << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N;
+    }
+  }
+}
+
 // y_q8 = Σ_k x'_k · w'_k with w' the dequantized weights and x' = (qx − 128) · sx the
 // dequantized activations, up to f32 rounding. |x' − x| ≤ sx/2 per element (plus the rounding of
 // 127/amax, ≤ 2⁻²² |x|), so |y_q8 − Σ x · w'| ≤ Σ_b (sx_b / 2) · Σ_{k∈b} |w'_k| + 2⁻²² Σ|x·w'|;
