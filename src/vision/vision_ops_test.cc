@@ -15,7 +15,7 @@
 namespace vls::vision_internal {
 namespace {
 
-bool HaveAvx512() { return &kernels::DefaultVariant() != &kernels::ReferenceVariant(); }
+bool HaveAvx512() { return kernels::IsAvx512Variant(kernels::DefaultVariant()); }
 
 std::vector<float> Random(size_t n, uint32_t seed, float scale, float offset = 0) {
   std::mt19937 rng(seed);
