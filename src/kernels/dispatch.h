@@ -94,7 +94,8 @@ std::vector<const KernelVariant*> SupportedVariants();
 // tower) run it only then. Any other non-reference variant ("avx2") runs on CPUs without it.
 bool IsAvx512Variant(const KernelVariant& v);
 // The variant used by default: the environment variable VLS_KERNELS names one ("reference",
-// "avx2", "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once per process.
+// "avx2", "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once
+// per process.
 const KernelVariant& DefaultVariant();
 
 // Thread safety: const methods may be called from any thread. Context::MatMul holds the pool

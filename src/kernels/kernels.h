@@ -2,10 +2,11 @@
 // takes and the plain scalar reference of each op; every optimised kernel is tested against
 // these. The rest of the folder:
 //
-//   dispatch.h          KernelVariant, a table of entry points per instruction set ("reference",
-//                       "avx2", "avx512", "avx512vnni", "avx512bf16"; the fastest the CPU runs is chosen
-//                       once, or the one VLS_KERNELS names), and Context: the thread pool,
-//                       precision, variant and per-thread scratch arenas a model runs with.
+//   dispatch.h          KernelVariant, a table of entry points per instruction set
+//                       ("reference", "avx2", "avx512", "avx512vnni", "avx512bf16"; the fastest
+//                       the CPU runs is chosen once, or the one VLS_KERNELS names), and
+//                       Context: the thread pool, precision, variant and per-thread scratch
+//                       arenas a model runs with.
 //                       Context::MatMul routes each product by weight format, precision and
 //                       row count.
 //   matmul_avx512_*.cc  AVX-512 matmuls: f32 activations with F32/BF16/F16 weights widened in
