@@ -132,6 +132,13 @@ BENCHMARK(BM_DecodeStep)
     ->ArgNames({"slots", "T", "threads", "bf16"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+// Long-context decode (ADR 0020): one row at depth 4,096 and 16,384 over a BF16 cache, the
+// K/V stream of 448 MiB and 1.75 GiB per step against the memory bandwidth.
+BENCHMARK(BM_DecodeStep)
+    ->ArgsProduct({{1}, {4096, 16384}, {1, 2}, {1}})
+    ->ArgNames({"slots", "T", "threads", "bf16"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace vls
