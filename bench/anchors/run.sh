@@ -124,7 +124,7 @@ for shape in $shapes; do
               anchor_bench "$name" "$dir" "$f" -p "$prompt" -n "$gen" | $py -c '
 import json, sys
 for t in json.load(sys.stdin):
-    test = f"pp{t[\"n_prompt\"]}" if t["n_gen"] == 0 else f"tg{t[\"n_gen\"]}"
+    test = "pp%d" % t["n_prompt"] if t["n_gen"] == 0 else "tg%d" % t["n_gen"]
     print(test, t["avg_ts"])' | while read -r test ts; do
                 summ "$name" "$shape" "$t" "$test" "$ts"
               done
