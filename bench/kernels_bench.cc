@@ -10,6 +10,8 @@
 // block scales and sums (1 + 8/128 bytes per weight), and FLOP/s counts 2 ops per int8 MAC.
 // MatMul/q4 runs the q8 shapes on Q4 weights (0.5 + 4/32 bytes per weight: codes, F16 d and m)
 // for every variant, the reference included (its prefill calls take seconds).
+// MatMul/q6 runs the LM heads (the int4 head's format, 0.75 + 2/32 bytes per weight) of the 0.6B
+// and 2B shapes at decode and batched decode, for every variant.
 //
 // "bf16/<variant>" is the own kernel (oneDNN routing off); "bf16/onednn" and
 // "bf16/onednn_packed" run oneDNN's matmul on [N, K] weights in place and on weights packed
@@ -32,6 +34,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/onednn_matmul.h"
 #include "kernels/q4.h"
+#include "kernels/q6.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -209,14 +212,49 @@ const Matrix& Q4Weights(int64_t N, int64_t K) {
   return b.m;
 }
 
-void BM_MatMulQ4(benchmark::State& state, const KernelVariant* v) {
+// Q6 weights [N, K], as Q4Weights: kQ4QuantizedRows rows quantized, their row groups' code
+// blocks and scales repeated down the matrix.
+const Matrix& Q6Weights(int64_t N, int64_t K) {
+  struct Buffer {
+    void* data = nullptr;
+    Matrix m;
+    ~Buffer() { std::free(data); }
+  };
+  static std::map<std::pair<int64_t, int64_t>, Buffer> cache;
+  Buffer& b = cache[{N, K}];
+  if (b.data != nullptr) return b.m;
+  constexpr int64_t kRows = 512;  // a multiple of kQ6Rows
+  const int64_t rows = std::min(N, kRows);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(rows * K));
+  for (float& f : wf) f = d(rng) * 0.02f;
+  std::vector<uint8_t> part(static_cast<size_t>(Q6Bytes(rows, K)));
+  QuantizeQ6(Matrix{DType::kF32, wf.data(), rows, K}, 0, rows, part.data(), rows, 0);
+  b.data = std::aligned_alloc(64, static_cast<size_t>(Q6Bytes(N, K)));
+  auto* base = static_cast<uint8_t*>(b.data);
+  const int64_t groups = Q6Groups(K), code = groups * kQ6CodeBytes, scale = groups * 32;
+  for (int64_t rg = 0; rg < Q6RowGroups(N); ++rg) {
+    const int64_t src = rg % Q6RowGroups(rows);
+    std::memcpy(base + rg * code, part.data() + src * code, static_cast<size_t>(code));
+    std::memcpy(base + Q6ScalesOffset(N, K) + rg * scale,
+                part.data() + Q6ScalesOffset(rows, K) + src * scale, static_cast<size_t>(scale));
+  }
+  b.m = Q6MatrixAt(b.data, N, K);
+  return b.m;
+}
+
+// A product on packed weights (Q4 or Q6: `weights` gives the matrix, `bytes` its size).
+void BM_MatMulPacked(benchmark::State& state, const KernelVariant* v,
+                     const Matrix& (*weights)(int64_t, int64_t),
+                     int64_t (*bytes)(int64_t, int64_t)) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   std::mt19937 rng(2);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
   for (float& f : x) f = d(rng);
-  const Matrix& wm = Q4Weights(N, K);
+  const Matrix& wm = weights(N, K);
   Context ctx(threads, Precision::kInt4, v);
   for (auto _ : state) {
     ctx.MatMul(x.data(), M, K, wm, y.data());
@@ -226,7 +264,7 @@ void BM_MatMulQ4(benchmark::State& state, const KernelVariant* v) {
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * M * N * K * iters, benchmark::Counter::kIsRate);
   state.counters["wbytes/s"] =
-      benchmark::Counter(static_cast<double>(Q4Bytes(N, K)) * iters, benchmark::Counter::kIsRate);
+      benchmark::Counter(static_cast<double>(bytes(N, K)) * iters, benchmark::Counter::kIsRate);
 }
 
 void Q8Shapes(benchmark::internal::Benchmark* b) {
@@ -260,6 +298,17 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// The LM heads of the 0.6B (K 1024) and 2B (K 2048) shapes: decode and batched decode.
+void HeadShapes(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int64_t k : {1024, 2048}) {
+      b->Args({1, k, 151936, threads});
+      b->Args({8, k, 151936, threads});
+    }
+  }
+  b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 // The crossover sweep (M 8…128) for kOneDnnMinRows.
 void Crossover(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
@@ -270,8 +319,12 @@ void Crossover(benchmark::internal::Benchmark* b) {
 
 int Register() {
   for (const KernelVariant* v : SupportedVariants()) {
-    benchmark::RegisterBenchmark((std::string("MatMul/q4/") + v->name).c_str(), BM_MatMulQ4, v)
+    benchmark::RegisterBenchmark((std::string("MatMul/q4/") + v->name).c_str(), BM_MatMulPacked, v,
+                                 Q4Weights, Q4Bytes)
         ->Apply(Q8Shapes);
+    benchmark::RegisterBenchmark((std::string("MatMul/q6/") + v->name).c_str(), BM_MatMulPacked, v,
+                                 Q6Weights, Q6Bytes)
+        ->Apply(HeadShapes);
     if (v == &ReferenceVariant()) continue;  // minutes per prefill call; not worth timing
     benchmark::RegisterBenchmark((std::string("MatMul/f32/") + v->name).c_str(), BM_MatMul, v,
                                  Precision::kF32)

@@ -16,6 +16,8 @@ void AddMatMulKernels(KernelVariant* v);
 void AddQ8Kernels(KernelVariant* v);
 // matmul_avx2_q4.cc: the Q4 entries (bit for bit the reference's results).
 const Q4Kernels* Q4KernelsAvx2();
+// matmul_avx2_q6.cc: Q4Kernels::matmul_q6 (bit for bit RefMatMulQ6's results).
+void MatMulQ6Avx2(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y);
 // attention_avx2.cc: attention, scores, weighted_sum.
 void AddAttentionKernels(KernelVariant* v);
 // elementwise_avx2.cc: rms_norm, silu_mul, to_bf16, apply_rope.

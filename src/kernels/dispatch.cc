@@ -15,6 +15,7 @@
 #include "kernels/bf16_blocked.h"
 #include "kernels/onednn_matmul.h"
 #include "kernels/q4.h"
+#include "kernels/q6.h"
 
 namespace vls::kernels {
 
@@ -281,20 +282,24 @@ void Context::MatMulQ8(const float* x, int64_t M, int64_t K, const Matrix& w, fl
   });
 }
 
-// Q4 weights: as Q8, the activations (int8 per 32 columns, with their sums) in the caller's
-// matmul_x buffer.
+// Q4 and Q6 weights: as Q8, the activations (int8 per 32 columns, with their sums) in the
+// caller's matmul_x buffer.
 void Context::MatMulQ4(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                        ScratchArena& own) const {
   const Q4Activations a =
       Q4ActivationsAt(own.matmul_x.Reserve(static_cast<size_t>(Q4ActivationBytes(M, K))), M, K);
   const Q4Kernels& q = Q4KernelsFor(*variant_);
+  const auto matmul = w.format == MatrixFormat::kQ6
+                          ? (q.matmul_q6 != nullptr ? q.matmul_q6 : RefMatMulQ6)
+                          : q.matmul;
   RowPrologue quantize(M, pool_->threads());
+  static_assert(kQ4Rows == kQ6Rows, "Q4 and Q6 split N alike");
   constexpr int64_t kBlock = kQ4Rows;
   const int64_t N = w.rows, blocks = (N + kBlock - 1) / kBlock;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * kBlock));
   pool_->ParallelFor(blocks, grain, [&](int64_t b, int64_t e) {
     quantize.Run([&](int64_t r0, int64_t r1) { q.quantize(x, r0, r1, a); });
-    q.matmul(a, w, b * kBlock, std::min(N, e * kBlock), y);
+    matmul(a, w, b * kBlock, std::min(N, e * kBlock), y);
   });
 }
 
@@ -360,7 +365,9 @@ void Context::MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, floa
   ScratchArena& own = scratch(lease.thread());
   if (w.format == MatrixFormat::kQ8) return MatMulQ8(x, M, K, w, y, own);
   if (w.format == MatrixFormat::kBf16Blocked) return MatMulBf16Blocked(x, M, K, w, y, own);
-  if (w.format == MatrixFormat::kQ4) return MatMulQ4(x, M, K, w, y, own);
+  if (w.format == MatrixFormat::kQ4 || w.format == MatrixFormat::kQ6) {
+    return MatMulQ4(x, M, K, w, y, own);
+  }
   // Work is split over output columns in blocks of 16 weight rows, so each weight row is
   // read by one thread, once for all M rows.
   constexpr int64_t kBlock = 16;

@@ -31,9 +31,9 @@ namespace vls::kernels {
 //          int32 block sums. Q8 matrices take this path under every precision (they cannot be
 //          read otherwise); dense matrices are computed as in kF32.
 //   kInt4: weights prepared as Q4 (q4.h: 4-bit codes, F16 scale and min per 32 columns; the
-//          LM head and matrices Q4 cannot hold as Q8), activations quantized per row and
-//          32 columns per call, int32 group sums. Q4 matrices take this path under every
-//          precision.
+//          LM head as Q6, q6.h: 6-bit codes, an F16 scale per 32 columns; matrices neither can
+//          hold as Q8), activations quantized per row and 32 columns per call, int32 group
+//          sums. Q4 and Q6 matrices take this path under every precision.
 enum class Precision { kF32, kBF16, kInt8, kInt4 };
 class OneDnnPackedBf16;  // kernels/onednn_matmul.h
 struct Q4Kernels;        // kernels/q4.h
@@ -160,6 +160,7 @@ class Context {
                 ScratchArena& own) const;
   void MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                          ScratchArena& own) const;
+  // Q4 or Q6 weights (both take the Q4 activations).
   void MatMulQ4(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                 ScratchArena& own) const;
 

@@ -7,6 +7,7 @@
 
 #include "kernels/bf16_blocked.h"
 #include "kernels/q4.h"
+#include "kernels/q6.h"
 #include "kernels/quant.h"
 
 namespace vls::kernels {
@@ -25,6 +26,12 @@ void LoadRow(const Matrix& m, int64_t r, float* out) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t g = i / kQ4Group;
       out[i] = Q4Scale(m, r, g) * static_cast<float>(Q4Code(m, r, i)) + Q4Min(m, r, g);
+    }
+    return;
+  }
+  if (m.format == MatrixFormat::kQ6) {
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = Q6Scale(m, r, i / kQ6Group) * static_cast<float>(Q6Code(m, r, i) - kQ6Zero);
     }
     return;
   }

@@ -56,6 +56,9 @@ enum class MatrixFormat : uint8_t {
   // codes with an F16 scale and min per (row, 32 columns); value = d · q + m. `dtype` is
   // ignored.
   kQ4,
+  // Q6 blocked (kernels/q6.h): `data` holds 384-byte code blocks of 16 rows × 32 columns, then
+  // an F16 scale per (row, 32 columns); value = d · (u − 32). `dtype` is ignored.
+  kQ6,
 };
 
 // A read-only [rows, cols] matrix in a float dtype, or quantized (format kQ8).

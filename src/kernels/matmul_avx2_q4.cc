@@ -250,7 +250,7 @@ void MatMulQ4Avx2(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n
 }  // namespace
 
 const Q4Kernels* Q4KernelsAvx2() {
-  static const Q4Kernels k = {"avx2", QuantizeQ4ActivationsAvx2, MatMulQ4Avx2};
+  static const Q4Kernels k = {"avx2", QuantizeQ4ActivationsAvx2, MatMulQ4Avx2, MatMulQ6Avx2};
   return &k;
 }
 

@@ -151,9 +151,11 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   const int8_t* wg = p.wq + g0 * steps * 64;
   const int64_t wstride = steps * 64;  // bytes between groups
   const uint8_t* xm = p.xq + m0 * K;
-  // Decode prefetches the same column quad one tile (NG groups) ahead: the groups are
-  // contiguous, so this streams the matrix one tile ahead of the loads.
-  const int64_t ahead = NG * wstride;
+  // Several groups prefetch the same column quad one tile (NG groups) ahead: the groups are
+  // contiguous, so this streams the matrix one tile ahead of the loads. A single group
+  // (decode) prefetches 32 quads (2 KiB) ahead in its own stream, running into the next group
+  // near its end (ADR 0021: one near-prefetched stream per thread is faster on Zen 4).
+  const int64_t ahead = NG == 1 ? 2048 : NG * wstride;
   __m512 facc[MR][NG];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -268,9 +270,9 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
   // × 2 groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
   if (p.M <= 3) {
     switch (p.M) {
-      case 1: return Tiling<1, 4, true>::Run(p, n0, n1);
-      case 2: return Tiling<2, 4, true>::Run(p, n0, n1);
-      default: return Tiling<3, 4, true>::Run(p, n0, n1);
+      case 1: return Tiling<1, 1, true>::Run(p, n0, n1);
+      case 2: return Tiling<2, 1, true>::Run(p, n0, n1);
+      default: return Tiling<3, 1, true>::Run(p, n0, n1);
     }
   }
   if (p.M <= 16) return Tiling<6, 2, true>::Run(p, n0, n1);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/q6.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -224,7 +225,7 @@ void RefMatMulQ4(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1
 }
 
 const Q4Kernels& ReferenceQ4Kernels() {
-  static const Q4Kernels k = {"reference", QuantizeActivationsQ4, RefMatMulQ4};
+  static const Q4Kernels k = {"reference", QuantizeActivationsQ4, RefMatMulQ4, RefMatMulQ6};
   return k;
 }
 

@@ -105,6 +105,9 @@ struct Q4Kernels {
   void (*quantize)(const float* x, int64_t r0, int64_t r1, const Q4Activations& a) = nullptr;
   void (*matmul)(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1,
                  float* y) = nullptr;
+  // The same for a kQ6 matrix (kernels/q6.h), with RefMatMulQ6's results. Null: that.
+  void (*matmul_q6)(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                    float* y) = nullptr;
 };
 const Q4Kernels& ReferenceQ4Kernels();
 // The AVX512-VNNI kernels (matmul_avx512_q4.cc); null when the build has no AVX-512.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/kernels_test_util.h"
 #include "tensor/dtype.h"
 
 namespace vls::kernels {
@@ -19,13 +20,8 @@ const Q4Kernels& EmulatedAvx512VnniQ4Kernels();
 
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
+using testing::Q4Input;
+using testing::Random;
 
 struct Q4Weights {
   Q4Weights(int64_t N, int64_t K, uint32_t seed) : v(Random(size_t(N * K), seed, 0.05f)) {
@@ -39,14 +35,6 @@ struct Q4Weights {
   std::vector<float> v;
   uint8_t* buf;
   Matrix m;
-};
-
-struct Q4Input {
-  Q4Input(int64_t M, int64_t K)
-      : buf(static_cast<size_t>(Q4ActivationBytes(M, K) + 64)),
-        a(Q4ActivationsAt(buf.data(), M, K)) {}
-  std::vector<uint8_t> buf;
-  Q4Activations a;
 };
 
 TEST(Q4Test, GroupOnAnF16GridIsCodedExactly) {

@@ -8,6 +8,7 @@
 
 #include "kernels/bf16_blocked.h"
 #include "kernels/q4.h"
+#include "kernels/q6.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -51,9 +52,13 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
     g.entry.cols = sources.front().m.cols;
     for (const WeightMatrix& m : sources) g.entry.rows += m.m.rows;
     if (p == kernels::Precision::kInt4) {
-      // The LM head stays at 8 bits (ADR 0019: measured KL), as does any matrix Q4 cannot hold.
-      const bool q4 = g.entry.name != "lm_head" && kernels::Q4Supports(g.entry.rows, g.entry.cols);
-      g.entry.format = q4 ? kernels::MatrixFormat::kQ4 : kernels::MatrixFormat::kQ8;
+      // The LM head at 6 bits (ADR 0021: measured KL), any matrix Q4 or Q6 cannot hold at 8.
+      const bool head = g.entry.name == "lm_head";
+      const bool fits = head ? kernels::Q6Supports(g.entry.rows, g.entry.cols)
+                             : kernels::Q4Supports(g.entry.rows, g.entry.cols);
+      g.entry.format = !fits  ? kernels::MatrixFormat::kQ8
+                       : head ? kernels::MatrixFormat::kQ6
+                              : kernels::MatrixFormat::kQ4;
     }
     g.sources = std::move(sources);
     g.names = std::move(names);
@@ -115,6 +120,8 @@ void FillRows(const PreparedEntry& e, const kernels::Matrix& src, int64_t r0, in
     kernels::QuantizeQ8(src, r0, r1, dst, e.rows, dst_row);
   } else if (e.format == kernels::MatrixFormat::kQ4) {
     kernels::QuantizeQ4(src, r0, r1, dst, e.rows, dst_row);
+  } else if (e.format == kernels::MatrixFormat::kQ6) {
+    kernels::QuantizeQ6(src, r0, r1, dst, e.rows, dst_row);
   } else if (e.format == kernels::MatrixFormat::kBf16Blocked) {
     kernels::PackBf16Blocked(src, r0, r1, dst, e.rows, dst_row);
   } else {
@@ -179,6 +186,7 @@ static_assert(kernels::kQ8Block == 32, "kQ8StorageName names the Q8 block size")
 std::string PreparedStorageName(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ8) return kQ8StorageName;
   if (e.format == kernels::MatrixFormat::kQ4) return "Q4";
+  if (e.format == kernels::MatrixFormat::kQ6) return "Q6";
   if (e.format == kernels::MatrixFormat::kBf16Blocked) return "BF16_BLOCKED";
   return std::string(DTypeName(e.dtype));
 }
@@ -191,6 +199,11 @@ bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e) {
   }
   if (name == "Q4") {
     e->format = kernels::MatrixFormat::kQ4;
+    e->dtype = DType::kF32;
+    return true;
+  }
+  if (name == "Q6") {
+    e->format = kernels::MatrixFormat::kQ6;
     e->dtype = DType::kF32;
     return true;
   }
@@ -210,6 +223,10 @@ uint64_t PreparedEntryBytes(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ4) {
     if (!kernels::Q4Supports(e.rows, e.cols)) return 0;  // never planned; refused when bound
     return static_cast<uint64_t>(kernels::Q4Bytes(e.rows, e.cols));
+  }
+  if (e.format == kernels::MatrixFormat::kQ6) {
+    if (!kernels::Q6Supports(e.rows, e.cols)) return 0;  // never planned; refused when bound
+    return static_cast<uint64_t>(kernels::Q6Bytes(e.rows, e.cols));
   }
   if (e.format == kernels::MatrixFormat::kBf16Blocked) {
     return static_cast<uint64_t>(kernels::Bf16BlockedBytes(e.rows, e.cols));
@@ -259,6 +276,9 @@ Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
           break;
         case kernels::MatrixFormat::kQ4:
           *out = kernels::Q4MatrixAt(data_ + e.offset, e.rows, e.cols);
+          break;
+        case kernels::MatrixFormat::kQ6:
+          *out = kernels::Q6MatrixAt(data_ + e.offset, e.rows, e.cols);
           break;
         case kernels::MatrixFormat::kBf16Blocked:
           *out = kernels::Bf16BlockedMatrixAt(data_ + e.offset, e.rows, e.cols);

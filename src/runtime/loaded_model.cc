@@ -19,7 +19,8 @@ const char* ComputeText(kernels::Precision p) {
       return "compute=q8 blocked weights (32-column blocks, f32 scales) against per-call "
              "q8 activations, int32 block sums, f32 accumulation\n";
     case kernels::Precision::kInt4:
-      return "compute=q4 blocked weights (32-column groups, f16 scale and min; lm head q8) "
+      return "compute=q4 blocked weights (32-column groups, f16 scale and min; lm head q6 blocked, "
+             "32-column groups, f16 scale) "
              "against per-call q8 activations (32-column groups), int32 group sums, f32 "
              "accumulation\n";
     case kernels::Precision::kF32: break;

@@ -10,6 +10,7 @@
 #include "base/memory.h"
 #include "kernels/bf16_blocked.h"
 #include "kernels/q4.h"
+#include "kernels/q6.h"
 #include "kernels/quant.h"
 
 namespace vls {
@@ -370,6 +371,9 @@ void PreparedVisionWeights::Bind(const std::vector<Job>& jobs) {
         break;
       case kernels::MatrixFormat::kQ4:  // never planned for the tower (it stays at Q8)
         *jobs[i].matrix = kernels::Q4MatrixAt(at, e.rows, e.cols);
+        break;
+      case kernels::MatrixFormat::kQ6:  // never planned for the tower either
+        *jobs[i].matrix = kernels::Q6MatrixAt(at, e.rows, e.cols);
         break;
       case kernels::MatrixFormat::kDense:
         *jobs[i].matrix = kernels::Matrix{e.dtype, at, e.rows, e.cols};
