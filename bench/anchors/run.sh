@@ -2,7 +2,8 @@
 # vlstack side by side with ik_llama.cpp (and llama.cpp where its tree knows Qwen3) on the same
 # random weights, in one run (issue 18's anchors):
 #   speed  prompt processing and generation, BF16 / int8 / int4 against BF16 / Q8_0 / Q4_0 /
-#          Q4_K_M: `vlstack bench` and `llama-bench`, alternating per repetition;
+#          Q4_K_M: `vlstack bench` and `llama-bench`, alternating per repetition (generation
+#          from a 1-token prompt, as llama-bench's tg from an empty context);
 #   kl     KL from the f32 reference over the same text: `vlstack eval-kl --chunk 512
 #          --score-from 256` and `llama-perplexity --kl-divergence -c 512` (the same positions:
 #          the second half of each 512-token context);
@@ -69,7 +70,8 @@ done
 ggufs_for() {
   case $1 in bf16) echo bf16 ;; int8) echo q8_0 ;; int4) echo "q4_0 q4_k_m" ;; f32) echo f32 ;; esac
 }
-supports() { "$vlstack" bench --help | grep -q "$1" ; }
+# (Not `| grep -q`: under pipefail, grep quitting early can fail the pipeline with SIGPIPE.)
+supports() { local h; h=$("$vlstack" bench --help); [[ $h == *"$1"* ]]; }
 
 make_model() {  # shape -> model dir
   local m=$work/$1
@@ -90,9 +92,18 @@ gguf_of() {  # anchor_dir model_dir type -> path (written once per anchor tree a
   echo "$f"
 }
 
-vls_bench() {  # model precision prompt gen -> json
-  "$vlstack" bench --model "$1" --precision "$2" --threads "$threads" --prompt-tokens "$3" \
-    --gen-tokens "$4" --reps 1 --json 2>/dev/null
+vls_bench() {  # model precision prompt gen [options...] -> json
+  local m=$1 p=$2 pr=$3 g=$4; shift 4
+  "$vlstack" bench --model "$m" --precision "$p" --threads "$threads" --prompt-tokens "$pr" \
+    --gen-tokens "$g" --reps 1 --json "$@" 2>/dev/null
+}
+# The speed part's prepared weights, compiled once per model and precision (int4's quantizer
+# search takes most of a minute on the 0.6B shape) for a capacity of prompt + gen tokens.
+vls_artifact() {  # model precision -> path
+  local f=$1.$2.cap$((prompt + gen)).vls
+  [ -f "$f" ] || "$vlstack" compile --model "$1" --precision "$2" --threads "$threads" \
+    --capacity $((prompt + gen)) --out "$f" >&2 || exit 1
+  echo "$f"
 }
 anchor_bench() {  # name dir gguf args... -> json array
   local name=$1 dir=$2 f=$3; shift 3
@@ -111,10 +122,14 @@ for shape in $shapes; do
     speed)
       for p in $precisions; do
         supports "$p" || { echo "run.sh: vlstack has no --precision $p: skipped" >&2; continue; }
+        art=(--artifact "$(vls_artifact "$model" "$p")" --capacity $((prompt + gen)))
         for ((r = 0; r < reps; r++)); do
-          j=$(vls_bench "$model" "$p" "$prompt" "$gen")
+          # llama-bench's pp runs the prompt alone and its tg generates from an empty context,
+          # so vlstack's generation figure comes from a 1-token prompt (the same average depth).
+          j=$(vls_bench "$model" "$p" "$prompt" 1 "${art[@]}")
           summ vlstack "$shape" "$p" "pp$prompt" \
             "$(echo "$j" | $py -c 'import json,sys; print(json.load(sys.stdin)["prompt_tokens_per_s"]["median"])')"
+          j=$(vls_bench "$model" "$p" 1 "$gen" "${art[@]}")
           summ vlstack "$shape" "$p" "tg$gen" \
             "$(echo "$j" | $py -c 'import json,sys; print(json.load(sys.stdin)["generation_tokens_per_s"]["median"])')"
           for a in "${anchors[@]}"; do
