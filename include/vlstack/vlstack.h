@@ -120,7 +120,7 @@ typedef struct vls_model_options {
 #define VLS_PRECISION_F32 0
 #define VLS_PRECISION_BF16 1
 #define VLS_PRECISION_INT8 2 /* Q8 blocked weights, per-call quantized activations */
-#define VLS_PRECISION_INT4 3 /* Q4 blocked weights (LM head Q8), per-call quantized activations */
+#define VLS_PRECISION_INT4 3 /* Q4 blocked weights (LM head Q6), per-call quantized activations */
 
 #define VLS_KV_CACHE_DEFAULT 0
 #define VLS_KV_CACHE_F32 1
