@@ -12,11 +12,15 @@
 // acc = fma(t, s, acc) in group order. So every result equals the reference's bit for bit.
 //
 // Tiles of MR activation rows × NG groups of 16 weight rows, as the AVX-512 kernel, sized for 16
-// ymm registers: decode (M <= 3) streams the codes of 4, 2 or 1 row groups per tile (M 1, 2, 3:
-// 8 int16 accumulators or fewer) and prefetches ahead in each row group's stream; batched decode
-// and prefill take 4 rows × 1 row group (8 int16 accumulators, 2 code vectors, the broadcast and
-// a product; 6 × 1, 8 × 1 and 2 × 2 measured no faster on Zen 3), the weights in chunks of row
-// groups that stay in L2 while every row tile passes over them.
+// ymm registers. Decode (M <= 3) takes all M rows × one row group per tile (2 M int16
+// accumulators): each thread streams one row group after the next, one stream. On Zen 4 that ran
+// the M = 1 LM head (K 1024, N 151936) 1.6-2.1x as fast on one and two threads as tiles of 4 row
+// groups, whose 4 streams ran side by side (ADR 0021). M = 1 and 2 leave that stream to the
+// hardware prefetcher: prefetching 8 blocks ahead in it ran the LM head no faster (up to 20%
+// slower) and matrices in L3 up to 10% slower. M = 3 (one row group per tile before) keeps it.
+// Batched decode and prefill take 4 rows × 1 row group (8 int16 accumulators, 2 code vectors,
+// the broadcast and a product; 6 × 1, 8 × 1 and 2 × 2 measured no faster on Zen 3), the weights
+// in chunks of row groups that stay in L2 while every row tile passes over them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -95,9 +99,9 @@ inline __m256i AddProducts(__m256i acc, __m256i c, __m256i x) {
   return r;
 }
 
-// Decode prefetches this many bytes ahead in each row group's stream (the blocks of one row group
-// are contiguous in group order). On Zen 3 distances of 0, 8 and 16 blocks run alike (the
-// hardware prefetcher follows these streams); it is for CPUs whose prefetchers track fewer.
+// Prefetching tiles prefetch this many bytes ahead in each row group's stream (the blocks of one
+// row group are contiguous in group order). On Zen 3 distances of 0, 8 and 16 blocks run alike
+// (the hardware prefetcher follows these streams); it is for CPUs whose prefetchers track fewer.
 constexpr int64_t kPrefetchAhead = 8 * kQ4BlockBytes;
 
 // Outputs y[m0 .. m0+MR, 16 G0 .. 16 (G0+NG)] restricted to columns [n0, n1). Half h of the tile
@@ -238,8 +242,8 @@ void MatMulQ4Avx2(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n
       x.q,    x.scales, x.sums, x.rows, x.cols, x.groups, static_cast<const uint8_t*>(w.data),
       w.rows, y};
   switch (p.M) {
-    case 1: return Tiling<1, 4, true>::Run(p, n0, n1);
-    case 2: return Tiling<2, 2, true>::Run(p, n0, n1);
+    case 1: return Tiling<1, 1, false>::Run(p, n0, n1);
+    case 2: return Tiling<2, 1, false>::Run(p, n0, n1);
     case 3: return Tiling<3, 1, true>::Run(p, n0, n1);
     default: break;
   }
