@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -182,57 +183,50 @@ void BM_QuantizeQ8(benchmark::State& state, const KernelVariant* v) {
                          benchmark::Counter::kIsRate);
 }
 
-// Q4 weights [N, K], quantized once per shape and kept for the process: QuantizeQ4's search
-// would take about a minute for the LM head, so at most kQ4QuantizedRows rows are quantized and
-// their row groups repeated down the matrix (the kernels' speed does not depend on the values).
-const Matrix& Q4Weights(int64_t N, int64_t K) {
+// Packed weights [N, K] of a format, made once per shape and kept for the process: the
+// quantizers' searches would take about a minute for an LM head, so at most kQuantizedRows rows
+// are quantized (by `pack`, which also repeats their row groups down the matrix: the kernels'
+// speed does not depend on the values).
+constexpr int64_t kQuantizedRows = 512;  // a multiple of kQ4Rows and kQ6Rows
+using PackFn = Matrix (*)(const std::vector<float>& rows_f32, int64_t rows, int64_t N, int64_t K,
+                          void* data);
+const Matrix& PackedWeights(int64_t N, int64_t K, int64_t bytes, PackFn pack) {
   struct Buffer {
     void* data = nullptr;
     Matrix m;
     ~Buffer() { std::free(data); }
   };
-  static std::map<std::pair<int64_t, int64_t>, Buffer> cache;
-  Buffer& b = cache[{N, K}];
+  static std::map<std::tuple<PackFn, int64_t, int64_t>, Buffer> cache;
+  Buffer& b = cache[{pack, N, K}];
   if (b.data != nullptr) return b.m;
-  constexpr int64_t kQ4QuantizedRows = 512;  // a multiple of kQ4Rows
-  const int64_t rows = std::min(N, kQ4QuantizedRows);
+  const int64_t rows = std::min(N, kQuantizedRows);
   std::mt19937 rng(1);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> wf(static_cast<size_t>(rows * K));
   for (float& f : wf) f = d(rng) * 0.02f;
-  const auto bytes = static_cast<size_t>(Q4Bytes(N, K));
-  b.data = std::aligned_alloc(64, bytes);
-  QuantizeQ4(Matrix{DType::kF32, wf.data(), rows, K}, 0, rows, b.data, rows, 0);
-  const auto part = static_cast<size_t>(Q4Bytes(rows, K));
-  auto* base = static_cast<uint8_t*>(b.data);
-  for (size_t off = part; off < bytes; off += part) {
-    std::memcpy(base + off, base, std::min(part, bytes - off));
-  }
-  b.m = Q4MatrixAt(b.data, N, K);
+  b.data = std::aligned_alloc(64, static_cast<size_t>(bytes));
+  b.m = pack(wf, rows, N, K, b.data);
   return b.m;
 }
 
-// Q6 weights [N, K], as Q4Weights: kQ4QuantizedRows rows quantized, their row groups' code
-// blocks and scales repeated down the matrix.
-const Matrix& Q6Weights(int64_t N, int64_t K) {
-  struct Buffer {
-    void* data = nullptr;
-    Matrix m;
-    ~Buffer() { std::free(data); }
-  };
-  static std::map<std::pair<int64_t, int64_t>, Buffer> cache;
-  Buffer& b = cache[{N, K}];
-  if (b.data != nullptr) return b.m;
-  constexpr int64_t kRows = 512;  // a multiple of kQ6Rows
-  const int64_t rows = std::min(N, kRows);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(rows * K));
-  for (float& f : wf) f = d(rng) * 0.02f;
+// Q4: the blocks of the quantized rows repeated whole (a row group's blocks are contiguous).
+Matrix PackQ4(const std::vector<float>& wf, int64_t rows, int64_t N, int64_t K, void* data) {
+  QuantizeQ4(Matrix{DType::kF32, wf.data(), rows, K}, 0, rows, data, rows, 0);
+  const auto bytes = static_cast<size_t>(Q4Bytes(N, K)),
+             part = static_cast<size_t>(Q4Bytes(rows, K));
+  auto* base = static_cast<uint8_t*>(data);
+  for (size_t off = part; off < bytes; off += part) {
+    std::memcpy(base + off, base, std::min(part, bytes - off));
+  }
+  return Q4MatrixAt(data, N, K);
+}
+const Matrix& Q4Weights(int64_t N, int64_t K) { return PackedWeights(N, K, Q4Bytes(N, K), PackQ4); }
+
+// Q6: each row group's code blocks and scales repeated (the scales follow all the codes).
+Matrix PackQ6(const std::vector<float>& wf, int64_t rows, int64_t N, int64_t K, void* data) {
   std::vector<uint8_t> part(static_cast<size_t>(Q6Bytes(rows, K)));
   QuantizeQ6(Matrix{DType::kF32, wf.data(), rows, K}, 0, rows, part.data(), rows, 0);
-  b.data = std::aligned_alloc(64, static_cast<size_t>(Q6Bytes(N, K)));
-  auto* base = static_cast<uint8_t*>(b.data);
+  auto* base = static_cast<uint8_t*>(data);
   const int64_t groups = Q6Groups(K), code = groups * kQ6CodeBytes, scale = groups * 32;
   for (int64_t rg = 0; rg < Q6RowGroups(N); ++rg) {
     const int64_t src = rg % Q6RowGroups(rows);
@@ -240,9 +234,9 @@ const Matrix& Q6Weights(int64_t N, int64_t K) {
     std::memcpy(base + Q6ScalesOffset(N, K) + rg * scale,
                 part.data() + Q6ScalesOffset(rows, K) + src * scale, static_cast<size_t>(scale));
   }
-  b.m = Q6MatrixAt(b.data, N, K);
-  return b.m;
+  return Q6MatrixAt(data, N, K);
 }
+const Matrix& Q6Weights(int64_t N, int64_t K) { return PackedWeights(N, K, Q6Bytes(N, K), PackQ6); }
 
 // A product on packed weights (Q4 or Q6: `weights` gives the matrix, `bytes` its size).
 void BM_MatMulPacked(benchmark::State& state, const KernelVariant* v,
