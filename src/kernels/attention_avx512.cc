@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kernels/attention.h"
+#include "kernels/attention_avx512_internal.h"
 #include "kernels/avx512_math.h"
 #include "kernels/scratch.h"
 
@@ -18,15 +19,7 @@ namespace vls::kernels {
 
 namespace {
 
-constexpr int64_t kKeyBlock = 64;
-// Keys and values are prefetched this far ahead of the key block being scored.
-constexpr int64_t kPrefetchKeys = kKeyBlock;
-// Score rows have room for a whole last key tile past kKeyBlock.
-constexpr int64_t kScoreStride = kKeyBlock + 16;
-
-__mmask16 TailMask(int64_t left) {
-  return static_cast<__mmask16>(left >= 16 ? 0xffffu : left <= 0 ? 0u : (1u << left) - 1u);
-}
+using namespace avx512_attention;  // NOLINT(google-build-using-namespace)
 
 // 16 keys or values as f32: loaded from an f32 cache, or widened exactly from a BF16 one.
 inline __m512 Load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
@@ -39,40 +32,6 @@ inline __m512 Load16(const uint16_t* p) {
   const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
 }
-
-// Lane i of the result = horizontal sum of a[i], for 16 vectors (a transpose-and-add tree:
-// 45 shuffles/adds for 16 sums instead of 16 separate reductions).
-inline __m512 Reduce16(const __m512* a) {
-  __m512 u[4];
-  for (int g = 0; g < 4; ++g) {
-    const __m512* b = a + 4 * g;
-    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
-    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
-    const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
-    // Per 128-bit lane: element e = that lane's partial sum of b[e].
-    u[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
-  }
-  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// The state of one work item (nq = rows·group query vectors), carved from the calling
-// participant's scratch buffer.
-struct State {
-  const float** q = nullptr;  // [nq] query vectors
-  float* s = nullptr;         // [nq, kScoreStride] scores, then probabilities
-  float* acc = nullptr;       // [nq, D] unnormalised outputs
-  float* m = nullptr;         // [nq] running max
-  float* l = nullptr;         // [nq] running sum
-  float* alpha = nullptr;     // [nq] rescale of acc for the current block
-  int64_t* last = nullptr;    // [nq] last key each query attends
-  int64_t keys = 0;           // keys any query attends: [0, keys)
-};
 
 // s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16) over D.
 template <int QR, int KR, typename KV>
@@ -103,16 +62,6 @@ void ScoreTile(const float* const* q, const KV* const* k, int64_t D, float scale
   for (int i = 0; i < QR; ++i) std::memcpy(s + i * kScoreStride, out + i * KR, KR * sizeof(float));
 }
 
-// Prefetches keys [t, t + n) of a [T, D] head (clipped to T) into L1: the rows of one head are
-// contiguous, but a hardware prefetcher restarts at every 4 KiB page (8 f32 keys at D = 128).
-template <typename KV>
-void PrefetchRows(const KV* base, int64_t t, int64_t n, int64_t T, int64_t D) {
-  constexpr int64_t kLine = 64 / sizeof(KV);  // elements per cache line
-  const int64_t end = std::min(T, t + n) * D;
-  for (int64_t i = t * D; i < end; i += kLine)
-    _mm_prefetch(reinterpret_cast<const char*>(base + i), _MM_HINT_T0);
-}
-
 // The keys and values of a tile as one element type.
 template <typename KV>
 struct KvPtrs {
@@ -141,36 +90,6 @@ void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_
     for (int j = 0; j < KR; ++j) k[j] = kv.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
     ScoreTile<QR, KR>(st.q + i0, k, D, w.scale, st.s + i0 * kScoreStride + j0);
   }
-}
-
-// Online-softmax update of query i for keys [t0, t0 + tb): turns st.s row i into weights.
-void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb) {
-  float* s = st.s + i * kScoreStride;
-  const int64_t valid = std::clamp<int64_t>(st.last[i] + 1 - t0, 0, tb);
-  if (valid == 0) {  // the whole block is after this query's last key
-    std::fill_n(s, tb, 0.0f);
-    st.alpha[i] = 1.0f;
-    return;
-  }
-  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t t = 0; t < valid; t += 16) {
-    mx = _mm512_mask_max_ps(mx, TailMask(valid - t), mx, _mm512_loadu_ps(s + t));
-  }
-  float& m = st.m[i];
-  const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
-  const float alpha = std::exp(m - m_new);  // 0 for the first block (m = -inf)
-  const __m512 mv = _mm512_set1_ps(m_new);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t t = 0; t < tb; t += 16) {
-    const __mmask16 mask = TailMask(valid - t);
-    const __m512 p =
-        _mm512_maskz_mov_ps(mask, avx512_internal::Exp(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv)));
-    sum = _mm512_add_ps(sum, p);
-    _mm512_storeu_ps(s + t, p);
-  }
-  st.l[i] = st.l[i] * alpha + _mm512_reduce_add_ps(sum);
-  m = m_new;
-  st.alpha[i] = alpha;
 }
 
 inline __m512 LoadPart(const float* p, int64_t left) {
@@ -240,39 +159,43 @@ void AccumulateRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, i
   if (d0 < D) AccumulateChunk<KV, QR, NV, false>(w, st, i0, t0, tb, d0);
 }
 
-// Runs Fn<KV, QR> over queries [0, nq) in tiles of 4, then a tile of the remainder.
-template <typename KV, template <typename, int> class Fn>
-void ForQueryTiles(int64_t nq, const Fn<KV, 1>& f1, const Fn<KV, 2>& f2, const Fn<KV, 3>& f3,
-                   const Fn<KV, 4>& f4) {
-  int64_t i = 0;
-  for (; i + 4 <= nq; i += 4) f4(i);
-  switch (nq - i) {
-    case 1: f1(i); break;
-    case 2: f2(i); break;
-    case 3: f3(i); break;
-    default: break;
+template <typename KV>
+void AttendBlocks(const AttentionTile& w, State& st) {
+  const int64_t nq = w.rows * w.group, D = w.head_dim;
+  const int64_t T = st.keys;
+  const KvPtrs<KV> kv = Kv(w, KV{});
+  PrefetchRows(kv.k, w.first, kPrefetchKeys, T, D);
+  PrefetchRows(kv.v, w.first, kPrefetchKeys, T, D);
+  for (int64_t t0 = w.first; t0 < T; t0 += kKeyBlock) {
+    const int64_t tb = std::min(kKeyBlock, T - t0);
+    ForQueryTiles(
+        nq, [&](int64_t i, auto rows) { ScoreRows<KV, decltype(rows)::kRows>(w, st, i, t0, tb); });
+    for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb, nullptr);
+    ForQueryTiles(nq, [&](int64_t i, auto rows) {
+      AccumulateRows<KV, decltype(rows)::kRows>(w, st, i, t0, tb);
+    });
   }
 }
 
-template <typename KV, int QR>
-struct ScoreFn {
-  const AttentionTile& w;
-  State& st;
-  int64_t t0, tb;
-  void operator()(int64_t i) const { ScoreRows<KV, QR>(w, st, i, t0, tb); }
-};
-template <typename KV, int QR>
-struct AccumulateFn {
-  const AttentionTile& w;
-  State& st;
-  int64_t t0, tb;
-  void operator()(int64_t i) const { AccumulateRows<KV, QR>(w, st, i, t0, tb); }
-};
+}  // namespace
 
-// 64-byte-aligned sizes, so every array of the state starts on a cache line.
-constexpr size_t Aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+namespace avx512_internal {
 
-State Prepare(const AttentionTile& w, ScratchBuffer& scratch) {
+void Attention(const AttentionTile& w, ScratchBuffer& scratch) {
+  State st = Prepare(w, scratch, 0);
+  if (w.k_bf16 != nullptr) {
+    AttendBlocks<uint16_t>(w, st);
+  } else {
+    AttendBlocks<float>(w, st);
+  }
+  Finish(w, st, nullptr);
+}
+
+}  // namespace avx512_internal
+
+namespace avx512_attention {
+
+State Prepare(const AttentionTile& w, ScratchBuffer& scratch, size_t extra_bytes) {
   const auto nq = static_cast<size_t>(w.rows * w.group);
   const auto D = static_cast<size_t>(w.head_dim);
   const size_t q_bytes = Aligned(nq * sizeof(const float*));
@@ -281,7 +204,7 @@ State Prepare(const AttentionTile& w, ScratchBuffer& scratch) {
   const size_t vec_bytes = Aligned(nq * sizeof(float));
   const size_t last_bytes = Aligned(nq * sizeof(int64_t));
   auto* p = static_cast<std::byte*>(
-      scratch.Reserve(q_bytes + s_bytes + acc_bytes + 3 * vec_bytes + last_bytes));
+      scratch.Reserve(q_bytes + s_bytes + acc_bytes + 3 * vec_bytes + last_bytes + extra_bytes));
   State st;
   st.q = reinterpret_cast<const float**>(p);
   st.s = reinterpret_cast<float*>(p += q_bytes);
@@ -290,6 +213,7 @@ State Prepare(const AttentionTile& w, ScratchBuffer& scratch) {
   st.l = reinterpret_cast<float*>(p += vec_bytes);
   st.alpha = reinterpret_cast<float*>(p += vec_bytes);
   st.last = reinterpret_cast<int64_t*>(p += vec_bytes);
+  st.extra = p + last_bytes;
   std::fill_n(st.acc, nq * D, 0.0f);
   std::fill_n(st.m, nq, -std::numeric_limits<float>::infinity());
   std::fill_n(st.l, nq, 0.0f);
@@ -304,35 +228,52 @@ State Prepare(const AttentionTile& w, ScratchBuffer& scratch) {
   return st;
 }
 
-template <typename KV>
-void AttendBlocks(const AttentionTile& w, State& st) {
-  const int64_t nq = w.rows * w.group, D = w.head_dim;
-  const int64_t T = st.keys;
-  const KvPtrs<KV> kv = Kv(w, KV{});
-  PrefetchRows(kv.k, w.first, kPrefetchKeys, T, D);
-  PrefetchRows(kv.v, w.first, kPrefetchKeys, T, D);
-  for (int64_t t0 = w.first; t0 < T; t0 += kKeyBlock) {
-    const int64_t tb = std::min(kKeyBlock, T - t0);
-    ForQueryTiles<KV, ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
-                               {w, st, t0, tb});
-    for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb);
-    ForQueryTiles<KV, AccumulateFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
-                                    {w, st, t0, tb});
+void SoftmaxRow(State& st, int64_t i, int64_t t0, int64_t tb, uint32_t* pairs) {
+  float* s = st.s + i * kScoreStride;
+  const int64_t valid = std::clamp<int64_t>(st.last[i] + 1 - t0, 0, tb);
+  if (valid == 0) {  // the whole block is after this query's last key
+    std::fill_n(s, tb, 0.0f);
+    if (pairs != nullptr) std::fill_n(pairs, (tb + 1) / 2, 0u);
+    st.alpha[i] = 1.0f;
+    return;
   }
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t t = 0; t < valid; t += 16) {
+    mx = _mm512_mask_max_ps(mx, TailMask(valid - t), mx, _mm512_loadu_ps(s + t));
+  }
+  float& m = st.m[i];
+  const float m_new = std::max(m, _mm512_reduce_max_ps(mx));
+  const float alpha = std::exp(m - m_new);  // 0 for the first block (m = -inf)
+  const __m512 mv = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < tb; t += 16) {
+    const __mmask16 mask = TailMask(valid - t);
+    __m512 p =
+        _mm512_maskz_mov_ps(mask, avx512_internal::Exp(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv)));
+    if (pairs != nullptr) {
+      // Nearest-even BF16 of p (finite, >= 0): (bits + 0x7fff + bit 16) >> 16.
+      const __m512i b = _mm512_castps_si512(p);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+      const __m512i h = _mm512_srli_epi32(
+          _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+      p = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+      // Two per uint32: as 64-bit lanes h[2k] | h[2k + 1] << 32, so the low half of
+      // x | x >> 16 is h[2k] | h[2k + 1] << 16 (a tail of tb - t < 16 keys writes
+      // ceil((tb - t) / 2) pairs).
+      const __m256i packed = _mm512_cvtepi64_epi32(_mm512_or_si512(h, _mm512_srli_epi64(h, 16)));
+      const int64_t n = std::min<int64_t>(8, (tb - t + 1) / 2);
+      _mm256_mask_storeu_epi32(pairs + t / 2, static_cast<__mmask8>((1u << n) - 1u), packed);
+    }
+    sum = _mm512_add_ps(sum, p);
+    _mm512_storeu_ps(s + t, p);
+  }
+  st.l[i] = st.l[i] * alpha + _mm512_reduce_add_ps(sum);
+  m = m_new;
+  st.alpha[i] = alpha;
 }
 
-}  // namespace
-
-namespace avx512_internal {
-
-void Attention(const AttentionTile& w, ScratchBuffer& scratch) {
-  State st = Prepare(w, scratch);
+void Finish(const AttentionTile& w, const State& st, const uint8_t* perm) {
   const int64_t D = w.head_dim;
-  if (w.k_bf16 != nullptr) {
-    AttendBlocks<uint16_t>(w, st);
-  } else {
-    AttendBlocks<float>(w, st);
-  }
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {
       const int64_t i = r * w.group + j;
@@ -340,7 +281,11 @@ void Attention(const AttentionTile& w, ScratchBuffer& scratch) {
       const float inv = none ? 0.0f : 1.0f / st.l[i];
       const float* acc = st.acc + i * D;
       float* out = w.out + r * w.out_row_stride + j * D;
-      for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+      if (perm == nullptr) {
+        for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+      } else {
+        for (int64_t d = 0; d < D; ++d) out[d - d % 32 + perm[d % 32]] = acc[d] * inv;
+      }
       if (w.lse != nullptr) {
         w.lse[i] = none ? -std::numeric_limits<float>::infinity() : st.m[i] + std::log(st.l[i]);
       }
@@ -348,6 +293,6 @@ void Attention(const AttentionTile& w, ScratchBuffer& scratch) {
   }
 }
 
-}  // namespace avx512_internal
+}  // namespace avx512_attention
 
 }  // namespace vls::kernels

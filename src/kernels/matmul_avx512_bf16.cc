@@ -87,13 +87,16 @@ void MatMulBf16(const uint16_t* xb, int64_t M, int64_t K, const Matrix& w, int64
 
 }  // namespace
 
-// "avx512vnni" with the AVX512-BF16 kernels for BF16 weights.
+// "avx512vnni" with the AVX512-BF16 kernels for BF16 weights and for attention over a BF16
+// cache.
 const KernelVariant* Avx512Bf16Variant() {
   static const KernelVariant v = [] {
     KernelVariant k = *Avx512VnniVariant();
     k.name = "avx512bf16";
     k.matmul_bf16 = MatMulBf16;
     k.matmul_bf16_blocked = avx512_internal::MatMulBf16Blocked;
+    k.attention = avx512_internal::AttentionBf16;
+    k.attention_bf16_products = true;
     return k;
   }();
   return &v;
