@@ -53,6 +53,7 @@ namespace vls::kernels::emulation {
 
 inline void _mm_prefetch(const char*, int) {}
 inline V512 _mm512_setzero_si512() { return V512{}; }
+inline V512 _mm512_setzero_ps() { return V512{}; }
 inline V512 _mm512_loadu_si512(const void* p) {
   V512 v;
   std::memcpy(v.b, p, 64);

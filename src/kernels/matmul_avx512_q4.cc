@@ -103,8 +103,22 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
   // prefetched a tile ahead (ADR 0021).
   const int64_t ahead = NG == 1 ? 8 * kQ4BlockBytes : NG * gstride;
   const __m512i nibble = _mm512_set1_epi8(15);
-  // The f32 sums live in memory: they change once per group, the registers hold the int32 ones.
-  alignas(64) float facc[MR][NG][16] = {};
+  // The f32 sums: in registers when they fit beside the int32 ones and the weights (MR·NG <= 12),
+  // else in memory (they change once per group, the registers hold the int32 sums).
+  constexpr bool kRegs = MR * NG <= 12;
+  __m512 racc[kRegs ? MR : 1][kRegs ? NG : 1];
+  alignas(64) float macc[kRegs ? 1 : MR][kRegs ? 1 : NG][16];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NG; ++j) {
+      if constexpr (kRegs) {
+        racc[i][j] = _mm512_setzero_ps();
+      } else {
+        _mm512_store_ps(macc[i][j], _mm512_setzero_ps());
+      }
+    }
+  }
   for (int64_t g = 0; g < ng; ++g) {
     // NOLINTNEXTLINE(bugprone-branch-clone): the branches differ per instantiation
     __m512i acc[MR][NG], acc_hi[kSplit ? MR : 1][kSplit ? NG : 1];
@@ -144,21 +158,31 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
         }
       }
     }
+    // Per (m, n) the reference's t = f32(dot) · d, t = fma(m, Σqx, t), acc = fma(t, s, acc).
+    __m512 d[NG], mn[NG];
 #pragma GCC unroll 4
     for (int j = 0; j < NG; ++j) {
       const uint8_t* sp = wg + j * gstride + g * kQ4BlockBytes + kQ4ScalesOffset;
       if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(sp + ahead), _MM_HINT_T0);
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));
-      const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(
+      d[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));
+      mn[j] = _mm512_cvtph_ps(_mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(sp + (kQ4MinsOffset - kQ4ScalesOffset))));
+    }
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xsum = _mm512_set1_ps(p.xsum[(m0 + i) * ng + g]);
+      const __m512 xs = _mm512_set1_ps(p.xs[(m0 + i) * ng + g]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NG; ++j) {
         __m512i dot = acc[i][j];
         if constexpr (kSplit) dot = _mm512_add_epi32(dot, acc_hi[i][j]);
-        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), d);
-        t = _mm512_fmadd_ps(mn, _mm512_set1_ps(p.xsum[(m0 + i) * ng + g]), t);
-        _mm512_store_ps(facc[i][j], _mm512_fmadd_ps(t, _mm512_set1_ps(p.xs[(m0 + i) * ng + g]),
-                                                    _mm512_load_ps(facc[i][j])));
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), d[j]);
+        t = _mm512_fmadd_ps(mn[j], xsum, t);
+        if constexpr (kRegs) {
+          racc[i][j] = _mm512_fmadd_ps(t, xs, racc[i][j]);
+        } else {
+          _mm512_store_ps(macc[i][j], _mm512_fmadd_ps(t, xs, _mm512_load_ps(macc[i][j])));
+        }
       }
     }
   }
@@ -169,7 +193,8 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
     const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
-      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, _mm512_load_ps(facc[i][j]));
+      _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask,
+                            kRegs ? racc[i][j] : _mm512_load_ps(macc[i][j]));
   }
 }
 
