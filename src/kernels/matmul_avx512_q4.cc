@@ -106,8 +106,10 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
   // The f32 sums: in registers when they fit beside the int32 ones and the weights (MR·NG <= 12),
   // else in memory (they change once per group, the registers hold the int32 sums).
   constexpr bool kRegs = MR * NG <= 12;
+  // NOLINTBEGIN(bugprone-branch-clone): the sizes differ per instantiation
   __m512 racc[kRegs ? MR : 1][kRegs ? NG : 1];
   alignas(64) float macc[kRegs ? 1 : MR][kRegs ? 1 : NG][16];
+  // NOLINTEND(bugprone-branch-clone)
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
