@@ -24,6 +24,9 @@ struct AttentionTile {
   const float* v = nullptr;
   const uint16_t* k_bf16 = nullptr;
   const uint16_t* v_bf16 = nullptr;
+  // k_bf16 is in key tiles (model/kv_cache.h: per 16 keys, [D/2, 16] BF16 column pairs).
+  // Only kernels with attention_bf16_products (kernels/dispatch.h) take them.
+  bool k_tiles = false;
   // [rows] row r attends keys [first, last[r]] (causal by physical index; `first` > 0 when
   // one row's keys are split over several work items).
   const int32_t* last = nullptr;

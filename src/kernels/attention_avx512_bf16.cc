@@ -99,6 +99,54 @@ void ScoreRows(const AttentionTile& w, State& st, const Bf16Parts& b, int64_t i0
   }
 }
 
+// s[i][t - t0] = scale · q_i · k_t for queries [i0, i0 + QR) and keys [t0, t0 + tb) of a key-tiled
+// cache (AttentionTile::k_tiles), whose NV tiles from a0 = t0 rounded down to a tile cover them:
+// per column pair, the query's pair broadcast against one vector of 16 keys per tile. Each
+// score is the same sequential sum whatever lane or tile its key falls in.
+template <int QR, int NV>
+void ScoreTiles(const AttentionTile& w, State& st, const Bf16Parts& b, int64_t i0, int64_t t0,
+                int64_t tb) {
+  const int64_t D = w.head_dim, a0 = t0 - t0 % 16;
+  __m512 acc[QR][NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
+  const auto* q = reinterpret_cast<const uint32_t*>(b.q + i0 * D);  // column pairs
+  const uint16_t* kt = w.k_bf16 + a0 * D;  // tile a0 / 16; tile v at + v·16·D, pair c at + 32c
+  for (int64_t c = 0; c < D / 2; ++c) {
+    __m512bh k[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) k[v] = AsBf16(Load32(kt + v * 16 * D + 32 * c));
+#pragma GCC unroll 4
+    for (int i = 0; i < QR; ++i) {
+      const __m512bh qi = AsBf16(_mm512_set1_epi32(static_cast<int>(q[i * D / 2 + c])));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], qi, k[v]);
+    }
+  }
+  const __m512 scale = _mm512_set1_ps(w.scale);
+  alignas(64) float out[16 * NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < QR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_store_ps(out + 16 * v, _mm512_mul_ps(acc[i][v], scale));
+    std::copy_n(out + (t0 - a0), tb, st.s + (i0 + i) * kScoreStride);
+  }
+}
+
+template <int QR>
+void ScoreTileRows(const AttentionTile& w, State& st, const Bf16Parts& b, int64_t i0, int64_t t0,
+                   int64_t tb) {
+  switch ((t0 % 16 + tb + 15) / 16) {
+    case 1: return ScoreTiles<QR, 1>(w, st, b, i0, t0, tb);
+    case 2: return ScoreTiles<QR, 2>(w, st, b, i0, t0, tb);
+    case 3: return ScoreTiles<QR, 3>(w, st, b, i0, t0, tb);
+    default: return ScoreTiles<QR, 4>(w, st, b, i0, t0, tb);
+  }
+}
+
 // acc_i = alpha_i · acc_i + Σ_t p̃_i[t] · v_t for queries [i0, i0 + QR) and the NC 32-column
 // chunks from d0, held in QR·2·NC registers (columns permuted as kPerm).
 template <int QR, int NC>
@@ -162,10 +210,20 @@ void AttendBlocks(const AttentionTile& w, State& st, const Bf16Parts& b) {
   const int64_t T = st.keys;
   PrefetchRows(w.k_bf16, w.first, kPrefetchKeys, T, D);
   PrefetchRows(w.v_bf16, w.first, kPrefetchKeys, T, D);
-  for (int64_t t0 = w.first; t0 < T; t0 += kKeyBlock) {
-    const int64_t tb = std::min(kKeyBlock, T - t0);
-    ForQueryTiles(
-        nq, [&](int64_t i, auto rows) { ScoreRows<decltype(rows)::kRows>(w, st, b, i, t0, tb); });
+  // Key tiles: blocks end at multiples of kKeyBlock, so a block spans at most 4 tiles. The
+  // boundaries still depend on nothing but w.first.
+  for (int64_t t0 = w.first, tb = 0; t0 < T; t0 += tb) {
+    tb = std::min(w.k_tiles ? kKeyBlock - t0 % kKeyBlock : kKeyBlock, T - t0);
+    if (w.k_tiles) {
+      PrefetchRows(w.k_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
+      PrefetchRows(w.v_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
+      ForQueryTiles(nq, [&](int64_t i, auto rows) {
+        ScoreTileRows<decltype(rows)::kRows>(w, st, b, i, t0, tb);
+      });
+    } else {
+      ForQueryTiles(
+          nq, [&](int64_t i, auto rows) { ScoreRows<decltype(rows)::kRows>(w, st, b, i, t0, tb); });
+    }
     for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb, b.pairs + i * kPairStride);
     ForQueryTiles(nq, [&](int64_t i, auto rows) {
       AccumulateRows<decltype(rows)::kRows>(w, st, b, i, t0, tb);

@@ -91,6 +91,14 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
 void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape& shape,
                    const float* q, std::span<const ForwardRow> rows, float* out,
                    int64_t range_keys) {
+  // Key tiles are read by kernels with BF16 products only; any other kernel reads them back
+  // through the cache (the reference path).
+  if (!ctx.variant().attention_bf16_products &&
+      std::any_of(rows.begin(), rows.end(),
+                  [](const ForwardRow& r) { return r.cache->key_tiles(); })) {
+    ReferenceAttend(ctx, layer, shape, q, rows, out);
+    return;
+  }
   const int64_t nh = shape.heads, nkv = shape.kv_heads, D = shape.head_dim;
   const int64_t group = nh / nkv;
   const auto M = static_cast<int64_t>(rows.size());
@@ -138,6 +146,7 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
         tile.v = cache.v_head(layer, g);
       } else {
         tile.k_bf16 = cache.k_head_bf16(layer, g);
+        tile.k_tiles = cache.key_tiles();
         tile.v_bf16 = cache.v_head_bf16(layer, g);
       }
       tile.last = last.data() + b.m0;

@@ -124,6 +124,8 @@ void Compare(const AttentionShape& shape, float q_scale, std::span<const Forward
   ReferenceAttend(ref_ctx, kLayer, shape, q_bf16.data(), rows, want_bf16.data());
   int checked = 0;
   for (const kernels::KernelVariant* v : BlockedVariants()) {
+    // Other variants read key tiles through the reference path itself: nothing to compare.
+    if (rows[0].cache->key_tiles() && !v->attention_bf16_products) continue;
     const bool bf16_products = v->attention_bf16_products && bf16_cache;
     const std::vector<float>& ref = bf16_products ? want_bf16 : want;
     const float tol = bf16_products ? kBf16ProductTolerance : 1e-5f;
@@ -153,15 +155,27 @@ const Case kCases[] = {{128, 1, 1.0f}, {128, 2, 1.0f}, {128, 4, 4.0f},
                        {64, 1, 4.0f},  {64, 2, 1.0f},  {64, 4, 1.0f}};
 constexpr int64_t kKvHeads = 2;
 
+// The caches each case runs over: f32, BF16, and BF16 with K in key tiles (KvCache; read by
+// the variants with BF16 products, through the reference path by the others).
+struct CacheKind {
+  KvDType dtype;
+  bool tiles;
+  const char* name;
+};
+constexpr CacheKind kKinds[] = {{KvDType::kF32, false, "f32"},
+                                {KvDType::kBf16, false, "bf16"},
+                                {KvDType::kBf16, true, "bf16 key tiles"}};
+
 // Decode rows of three caches of different lengths in one call, then a prefill chunk of the
 // middle cache between decode rows of the others.
-void RaggedCase(const Case& c, KvDType dt) {
+void RaggedCase(const Case& c, const CacheKind& kind) {
   const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
   const int lengths[] = {1, 77, 340};
   std::vector<std::unique_ptr<KvCache>> caches;
   std::mt19937 rng(3);
   for (int len : lengths) {
-    caches.push_back(std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D), dt));
+    caches.push_back(std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D),
+                                               kind.dtype, kind.tiles));
     FillCache(*caches.back(), len, rng);
   }
   std::vector<ForwardRow> rows;
@@ -176,21 +190,20 @@ void RaggedCase(const Case& c, KvDType dt) {
   Compare(shape, c.q_scale, rows);
 }
 
-constexpr KvDType kDTypes[] = {KvDType::kF32, KvDType::kBf16};
-
 TEST(AttentionTest, PrefillMatchesReference) {
-  for (const KvDType dt : kDTypes) {
+  for (const CacheKind& kind : kKinds) {
     for (const Case& c : kCases) {
       const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
       for (int S : {1, 7, 65, 300}) {
         for (int start : {0, 40}) {  // a fresh prompt, and a chunk continuing a cache
-          KvCache cache(kLayers, start + S, static_cast<int>(kKvHeads), static_cast<int>(c.D), dt);
+          KvCache cache(kLayers, start + S, static_cast<int>(kKvHeads), static_cast<int>(c.D),
+                        kind.dtype, kind.tiles);
           std::mt19937 rng(static_cast<unsigned>(S + start));
           FillCache(cache, start + S, rng);
           std::vector<ForwardRow> rows;
           for (int i = start; i < start + S; ++i) rows.push_back({&cache, i, {i, i, i}});
-          SCOPED_TRACE("S=" + std::to_string(S) + " start=" + std::to_string(start) +
-                       (dt == KvDType::kBf16 ? " bf16" : " f32"));
+          SCOPED_TRACE("S=" + std::to_string(S) + " start=" + std::to_string(start) + " " +
+                       kind.name);
           Compare(shape, c.q_scale, rows);
         }
       }
@@ -199,10 +212,10 @@ TEST(AttentionTest, PrefillMatchesReference) {
 }
 
 TEST(AttentionTest, RaggedDecodeAndMixedRowsMatchReference) {
-  for (const KvDType dt : kDTypes) {
+  for (const CacheKind& kind : kKinds) {
     for (const Case& c : kCases) {
-      SCOPED_TRACE(dt == KvDType::kBf16 ? "bf16" : "f32");
-      RaggedCase(c, dt);
+      SCOPED_TRACE(kind.name);
+      RaggedCase(c, kind);
     }
   }
 }
@@ -211,7 +224,7 @@ TEST(AttentionTest, RaggedDecodeAndMixedRowsMatchReference) {
 // shorter than a key block, rows with no key in the later ranges, one key per range), and a
 // prefill block of one cache, against the reference.
 TEST(AttentionTest, SplitKeyRangesMatchReference) {
-  for (const KvDType dt : kDTypes) {
+  for (const CacheKind& kind : kKinds) {
     for (const Case& c : {kCases[1], kCases[2]}) {
       const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
       const int lengths[] = {1, 77, 1500};
@@ -219,16 +232,15 @@ TEST(AttentionTest, SplitKeyRangesMatchReference) {
       std::mt19937 rng(5);
       std::vector<ForwardRow> decode;
       for (int len : lengths) {
-        caches.push_back(
-            std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D), dt));
+        caches.push_back(std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D),
+                                                   kind.dtype, kind.tiles));
         FillCache(*caches.back(), len, rng);
         decode.push_back({caches.back().get(), len - 1, {len - 1, len - 1, len - 1}});
       }
       std::vector<ForwardRow> prefill;
       for (int i = 1480; i < 1500; ++i) prefill.push_back({caches[2].get(), i, {i, i, i}});
       for (int64_t range_keys : {1, 7, 64, 100, 512, 1499, 1500, 2048}) {
-        SCOPED_TRACE(std::string(dt == KvDType::kBf16 ? "bf16" : "f32") +
-                     " range_keys=" + std::to_string(range_keys));
+        SCOPED_TRACE(std::string(kind.name) + " range_keys=" + std::to_string(range_keys));
         Compare(shape, c.q_scale, decode, range_keys);
         Compare(shape, c.q_scale, std::span<const ForwardRow>(decode).subspan(2), range_keys);
         Compare(shape, c.q_scale, prefill, range_keys);
@@ -243,18 +255,19 @@ TEST(AttentionTest, SplitKeyRangesMatchReference) {
 // prefill chunk continuing a cache across a key-block boundary, whole and split into ranges,
 // and the decode row alone.
 TEST(AttentionTest, OddHeadSizesMatchReference) {
-  for (const KvDType dt : kDTypes) {
+  for (const CacheKind& kind : kKinds) {
     for (const int64_t D : {20, 72, 80, 96}) {
       for (const int64_t group : {1, 3}) {
         const AttentionShape shape{kKvHeads * group, kKvHeads, D};
         constexpr int kStart = 60, kRows = 9;
-        KvCache cache(kLayers, kStart + kRows, kKvHeads, static_cast<int>(D), dt);
+        KvCache cache(kLayers, kStart + kRows, kKvHeads, static_cast<int>(D), kind.dtype,
+                      kind.tiles);
         std::mt19937 rng(static_cast<unsigned>(D + group));
         FillCache(cache, kStart + kRows, rng);
         std::vector<ForwardRow> rows;
         for (int i = kStart; i < kStart + kRows; ++i) rows.push_back({&cache, i, {i, i, i}});
-        SCOPED_TRACE(std::string(dt == KvDType::kBf16 ? "bf16" : "f32") +
-                     " D=" + std::to_string(D) + " group=" + std::to_string(group));
+        SCOPED_TRACE(std::string(kind.name) + " D=" + std::to_string(D) +
+                     " group=" + std::to_string(group));
         Compare(shape, 2.0f, rows);
         Compare(shape, 2.0f, rows, 32);
         Compare(shape, 2.0f, std::span<const ForwardRow>(rows).subspan(kRows - 1));
@@ -270,37 +283,40 @@ TEST(AttentionTest, OddHeadSizesMatchReference) {
 TEST(AttentionTest, RowResultsDoNotDependOnTheOtherRows) {
   const Case c = kCases[2];
   const AttentionShape shape{kKvHeads * c.group, kKvHeads, c.D};
-  const int lengths[] = {300, 1000};
-  std::vector<std::unique_ptr<KvCache>> caches;
-  std::mt19937 rng(9);
-  for (int len : lengths) {
-    caches.push_back(
-        std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D), KvDType::kBf16));
-    FillCache(*caches.back(), len, rng);
-  }
-  const int64_t row_floats = shape.heads * shape.head_dim;
-  std::uniform_real_distribution<float> u(-c.q_scale, c.q_scale);
-  std::vector<float> q(static_cast<size_t>(12 * row_floats));  // up to 12 rows
-  for (float& x : q) x = u(rng);
-  // Row of interest: cache 1 at index 990, always first, with the same query.
-  const ForwardRow solo = {caches[1].get(), 990, {990, 990, 990}};
-  std::vector<std::vector<ForwardRow>> calls = {{solo}};
-  calls.push_back({solo, {caches[0].get(), 299, {299, 299, 299}}});
-  std::vector<ForwardRow> verify = {solo};
-  for (int i = 991; i < 1000; ++i) verify.push_back({caches[1].get(), i, {i, i, i}});
-  calls.push_back(verify);
-  for (const kernels::KernelVariant* v : BlockedVariants()) {
-    for (int64_t range_keys : {int64_t{128}, int64_t{500}, kAttentionRangeKeys}) {
-      std::vector<float> want;
-      for (int threads : {1, 2, 3}) {
-        const kernels::Context ctx(threads, kernels::Precision::kF32, v);
-        for (const auto& rows : calls) {
-          std::vector<float> got(rows.size() * static_cast<size_t>(row_floats), NAN);
-          BlockedAttend(ctx, kLayer, shape, q.data(), rows, got.data(), range_keys);
-          got.resize(static_cast<size_t>(row_floats));  // the first row's output
-          if (want.empty()) want = got;
-          EXPECT_EQ(got, want) << v->name << " threads=" << threads << " rows=" << rows.size()
-                               << " range_keys=" << range_keys;
+  for (const bool tiles : {false, true}) {
+    SCOPED_TRACE(tiles ? "bf16 key tiles" : "bf16");
+    const int lengths[] = {300, 1000};
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::mt19937 rng(9);
+    for (int len : lengths) {
+      caches.push_back(std::make_unique<KvCache>(kLayers, len, kKvHeads, static_cast<int>(c.D),
+                                                 KvDType::kBf16, tiles));
+      FillCache(*caches.back(), len, rng);
+    }
+    const int64_t row_floats = shape.heads * shape.head_dim;
+    std::uniform_real_distribution<float> u(-c.q_scale, c.q_scale);
+    std::vector<float> q(static_cast<size_t>(12 * row_floats));  // up to 12 rows
+    for (float& x : q) x = u(rng);
+    // Row of interest: cache 1 at index 990, always first, with the same query.
+    const ForwardRow solo = {caches[1].get(), 990, {990, 990, 990}};
+    std::vector<std::vector<ForwardRow>> calls = {{solo}};
+    calls.push_back({solo, {caches[0].get(), 299, {299, 299, 299}}});
+    std::vector<ForwardRow> verify = {solo};
+    for (int i = 991; i < 1000; ++i) verify.push_back({caches[1].get(), i, {i, i, i}});
+    calls.push_back(verify);
+    for (const kernels::KernelVariant* v : BlockedVariants()) {
+      for (int64_t range_keys : {int64_t{128}, int64_t{500}, kAttentionRangeKeys}) {
+        std::vector<float> want;
+        for (int threads : {1, 2, 3}) {
+          const kernels::Context ctx(threads, kernels::Precision::kF32, v);
+          for (const auto& rows : calls) {
+            std::vector<float> got(rows.size() * static_cast<size_t>(row_floats), NAN);
+            BlockedAttend(ctx, kLayer, shape, q.data(), rows, got.data(), range_keys);
+            got.resize(static_cast<size_t>(row_floats));  // the first row's output
+            if (want.empty()) want = got;
+            EXPECT_EQ(got, want) << v->name << " threads=" << threads << " rows=" << rows.size()
+                                 << " range_keys=" << range_keys;
+          }
         }
       }
     }
@@ -382,6 +398,51 @@ TEST(KvCacheTest, Bf16CacheRoundsOnWriteWidensOnReadAndHalvesTheBytes) {
   std::vector<float> head(16);
   cache.ReadHead(true, 1, 2, 3 * 16, 16, head.data());
   EXPECT_EQ(head[5], v2[37]);
+}
+
+// Key tiles (KvCache): pair c of key t at uint32 (t / 16)·(D/2)·16 + c·16 + t % 16 of its head,
+// capacity padded to whole tiles; values, reads and widening as in the row layout. Heads not a
+// multiple of 32 wide and f32 caches ignore the request.
+TEST(KvCacheTest, KeyTilesStorePairsOfSixteenKeysAndReadBackAsRows) {
+  constexpr int kD = 64, kHeads = 2, kCap = 37;  // 3 tiles, the last one padded
+  KvCache rows(2, kCap, kHeads, kD, KvDType::kBf16);
+  KvCache tiles(2, kCap, kHeads, kD, KvDType::kBf16, true);
+  EXPECT_FALSE(rows.key_tiles());
+  ASSERT_TRUE(tiles.key_tiles());
+  EXPECT_EQ(tiles.capacity(), kCap);
+  EXPECT_EQ(tiles.bytes(), 2u * 2 * 48 * kHeads * kD * 2);  // K and V, 2 layers, 48 keys
+  EXPECT_EQ(KvCache::Bytes(2, kCap, kHeads, kD, KvDType::kBf16, true), tiles.bytes());
+  EXPECT_FALSE(KvCache(2, kCap, kHeads, 48, KvDType::kBf16, true).key_tiles());
+  EXPECT_FALSE(KvCache(2, kCap, kHeads, kD, KvDType::kF32, true).key_tiles());
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> k(kHeads * kD), v(k.size());
+  std::vector<std::vector<float>> ks;
+  for (int t = 0; t < kCap; ++t) {
+    for (float& x : k) x = u(rng);
+    for (float& x : v) x = u(rng);
+    rows.WriteRow(1, t, k.data(), v.data());
+    tiles.WriteRow(1, t, k.data(), v.data());
+    ks.push_back(k);
+  }
+  const auto* pairs = reinterpret_cast<const uint32_t*>(tiles.k_head_bf16(1, 1));
+  for (int t : {0, 15, 16, 33, kCap - 1}) {
+    for (int c : {0, 1, kD / 2 - 1}) {
+      const uint32_t want = F32ToBf16(ks[t][kD + 2 * c]) |
+                            static_cast<uint32_t>(F32ToBf16(ks[t][kD + 2 * c + 1])) << 16;
+      EXPECT_EQ(pairs[(t / 16) * (kD / 2) * 16 + c * 16 + t % 16], want) << t << " " << c;
+    }
+  }
+  std::vector<float> a(static_cast<size_t>(kCap) * kHeads * kD), b(a.size()), av(a.size()),
+      bv(a.size());
+  rows.ReadRows(1, 0, kCap, a.data(), av.data());
+  tiles.ReadRows(1, 0, kCap, b.data(), bv.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(av, bv);
+  std::vector<float> ha(static_cast<size_t>(kCap) * kD), hb(ha.size());
+  rows.ReadHead(false, 1, 1, 5, kCap * kD - 5, ha.data());
+  tiles.ReadHead(false, 1, 1, 5, kCap * kD - 5, hb.data());
+  EXPECT_EQ(ha, hb);
 }
 
 }  // namespace

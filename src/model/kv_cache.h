@@ -27,28 +27,39 @@ enum class KvDType { kF32, kBf16 };
 // head-major, so the keys of one head are one contiguous [C, D] stream (attention reads them in
 // order; a row-major [C, nkv, D] layout put consecutive keys of a head nkv·D elements apart, a
 // new page per key). Storage is 64-byte aligned and zero-initialised.
+//
+// Key tiles (a BF16 cache made with key_tiles, for attention with BF16 products: ADR 0022):
+// the keys of a head are stored in tiles of kKeyTile keys, each [D/2, kKeyTile] BF16 pairs:
+// pair c (columns 2c, 2c + 1) of key t at uint32 (t / 16)·(D/2)·16 + c·16 + t % 16, so one
+// 64-byte vector holds one column pair of 16 consecutive keys. C is padded to a whole tile.
+// Values keep the [C, D] layout.
 // Thread safety: none; one owner (a session or a batch slot) at a time.
 class KvCache {
  public:
   // Bytes a cache of this shape holds (K and V), or nullopt when that overflows 64 bits or a
   // dimension is negative.
   static std::optional<uint64_t> Bytes(int layers, int capacity, int kv_heads, int head_dim,
-                                       KvDType dtype) {
-    const int64_t dims[] = {2, layers, capacity, kv_heads, head_dim};
+                                       KvDType dtype, bool key_tiles = false) {
+    const int64_t dims[] = {2, layers, Padded(capacity, key_tiles), kv_heads, head_dim};
     return CheckedByteCount(dims, ElementBytes(dtype));
   }
+  static constexpr int kKeyTile = 16;
 
   // A zeroed cache, or ResourceExhausted (naming the bytes) when its size overflows or the
   // memory cannot be had. The constructor below throws std::bad_alloc instead.
+  // key_tiles: K in key tiles (above) when dtype == kBf16 and head_dim % 32 == 0; ignored
+  // otherwise.
   static StatusOr<std::unique_ptr<KvCache>> Create(int layers, int capacity, int kv_heads,
-                                                   int head_dim, KvDType dtype = KvDType::kF32) {
-    const std::optional<uint64_t> bytes = Bytes(layers, capacity, kv_heads, head_dim, dtype);
+                                                   int head_dim, KvDType dtype = KvDType::kF32,
+                                                   bool key_tiles = false) {
+    const std::optional<uint64_t> bytes =
+        Bytes(layers, capacity, kv_heads, head_dim, dtype, key_tiles);
     if (!bytes || *bytes > SIZE_MAX / 2) {
       return ResourceExhausted("KV cache of capacity " + std::to_string(capacity) +
                                ": its size overflows");
     }
     try {
-      return std::make_unique<KvCache>(layers, capacity, kv_heads, head_dim, dtype);
+      return std::make_unique<KvCache>(layers, capacity, kv_heads, head_dim, dtype, key_tiles);
     } catch (const std::bad_alloc&) {
       return ResourceExhausted("cannot allocate a KV cache of capacity " +
                                std::to_string(capacity) + " (" + std::to_string(*bytes) +
@@ -56,13 +67,16 @@ class KvCache {
     }
   }
 
-  KvCache(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype = KvDType::kF32)
+  KvCache(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype = KvDType::kF32,
+          bool key_tiles = false)
       : layers_(layers),
         capacity_(capacity),
         kv_heads_(kv_heads),
         head_dim_(head_dim),
         dtype_(dtype),
-        elements_(Elements(layers, capacity, kv_heads, head_dim, dtype)),
+        key_tiles_(key_tiles && dtype == KvDType::kBf16 && head_dim % 32 == 0),
+        stride_(Padded(capacity, key_tiles_)),
+        elements_(Elements(layers, capacity, kv_heads, head_dim, dtype, key_tiles_)),
         k_(Allocate(elements_ * element_bytes())),
         v_(Allocate(elements_ * element_bytes())) {}
 
@@ -71,6 +85,8 @@ class KvCache {
   int kv_heads() const { return kv_heads_; }
   int head_dim() const { return head_dim_; }
   KvDType dtype() const { return dtype_; }
+  // Whether K is stored in key tiles (above, ADR 0022).
+  bool key_tiles() const { return key_tiles_; }
   size_t element_bytes() const { return ElementBytes(dtype_); }
   static size_t ElementBytes(KvDType t) { return t == KvDType::kF32 ? 4 : 2; }
   // Elements of one position across all heads (nkv·D).
@@ -83,7 +99,7 @@ class KvCache {
   float* v_head(int layer, int head) { return Head<float>(v_.get(), layer, head); }
   const float* k_head(int layer, int head) const { return Head<float>(k_.get(), layer, head); }
   const float* v_head(int layer, int head) const { return Head<float>(v_.get(), layer, head); }
-  // The same for a BF16 cache. REQUIRES: dtype() == kBf16.
+  // The same for a BF16 cache (K in key tiles when key_tiles()). REQUIRES: dtype() == kBf16.
   const uint16_t* k_head_bf16(int layer, int head) const {
     return Head<uint16_t>(k_.get(), layer, head);
   }
@@ -100,7 +116,11 @@ class KvCache {
   // different (head, index) pairs may run concurrently.
   void WriteHead(int layer, int head, int index, const float* k, const float* v) {
     const int64_t at = static_cast<int64_t>(index) * head_dim_;
-    if (k != nullptr) Store(k_.get(), layer, head, at, k);
+    if (k != nullptr && key_tiles_) {
+      StoreKeyTiles(layer, head, index, k);
+    } else if (k != nullptr) {
+      Store(k_.get(), layer, head, at, k);
+    }
     if (v != nullptr) Store(v_.get(), layer, head, at, v);
   }
   // Gathers rows [begin, begin + count) of one layer into k[count, nkv, D] and v[count, nkv, D]
@@ -111,14 +131,18 @@ class KvCache {
       for (int h = 0; h < kv_heads_; ++h) {
         const int64_t src = static_cast<int64_t>(begin + t) * D;
         const int64_t dst = (static_cast<int64_t>(t) * kv_heads_ + h) * D;
-        if (k != nullptr) Widen(k_.get(), layer, h, src, D, k + dst);
+        if (k != nullptr) WidenKeys(layer, h, src, D, k + dst);
         if (v != nullptr) Widen(v_.get(), layer, h, src, D, v + dst);
       }
     }
   }
   // Elements [from, from + n) of one head, widened to f32 into out[n].
   void ReadHead(bool values, int layer, int head, int64_t from, int64_t n, float* out) const {
-    Widen(values ? v_.get() : k_.get(), layer, head, from, n, out);
+    if (values) {
+      Widen(v_.get(), layer, head, from, n, out);
+    } else {
+      WidenKeys(layer, head, from, n, out);
+    }
   }
 
  private:
@@ -127,8 +151,13 @@ class KvCache {
   };
   using Buffer = std::unique_ptr<std::byte[], Free>;
   // layers·capacity·kv_heads·head_dim; throws std::bad_alloc when the cache's bytes overflow.
-  static size_t Elements(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype) {
-    const std::optional<uint64_t> bytes = Bytes(layers, capacity, kv_heads, head_dim, dtype);
+  static int Padded(int capacity, bool key_tiles) {
+    return key_tiles && capacity > 0 ? (capacity + kKeyTile - 1) / kKeyTile * kKeyTile : capacity;
+  }
+  static size_t Elements(int layers, int capacity, int kv_heads, int head_dim, KvDType dtype,
+                         bool key_tiles) {
+    const std::optional<uint64_t> bytes =
+        Bytes(layers, capacity, kv_heads, head_dim, dtype, key_tiles);
     if (!bytes || *bytes > SIZE_MAX / 2) throw std::bad_alloc();
     return static_cast<size_t>(*bytes / 2 / ElementBytes(dtype));
   }
@@ -144,7 +173,7 @@ class KvCache {
   size_t HeadOffset(int layer, int head) const {
     return (static_cast<size_t>(layer) * static_cast<size_t>(kv_heads_) +
             static_cast<size_t>(head)) *
-           static_cast<size_t>(capacity_) * static_cast<size_t>(head_dim_);
+           static_cast<size_t>(stride_) * static_cast<size_t>(head_dim_);
   }
   template <typename T>
   T* Head(std::byte* base, int layer, int head) const {
@@ -161,6 +190,31 @@ class KvCache {
       kernels::ToBf16(src, head_dim_, Head<uint16_t>(base, layer, head) + at);
     }
   }
+  // Element (t, d) of a key-tiled head, in uint16 units.
+  int64_t KeyTileOffset(int64_t t, int64_t d) const {
+    const int64_t pairs = head_dim_ / 2;
+    return 2 * ((t / kKeyTile) * pairs * kKeyTile + (d / 2) * kKeyTile + t % kKeyTile) + d % 2;
+  }
+  void StoreKeyTiles(int layer, int head, int index, const float* src) {
+    uint16_t* base = Head<uint16_t>(k_.get(), layer, head);
+    uint16_t chunk[32];
+    for (int64_t d0 = 0; d0 < head_dim_; d0 += 32) {
+      const int64_t n = std::min<int64_t>(32, head_dim_ - d0);
+      kernels::ToBf16(src + d0, n, chunk);
+      for (int64_t d = 0; d < n; ++d) base[KeyTileOffset(index, d0 + d)] = chunk[d];
+    }
+  }
+  void WidenKeys(int layer, int head, int64_t from, int64_t n, float* out) const {
+    if (!key_tiles_) {
+      Widen(k_.get(), layer, head, from, n, out);
+      return;
+    }
+    const uint16_t* base = Head<uint16_t>(k_.get(), layer, head);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t e = from + i;
+      out[i] = Bf16ToF32(base[KeyTileOffset(e / head_dim_, e % head_dim_)]);
+    }
+  }
   void Widen(const std::byte* base, int layer, int head, int64_t from, int64_t n,
              float* out) const {
     if (dtype_ == KvDType::kF32) {
@@ -173,6 +227,8 @@ class KvCache {
 
   int layers_, capacity_, kv_heads_, head_dim_;
   KvDType dtype_;
+  bool key_tiles_;
+  int stride_;  // keys per head: capacity, padded to whole key tiles
   size_t elements_;
   Buffer k_, v_;
 };

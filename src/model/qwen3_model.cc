@@ -43,7 +43,9 @@ StatusOr<ServingMemory> PlanServingMemory(const Qwen3Config& cfg, KvDType kv_dty
   if (capacity < 0 || slots < 0 || threads < 0) return overflow("the memory");
   ServingMemory m;
   const std::optional<uint64_t> kv =
-      KvCache::Bytes(cfg.layers, capacity, cfg.kv_heads, cfg.head_dim, kv_dtype);
+      // A BF16 cache may pad to whole key tiles (KvCache): plan for it.
+      KvCache::Bytes(cfg.layers, capacity, cfg.kv_heads, cfg.head_dim, kv_dtype,
+                     kv_dtype == KvDType::kBf16);
   if (!kv) return overflow("the KV cache");
   m.kv_per_slot = *kv;
   const auto C = static_cast<uint64_t>(capacity), V = static_cast<uint64_t>(cfg.vocab);
@@ -120,7 +122,10 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
 }
 
 StatusOr<std::unique_ptr<KvCache>> Qwen3Model::NewCache(int capacity) const {
-  return KvCache::Create(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim, kv_dtype_);
+  // Key tiles when the kernels' attention multiplies a BF16 cache in BF16 (ADR 0022).
+  const bool key_tiles = kv_dtype_ == KvDType::kBf16 && ctx_->variant().attention_bf16_products &&
+                         cfg_.head_dim % 32 == 0;
+  return KvCache::Create(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim, kv_dtype_, key_tiles);
 }
 
 void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {
