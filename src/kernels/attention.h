@@ -46,9 +46,9 @@ struct AttentionTile {
 namespace avx512_internal {
 // The AVX-512 implementation, shared by the "avx512", "avx512vnni" and "avx512bf16" variants.
 void Attention(const AttentionTile& tile, ScratchBuffer& scratch);
-// The "avx512bf16" variant's: over a BF16 cache with head_dim % 32 == 0, queries and softmax
-// weights rounded to BF16 and multiplied with vdpbf16ps (attention_avx512_bf16.cc); otherwise
-// Attention.
+// The "avx512bf16" variant's: over a BF16 cache with K in key tiles (k_tiles), queries and
+// softmax weights rounded to BF16 and multiplied with vdpbf16ps (attention_avx512_bf16.cc);
+// otherwise Attention.
 void AttentionBf16(const AttentionTile& tile, ScratchBuffer& scratch);
 }  // namespace avx512_internal
 

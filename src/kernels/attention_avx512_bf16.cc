@@ -1,10 +1,12 @@
-// The "avx512bf16" attention tile over a BF16 cache (kernels/attention.h): the blocked online
-// softmax of attention_avx512.cc with both products on vdpbf16ps (32 BF16 pairs per
-// instruction into 16 f32 sums) instead of f32 FMAs on widened keys and values.
+// The "avx512bf16" attention tile over a BF16 cache with K in key tiles (kernels/attention.h,
+// model/kv_cache.h): the blocked online softmax of attention_avx512.cc with both products on
+// vdpbf16ps (32 BF16 pairs per instruction into 16 f32 sums) instead of f32 FMAs on widened
+// keys and values. Any other cache goes to the f32 tile (ADR 0022).
 //
 // - Scores: each query is rounded to BF16 once per work item (nearest even); q·k then sums
-//   exact BF16 products in f32. Against the f32 product of the unrounded query, a score moves by
-//   at most 2⁻⁸·scale·Σ|q_d·k_d| (the query's rounding) plus the f32 summation error.
+//   exact BF16 products in f32, 16 keys per vector from the key tiles. Against the f32 product of
+//   the unrounded query, a score moves by at most 2⁻⁸·scale·Σ|q_d·k_d| (the query's rounding) plus
+//   the f32 summation error.
 // - Values: the softmax weights p of a key block are rounded to BF16 (nearest even) and the
 //   running sum l adds the rounded weights, so out = Σ p̃_t·v_t / Σ p̃_t stays a convex
 //   combination of the values: each weight's relative change is at most 2⁻⁸.
@@ -48,56 +50,11 @@ constexpr std::array<uint8_t, 32> kPerm = [] {
 inline __m512bh AsBf16(__m512i x) { return (__m512bh)x; }
 inline __m512i Load32(const uint16_t* p) { return _mm512_loadu_si512(p); }
 
-// s[i][j] = scale · q_i · k_j for QR queries × KR keys (QR·KR <= 16), D % 32 == 0.
-template <int QR, int KR>
-void ScoreTile(const uint16_t* const* q, const uint16_t* const* k, int64_t D, float scale,
-               float* s) {
-  static_assert(QR * KR <= 16);
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < D; d += 32) {
-    __m512bh qv[QR];
-#pragma GCC unroll 4
-    for (int i = 0; i < QR; ++i) qv[i] = AsBf16(Load32(q[i] + d));
-#pragma GCC unroll 16
-    for (int j = 0; j < KR; ++j) {
-      const __m512bh kv = AsBf16(Load32(k[j] + d));
-#pragma GCC unroll 4
-      for (int i = 0; i < QR; ++i) acc[i * KR + j] = _mm512_dpbf16_ps(acc[i * KR + j], qv[i], kv);
-    }
-  }
-  alignas(64) float out[16];
-  _mm512_store_ps(out, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
-  for (int i = 0; i < QR; ++i) {
-    std::copy_n(out + i * KR, KR, s + i * kScoreStride);
-  }
-}
-
 // The BF16 queries and weight pairs of one work item, beside its State.
 struct Bf16Parts {
   const uint16_t* q;  // [nq, D] queries rounded to BF16
   uint32_t* pairs;    // [nq, kPairStride] weights of the current key block, two per value
 };
-
-// Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0).
-// The first query tile of a block also prefetches the keys and values kPrefetchKeys ahead.
-template <int QR>
-void ScoreRows(const AttentionTile& w, State& st, const Bf16Parts& b, int64_t i0, int64_t t0,
-               int64_t tb) {
-  constexpr int KR = 16 / QR;
-  const int64_t D = w.head_dim;
-  const uint16_t* q[QR];
-  for (int i = 0; i < QR; ++i) q[i] = b.q + (i0 + i) * D;
-  for (int64_t j0 = 0; j0 < tb; j0 += KR) {
-    if (i0 == 0) {
-      PrefetchRows(w.k_bf16, t0 + kPrefetchKeys + j0, KR, st.keys, D);
-      PrefetchRows(w.v_bf16, t0 + kPrefetchKeys + j0, KR, st.keys, D);
-    }
-    const uint16_t* k[KR];
-    for (int j = 0; j < KR; ++j) k[j] = w.k_bf16 + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
-    ScoreTile<QR, KR>(q, k, D, w.scale, st.s + i0 * kScoreStride + j0);
-  }
-}
 
 // s[i][t - t0] = scale · q_i · k_t for queries [i0, i0 + QR) and keys [t0, t0 + tb) of a key-tiled
 // cache (AttentionTile::k_tiles), whose NV tiles from a0 = t0 rounded down to a tile cover them:
@@ -210,20 +167,15 @@ void AttendBlocks(const AttentionTile& w, State& st, const Bf16Parts& b) {
   const int64_t T = st.keys;
   PrefetchRows(w.k_bf16, w.first, kPrefetchKeys, T, D);
   PrefetchRows(w.v_bf16, w.first, kPrefetchKeys, T, D);
-  // Key tiles: blocks end at multiples of kKeyBlock, so a block spans at most 4 tiles. The
-  // boundaries still depend on nothing but w.first.
+  // Blocks end at multiples of kKeyBlock, so a block spans at most 4 key tiles. The boundaries
+  // still depend on nothing but w.first.
   for (int64_t t0 = w.first, tb = 0; t0 < T; t0 += tb) {
-    tb = std::min(w.k_tiles ? kKeyBlock - t0 % kKeyBlock : kKeyBlock, T - t0);
-    if (w.k_tiles) {
-      PrefetchRows(w.k_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
-      PrefetchRows(w.v_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
-      ForQueryTiles(nq, [&](int64_t i, auto rows) {
-        ScoreTileRows<decltype(rows)::kRows>(w, st, b, i, t0, tb);
-      });
-    } else {
-      ForQueryTiles(
-          nq, [&](int64_t i, auto rows) { ScoreRows<decltype(rows)::kRows>(w, st, b, i, t0, tb); });
-    }
+    tb = std::min(kKeyBlock - t0 % kKeyBlock, T - t0);
+    PrefetchRows(w.k_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
+    PrefetchRows(w.v_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
+    ForQueryTiles(nq, [&](int64_t i, auto rows) {
+      ScoreTileRows<decltype(rows)::kRows>(w, st, b, i, t0, tb);
+    });
     for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb, b.pairs + i * kPairStride);
     ForQueryTiles(nq, [&](int64_t i, auto rows) {
       AccumulateRows<decltype(rows)::kRows>(w, st, b, i, t0, tb);
@@ -237,7 +189,7 @@ namespace avx512_internal {
 
 void AttentionBf16(const AttentionTile& w, ScratchBuffer& scratch) {
   const int64_t D = w.head_dim;
-  if (w.k_bf16 == nullptr || D % 32 != 0) {
+  if (w.k_bf16 == nullptr || !w.k_tiles) {  // key tiles imply D % 32 == 0 (KvCache)
     Attention(w, scratch);
     return;
   }

@@ -69,9 +69,10 @@ struct KernelVariant {
   // `scratch` (the calling participant's ScratchArena::attention). Null in the reference
   // variant, whose attention is the plain per-(row, head) scores/softmax/weighted_sum.
   void (*attention)(const AttentionTile& tile, ScratchBuffer& scratch) = nullptr;
-  // True when `attention` over a BF16 cache (head_dim % 32 == 0) rounds the queries and the
-  // softmax weights to BF16 for its products (avx512_internal::AttentionBf16): its results are
-  // then within BF16 rounding of the f32 attention, not within f32 rounding.
+  // True when `attention` over a BF16 cache with K in key tiles (AttentionTile::k_tiles) rounds
+  // the queries and the softmax weights to BF16 for its products
+  // (avx512_internal::AttentionBf16): its results are then within BF16 rounding of the f32
+  // attention, not within f32 rounding. Only such variants are handed key tiles.
   bool attention_bf16_products = false;
   // As matmul_bf16 for a kBf16Blocked w (kernels/bf16_blocked.h). REQUIRES: n0 a multiple of
   // kBf16BlockN. Null when the variant has none (Context::MatMul then runs the reference).

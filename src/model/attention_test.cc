@@ -96,7 +96,7 @@ void FillCache(KvCache& cache, int length, std::mt19937& rng) {
 // whose partial results are combined by log-sum-exp: a few more roundings per output (the
 // rescale of each part and its weighted sum), far inside the same bound.
 //
-// A variant with BF16 products (attention_bf16_products: AVX512-BF16) over a BF16 cache rounds
+// A variant with BF16 products (attention_bf16_products: AVX512-BF16) over a key-tiled cache rounds
 // each query to BF16 and each softmax weight to BF16 (nearest even, relative error at most
 // η = 2⁻⁸) before its products. It is compared with the reference over the BF16-rounded
 // queries, which leaves the weights' rounding: weights w_t(1 + η_t) renormalised move the output
@@ -118,15 +118,15 @@ void Compare(const AttentionShape& shape, float q_scale, std::span<const Forward
   std::vector<float> want(static_cast<size_t>(n), NAN);
   ReferenceAttend(ref_ctx, kLayer, shape, q.data(), rows, want.data());
   // The reference over the queries rounded to BF16, for variants with BF16 products.
-  const bool bf16_cache = rows[0].cache->dtype() == KvDType::kBf16;
+  const bool key_tiles = rows[0].cache->key_tiles();
   std::vector<float> q_bf16(q.size()), want_bf16(q.size(), NAN);
   for (size_t i = 0; i < q.size(); ++i) q_bf16[i] = Bf16ToF32(F32ToBf16(q[i]));
   ReferenceAttend(ref_ctx, kLayer, shape, q_bf16.data(), rows, want_bf16.data());
   int checked = 0;
   for (const kernels::KernelVariant* v : BlockedVariants()) {
     // Other variants read key tiles through the reference path itself: nothing to compare.
-    if (rows[0].cache->key_tiles() && !v->attention_bf16_products) continue;
-    const bool bf16_products = v->attention_bf16_products && bf16_cache;
+    if (key_tiles && !v->attention_bf16_products) continue;
+    const bool bf16_products = v->attention_bf16_products && key_tiles;
     const std::vector<float>& ref = bf16_products ? want_bf16 : want;
     const float tol = bf16_products ? kBf16ProductTolerance : 1e-5f;
     for (int threads : {1, 2}) {
