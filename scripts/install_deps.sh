@@ -12,6 +12,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The downloaded .deb files (over a gigabyte with torch and chromium) are not needed again.
+  apt-get clean
 else
   echo "[deps] all Debian packages present"
 fi

@@ -4,22 +4,27 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# The free disk, printed before each build: a build that fails for want of space says so in the log.
+disk() { echo "disk: $(df -Ph . | awk 'NR == 2 { print $4 }') free, build/ holds $(du -sh build 2>/dev/null | cut -f1)"; }
 bash scripts/install_deps.sh
 for setup in tests/*/setup.sh; do
   [ -f "$setup" ] && bash "$setup"
 done
 
 echo "== build (warnings as errors) =="
+disk
 bash scripts/build.sh "$root/build/ci" -DVLS_WERROR=ON
 echo "== tests =="
 (cd build/ci && ctest --output-on-failure -j2 --timeout 900)
 
 echo "== sanitizer build (address, undefined) of the untrusted-input tests =="
+disk
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DVLS_SANITIZE=ON -DVLS_WERROR=ON >/dev/null
 cmake --build build/asan -j2 --target untrusted_tests vlstack
 (cd build/asan && ctest --output-on-failure -L untrusted --timeout 900)
 
 echo "== ThreadSanitizer build of the thread pool, batch engine and server tests =="
+disk
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLS_TSAN=ON -DVLS_WERROR=ON >/dev/null
 cmake --build build/tsan -j2 --target thread_pool_test batch_test server_service_test
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/base/thread_pool_test
@@ -38,4 +43,5 @@ if grep -qE '(warning|error):' build/ci/clang-tidy.log; then
   echo "clang-tidy reported findings"; exit 1
 fi
 echo "clang-tidy: clean"
+disk
 echo "== all checks passed =="
