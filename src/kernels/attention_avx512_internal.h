@@ -25,27 +25,6 @@ inline __mmask16 TailMask(int64_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xffffu : left <= 0 ? 0u : (1u << left) - 1u);
 }
 
-// Lane i of the result = horizontal sum of a[i], for 16 vectors (a transpose-and-add tree:
-// 45 shuffles/adds for 16 sums instead of 16 separate reductions).
-inline __m512 Reduce16(const __m512* a) {
-  __m512 u[4];
-  for (int g = 0; g < 4; ++g) {
-    const __m512* b = a + 4 * g;
-    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
-    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
-    const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1);
-    // Per 128-bit lane: element e = that lane's partial sum of b[e].
-    u[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d0, d1)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d1)));
-  }
-  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 // Prefetches keys [t, t + n) of a [T, D] head (clipped to T) into L1: the rows of one head are
 // contiguous, but a hardware prefetcher restarts at every 4 KiB page (8 f32 keys at D = 128).
 template <typename KV>
