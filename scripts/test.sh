@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is missing, build with warnings as errors, run every test,
-# then the sanitizer build of the tests that guard untrusted input, clang-format and clang-tidy.
+# clang-format and clang-tidy, then the sanitizer build of the tests that guard untrusted input
+# and the ThreadSanitizer build of the concurrent code.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # The free disk, printed before each build: a build that fails for want of space says so in the log.
 disk() { echo "disk: $(df -Ph . | awk 'NR == 2 { print $4 }') free, build/ holds $(du -sh build 2>/dev/null | cut -f1)"; }
+# On a machine with little disk (under VLS_PRUNE_BELOW_GB free, default 12) a finished stage's
+# build folder is removed before the next stage builds; with room it stays for incremental rebuilds.
+prune() {
+  local free_gb
+  free_gb=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+  if [ "$free_gb" -lt "${VLS_PRUNE_BELOW_GB:-12}" ]; then
+    echo "disk: ${free_gb}G free, removing $1 (finished)"
+    rm -rf "$1"
+  fi
+}
 bash scripts/install_deps.sh
 for setup in tests/*/setup.sh; do
   [ -f "$setup" ] && bash "$setup"
@@ -17,11 +28,28 @@ bash scripts/build.sh "$root/build/ci" -DVLS_WERROR=ON
 echo "== tests =="
 (cd build/ci && ctest --output-on-failure -j2 --timeout 900)
 
+echo "== clang-format =="
+git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
+echo "clang-format: clean"
+
+echo "== clang-tidy =="
+tidy_log=$(mktemp)
+git ls-files 'src/*.cc' | grep -v '_test\.cc$' \
+  | xargs -P2 -n4 clang-tidy -p build/ci --quiet --extra-arg=-Wno-unknown-warning-option 2>/dev/null \
+  | tee "$tidy_log"
+if grep -qE '(warning|error):' "$tidy_log"; then
+  echo "clang-tidy reported findings"; exit 1
+fi
+rm -f "$tidy_log"
+echo "clang-tidy: clean"
+prune build/ci
+
 echo "== sanitizer build (address, undefined) of the untrusted-input tests =="
 disk
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DVLS_SANITIZE=ON -DVLS_WERROR=ON >/dev/null
 cmake --build build/asan -j2 --target untrusted_tests vlstack
 (cd build/asan && ctest --output-on-failure -L untrusted --timeout 900)
+prune build/asan
 
 echo "== ThreadSanitizer build of the thread pool, batch engine and server tests =="
 disk
@@ -30,18 +58,5 @@ cmake --build build/tsan -j2 --target thread_pool_test batch_test server_service
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/base/thread_pool_test
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/runtime/batch_test
 TSAN_OPTIONS="halt_on_error=1" build/tsan/src/server/server_service_test
-
-echo "== clang-format =="
-git ls-files '*.cc' '*.h' '*.c' | xargs clang-format --dry-run --Werror
-echo "clang-format: clean"
-
-echo "== clang-tidy =="
-git ls-files 'src/*.cc' | grep -v '_test\.cc$' \
-  | xargs -P2 -n4 clang-tidy -p build/ci --quiet --extra-arg=-Wno-unknown-warning-option 2>/dev/null \
-  | tee build/ci/clang-tidy.log
-if grep -qE '(warning|error):' build/ci/clang-tidy.log; then
-  echo "clang-tidy reported findings"; exit 1
-fi
-echo "clang-tidy: clean"
 disk
 echo "== all checks passed =="
