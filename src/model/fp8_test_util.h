@@ -5,7 +5,6 @@
 #define VLSTACK_MODEL_FP8_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "base/file.h"
+#include "base/scratch_test_util.h"
 #include "io/safetensors.h"
 #include "tensor/tensor.h"
 
@@ -34,11 +34,9 @@ inline double E4M3(uint8_t code) {
 }
 
 // A folder name under the temp folder, unique to this process (CTest runs tests as concurrent
-// processes).
+// processes), removed when the process exits.
 inline std::string Scratch(const std::string& tag) {
-  return (std::filesystem::temp_directory_path() /
-          ("vls_fp8_test_" + std::to_string(::getpid()) + "_" + tag))
-      .string();
+  return test::ScratchPath("vls_fp8_test_", tag);
 }
 
 inline Tensors ReadAll(const std::string& dir) {

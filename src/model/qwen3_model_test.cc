@@ -3,7 +3,6 @@
 #include "model/qwen3_model.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "base/scratch_test_util.h"
 #include "base/thread_pool.h"
 #include "model/test_checkpoint.h"
 
@@ -27,10 +27,9 @@ ModelOptions Options(int threads, kernels::Precision precision, const kernels::K
 
 std::string TinyModelDir() {
   static const std::string dir = [] {
-    // One folder per process: CTest runs this binary's tests as concurrent processes.
-    std::string d = (std::filesystem::temp_directory_path() /
-                     ("vls_qwen3_model_test_tiny_" + std::to_string(::getpid())))
-                        .string();
+    // One folder per process (CTest runs this binary's tests as concurrent processes), removed
+    // when the process exits.
+    std::string d = test::ScratchPath("vls_qwen3_model_test_", "tiny");
     TestModelSpec spec;
     spec.arch = "qwen3";
     spec.vision = false;

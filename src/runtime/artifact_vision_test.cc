@@ -3,8 +3,8 @@
 // and int8), the identity covers the tower (config, layout, weight bytes) while a text-only
 // model keeps exactly its former identity, and damaged or mismatched files are refused.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/file.h"
+#include "base/scratch_test_util.h"
 #include "model/prepared_artifact.h"
 #include "model/test_checkpoint.h"
 #include "runtime/image_encoder.h"
@@ -24,9 +25,10 @@ namespace vls {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  return JoinPath("/tmp",
-                  "vls_artifact_vision_" + std::to_string(::getpid()) + "_" + test + "_" + name);
+  // A parameterised test is named "Name/0": the slash would make a folder nobody removes.
+  std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(test_name.begin(), test_name.end(), '/', '_');
+  return test::ScratchPath("vls_artifact_vision_", test_name + "_" + name);
 }
 
 std::string Slurp(const std::string& path) {

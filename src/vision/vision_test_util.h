@@ -3,8 +3,6 @@
 #ifndef VLSTACK_VISION_VISION_TEST_UTIL_H_
 #define VLSTACK_VISION_VISION_TEST_UTIL_H_
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "base/file.h"
+#include "base/scratch_test_util.h"
 #include "io/safetensors.h"
 #include "tensor/grid_thw.h"
 #include "tensor/tensor.h"
@@ -34,12 +33,12 @@ inline VisionConfig SmallConfig() {
   return c;
 }
 
-// A fresh folder per process and name (CTest runs test cases as concurrent processes).
+// A fresh folder per process and name (CTest runs test cases as concurrent processes), removed
+// when the process exits.
 inline std::string TempDir(const std::string& name) {
-  const std::filesystem::path p = std::filesystem::temp_directory_path() /
-                                  ("vls_vision_" + name + "_" + std::to_string(::getpid()));
+  const std::string p = test::ScratchPath("vls_vision_", name);
   std::filesystem::create_directories(p);
-  return p.string();
+  return p;
 }
 
 struct CheckpointOptions {
