@@ -1,7 +1,7 @@
 #include "server/openai_request.h"
 
+#include <cctype>
 #include <limits>
-#include <regex>
 #include <string>
 #include <utility>
 
@@ -16,6 +16,24 @@ using Json = nlohmann::ordered_json;
 
 Status Bad(const std::string& field, const std::string& why) {
   return InvalidArgument("\"" + field + "\" " + why);
+}
+
+// The first "quoted" field name in a message (letters, digits, '_', '.', '[', ']'; starting with
+// a letter or '_'): one linear pass, bounded by the message (a std::regex here recursed per
+// character and overflowed the stack on a 30,000-character unknown field name).
+std::string FirstQuotedField(const std::string& m) {
+  auto head = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  auto body = [&](char c) {
+    return head(c) || std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '[' ||
+           c == ']';
+  };
+  for (size_t i = m.find('"'); i != std::string::npos; i = m.find('"', i + 1)) {
+    size_t j = i + 1;
+    if (j >= m.size() || !head(m[j])) continue;
+    while (j < m.size() && body(m[j])) ++j;
+    if (j < m.size() && m[j] == '"') return m.substr(i + 1, j - i - 1);
+  }
+  return "";
 }
 
 // The fields OpenAI clients send that change nothing here (identification, caching and routing
@@ -253,11 +271,7 @@ OpenAiError ErrorFromStatus(const Status& status) {
       e.message = std::string(StatusCodeName(status.code())) + ": " + status.message();
       break;
   }
-  if (e.status == 400) {
-    static const std::regex kQuoted("\"([A-Za-z_][A-Za-z0-9_.\\[\\]]*)\"");
-    std::smatch m;
-    if (std::regex_search(e.message, m, kQuoted)) e.param = m[1].str();
-  }
+  if (e.status == 400) e.param = FirstQuotedField(e.message);
   return e;
 }
 

@@ -182,6 +182,20 @@ TEST(OpenAiRequest, ErrorFromStatusMapsCodes) {
   EXPECT_EQ(internal.type, "server_error");
   EXPECT_EQ(ErrorFromStatus(InvalidArgument("messages[2].content[0]: bad")).param, "");
   EXPECT_EQ(ErrorFromStatus(InvalidArgument("\"top_p\" must be")).param, "top_p");
+  EXPECT_EQ(ErrorFromStatus(InvalidArgument("\"a b\" and \"c\" d")).param, "c");
+}
+
+// Issue 31: an unknown field with a 200,000-character name killed the server (std::regex
+// recursed once per character). Its refusal now names it, through the whole request parser.
+TEST(OpenAiRequest, HugeUnknownFieldNameIsRefusedNotACrash) {
+  const std::string name(200000, 'x');
+  Json body = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  body[name] = 1;
+  auto r = ParseChatCompletionRequest(body, SamplingParams{}, RequestLimits{});
+  ASSERT_FALSE(r.ok());
+  const OpenAiError e = ErrorFromStatus(r.status());
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, name);
 }
 
 }  // namespace
