@@ -32,7 +32,16 @@ Status Status::WithContext(std::string_view context) const {
   std::string m(context);
   m += ": ";
   m += message_;
-  return Status(code_, std::move(m));
+  Status out(code_, std::move(m));
+  out.param_ = param_;
+  return out;
+}
+
+Status Status::WithParam(std::string param) const {
+  if (ok()) return *this;
+  Status out = *this;
+  out.param_ = std::move(param);
+  return out;
 }
 
 }  // namespace vls

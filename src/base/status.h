@@ -42,12 +42,20 @@ class [[nodiscard]] Status {
   // "INVALID_ARGUMENT: message" (or "OK").
   std::string ToString() const;
 
-  // Returns a copy whose message is prefixed with `context + ": "`.
+  // Returns a copy whose message is prefixed with `context + ": "` (the param is kept).
   Status WithContext(std::string_view context) const;
+
+  // The request field the error is about, as data ("top_p", "messages[2].content[0].type"):
+  // what an API answer names as the error's `param`. Empty when none was set. Set where a field
+  // is refused; never derived from the message text.
+  const std::string& param() const { return param_; }
+  // Returns a copy with `param` set (an OK status stays OK, with no param).
+  Status WithParam(std::string param) const;
 
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::string param_;  // empty in the common case: no allocation
 };
 
 inline Status InvalidArgument(std::string m) {

@@ -13,7 +13,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 Status Bad(const std::string& key, const std::string& why) {
-  return InvalidArgument("chat request: \"" + key + "\" " + why);
+  return InvalidArgument("chat request: \"" + key + "\" " + why).WithParam(key);
 }
 
 // The field `key` when present and not null (null is the same as absent), else nullptr.
@@ -22,10 +22,11 @@ const Json* Field(const Json& j, const char* key) {
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
-// A reader's error as the request's: "chat request: \"key\" must be ..., not ...".
-Status Named(Status s) {
+// A reader's error as the request's: "chat request: \"key\" must be ..., not ...", about the
+// field `param`.
+Status Named(const Status& s, const std::string& param) {
   if (s.ok()) return s;
-  return InvalidArgument("chat request: " + s.message());
+  return InvalidArgument("chat request: " + s.message()).WithParam(param);
 }
 
 std::string Quoted(std::string_view key) { return "\"" + std::string(key) + "\""; }
@@ -36,7 +37,8 @@ Status ReadFloat(const Json& j, const char* key, float* out) {
   if (v == nullptr) return Status::Ok();
   double d = 0;
   VLS_RETURN_IF_ERROR(Named(ReadJsonNumber(*v, Quoted(key), -std::numeric_limits<float>::max(),
-                                           std::numeric_limits<float>::max(), &d)));
+                                           std::numeric_limits<float>::max(), &d),
+                            key));
   *out = static_cast<float>(d);
   return Status::Ok();
 }
@@ -44,7 +46,7 @@ Status ReadFloat(const Json& j, const char* key, float* out) {
 Status ReadInt(const Json& j, const char* key, int64_t lo, int64_t hi, int64_t* out, bool* set) {
   const Json* v = Field(j, key);
   if (v == nullptr) return Status::Ok();
-  VLS_RETURN_IF_ERROR(Named(ReadJsonInt(*v, Quoted(key), lo, hi, out)));
+  VLS_RETURN_IF_ERROR(Named(ReadJsonInt(*v, Quoted(key), lo, hi, out), key));
   if (set != nullptr) *set = true;
   return Status::Ok();
 }
@@ -52,7 +54,7 @@ Status ReadInt(const Json& j, const char* key, int64_t lo, int64_t hi, int64_t* 
 Status ReadBool(const Json& j, const char* key, bool* out, bool* set) {
   const Json* v = Field(j, key);
   if (v == nullptr) return Status::Ok();
-  VLS_RETURN_IF_ERROR(Named(ReadJsonBool(*v, Quoted(key), out)));
+  VLS_RETURN_IF_ERROR(Named(ReadJsonBool(*v, Quoted(key), out), key));
   if (set != nullptr) *set = true;
   return Status::Ok();
 }
@@ -160,7 +162,8 @@ Status ReadSpeculative(const Json& j, std::optional<SpeculativeParams>* out) {
   const Json* v = Field(j, "speculative");
   if (v == nullptr) return Status::Ok();
   SpeculativeParams p;
-  VLS_RETURN_IF_ERROR(Named(SpeculativeFromJson(*v, &p)));
+  Status s = SpeculativeFromJson(*v, &p);
+  VLS_RETURN_IF_ERROR(Named(s, s.param()));
   *out = p;
   return Status::Ok();
 }
@@ -168,7 +171,9 @@ Status ReadSpeculative(const Json& j, std::optional<SpeculativeParams>* out) {
 }  // namespace
 
 Status SpeculativeFromJson(const Json& v, SpeculativeParams* out) {
-  auto bad = [](const std::string& why) { return InvalidArgument("\"speculative\" " + why); };
+  auto bad = [](const std::string& why) {
+    return InvalidArgument("\"speculative\" " + why).WithParam("speculative");
+  };
   if (!v.is_object()) return bad("must be an object {\"method\": \"off\" | \"ngram\" | \"draft\"}");
   for (const auto& [key, value] : v.items()) {
     if (key != "method" && key != "draft_tokens") {
@@ -186,7 +191,8 @@ Status SpeculativeFromJson(const Json& v, SpeculativeParams* out) {
   int64_t k = kDefaultDraftTokens;
   bool k_set = false;
   if (const Json* d = Field(v, "draft_tokens")) {
-    VLS_RETURN_IF_ERROR(ReadJsonInt(*d, "\"speculative.draft_tokens\"", 1, kMaxDraftTokens, &k));
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*d, "\"speculative.draft_tokens\"", 1, kMaxDraftTokens, &k)
+                            .WithParam("speculative.draft_tokens"));
     k_set = true;
   }
   if (m == "off" && k_set) return bad("draft_tokens needs a method other than off");
@@ -242,8 +248,8 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
       s.seed = seed->get<uint64_t>();
     } else {
       int64_t i = 0;
-      VLS_RETURN_IF_ERROR(
-          Named(ReadJsonInt(*seed, Quoted("seed"), 0, std::numeric_limits<int64_t>::max(), &i)));
+      VLS_RETURN_IF_ERROR(Named(
+          ReadJsonInt(*seed, Quoted("seed"), 0, std::numeric_limits<int64_t>::max(), &i), "seed"));
       s.seed = static_cast<uint64_t>(i);
     }
   }
@@ -264,8 +270,9 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
     r.stop_token_ids.reserve(ids->size());
     for (const Json& x : *ids) {
       int64_t id = 0;
-      VLS_RETURN_IF_ERROR(Named(ReadJsonInt(x, "each of \"stop_token_ids\"", 0,
-                                            std::numeric_limits<int32_t>::max(), &id)));
+      VLS_RETURN_IF_ERROR(Named(
+          ReadJsonInt(x, "each of \"stop_token_ids\"", 0, std::numeric_limits<int32_t>::max(), &id),
+          "stop_token_ids"));
       r.stop_token_ids.push_back(static_cast<int32_t>(id));
     }
   }
@@ -283,7 +290,8 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
       double b = 0;
       VLS_RETURN_IF_ERROR(Named(ReadJsonNumber(value, "\"logit_bias\" of token " + key,
                                                -std::numeric_limits<double>::max(),
-                                               std::numeric_limits<double>::max(), &b)));
+                                               std::numeric_limits<double>::max(), &b),
+                                "logit_bias"));
       // OpenAI clamps biases to [-100, 100].
       s.logit_bias.emplace_back(id, static_cast<float>(std::clamp(b, -100.0, 100.0)));
     }

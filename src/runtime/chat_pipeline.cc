@@ -86,6 +86,24 @@ StatusOr<int32_t> TokenizerEos(const std::string& dir, const tok::Tokenizer& tok
   return tokenizer.TokenToId(name->get<std::string>());
 }
 
+// Bytes of the prompt text a template prints verbatim: string contents and text parts of every
+// message but the assistant's (templates may rewrite those, e.g. drop earlier thinking).
+uint64_t VerbatimTextBytes(const Json& messages) {
+  uint64_t n = 0;
+  for (const Json& m : messages) {
+    if (!m.is_object() || m.value("role", "") == "assistant") continue;
+    auto c = m.find("content");
+    if (c == m.end()) continue;
+    if (c->is_string()) n += c->get_ref<const std::string&>().size();
+    if (!c->is_array()) continue;
+    for (const Json& part : *c) {
+      auto t = part.is_object() ? part.find("text") : part.end();
+      if (t != part.end() && t->is_string()) n += t->get_ref<const std::string&>().size();
+    }
+  }
+  return n;
+}
+
 bool IsMediaType(const std::string& t) {
   return t == "image" || t == "image_url" || t == "video" || t == "video_url";
 }
@@ -100,23 +118,27 @@ StatusOr<std::vector<MediaItem>> CollectMedia(const Json& messages) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return InvalidArgument(where + " must be an object");
+    if (!m.is_object()) return InvalidArgument(where + " must be an object").WithParam(where);
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) {
-      return InvalidArgument(where + " needs a string \"role\"");
+      return InvalidArgument(where + " needs a string \"role\"").WithParam(where + ".role");
     }
     auto content = m.find("content");
     if (content == m.end() || content->is_null() || content->is_string()) continue;
     if (!content->is_array()) {
-      return InvalidArgument(where + ".content must be a string, null or a list of parts");
+      return InvalidArgument(where + ".content must be a string, null or a list of parts")
+          .WithParam(where + ".content");
     }
     for (size_t k = 0; k < content->size(); ++k) {
       const Json& part = (*content)[k];
       const std::string pwhere = where + ".content[" + std::to_string(k) + "]";
-      if (!part.is_object()) return InvalidArgument(pwhere + " must be an object");
+      if (!part.is_object())
+        return InvalidArgument(pwhere + " must be an object").WithParam(pwhere);
       std::string type;
       if (auto t = part.find("type"); t != part.end()) {
-        if (!t->is_string()) return InvalidArgument(pwhere + ".type must be a string");
+        if (!t->is_string()) {
+          return InvalidArgument(pwhere + ".type must be a string").WithParam(pwhere + ".type");
+        }
         type = t->get<std::string>();
       } else {
         // The Qwen-VL templates also recognise a part by its keys.
@@ -137,11 +159,13 @@ StatusOr<std::vector<MediaItem>> CollectMedia(const Json& messages) {
       } else if (type == "text") {
         auto text = part.find("text");
         if (text == part.end() || !text->is_string()) {
-          return InvalidArgument(pwhere + " is a text part without a string \"text\"");
+          return InvalidArgument(pwhere + " is a text part without a string \"text\"")
+              .WithParam(pwhere + ".text");
         }
       } else {
         return InvalidArgument(pwhere + ": unsupported content part type \"" + type +
-                               "\" (expected text, image, image_url or video)");
+                               "\" (expected text, image, image_url or video)")
+            .WithParam(pwhere + ".type");
       }
     }
   }
@@ -193,6 +217,13 @@ StatusOr<std::unique_ptr<ChatPipeline>> ChatPipeline::Load(const std::string& mo
             eos.end());
   p->eos_ = std::move(eos);
   p->options_ = options;
+  for (int32_t id = 0; id < p->tokenizer_->id_limit(); ++id) {
+    std::string bytes;
+    bool added = false;
+    if (p->tokenizer_->TokenBytes(id, /*skip_special_tokens=*/false, &bytes, &added)) {
+      p->max_token_bytes_ = std::max<uint64_t>(p->max_token_bytes_, bytes.size());
+    }
+  }
   return p;
 }
 
@@ -214,7 +245,14 @@ StatusOr<std::string> ChatPipeline::Render(const ChatRequest& request) const {
   }
   vars["add_generation_prompt"] = request.add_generation_prompt;
   if (request.enable_thinking) vars["enable_thinking"] = *request.enable_thinking;
-  return tok::RenderChat(template_, vars);
+  auto out = tok::RenderChat(template_, vars);
+  // The template's budget spent on this request's messages: the client's prompt is too long,
+  // not the server too busy (kResourceExhausted is kept for capacity).
+  if (!out.ok() && out.status().code() == StatusCode::kResourceExhausted) {
+    return OutOfRange("the messages are too long for the chat template: " + out.status().message())
+        .WithParam("messages");
+  }
+  return out;
 }
 
 StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
@@ -227,6 +265,7 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
     }
   }
   VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
+  VLS_RETURN_IF_ERROR(CheckTextFits(request));
 
   PreparedChat out;
   VLS_ASSIGN_OR_RETURN(out.prompt, Render(request));
@@ -259,23 +298,48 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
   return out;
 }
 
+Status ChatPipeline::CheckTextFits(const ChatRequest& request) const {
+  const uint64_t bytes = VerbatimTextBytes(request.messages);
+  const auto capacity = static_cast<uint64_t>(model_.bounds().capacity);
+  if (bytes > static_cast<uint64_t>(jinja::kMaxRenderOutputBytes)) {
+    return OutOfRange("the messages hold " + std::to_string(bytes) +
+                      " bytes of text, more than the chat template may render (" +
+                      std::to_string(jinja::kMaxRenderOutputBytes) + " bytes)")
+        .WithParam("messages");
+  }
+  // No token is longer than max_token_bytes_, so the prompt has at least this many tokens.
+  const uint64_t min_tokens = max_token_bytes_ == 0 ? 0 : bytes / max_token_bytes_;
+  if (min_tokens >= capacity) {
+    return OutOfRange("the messages hold " + std::to_string(bytes) + " bytes of text, at least " +
+                      std::to_string(min_tokens) + " tokens, but the context capacity is " +
+                      std::to_string(capacity) + ": no room to generate")
+        .WithParam("messages");
+  }
+  return Status::Ok();
+}
+
 Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out) const {
   GenerationRequest& r = out->request;
   const Qwen3Config& cfg = model_.config();
   const int64_t S = static_cast<int64_t>(r.tokens.size());
   const int64_t capacity = model_.bounds().capacity;
+  // Does not fit: OutOfRange naming the messages (or a raw prompt), the server's
+  // context_length_exceeded.
+  const char* what = request.messages.empty() ? "prompt" : "messages";
   if (S >= capacity) {
-    return InvalidArgument("the prompt is " + std::to_string(S) +
-                           " tokens but the context capacity is " + std::to_string(capacity) +
-                           ": no room to generate");
+    return OutOfRange("the prompt is " + std::to_string(S) +
+                      " tokens but the context capacity is " + std::to_string(capacity) +
+                      ": no room to generate")
+        .WithParam(what);
   }
   int64_t max_tokens = capacity - S;
   if (request.max_tokens) {
     if (*request.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
     if (S + *request.max_tokens > capacity) {
-      return InvalidArgument("max_tokens " + std::to_string(*request.max_tokens) +
-                             " plus the prompt's " + std::to_string(S) +
-                             " tokens exceed the context capacity " + std::to_string(capacity));
+      return OutOfRange("max_tokens " + std::to_string(*request.max_tokens) +
+                        " plus the prompt's " + std::to_string(S) +
+                        " tokens exceed the context capacity " + std::to_string(capacity))
+          .WithParam(what);
     }
     max_tokens = *request.max_tokens;
   }
@@ -305,6 +369,13 @@ Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out
 StatusOr<PreparedChat> ChatPipeline::PrepareText(const std::string& prompt,
                                                  const ChatRequest& request) const {
   VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
+  const auto capacity = static_cast<uint64_t>(model_.bounds().capacity);
+  if (max_token_bytes_ > 0 && prompt.size() / max_token_bytes_ >= capacity) {
+    return OutOfRange("the prompt's " + std::to_string(prompt.size()) +
+                      " bytes are more tokens than the context capacity " +
+                      std::to_string(capacity) + ": no room to generate")
+        .WithParam("prompt");
+  }
   PreparedChat out;
   out.prompt = prompt;
   VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(prompt));

@@ -123,6 +123,10 @@ class ChatPipeline {
   const std::vector<int32_t>& eos_token_ids() const { return eos_; }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   const LoadedModel& model() const { return model_; }
+  // OpenAI's system_fingerprint: "fp_" and the first 10 hex digits of the model's identity
+  // (LoadedModel::Identity: checkpoint, config, precision, bounds). The first call hashes the
+  // weights unless the model came from an artifact (seconds); call it once at start-up.
+  std::string fingerprint() const { return "fp_" + model_.Identity().substr(0, 10); }
 
  private:
   ChatPipeline(const LoadedModel& model, std::unique_ptr<tok::Tokenizer> tokenizer,
@@ -136,11 +140,15 @@ class ChatPipeline {
   // Limits, end-of-turn ids, sampling and stop strings onto out->request (whose tokens and
   // positions are set), then ValidateRequest.
   Status FinishRequest(const ChatRequest& request, PreparedChat* out) const;
+  // Refuses before rendering messages whose text cannot fit (OutOfRange naming "messages"):
+  // more than the template may render, or more tokens than the context holds.
+  Status CheckTextFits(const ChatRequest& request) const;
   StatusOr<VisualFeatures> EncodeImages(const std::vector<MediaItem>& media) const;
 
   SamplingParams defaults_;
   std::vector<int32_t> eos_;
   ChatPipelineOptions options_;
+  uint64_t max_token_bytes_ = 0;  // the longest token's bytes (a prompt's tokens' lower bound)
 };
 
 // The media parts of `messages` in order, after checking the messages' shape (a list of
