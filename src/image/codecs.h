@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,17 +27,31 @@ struct Decoded {
   bool ignore_bad_exif_prefix = false;
 };
 
-// OutOfRange (naming `format` and the bound) unless 1 <= width, height <= limits.max_side and
-// width * height <= limits.max_pixels.
+// OutOfRange (naming `format` and the bound) unless 1 <= width, height <= limits.max_side;
+// InvalidArgument unless width * height <= limits.max_pixels.
 Status CheckImageSize(int64_t width, int64_t height, const DecodeLimits& limits,
                       const std::string& label, const char* format);
 
+// What DecodeImage lends a decoder besides the limits.
+struct DecodeHooks {
+  // Called once with the output size, after CheckImageSize and before any buffer of that size
+  // exists: charges the request's budget and takes the process-wide lease (held by the caller
+  // until the decode ends). A refusal is returned as the decode's error.
+  std::function<Status(int64_t width, int64_t height)> admit;
+  // True when the caller is gone: polled between rows.
+  std::function<bool()> cancelled;
+};
+
 StatusOr<Decoded> DecodeJpeg(std::span<const uint8_t> bytes, const std::string& label,
-                             const DecodeLimits& limits);
+                             const DecodeLimits& limits, const DecodeHooks& hooks);
 StatusOr<Decoded> DecodePng(std::span<const uint8_t> bytes, const std::string& label,
-                            const DecodeLimits& limits);
+                            const DecodeLimits& limits, const DecodeHooks& hooks);
 StatusOr<Decoded> DecodeWebp(std::span<const uint8_t> bytes, const std::string& label,
-                             const DecodeLimits& limits);
+                             const DecodeLimits& limits, const DecodeHooks& hooks);
+
+// Grows `pixels` to `size` bytes (rows as they decode), never past `total`: capacity doubles,
+// so a file that declares more rows than its data holds costs only what it decoded.
+void GrowPixels(std::vector<uint8_t>* pixels, size_t size, size_t total);
 
 // The EXIF orientation PIL 9.4 acts on: Image.Exif().load(exif).get(0x0112) mapped through
 // ImageOps.exif_transpose's table; 1 (nothing to do) for anything else. The parse follows PIL's

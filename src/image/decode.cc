@@ -1,8 +1,11 @@
 // DecodeImage: sniff the format, decode, apply the EXIF orientation (PIL's exif_transpose).
 #include "image/decode.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/file.h"
 #include "image/codecs.h"
@@ -99,14 +102,50 @@ Status CheckImageSize(int64_t width, int64_t height, const DecodeLimits& limits,
                       std::to_string(limits.max_side) + " (kMaxImageSide)");
   }
   if (width * height > limits.max_pixels) {
-    return OutOfRange(label + ": " + format + " image is " + dims + " = " +
-                      std::to_string(width * height) + " pixels, over " +
-                      std::to_string(limits.max_pixels) + " (kMaxImagePixels)");
+    return InvalidArgument(label + ": " + format + " image is " + dims + " = " +
+                           std::to_string(width * height) + " pixels, over the limit of " +
+                           std::to_string(limits.max_pixels) +
+                           " decoded pixels per image (kDefaultMaxDecodePixels)");
   }
   return Status::Ok();
 }
 
+void GrowPixels(std::vector<uint8_t>* pixels, size_t size, size_t total) {
+  if (size > pixels->capacity()) {
+    constexpr size_t kFirst = size_t{1} << 20;
+    pixels->reserve(std::min(total, std::max({size, 2 * pixels->capacity(), kFirst})));
+  }
+  pixels->resize(size);
+}
+
 }  // namespace internal
+
+namespace {
+thread_local ScopedDecodeControl* current_control = nullptr;
+}  // namespace
+
+ScopedDecodeControl::ScopedDecodeControl(CancelCheck cancelled, int64_t max_request_pixels)
+    : cancelled_(std::move(cancelled)),
+      max_request_pixels_(max_request_pixels),
+      pixels_left_(max_request_pixels),
+      outer_(current_control) {
+  current_control = this;
+}
+
+ScopedDecodeControl::~ScopedDecodeControl() { current_control = outer_; }
+
+ScopedDecodeControl* ScopedDecodeControl::Current() { return current_control; }
+
+Status ScopedDecodeControl::Charge(int64_t pixels, const std::string& label) {
+  if (pixels > pixels_left_) {
+    return InvalidArgument(label + ": decodes to " + std::to_string(pixels) +
+                           " pixels, over what is left of the request's limit of " +
+                           std::to_string(max_request_pixels_) + " decoded pixels (" +
+                           std::to_string(pixels_left_) + " left)");
+  }
+  pixels_left_ -= pixels;
+  return Status::Ok();
+}
 
 StatusOr<RgbImage> DecodeImage(std::span<const uint8_t> bytes, const std::string& label,
                                const DecodeLimits& limits) {
@@ -115,11 +154,24 @@ StatusOr<RgbImage> DecodeImage(std::span<const uint8_t> bytes, const std::string
                       " bytes (kMaxImageFileBytes)");
   }
   VLS_ASSIGN_OR_RETURN(const ImageFormat format, SniffImageFormat(bytes, label));
+  ScopedDecodeControl* control = ScopedDecodeControl::Current();
+  internal::DecodeHooks hooks;
+  hooks.cancelled = [&limits, control]() {
+    return (limits.cancelled && limits.cancelled()) || (control != nullptr && control->cancelled());
+  };
+  if (hooks.cancelled()) return Cancelled(label + ": cancelled before decoding");
+  DecodeBudget& budget = limits.budget != nullptr ? *limits.budget : DecodeBudget::Process();
+  DecodeBudget::Lease lease;  // held until the decoded image is returned
+  hooks.admit = [&](int64_t width, int64_t height) -> Status {
+    if (control != nullptr) VLS_RETURN_IF_ERROR(control->Charge(width * height, label));
+    VLS_ASSIGN_OR_RETURN(lease, budget.Acquire(width * height, label, hooks.cancelled));
+    return Status::Ok();
+  };
   StatusOr<internal::Decoded> decoded = Internal("unreachable");
   switch (format) {
-    case ImageFormat::kJpeg: decoded = internal::DecodeJpeg(bytes, label, limits); break;
-    case ImageFormat::kPng: decoded = internal::DecodePng(bytes, label, limits); break;
-    case ImageFormat::kWebp: decoded = internal::DecodeWebp(bytes, label, limits); break;
+    case ImageFormat::kJpeg: decoded = internal::DecodeJpeg(bytes, label, limits, hooks); break;
+    case ImageFormat::kPng: decoded = internal::DecodePng(bytes, label, limits, hooks); break;
+    case ImageFormat::kWebp: decoded = internal::DecodeWebp(bytes, label, limits, hooks); break;
   }
   if (!decoded.ok()) return decoded.status();
   int orientation = 1;

@@ -1,14 +1,17 @@
 // JPEG through libjpeg-turbo with the settings Pillow 9.4's JpegDecode.c uses (ISLOW DCT, fancy
-// upsampling, no scaling), so the pixels are PIL's byte for byte.
+// upsampling, no scaling), so the pixels are PIL's byte for byte. The one departure: an image
+// over DecodeLimits::max_pixels decodes at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), the
+// largest that fits, where PIL would decode it whole (and the preprocessor shrink it).
 //
 // libjpeg reports errors by calling error_exit, which must not return: ours longjmps back to
-// RunJpeg. Nothing with a destructor lives in RunJpeg's frame or in the libjpeg frames a longjmp
-// skips; the state it writes is in a JpegState owned by the caller.
+// RunJpegHeader or RunJpegBody. Nothing with a destructor lives in their frames or in the libjpeg
+// frames a longjmp skips; the state it writes is in a JpegState owned by the caller.
 #include <algorithm>
 #include <csetjmp>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 #include <vector>
@@ -26,7 +29,17 @@ namespace {
 // few KB of scan headers could cost minutes (real encoders write about 10).
 constexpr int kMaxJpegScans = 1000;
 
-enum class Failure { kNone, kLibrary, kTruncated, kTooManyScans, kSize, kComponents };
+enum class Failure {
+  kNone,
+  kLibrary,
+  kTruncated,
+  kTooManyScans,
+  kSize,
+  kComponents,
+  kShortData,
+  kCoefficients,
+  kCancelled
+};
 
 struct JpegState {
   jpeg_decompress_struct cinfo{};
@@ -42,7 +55,13 @@ struct JpegState {
   int width = 0;
   int height = 0;
   int components = 0;
+  int scale_denom = 1;  // 1, 2, 4 or 8
+  int out_width = 0;    // after scaling
+  int out_height = 0;
+  int64_t min_bytes = 0;   // kShortData: the least the declared size needs
+  int64_t coef_bytes = 0;  // kCoefficients: what a progressive file buffers
   RgbImage* out = nullptr;
+  const std::function<bool()>* cancelled = nullptr;
 };
 
 JpegState* StateOf(j_common_ptr cinfo) { return reinterpret_cast<JpegState*>(cinfo->client_data); }
@@ -65,11 +84,18 @@ void OnMessage(j_common_ptr cinfo, int msg_level) {
   }
 }
 
+// Also where a progressive file's scans are absorbed (jpeg_start_decompress): a client that went
+// away stops it there too.
 void OnProgress(j_common_ptr cinfo) {
   auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  JpegState* s = StateOf(cinfo);
   if (d->is_decompressor && d->input_scan_number > kMaxJpegScans) {
-    StateOf(cinfo)->failure = Failure::kTooManyScans;
-    std::longjmp(StateOf(cinfo)->jump, 1);
+    s->failure = Failure::kTooManyScans;
+    std::longjmp(s->jump, 1);
+  }
+  if (s->cancelled != nullptr && *s->cancelled && (*s->cancelled)()) {
+    s->failure = Failure::kCancelled;
+    std::longjmp(s->jump, 1);
   }
 }
 
@@ -81,18 +107,33 @@ uint8_t CmykChannel(uint8_t raw_c, uint8_t raw_k) {
   return static_cast<uint8_t>(nk - (((t >> 8) + t) >> 8));
 }
 
-// Everything that can longjmp. Returns false with s->failure set.
-bool RunJpeg(JpegState* s, const uint8_t* data, size_t size) {
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The header: size, scale, components. Everything here and in RunJpegBody can longjmp; returns
+// false with s->failure set.
+bool RunJpegHeader(JpegState* s, const uint8_t* data, size_t size) {
   j_decompress_ptr cinfo = &s->cinfo;
   if (setjmp(s->jump) != 0) return false;
-  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));  // NOLINT(google-runtime-int)
   jpeg_read_header(cinfo, TRUE);
   s->width = static_cast<int>(cinfo->image_width);
   s->height = static_cast<int>(cinfo->image_height);
   s->components = cinfo->num_components;
-  const int64_t pixels = static_cast<int64_t>(s->width) * s->height;
-  if (s->width < 1 || s->height < 1 || s->width > s->limits.max_side ||
-      s->height > s->limits.max_side || pixels > s->limits.max_pixels) {
+  const int64_t w = s->width;
+  const int64_t h = s->height;
+  if (w < 1 || h < 1 || w > s->limits.max_side || h > s->limits.max_side) {
+    s->failure = Failure::kSize;
+    return false;
+  }
+  s->scale_denom = 0;
+  for (const int d : {1, 2, 4, 8}) {
+    if (d > 1 && !s->limits.allow_jpeg_scaling) break;
+    if (CeilDiv(w, d) * CeilDiv(h, d) <= s->limits.max_pixels) {
+      s->scale_denom = d;
+      break;
+    }
+  }
+  if (s->scale_denom == 0) {
     s->failure = Failure::kSize;
     return false;
   }
@@ -102,21 +143,62 @@ bool RunJpeg(JpegState* s, const uint8_t* data, size_t size) {
     case 4: cinfo->out_color_space = JCS_CMYK; break;
     default: s->failure = Failure::kComponents; return false;
   }
+  // Huffman-coded data holds at least one bit for each block of the first scan's components
+  // (its DC difference; a progressive file must begin each component with a DC scan, where
+  // end-of-band runs do not apply), so a file shorter than the smallest component's blocks / 8
+  // bytes is truncated or corrupt: libjpeg would fill the missing scans with zeros over the
+  // whole declared size (PIL does, for a 633-byte file declaring 13,000 x 13,000: 490 MB).
+  // Arithmetic coding (under a bit a block) is exempt; its output grows row by row anyway.
+  int64_t min_blocks = -1;
+  int64_t coef_blocks = 0;
+  for (int c = 0; c < cinfo->num_components; ++c) {
+    const jpeg_component_info& comp = cinfo->comp_info[c];
+    const int64_t blocks = static_cast<int64_t>(comp.width_in_blocks) * comp.height_in_blocks;
+    min_blocks = min_blocks < 0 ? blocks : std::min(min_blocks, blocks);
+    coef_blocks += static_cast<int64_t>(comp.width_in_blocks + comp.h_samp_factor) *
+                   (comp.height_in_blocks + comp.v_samp_factor);
+  }
+  if (!cinfo->arith_code && static_cast<int64_t>(size) < CeilDiv(min_blocks, 8)) {
+    s->min_bytes = CeilDiv(min_blocks, 8);
+    s->failure = Failure::kShortData;
+    return false;
+  }
+  // A multi-scan file buffers its coefficients (64 of 2 bytes a block) for the whole image,
+  // whatever the scale: bound them by what the pixel limit allows (8 bytes a pixel).
+  const int64_t cap = 8 * std::min<int64_t>(s->limits.max_pixels, int64_t{1} << 36);
+  s->coef_bytes = coef_blocks * 128;
+  if (cinfo->progressive_mode && s->coef_bytes > cap) {
+    s->failure = Failure::kCoefficients;
+    return false;
+  }
+  cinfo->mem->max_memory_to_use = static_cast<long>(cap + (int64_t{64} << 20));  // NOLINT
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
-  // A multi-scan file buffers its coefficients (2 bytes each, 64 a block): bound what libjpeg
-  // may allocate for them by what the pixel limit allows, so it refuses instead.
-  const int64_t cap = std::min<int64_t>(s->limits.max_pixels, int64_t{1} << 36);
-  cinfo->mem->max_memory_to_use =
-      static_cast<long>(8 * cap + (int64_t{64} << 20));  // NOLINT(google-runtime-int)
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(s->scale_denom);
+  jpeg_calc_output_dimensions(cinfo);
+  s->out_width = static_cast<int>(cinfo->output_width);
+  s->out_height = static_cast<int>(cinfo->output_height);
+  return true;
+}
+
+// The rows, after the caller admitted the output size. The output grows as rows decode.
+bool RunJpegBody(JpegState* s) {
+  j_decompress_ptr cinfo = &s->cinfo;
+  if (setjmp(s->jump) != 0) return false;
   jpeg_start_decompress(cinfo);
-  const size_t w = static_cast<size_t>(s->width);
-  s->out->width = s->width;
-  s->out->height = s->height;
-  s->out->pixels.resize(w * static_cast<size_t>(s->height) * 3);
+  const size_t w = cinfo->output_width;
+  const size_t h = cinfo->output_height;
+  s->out->width = static_cast<int>(w);
+  s->out->height = static_cast<int>(h);
   s->row.resize(w * static_cast<size_t>(cinfo->output_components));
   while (cinfo->output_scanline < cinfo->output_height) {
+    if ((*s->cancelled)()) {
+      s->failure = Failure::kCancelled;
+      return false;
+    }
     const size_t y = cinfo->output_scanline;
+    GrowPixels(&s->out->pixels, (y + 1) * w * 3, h * w * 3);
     uint8_t* dst = s->out->pixels.data() + y * w * 3;
     if (s->components == 3) {
       JSAMPROW rows[1] = {dst};
@@ -179,7 +261,7 @@ void FindExif(std::span<const uint8_t> b, Decoded* d) {
 }  // namespace
 
 StatusOr<Decoded> DecodeJpeg(std::span<const uint8_t> bytes, const std::string& label,
-                             const DecodeLimits& limits) {
+                             const DecodeLimits& limits, const DecodeHooks& hooks) {
   Decoded d;
   JpegState s;
   s.limits = limits;
@@ -194,22 +276,45 @@ StatusOr<Decoded> DecodeJpeg(std::span<const uint8_t> bytes, const std::string& 
   }
   jpeg_create_decompress(&s.cinfo);
   s.cinfo.progress = &s.progress;
+  s.cancelled = &hooks.cancelled;
   bool ok = false;
+  Status admitted;
   try {
-    ok = RunJpeg(&s, bytes.data(), bytes.size());
+    ok = RunJpegHeader(&s, bytes.data(), bytes.size());
+    if (ok) {
+      admitted = hooks.admit(s.out_width, s.out_height);
+      ok = admitted.ok() && RunJpegBody(&s);
+    }
   } catch (const std::bad_alloc&) {
     jpeg_destroy_decompress(&s.cinfo);
     return ResourceExhausted(label + ": out of memory for a " + std::to_string(s.width) + " x " +
                              std::to_string(s.height) + " JPEG");
   }
   jpeg_destroy_decompress(&s.cinfo);
+  if (!admitted.ok()) return admitted;
   if (!ok) {
+    const std::string dims = std::to_string(s.width) + " x " + std::to_string(s.height);
     switch (s.failure) {
       case Failure::kTruncated: return DataLoss(label + ": JPEG data is truncated");
+      case Failure::kCancelled: return Cancelled(label + ": JPEG decoding cancelled");
+      case Failure::kShortData:
+        return DataLoss(label + ": JPEG data is truncated: " + std::to_string(bytes.size()) +
+                        " bytes cannot hold the declared " + dims + " image (at least " +
+                        std::to_string(s.min_bytes) + " needed)");
+      case Failure::kCoefficients:
+        return InvalidArgument(label + ": progressive JPEG image is " + dims + ": its " +
+                               std::to_string(s.coef_bytes >> 20) +
+                               " MiB of coefficients are over what the limit of " +
+                               std::to_string(limits.max_pixels) +
+                               " decoded pixels per image allows");
       case Failure::kTooManyScans:
         return DataLoss(label + ": JPEG has more than " + std::to_string(kMaxJpegScans) +
                         " scans (kMaxJpegScans)");
-      case Failure::kSize: return CheckImageSize(s.width, s.height, limits, label, "JPEG");
+      case Failure::kSize: {
+        Status size = CheckImageSize(s.width, s.height, limits, label, "JPEG");
+        if (size.code() != StatusCode::kInvalidArgument || !limits.allow_jpeg_scaling) return size;
+        return InvalidArgument(size.message() + ", even decoded at 1/8 scale");
+      }
       case Failure::kComponents:
         return Unimplemented(label + ": JPEG with " + std::to_string(s.components) +
                              " components (only 1, 3 and 4 are images)");

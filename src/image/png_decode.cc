@@ -12,9 +12,11 @@
 // the state it writes lives in a PngState owned by the caller.
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 #include <vector>
@@ -24,7 +26,7 @@
 namespace vls::image::internal {
 namespace {
 
-enum class Failure { kNone, kLibrary, kTruncated, kSize };
+enum class Failure { kNone, kLibrary, kTruncated, kSize, kCancelled, kShortData };
 enum class Layout { kGrey8, kGrey16, kRgb8, kPalette };
 
 struct PngState {
@@ -39,8 +41,12 @@ struct PngState {
   png_uint_32 width = 0;
   png_uint_32 height = 0;
   uint8_t palette[256 * 3] = {};
+  Layout layout = Layout::kRgb8;
+  int depth = 0;
+  int color = 0;
   std::vector<uint8_t> rows;  // one row, or every row of an interlaced image
   RgbImage* out = nullptr;
+  const std::function<bool()>* cancelled = nullptr;
 };
 
 void OnError(png_structp png, png_const_charp msg) {
@@ -75,16 +81,17 @@ void ToRgb(const PngState& s, Layout layout, const uint8_t* src, uint8_t* dst) {
   }
 }
 
-bool RunPng(PngState* s) {
+// The header (up to the first IDAT): size, colour type, palette, transforms.
+bool RunPngHeader(PngState* s) {
   if (setjmp(png_jmpbuf(s->png)) != 0) return false;
   png_set_read_fn(s->png, s, OnRead);
   // Sizes are ours to check; CRC errors in any chunk are errors.
   png_set_user_limits(s->png, 0x7fffffff, 0x7fffffff);
   png_set_crc_action(s->png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
   png_read_info(s->png, s->info);
-  int depth = 0;
-  int color = 0;
   int interlace = 0;
+  int& depth = s->depth;
+  int& color = s->color;
   png_get_IHDR(s->png, s->info, &s->width, &s->height, &depth, &color, &interlace, nullptr,
                nullptr);
   const int64_t pixels = static_cast<int64_t>(s->width) * s->height;
@@ -125,6 +132,15 @@ bool RunPng(PngState* s) {
       layout = Layout::kRgb8;
       break;
   }
+  s->layout = layout;
+  return true;
+}
+
+// The rows, after the caller admitted the size. The output grows as rows decode; an interlaced
+// image needs every row before the last pass (its size is already proven by FitsImageData).
+bool RunPngBody(PngState* s) {
+  if (setjmp(png_jmpbuf(s->png)) != 0) return false;
+  const Layout layout = s->layout;
   const int passes = png_set_interlace_handling(s->png);
   png_read_update_info(s->png, s->info);
   const size_t row_bytes = png_get_rowbytes(s->png, s->info);
@@ -132,19 +148,30 @@ bool RunPng(PngState* s) {
   const size_t h = s->height;
   s->out->width = static_cast<int>(w);
   s->out->height = static_cast<int>(h);
-  s->out->pixels.resize(w * h * 3);
   if (passes == 1) {
     s->rows.resize(row_bytes);
     for (size_t y = 0; y < h; ++y) {
+      if ((*s->cancelled)()) {
+        s->failure = Failure::kCancelled;
+        return false;
+      }
       png_read_row(s->png, s->rows.data(), nullptr);
+      GrowPixels(&s->out->pixels, (y + 1) * w * 3, h * w * 3);
       ToRgb(*s, layout, s->rows.data(), s->out->pixels.data() + y * w * 3);
     }
     return true;
   }
   s->rows.assign(row_bytes * h, 0);
   for (int pass = 0; pass < passes; ++pass) {
-    for (size_t y = 0; y < h; ++y) png_read_row(s->png, s->rows.data() + y * row_bytes, nullptr);
+    for (size_t y = 0; y < h; ++y) {
+      if (y % 64 == 0 && (*s->cancelled)()) {
+        s->failure = Failure::kCancelled;
+        return false;
+      }
+      png_read_row(s->png, s->rows.data() + y * row_bytes, nullptr);
+    }
   }
+  s->out->pixels.resize(w * h * 3);
   for (size_t y = 0; y < h; ++y) {
     ToRgb(*s, layout, s->rows.data() + y * row_bytes, s->out->pixels.data() + y * w * 3);
   }
@@ -153,6 +180,30 @@ bool RunPng(PngState* s) {
 
 uint32_t Be32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+// Whether the IDAT chunks present could inflate to the image's filtered rows: deflate expands
+// at most 1032:1, so a file declaring more rows than its data can hold is truncated or corrupt,
+// and is refused before its buffers exist (a 1 KB file may declare 60,000 x 60,000).
+bool FitsImageData(std::span<const uint8_t> b, const PngState& s) {
+  size_t idat = 0;
+  size_t p = 8;
+  while (b.size() - p >= 8) {
+    const uint32_t len = Be32(&b[p]);
+    if (std::memcmp(&b[p + 4], "IDAT", 4) == 0) idat += std::min<size_t>(len, b.size() - p - 8);
+    if (std::memcmp(&b[p + 4], "IEND", 4) == 0 || len > b.size() - p - 8) break;
+    if (b.size() - p - 8 - len < 4) break;
+    p += 12 + static_cast<size_t>(len);
+  }
+  const int channels = s.color == PNG_COLOR_TYPE_RGB          ? 3
+                       : s.color == PNG_COLOR_TYPE_RGB_ALPHA  ? 4
+                       : s.color == PNG_COLOR_TYPE_GRAY_ALPHA ? 2
+                                                              : 1;
+  const uint64_t bits = static_cast<uint64_t>(s.width) * static_cast<uint64_t>(channels) *
+                        static_cast<uint64_t>(s.depth);
+  // Filter byte + packed row; interlacing only adds bytes, so the plain size is a lower bound.
+  const uint64_t raw = (1 + (bits + 7) / 8) * static_cast<uint64_t>(s.height);
+  return raw <= uint64_t{1032} * idat + 1024;
 }
 
 // PIL's info["exif"]: an eXIf chunk ("Exif\0\0" + data) or a tEXt chunk keyed "exif"; the last
@@ -217,7 +268,7 @@ Status FindExif(std::span<const uint8_t> b, const std::string& label, Decoded* d
 }  // namespace
 
 StatusOr<Decoded> DecodePng(std::span<const uint8_t> bytes, const std::string& label,
-                            const DecodeLimits& limits) {
+                            const DecodeLimits& limits, const DecodeHooks& hooks) {
   Decoded d;
   PngState s;
   s.data = bytes.data();
@@ -231,17 +282,33 @@ StatusOr<Decoded> DecodePng(std::span<const uint8_t> bytes, const std::string& l
     png_destroy_read_struct(&s.png, nullptr, nullptr);
     return ResourceExhausted(label + ": libpng could not start");
   }
+  s.cancelled = &hooks.cancelled;
   bool ok = false;
+  Status admitted;
   try {
-    ok = RunPng(&s);
+    ok = RunPngHeader(&s);
+    if (ok && !FitsImageData(bytes, s)) {
+      s.failure = Failure::kShortData;
+      ok = false;
+    }
+    if (ok) {
+      admitted = hooks.admit(s.width, s.height);
+      ok = admitted.ok() && RunPngBody(&s);
+    }
   } catch (const std::bad_alloc&) {
     png_destroy_read_struct(&s.png, &s.info, nullptr);
     return ResourceExhausted(label + ": out of memory for a " + std::to_string(s.width) + " x " +
                              std::to_string(s.height) + " PNG");
   }
   png_destroy_read_struct(&s.png, &s.info, nullptr);
+  if (!admitted.ok()) return admitted;
   if (!ok) {
     switch (s.failure) {
+      case Failure::kCancelled: return Cancelled(label + ": PNG decoding cancelled");
+      case Failure::kShortData:
+        return DataLoss(label + ": PNG data is truncated: " + std::to_string(bytes.size()) +
+                        " bytes cannot hold the declared " + std::to_string(s.width) + " x " +
+                        std::to_string(s.height) + " image");
       case Failure::kTruncated: return DataLoss(label + ": PNG data is truncated");
       case Failure::kSize: return CheckImageSize(s.width, s.height, limits, label, "PNG");
       default: return DataLoss(label + ": corrupt PNG: " + s.library_message);

@@ -13,7 +13,7 @@
 namespace vls::image::internal {
 
 StatusOr<Decoded> DecodeWebp(std::span<const uint8_t> bytes, const std::string& label,
-                             const DecodeLimits& limits) {
+                             const DecodeLimits& limits, const DecodeHooks& hooks) {
   WebPBitstreamFeatures features;
   const VP8StatusCode code = WebPGetFeatures(bytes.data(), bytes.size(), &features);
   if (code == VP8_STATUS_NOT_ENOUGH_DATA) return DataLoss(label + ": WebP data is truncated");
@@ -23,6 +23,9 @@ StatusOr<Decoded> DecodeWebp(std::span<const uint8_t> bytes, const std::string& 
   }
   // For an extended file these are the canvas's: the buffers the decoder makes.
   VLS_RETURN_IF_ERROR(CheckImageSize(features.width, features.height, limits, label, "WebP"));
+  // libwebp decodes a frame in one call (no row hook): cancellation is checked around it. The
+  // demuxer below refuses a file whose chunks are cut short before the canvas is allocated.
+  VLS_RETURN_IF_ERROR(hooks.admit(features.width, features.height));
 
   WebPData data{bytes.data(), bytes.size()};
   WebPAnimDecoderOptions options;
@@ -44,6 +47,7 @@ StatusOr<Decoded> DecodeWebp(std::span<const uint8_t> bytes, const std::string& 
       static_cast<int>(info.canvas_height) != features.height) {
     return DataLoss(label + ": WebP canvas does not match its header");
   }
+  if (hooks.cancelled()) return Cancelled(label + ": WebP decoding cancelled");
   if (WebPAnimDecoderGetNext(dec, &rgba, &timestamp) == 0) {
     return DataLoss(label + ": WebP image data is truncated or corrupt");
   }
