@@ -1,65 +1,53 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
 #include <array>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
-#include <deque>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "runtime/chat_json.h"
 #include "server/chat_page.h"
-#include "server/connection_probe.h"
+#include "server/http_transport.h"
 #include "server/openai_response.h"
 
 namespace vls::server {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using httplib::Request;
-using httplib::Response;
+using ExchangePtr = std::shared_ptr<HttpExchange>;
 
-// What the log line and the metrics of the request being served on this thread need. The
-// HTTP library serves a request (handler, streamed body, logger) on one thread.
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// One request's log line and metrics. Written by the thread computing the request; the line is
+// written once both the response has ended (on the I/O thread) and the computation has returned.
 struct RequestLog {
   std::string id;
-  Clock::time_point start;
+  Clock::time_point start = Clock::now();
   std::string endpoint = "other";
+  std::string method, path;
+
+  std::mutex mu;
   bool generation = false;  // a chat or completion was submitted
   bool cancelled = false;   // the client went away
   Usage usage;
   std::string finish;
   double ttft_ms = -1;
   std::string error;
+  int status = 0;
+  int pending = 1;  // the response; +1 while a worker computes
 };
-thread_local RequestLog t_log;
-
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-void SetJson(Response& res, int status, const Json& body) {
-  res.status = status;
-  res.set_content(DumpJson(body), "application/json");
-}
-
-void SetError(Response& res, const OpenAiError& e) {
-  t_log.error = e.message;
-  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-  SetJson(res, e.status, ErrorBody(e));
-}
+using LogPtr = std::shared_ptr<RequestLog>;
 
 OpenAiError MakeError(int status, std::string message, std::string type = "invalid_request_error",
                       std::string code = "") {
@@ -82,20 +70,25 @@ std::string_view EndpointOf(const std::string& path) {
   return "other";
 }
 
-// How much of a refused body is read (and discarded) before the 413, so that the client, still
-// sending, reads the answer rather than a reset.
-constexpr size_t kDrainBytes = size_t{16} << 20;
+void SendJson(HttpExchange& ex, int status, const Json& body, const HeaderList& extra = {},
+              bool close = false) {
+  ex.Reply(status, "application/json", DumpJson(body), extra, close);
+}
 
-OpenAiError BodyTooLarge(size_t max) {
-  OpenAiError e = MakeError(413, "the request body is larger than --max-body-mb allows (" +
-                                     std::to_string(max) + " bytes)");
-  e.code = "body_too_large";
-  return e;
+void SendError(HttpExchange& ex, RequestLog& log, const OpenAiError& e, HeaderList extra = {},
+               bool close = false) {
+  {
+    std::lock_guard<std::mutex> lock(log.mu);
+    log.error = e.message;
+  }
+  if (e.status == 503) extra.emplace_back("Retry-After", "1");
+  if (e.status == 429) extra.emplace_back("Retry-After", "1");
+  SendJson(ex, e.status, ErrorBody(e), extra, close);
 }
 
 // Constant-time comparison of the key a client sent with ours (digests, so the length leaks
 // nothing either).
-bool KeyMatches(const std::string& sent, const std::string& key) {
+bool KeyMatches(std::string_view sent, const std::string& key) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> a{}, b{};
   SHA256(reinterpret_cast<const unsigned char*>(sent.data()), sent.size(), a.data());
   SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), b.data());
@@ -114,71 +107,45 @@ class ActiveGuard {
   std::atomic<int>* n_;
 };
 
-// The HTTP library's task queue: a connection is served by one thread from start to end (a
-// streaming client holds its thread), so a fixed pool of N lets N stalled clients lock everyone
-// else out. This pool starts a thread whenever every thread is busy, up to `max_threads`, and a
-// thread idle for a minute ends: stalled connections cost a thread each (until the read timeout
-// drops them), not the server.
-class ElasticPool : public httplib::TaskQueue {
- public:
-  explicit ElasticPool(size_t max_threads) : max_(max_threads) {}
-
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(std::move(fn));
-    if (jobs_.size() > idle_ && threads_ < max_) {
-      try {
-        std::thread([this] { Work(); }).detach();
-        ++threads_;
-      } catch (const std::system_error&) {  // no thread now: a running one takes the job later
-      }
-    }
-    cv_.notify_one();
-  }
-
-  void shutdown() override {
-    std::unique_lock<std::mutex> lock(mu_);
-    stop_ = true;
-    cv_.notify_all();
-    done_cv_.wait(lock, [this] { return threads_ == 0; });
-  }
-
- private:
-  void Work() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      ++idle_;
-      const bool woken =
-          cv_.wait_for(lock, std::chrono::seconds(60), [this] { return !jobs_.empty() || stop_; });
-      --idle_;
-      if (jobs_.empty()) {  // idle for a minute, or stopping with nothing left to do
-        if (woken && !stop_) continue;
-        --threads_;
-        done_cv_.notify_all();
-        return;  // `this` is not touched after the lock is released
-      }
-      std::function<void()> fn = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      fn();
-      lock.lock();
-    }
-  }
-
-  const size_t max_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::deque<std::function<void()>> jobs_;
-  size_t idle_ = 0, threads_ = 0;
-  bool stop_ = false;
+// The routes: what each path takes. A method a route does not take is 405 (with Allow), from
+// the header, without reading a body.
+enum class Route {
+  kNone,
+  kHealth,
+  kModels,
+  kModel,
+  kMetrics,
+  kPage,
+  kChat,
+  kCompletions,
+  kTokenize,
+  kDetokenize
 };
+
+Route RouteOf(const std::string& path) {
+  if (path == "/health") return Route::kHealth;
+  if (path == "/v1/models") return Route::kModels;
+  if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return Route::kModel;
+  if (path == "/metrics") return Route::kMetrics;
+  if (path == "/") return Route::kPage;
+  if (path == "/v1/chat/completions") return Route::kChat;
+  if (path == "/v1/completions") return Route::kCompletions;
+  if (path == "/tokenize") return Route::kTokenize;
+  if (path == "/detokenize") return Route::kDetokenize;
+  return Route::kNone;
+}
+
+bool TakesBody(Route r) {
+  return r == Route::kChat || r == Route::kCompletions || r == Route::kTokenize ||
+         r == Route::kDetokenize;
+}
 
 }  // namespace
 
-struct HttpServer::Impl {
+struct HttpServer::Impl : TransportHandler {
   HttpOptions options;
   ServerMetrics* metrics;
-  httplib::Server http;
+  std::unique_ptr<HttpTransport> transport;
   std::atomic<GenerationService*> service{nullptr};
   const ChatPipeline* pipeline = nullptr;
   int capacity = 0;
@@ -189,208 +156,189 @@ struct HttpServer::Impl {
 
   Impl(HttpOptions o, ServerMetrics* m) : options(std::move(o)), metrics(m) {}
 
-  void Routes();
+  HeadDecision OnHead(const ExchangePtr& ex) override;
+  void OnRefused(const RequestHead& head, int status, std::string_view why) override;
+
   // Answers 503 (and returns null) while loading or draining.
-  GenerationService* Open(Response& res);
-  bool ParseBody(const std::string& text, Response& res, Json* body);
-  void Chat(const Request& req, const std::string& body_text, Response& res);
-  void Completions(const Request& req, const std::string& body_text, Response& res);
-  void Tokenize(const Request& req, const std::string& body_text, Response& res);
-  void Detokenize(const Request& req, const std::string& body_text, Response& res);
+  GenerationService* Open(HttpExchange& ex, RequestLog& log);
+  bool ParseBody(HttpExchange& ex, RequestLog& log, Json* body);
+  void Chat(HttpExchange& ex, RequestLog& log);
+  void Completions(HttpExchange& ex, RequestLog& log);
+  void Tokenize(HttpExchange& ex, RequestLog& log);
+  void Detokenize(HttpExchange& ex, RequestLog& log);
   template <typename Responder>
-  void Generate(const Request& req, Response& res, GenerationService& svc, PreparedChat chat,
+  void Generate(HttpExchange& ex, RequestLog& log, GenerationService& svc, PreparedChat chat,
                 std::unique_ptr<Responder> responder, bool stream);
-  void Log(const Request& req, const Response& res);
+  void AnswerGet(HttpExchange& ex, RequestLog& log, Route route);
+  // One of the request's two ends (the response, the computation); the last writes the line.
+  void Finish(const LogPtr& log);
+  void WriteLog(RequestLog& log);
   GaugeValues Gauges() const;
 };
 
-GenerationService* HttpServer::Impl::Open(Response& res) {
+GenerationService* HttpServer::Impl::Open(HttpExchange& ex, RequestLog& log) {
   GenerationService* svc = service.load();
   if (svc == nullptr) {
-    SetError(res, MakeError(503, "the model is still loading", "server_error", "loading"));
+    SendError(ex, log, MakeError(503, "the model is still loading", "server_error", "loading"));
     return nullptr;
   }
   if (draining.load()) {
-    res.set_header("Connection", "close");
-    SetError(res, MakeError(503, "the server is shutting down", "server_error", "draining"));
+    SendError(ex, log, MakeError(503, "the server is shutting down", "server_error", "draining"),
+              {}, true);
     return nullptr;
   }
   return svc;
 }
 
-bool HttpServer::Impl::ParseBody(const std::string& text, Response& res, Json* body) {
-  Status s = ParseUntrustedOrderedJson("request body", text, body);
+bool HttpServer::Impl::ParseBody(HttpExchange& ex, RequestLog& log, Json* body) {
+  Status s = ParseUntrustedOrderedJson("request body", ex.body(), body);
   if (!s.ok()) {
-    SetError(res, MakeError(400, s.message()));
+    SendError(ex, log, MakeError(400, s.message()));
     return false;
   }
   if (!body->is_object()) {
-    SetError(res, MakeError(400, "the request body must be a JSON object"));
+    SendError(ex, log, MakeError(400, "the request body must be a JSON object"));
     return false;
   }
   return true;
 }
 
 template <typename Responder>
-void HttpServer::Impl::Generate(const Request& req, Response& res, GenerationService& svc,
+void HttpServer::Impl::Generate(HttpExchange& ex, RequestLog& log, GenerationService& svc,
                                 PreparedChat chat, std::unique_ptr<Responder> responder,
                                 bool stream) {
   auto submitted = svc.Submit(std::move(chat));
-  if (!submitted.ok()) {
-    SetError(res, ErrorFromStatus(submitted.status()));
-    return;
-  }
-  t_log.generation = true;
-  auto guard = std::make_shared<ActiveGuard>(&answering);
+  if (!submitted.ok()) return SendError(ex, log, ErrorFromStatus(submitted.status()));
+  ActiveGuard guard(&answering);
   std::shared_ptr<RequestHandle> handle = std::move(*submitted);
-  auto probe = std::make_shared<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
-                                                 req.remote_port);
-  auto note = [handle](const Responder& r) {
-    t_log.usage = r.usage();
-    t_log.finish = FinishReasonName(r.finish());
+  auto note = [&](const Responder& r, bool cancelled) {
+    std::lock_guard<std::mutex> lock(log.mu);
+    log.generation = true;
+    log.cancelled = log.cancelled || cancelled || r.finish() == FinishReason::kCancelled;
+    log.usage = r.usage();
+    log.finish = FinishReasonName(r.finish());
     if (auto first = handle->first_token()) {
-      t_log.ttft_ms =
-          std::chrono::duration<double, std::milli>(*first - handle->submitted()).count();
+      log.ttft_ms = std::chrono::duration<double, std::milli>(*first - handle->submitted()).count();
     }
-    if (r.finish() == FinishReason::kError) t_log.error = r.error();
+    if (r.finish() == FinishReason::kError) log.error = r.error();
   };
+  std::vector<OutputPiece> pieces;
   if (!stream) {
-    std::vector<OutputPiece> pieces;
     bool end = false;
+    bool gone = false;
     while (!end) {
       end = handle->Take(&pieces, std::chrono::milliseconds(100));
       for (const OutputPiece& p : pieces) responder->Collect(p);
       pieces.clear();
-      if (!end && probe->PeerGone()) {
+      if (!end && !gone && ex.PeerGone()) {
         svc.Cancel(*handle);
-        t_log.cancelled = true;
+        gone = true;
       }
     }
-    note(*responder);
+    note(*responder, gone);
     if (responder->finish() == FinishReason::kError) {
-      SetError(res, MakeError(500, "generation failed: " + responder->error(), "server_error"));
+      SendError(ex, log,
+                MakeError(500, "generation failed: " + responder->error(), "server_error"));
     } else if (responder->finish() == FinishReason::kCancelled) {
-      t_log.cancelled = true;
-      SetError(res,
-               MakeError(499, "the request was cancelled", "invalid_request_error", "cancelled"));
+      SendError(ex, log,
+                MakeError(499, "the request was cancelled", "invalid_request_error", "cancelled"));
     } else {
-      SetJson(res, 200, responder->Completion());
+      SendJson(ex, 200, responder->Completion());
     }
     return;
   }
 
-  struct StreamState {
-    std::shared_ptr<RequestHandle> handle;
-    std::unique_ptr<Responder> responder;
-    std::shared_ptr<ConnectionProbe> probe;
-    std::shared_ptr<ActiveGuard> guard;
-    bool ended = false;
-  };
-  auto st = std::make_shared<StreamState>();
-  st->handle = handle;
-  st->responder = std::move(responder);
-  st->probe = probe;
-  st->guard = guard;
-  GenerationService* svc_ptr = &svc;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st, svc_ptr, note](size_t /*offset*/, httplib::DataSink& sink) {
-        std::vector<OutputPiece> pieces;
-        const bool end = st->handle->Take(&pieces, std::chrono::milliseconds(100));
-        std::string out;
-        for (const OutputPiece& p : pieces) {
-          for (const std::string& payload : st->responder->StreamPiece(p)) {
-            out += "data: " + payload + "\n\n";
-          }
-        }
-        if (end) {
-          for (const std::string& payload : st->responder->StreamEnd()) {
-            out += "data: " + payload + "\n\n";
-          }
-          if (st->responder->finish() != FinishReason::kCancelled) out += "data: [DONE]\n\n";
-        }
-        // A write into a connection the client closed may still succeed (the kernel buffers
-        // it); the probe sees the close at once.
-        if ((!out.empty() && !sink.write(out.data(), out.size())) ||
-            (!end && st->probe->PeerGone())) {
-          // The client left: cancel, and take the pieces up to the cancelled one for the log.
-          svc_ptr->Cancel(*st->handle);
-          std::vector<OutputPiece> rest;
-          st->handle->Take(&rest, std::chrono::milliseconds(0));
-          for (const OutputPiece& p : rest) st->responder->StreamPiece(p);
-          st->ended = true;
-          t_log.cancelled = true;
-          note(*st->responder);
-          return false;
-        }
-        if (end) {
-          st->ended = true;
-          note(*st->responder);
-          if (st->responder->finish() == FinishReason::kCancelled) t_log.cancelled = true;
-          sink.done();
-        }
-        return true;
-      },
-      [st, svc_ptr](bool /*success*/) {
-        if (!st->ended && !st->handle->finished()) {
-          svc_ptr->Cancel(*st->handle);
-          t_log.cancelled = true;
-        }
-      });
+  ex.BeginStream(200, "text/event-stream",
+                 {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+  bool end = false;
+  while (!end) {
+    end = handle->Take(&pieces, std::chrono::milliseconds(100));
+    std::string out;
+    for (const OutputPiece& p : pieces) {
+      for (const std::string& payload : responder->StreamPiece(p))
+        out += "data: " + payload + "\n\n";
+    }
+    pieces.clear();
+    if (end) {
+      for (const std::string& payload : responder->StreamEnd()) out += "data: " + payload + "\n\n";
+      if (responder->finish() != FinishReason::kCancelled) out += "data: [DONE]\n\n";
+    }
+    // Write() blocks while the client is behind (backpressure) and is false once it is gone; a
+    // client that closed is seen at once by PeerGone() even while the kernel still buffers.
+    if ((!out.empty() && !ex.Write(out)) || (!end && ex.PeerGone())) {
+      svc.Cancel(*handle);
+      std::vector<OutputPiece> rest;  // the pieces up to the cancelled one, for the log
+      handle->Take(&rest, std::chrono::milliseconds(0));
+      for (const OutputPiece& p : rest) responder->StreamPiece(p);
+      note(*responder, true);
+      ex.EndStream();
+      return;
+    }
+  }
+  note(*responder, false);
+  ex.EndStream();
 }
 
-void HttpServer::Impl::Chat(const Request& req, const std::string& body_text, Response& res) {
-  GenerationService* svc = Open(res);
+void HttpServer::Impl::Chat(HttpExchange& ex, RequestLog& log) {
+  GenerationService* svc = Open(ex, log);
   if (svc == nullptr) return;
   Json body;
-  if (!ParseBody(body_text, res, &body)) return;
+  if (!ParseBody(ex, log, &body)) return;
   auto parsed = ParseChatCompletionRequest(body, pipeline->generation_defaults(), options.limits);
-  if (!parsed.ok()) return SetError(res, ErrorFromStatus(parsed.status()));
+  if (!parsed.ok()) return SendError(ex, log, ErrorFromStatus(parsed.status()));
   auto prepared = pipeline->Prepare(parsed->chat);
-  if (!prepared.ok()) return SetError(res, ErrorFromStatus(prepared.status()));
-  ResponseMeta meta{NewId("chatcmpl-"), options.model_id, static_cast<int64_t>(std::time(nullptr))};
-  t_log.id = meta.id;
+  if (!prepared.ok()) return SendError(ex, log, ErrorFromStatus(prepared.status()));
+  ResponseMeta meta{NewId("chatcmpl-"), ResponseModelName(parsed->model, options.model_id),
+                    static_cast<int64_t>(std::time(nullptr)), pipeline->fingerprint()};
+  {
+    std::lock_guard<std::mutex> lock(log.mu);
+    log.id = meta.id;
+  }
   auto responder = std::make_unique<ChatResponder>(*parsed, meta, &pipeline->tokenizer());
-  Generate(req, res, *svc, std::move(*prepared), std::move(responder), parsed->stream);
+  Generate(ex, log, *svc, std::move(*prepared), std::move(responder), parsed->stream);
 }
 
-void HttpServer::Impl::Completions(const Request& req, const std::string& body_text,
-                                   Response& res) {
-  GenerationService* svc = Open(res);
+void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
+  GenerationService* svc = Open(ex, log);
   if (svc == nullptr) return;
   Json body;
-  if (!ParseBody(body_text, res, &body)) return;
+  if (!ParseBody(ex, log, &body)) return;
   auto parsed = ParseCompletionRequest(body, pipeline->generation_defaults(), options.limits);
-  if (!parsed.ok()) return SetError(res, ErrorFromStatus(parsed.status()));
+  if (!parsed.ok()) return SendError(ex, log, ErrorFromStatus(parsed.status()));
   auto prepared = parsed->prompt ? pipeline->PrepareText(*parsed->prompt, parsed->params)
                                  : pipeline->PrepareTokens(*parsed->tokens, parsed->params);
-  if (!prepared.ok()) return SetError(res, ErrorFromStatus(prepared.status()));
-  ResponseMeta meta{NewId("cmpl-"), options.model_id, static_cast<int64_t>(std::time(nullptr))};
-  t_log.id = meta.id;
+  if (!prepared.ok()) return SendError(ex, log, ErrorFromStatus(prepared.status()));
+  ResponseMeta meta{NewId("cmpl-"), ResponseModelName(parsed->model, options.model_id),
+                    static_cast<int64_t>(std::time(nullptr)), pipeline->fingerprint()};
+  {
+    std::lock_guard<std::mutex> lock(log.mu);
+    log.id = meta.id;
+  }
   auto responder = std::make_unique<CompletionResponder>(*parsed, meta, &pipeline->tokenizer());
-  Generate(req, res, *svc, std::move(*prepared), std::move(responder), parsed->stream);
+  Generate(ex, log, *svc, std::move(*prepared), std::move(responder), parsed->stream);
 }
 
-void HttpServer::Impl::Tokenize(const Request& req, const std::string& body_text, Response& res) {
-  if (Open(res) == nullptr) return;
+void HttpServer::Impl::Tokenize(HttpExchange& ex, RequestLog& log) {
+  if (Open(ex, log) == nullptr) return;
   Json body;
-  if (!ParseBody(body_text, res, &body)) return;
+  if (!ParseBody(ex, log, &body)) return;
   std::string text;
   for (const auto& [k, v] : body.items()) {
     if (k != "content" && k != "prompt" && k != "messages" && k != "add_special" &&
         k != "add_generation_prompt" && k != "tools" && k != "model") {
-      return SetError(res, MakeError(400, "\"" + k + "\" is not a known field"));
+      OpenAiError e = MakeError(400, "\"" + k.substr(0, 200) + "\" is not a known field");
+      e.param = k;
+      return SendError(ex, log, e);
     }
   }
   const bool has_text = body.contains("content") || body.contains("prompt");
   if (has_text == body.contains("messages")) {
-    return SetError(res, MakeError(400, "give either \"content\" (or \"prompt\") or \"messages\""));
+    return SendError(ex, log,
+                     MakeError(400, "give either \"content\" (or \"prompt\") or \"messages\""));
   }
   if (has_text) {
     const Json& t = body.contains("content") ? body["content"] : body["prompt"];
-    if (!t.is_string()) return SetError(res, MakeError(400, "\"content\" must be a string"));
+    if (!t.is_string()) return SendError(ex, log, MakeError(400, "\"content\" must be a string"));
     text = t.get<std::string>();
   } else {
     Json chat_body{{"messages", body["messages"]}};
@@ -398,39 +346,183 @@ void HttpServer::Impl::Tokenize(const Request& req, const std::string& body_text
       if (body.contains(k)) chat_body[k] = body[k];
     }
     auto chat = ChatRequestFromJson(chat_body, pipeline->generation_defaults());
-    if (!chat.ok()) return SetError(res, ErrorFromStatus(chat.status()));
+    if (!chat.ok()) return SendError(ex, log, ErrorFromStatus(chat.status()));
     auto rendered = pipeline->Render(*chat);
-    if (!rendered.ok()) return SetError(res, ErrorFromStatus(rendered.status()));
+    if (!rendered.ok()) return SendError(ex, log, ErrorFromStatus(rendered.status()));
     text = std::move(*rendered);
   }
   auto ids = pipeline->tokenizer().Encode(text);
-  if (!ids.ok()) return SetError(res, ErrorFromStatus(ids.status()));
-  SetJson(res, 200, Json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", capacity}});
+  if (!ids.ok()) return SendError(ex, log, ErrorFromStatus(ids.status()));
+  SendJson(ex, 200, Json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", capacity}});
 }
 
-void HttpServer::Impl::Detokenize(const Request& req, const std::string& body_text, Response& res) {
-  if (Open(res) == nullptr) return;
+void HttpServer::Impl::Detokenize(HttpExchange& ex, RequestLog& log) {
+  if (Open(ex, log) == nullptr) return;
   Json body;
-  if (!ParseBody(body_text, res, &body)) return;
+  if (!ParseBody(ex, log, &body)) return;
   for (const auto& [k, v] : body.items()) {
     if (k != "tokens" && k != "model") {
-      return SetError(res, MakeError(400, "\"" + k + "\" is not a known field"));
+      OpenAiError e = MakeError(400, "\"" + k.substr(0, 200) + "\" is not a known field");
+      e.param = k;
+      return SendError(ex, log, e);
     }
   }
   auto t = body.find("tokens");
   if (t == body.end() || !t->is_array()) {
-    return SetError(res, MakeError(400, "\"tokens\" must be a list of token ids"));
+    return SendError(ex, log, MakeError(400, "\"tokens\" must be a list of token ids"));
   }
   const int64_t limit = pipeline->tokenizer().id_limit();
   std::vector<int32_t> ids;
   for (const Json& x : *t) {
     int64_t id = 0;
     Status s = ReadJsonInt(x, "each of \"tokens\"", 0, limit - 1, &id);
-    if (!s.ok()) return SetError(res, ErrorFromStatus(s));
+    if (!s.ok()) return SendError(ex, log, ErrorFromStatus(s));
     ids.push_back(static_cast<int32_t>(id));
   }
   const std::string text = pipeline->tokenizer().Decode(ids);
-  SetJson(res, 200, Json{{"prompt", text}, {"content", text}});
+  SendJson(ex, 200, Json{{"prompt", text}, {"content", text}});
+}
+
+void HttpServer::Impl::AnswerGet(HttpExchange& ex, RequestLog& log, Route route) {
+  auto model_json = [this]() {
+    return Json{{"id", options.model_id},
+                {"object", "model"},
+                {"created", started},
+                {"owned_by", "vlstack"},
+                {"max_model_len", capacity}};
+  };
+  switch (route) {
+    case Route::kHealth:
+      if (service.load() == nullptr) return SendJson(ex, 503, Json{{"status", "loading"}});
+      if (draining.load()) return SendJson(ex, 503, Json{{"status", "draining"}}, {}, true);
+      return SendJson(ex, 200, Json{{"status", "ok"}});
+    case Route::kModels:
+      return SendJson(ex, 200, Json{{"object", "list"}, {"data", Json::array({model_json()})}});
+    case Route::kModel: {
+      const std::string name = ex.head().path.substr(11);
+      if (name != options.model_id) {
+        OpenAiError e = MakeError(404, "model '" + name.substr(0, 200) + "' does not exist",
+                                  "invalid_request_error", "model_not_found");
+        return SendError(ex, log, e);
+      }
+      return SendJson(ex, 200, model_json());
+    }
+    case Route::kMetrics: {
+      const std::string text = metrics != nullptr ? metrics->Render(Gauges()) : std::string();
+      return ex.Reply(200, "text/plain; version=0.0.4; charset=utf-8", text);
+    }
+    case Route::kPage: {
+      const std::string_view page = ChatPageHtml();
+      return ex.Reply(200, "text/html; charset=utf-8", std::string(page),
+                      {{"Content-Security-Policy",
+                        "default-src 'self'; img-src 'self' data: blob:; style-src 'self' "
+                        "'unsafe-inline'; script-src 'self' 'unsafe-inline'"}});
+    }
+    default: break;
+  }
+}
+
+HeadDecision HttpServer::Impl::OnHead(const ExchangePtr& ex) {
+  const RequestHead& h = ex->head();
+  auto log = std::make_shared<RequestLog>();
+  log->id = NewId("req-");
+  log->endpoint = std::string(EndpointOf(h.path));
+  log->method = h.method.substr(0, 16);
+  log->path = h.path.substr(0, 200);
+  ex->OnDone([this, log](int status, bool /*complete*/) {
+    {
+      std::lock_guard<std::mutex> lock(log->mu);
+      log->status = status;
+      if (status == 0) log->cancelled = true;
+    }
+    Finish(log);
+  });
+  const Route route = RouteOf(h.path);
+  const bool is_get = h.method == "GET" || h.method == "HEAD";
+  if (h.method == "OPTIONS") {
+    ex->Reply(204, "", "", {{"Allow", TakesBody(route) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS"}});
+    return {};
+  }
+  // Authentication first: nothing about the routes is told to a client without the key.
+  if (!options.api_key.empty() && route != Route::kHealth && route != Route::kPage) {
+    std::string_view sent;
+    const std::string_view auth = h.Header("Authorization");
+    if (auth.size() >= 7 && auth.substr(0, 7) == "Bearer ") {
+      sent = auth.substr(7);
+    } else if (h.HasHeader("x-api-key")) {
+      sent = h.Header("x-api-key");
+    }
+    if (!KeyMatches(sent, options.api_key)) {
+      SendError(*ex, *log,
+                MakeError(401,
+                          sent.empty() ? "missing API key: send Authorization: Bearer KEY"
+                                       : "incorrect API key",
+                          "authentication_error", "invalid_api_key"),
+                {{"WWW-Authenticate", "Bearer"}});
+      return {};
+    }
+  }
+  if (route == Route::kNone) {
+    SendError(*ex, *log,
+              MakeError(404, "no such endpoint: " + h.method.substr(0, 16) + " " + log->path,
+                        "invalid_request_error", "not_found"));
+    return {};
+  }
+  if (TakesBody(route) ? h.method != "POST" : !is_get) {
+    SendError(*ex, *log,
+              MakeError(405, "method " + h.method.substr(0, 16) + " is not allowed on " + h.path),
+              {{"Allow", TakesBody(route) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS"}});
+    return {};
+  }
+  if (!TakesBody(route)) {
+    AnswerGet(*ex, *log, route);
+    return {};
+  }
+  // Loading or draining: 503 from the header, the body unread.
+  if (Open(*ex, *log) == nullptr) return {};
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    ++log->pending;
+  }
+  HeadDecision d;
+  d.body_limit = options.max_body_bytes;
+  d.run = [this, log, route](ExchangePtr x) {
+    try {
+      switch (route) {
+        case Route::kChat: Chat(*x, *log); break;
+        case Route::kCompletions: Completions(*x, *log); break;
+        case Route::kTokenize: Tokenize(*x, *log); break;
+        default: Detokenize(*x, *log); break;
+      }
+    } catch (const std::bad_alloc&) {
+      SendError(*x, *log, MakeError(500, "internal error: out of memory", "server_error"));
+    } catch (const std::exception& e) {
+      SendError(*x, *log,
+                MakeError(500, std::string("internal error: ") + e.what(), "server_error"));
+    }
+    Finish(log);
+  };
+  return d;
+}
+
+void HttpServer::Impl::OnRefused(const RequestHead& head, int status, std::string_view why) {
+  auto log = std::make_shared<RequestLog>();
+  log->id = NewId("req-");
+  log->endpoint = std::string(EndpointOf(head.path));
+  log->method = head.method.substr(0, 16);
+  log->path = head.path.substr(0, 200);
+  log->status = status;
+  log->error = std::string(why);
+  if (status == 0) log->cancelled = true;
+  WriteLog(*log);
+}
+
+void HttpServer::Impl::Finish(const LogPtr& log) {
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    if (--log->pending > 0) return;
+  }
+  WriteLog(*log);
 }
 
 GaugeValues HttpServer::Impl::Gauges() const {
@@ -449,16 +541,16 @@ GaugeValues HttpServer::Impl::Gauges() const {
   return g;
 }
 
-void HttpServer::Impl::Log(const Request& req, const Response& res) {
-  const RequestLog& l = t_log;
+void HttpServer::Impl::WriteLog(RequestLog& l) {
+  std::lock_guard<std::mutex> lock(l.mu);
   std::string outcome = "ok";
   if (l.cancelled) {
     outcome = "cancelled";
-  } else if (res.status == 429 || res.status == 503) {
+  } else if (l.status == 429 || l.status == 503) {
     outcome = "rejected";
-  } else if (res.status >= 500) {
+  } else if (l.status >= 500) {
     outcome = "server_error";
-  } else if (res.status >= 400) {
+  } else if (l.status >= 400) {
     outcome = "client_error";
   }
   const double ms = MsSince(l.start);
@@ -468,8 +560,8 @@ void HttpServer::Impl::Log(const Request& req, const Response& res) {
   }
   // Health probes come every few seconds from load balancers: counted, not logged.
   if (!options.log_requests || l.endpoint == "health") return;
-  Json line{{"event", "request"}, {"id", l.id},           {"method", req.method},
-            {"path", req.path},   {"status", res.status}, {"outcome", outcome}};
+  Json line{{"event", "request"}, {"id", l.id},         {"method", l.method},
+            {"path", l.path},     {"status", l.status}, {"outcome", outcome}};
   if (l.generation) {
     line["prompt_tokens"] = l.usage.prompt_tokens;
     line["cached_tokens"] = l.usage.cached_tokens;
@@ -480,188 +572,29 @@ void HttpServer::Impl::Log(const Request& req, const Response& res) {
   line["duration_ms"] = static_cast<int64_t>(ms * 10) / 10.0;
   if (!l.error.empty()) line["error"] = l.error.substr(0, 300);
   const std::string text = DumpJson(line) + "\n";
-  std::lock_guard<std::mutex> lock(log_mu);
+  std::lock_guard<std::mutex> out(log_mu);
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
-}
-
-void HttpServer::Impl::Routes() {
-  http.set_pre_routing_handler([this](const Request& req, Response& res) {
-    t_log = RequestLog{};
-    t_log.start = Clock::now();
-    t_log.id = NewId("req-");
-    t_log.endpoint = std::string(EndpointOf(req.path));
-    // A Content-Length that is not a number, or over the limit, is answered without reading the
-    // body into memory (cpp-httplib would wait for all it claims): what the client is still
-    // sending is dropped (at most kDrainBytes, until it pauses for a second) so that it reads
-    // the answer rather than a connection reset, then the connection closes.
-    if (req.has_header("Content-Length")) {
-      const std::string v = req.get_header_value("Content-Length");
-      const bool digits =
-          !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoull(v) > options.max_body_bytes) {
-        if (digits) {
-          ConnectionProbe(req.local_addr, req.local_port, req.remote_addr, req.remote_port)
-              .Discard(std::min<uint64_t>(std::stoull(v), kDrainBytes), 1000);
-        }
-        res.set_header("Connection", "close");
-        SetError(res, digits ? BodyTooLarge(options.max_body_bytes)
-                             : MakeError(400, "Content-Length is not a number"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (options.api_key.empty() || req.path == "/health" || req.path == "/" ||
-        req.method == "OPTIONS") {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    std::string sent;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth.rfind("Bearer ", 0) == 0) {
-      sent = auth.substr(7);
-    } else if (req.has_header("x-api-key")) {
-      sent = req.get_header_value("x-api-key");
-    }
-    if (!KeyMatches(sent, options.api_key)) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      SetError(res, MakeError(401,
-                              sent.empty() ? "missing API key: send Authorization: Bearer KEY"
-                                           : "incorrect API key",
-                              "authentication_error", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http.Get("/health", [this](const Request&, Response& res) {
-    if (service.load() == nullptr) return SetJson(res, 503, Json{{"status", "loading"}});
-    if (draining.load()) return SetJson(res, 503, Json{{"status", "draining"}});
-    SetJson(res, 200, Json{{"status", "ok"}});
-  });
-  auto model_json = [this]() {
-    return Json{{"id", options.model_id},
-                {"object", "model"},
-                {"created", started},
-                {"owned_by", "vlstack"},
-                {"max_model_len", capacity}};
-  };
-  http.Get("/v1/models", [model_json](const Request&, Response& res) {
-    SetJson(res, 200, Json{{"object", "list"}, {"data", Json::array({model_json()})}});
-  });
-  http.Get(R"(/v1/models/(.+))", [this, model_json](const Request& req, Response& res) {
-    if (req.matches[1] != options.model_id) {
-      return SetError(res, MakeError(404, "model '" + req.matches[1].str() + "' does not exist",
-                                     "invalid_request_error", "model_not_found"));
-    }
-    SetJson(res, 200, model_json());
-  });
-  http.Get("/metrics", [this](const Request&, Response& res) {
-    const std::string text = metrics != nullptr ? metrics->Render(Gauges()) : std::string();
-    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.Get("/", [](const Request&, Response& res) {
-    const std::string_view page = ChatPageHtml();
-    res.set_header("Content-Security-Policy",
-                   "default-src 'self'; img-src 'self' data: blob:; style-src 'self' "
-                   "'unsafe-inline'; script-src 'self' 'unsafe-inline'");
-    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
-  });
-  // The body is read here, within --max-body-mb whatever the framing (cpp-httplib 0.11 bounds
-  // only bodies with a Content-Length; a chunked body is bounded by this reader).
-  using BodyHandler = void (Impl::*)(const Request&, const std::string&, Response&);
-  auto with_body = [this](BodyHandler fn) {
-    return [this, fn](const Request& req, Response& res, const httplib::ContentReader& reader) {
-      std::string body;
-      size_t seen = 0;
-      const size_t max = options.max_body_bytes;
-      const bool complete = reader([&](const char* data, size_t n) {
-        seen += n;
-        if (seen <= max) {
-          body.append(data, n);
-        } else {
-          body.clear();  // over the limit: read on (and discard) up to kDrainBytes more
-          body.shrink_to_fit();
-        }
-        return seen <= max + kDrainBytes;
-      });
-      if (seen > max) {
-        if (!complete) res.set_header("Connection", "close");
-        return SetError(res, BodyTooLarge(max));
-      }
-      if (!complete) {
-        res.set_header("Connection", "close");
-        return SetError(res, MakeError(400, "the request body is incomplete"));
-      }
-      (this->*fn)(req, body, res);
-    };
-  };
-  http.Post("/v1/chat/completions", with_body(&Impl::Chat));
-  http.Post("/v1/completions", with_body(&Impl::Completions));
-  http.Post("/tokenize", with_body(&Impl::Tokenize));
-  http.Post("/detokenize", with_body(&Impl::Detokenize));
-
-  http.set_error_handler([](const Request& req, Response& res) {
-    if (!res.body.empty()) return;
-    OpenAiError e;
-    e.status = res.status;
-    if (res.status == 404) {
-      e.message = "no such endpoint: " + req.method + " " + req.path.substr(0, 200);
-      e.code = "not_found";
-    } else if (res.status == 413) {
-      e.message = "the request body is too large";
-      e.code = "body_too_large";
-    } else if (res.status == 405) {
-      e.message = "method not allowed";
-    } else if (res.status >= 500) {
-      e.type = "server_error";
-      e.message = "internal server error";
-    } else {
-      e.message = "bad request";
-    }
-    SetError(res, e);
-  });
-  http.set_exception_handler([](const Request&, Response& res, const std::exception_ptr& ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::bad_alloc&) {
-      what = "out of memory";
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    SetError(res, MakeError(500, "internal error: " + what, "server_error"));
-  });
-  http.set_logger([this](const Request& req, const Response& res) { Log(req, res); });
 }
 
 HttpServer::HttpServer(HttpOptions options, ServerMetrics* metrics)
     : impl_(std::make_unique<Impl>(std::move(options), metrics)) {
   Impl& m = *impl_;
-  const size_t threads = static_cast<size_t>(std::max(4, m.options.http_threads));
-  m.http.new_task_queue = [threads] { return new ElasticPool(threads); };
-  m.http.set_payload_max_length(m.options.max_body_bytes + kDrainBytes);
-  m.http.set_read_timeout(m.options.read_timeout_s, 0);
-  m.http.set_write_timeout(m.options.write_timeout_s, 0);
-  m.http.set_keep_alive_timeout(5);
-  m.Routes();
+  TransportOptions t;
+  t.host = m.options.host;
+  t.port = m.options.port;
+  t.backlog = m.options.backlog;
+  t.max_workers = static_cast<size_t>(std::max(4, m.options.http_threads));
+  t.max_connections = std::max<size_t>(4096, t.max_workers);
+  t.header_timeout = std::chrono::seconds(m.options.read_timeout_s);
+  t.read_timeout = std::chrono::seconds(m.options.read_timeout_s);
+  t.write_timeout = std::chrono::seconds(m.options.write_timeout_s);
+  m.transport = std::make_unique<HttpTransport>(t, &m);
 }
 
 HttpServer::~HttpServer() = default;
 
-StatusOr<int> HttpServer::Bind() {
-  Impl& m = *impl_;
-  int port = m.options.port;
-  if (port == 0) {
-    port = m.http.bind_to_any_port(m.options.host);
-    if (port < 0) port = -1;
-  } else if (!m.http.bind_to_port(m.options.host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
-    return IoError("cannot listen on " + m.options.host + ":" + std::to_string(m.options.port) +
-                   " (address in use, not an address of this machine, or no permission)");
-  }
-  return port;
-}
+StatusOr<int> HttpServer::Bind() { return impl_->transport->Bind(); }
 
 void HttpServer::SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity) {
   impl_->pipeline = pipeline;
@@ -669,17 +602,12 @@ void HttpServer::SetReady(GenerationService* service, const ChatPipeline* pipeli
   impl_->service.store(service);
 }
 
-Status HttpServer::Run() {
-  if (!impl_->http.listen_after_bind()) {
-    if (impl_->draining.load()) return Status::Ok();
-    return IoError("the HTTP listener stopped unexpectedly");
-  }
-  return Status::Ok();
-}
+Status HttpServer::Run() { return impl_->transport->Run(); }
 
 bool HttpServer::Drain(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   m.draining.store(true);
+  m.transport->BeginDrain();  // idle and half-sent connections close now
   bool clean = true;
   if (GenerationService* svc = m.service.load()) {
     svc->BeginDrain();
@@ -689,16 +617,15 @@ bool HttpServer::Drain(std::chrono::milliseconds timeout) {
       svc->WaitIdle(std::chrono::milliseconds(2000));
     }
   }
-  // Let the answers finish writing (stopping the listener ends the streams), then stop.
+  // Let the answers finish writing (bounded: a client that reads nothing is dropped), then stop.
   const Clock::time_point until = Clock::now() + std::chrono::seconds(5);
-  while (m.answering.load() > 0 && Clock::now() < until) {
+  while ((m.answering.load() > 0 || m.transport->connections() > 0) && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   Stop();
   return clean;
 }
 
-void HttpServer::Stop() { impl_->http.stop(); }
+void HttpServer::Stop() { impl_->transport->Stop(); }
 
 }  // namespace vls::server

@@ -1,7 +1,8 @@
-// The HTTP transport of `vlstack serve` (CONTRACTS §7) over Debian's cpp-httplib: routes,
-// authentication, body limits, server-sent events, disconnect detection, request logs, and the
-// drain on shutdown. The OpenAI mapping is openai_request/openai_response; the engine is behind
-// GenerationService.
+// The HTTP server of `vlstack serve` (CONTRACTS §7): routes, methods, authentication and body
+// limits (all decided from the header, before a body is read), server-sent events, disconnect
+// detection, request logs, and the drain on shutdown, over the strict HTTP/1.1 transport of
+// http_transport.h (Boost.Beast; ADR 0023). The OpenAI mapping is openai_request/openai_response;
+// the engine is behind GenerationService.
 //
 // Life cycle: Bind() (the port is taken and accepts connections: /health answers 503
 // "loading"), SetReady() once the model is loaded, Run() on one thread until Stop(). Drain()
@@ -25,10 +26,6 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace vls::server {
 
 struct HttpOptions {
@@ -38,9 +35,10 @@ struct HttpOptions {
   std::string api_key;   // empty: no authentication
   size_t max_body_bytes = size_t{64} << 20;
   RequestLimits limits;
-  int http_threads = 1024;   // connections served at once (a thread each, started as needed)
-  int read_timeout_s = 10;   // a client that sends nothing for this long is dropped
+  int http_threads = 1024;   // requests computed at once (a thread each, started as needed)
+  int read_timeout_s = 10;   // a header not complete, or a body making no progress, this long
   int write_timeout_s = 30;  // a client that reads nothing for this long is dropped
+  int backlog = 1024;        // connections the kernel queues before they are accepted
   bool log_requests = true;  // one JSON line per request on stderr
 };
 
