@@ -10,6 +10,7 @@
 #include "kernels/q4.h"
 #include "kernels/q6.h"
 #include "kernels/quant.h"
+#include "model/weight_check.h"
 #include "tensor/dtype.h"
 
 namespace vls {
@@ -133,9 +134,11 @@ void FillRows(const PreparedEntry& e, const kernels::Matrix& src, int64_t r0, in
 // Converts or quantizes every source of `g` into `dst` (the entry's place in the region). An
 // FP8 source is dequantized chunk by chunk into the participant's f32 buffer of `buffers` (one
 // per pool participant, about 4 MiB, reused across entries) that then takes the dense path, so
-// no whole dequantized matrix ever exists; DataLoss for a NaN code.
+// no whole dequantized matrix ever exists; DataLoss for a NaN code. With `check_finite`, each
+// chunk (dequantized, for FP8) is scanned for NaN and infinite weights right before it is
+// converted, while its pages are resident: the check adds no pass over the file.
 Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
-                 std::vector<std::vector<float>>& buffers) {
+                 std::vector<std::vector<float>>& buffers, bool check_finite) {
   int64_t row = 0;  // the first stacked row of the current source
   for (size_t i = 0; i < g.sources.size(); ++i) {
     const kernels::Matrix& src = g.sources[i].m;
@@ -150,7 +153,13 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
         1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, chunk_row)));
     const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
     std::mutex mu;
-    std::optional<Status> failure;  // the first NaN code found
+    std::optional<Status> failure;               // the first NaN code found
+    std::optional<NonFiniteElement> non_finite;  // the lowest non-finite element found
+    auto found = [&](NonFiniteElement e, int64_t r0) {
+      e.index += r0 * src.cols;
+      const std::lock_guard<std::mutex> lock(mu);
+      if (!non_finite || e.index < non_finite->index) non_finite = e;
+    };
     ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1, int thread) {
       std::vector<float>& dequantized = buffers[static_cast<size_t>(thread)];  // [rows, cols]
       for (int64_t c = c0; c < c1; ++c) {
@@ -163,9 +172,20 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
             if (!failure) failure = Fp8NaNError(g.names[i], bad_row, bad_col);
             return;
           }
+          if (check_finite) {
+            if (auto bad = FindNonFinite(DType::kF32, dequantized.data(), (r1 - r0) * src.cols)) {
+              return found(*bad, r0);
+            }
+          }
           const kernels::Matrix part{DType::kF32, dequantized.data(), r1 - r0, src.cols};
           FillRows(g.entry, part, 0, r1 - r0, row + r0, dst);
         } else {
+          if (check_finite) {
+            const std::byte* p = static_cast<const std::byte*>(src.data) + r0 * src_row;
+            if (auto bad = FindNonFinite(src.dtype, p, (r1 - r0) * src.cols)) {
+              return found(*bad, r0);
+            }
+          }
           FillRows(g.entry, src, r0, r1, row, dst);
         }
         ReleaseFilePages(static_cast<const std::byte*>(src.data) + r0 * src_row,
@@ -173,6 +193,7 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
       }
     });
     if (failure) return *failure;
+    if (non_finite) return NonFiniteWeightError(g.names[i], *non_finite, src.cols);
     ReleaseFilePages(src.data, static_cast<size_t>(src.rows) * src_row);
     row += src.rows;
   }
@@ -241,9 +262,11 @@ std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwe
   return out;
 }
 
-StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
-    const Qwen3Config& cfg, const Qwen3Weights& w, const kernels::Context& ctx,
-    const PrepareProgress& progress) {
+StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(const Qwen3Config& cfg,
+                                                                    const Qwen3Weights& w,
+                                                                    const kernels::Context& ctx,
+                                                                    const PrepareProgress& progress,
+                                                                    bool check_finite) {
   std::vector<Group> groups = Plan(cfg, w, ctx.precision());
   const PreparedEntry& last = groups.back().entry;
   std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
@@ -254,7 +277,8 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(
   std::vector<std::vector<float>> buffers(static_cast<size_t>(ctx.pool().threads()));
   for (int i = 0; i < total; ++i) {
     const Group& g = groups[static_cast<size_t>(i)];
-    VLS_RETURN_IF_ERROR(FillEntry(g, pw->region_->data() + g.entry.offset, ctx, buffers));
+    VLS_RETURN_IF_ERROR(
+        FillEntry(g, pw->region_->data() + g.entry.offset, ctx, buffers, check_finite));
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);
   }

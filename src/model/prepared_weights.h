@@ -89,11 +89,15 @@ std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwe
 class PreparedWeights {
  public:
   // Converts `w` (views into the checkpoint) over ctx's pool. Each source tensor's file pages
-  // are released once copied, so peak memory stays near one copy of the weights.
+  // are released once copied, so peak memory stays near one copy of the weights. With
+  // `check_finite` every chunk of a source is scanned right before it is converted and a NaN or
+  // infinite weight refuses the load (DataLoss naming the tensor and the element,
+  // model/weight_check.h).
   static StatusOr<std::unique_ptr<PreparedWeights>> Prepare(const Qwen3Config& cfg,
                                                             const Qwen3Weights& w,
                                                             const kernels::Context& ctx,
-                                                            const PrepareProgress& progress);
+                                                            const PrepareProgress& progress,
+                                                            bool check_finite = false);
 
   // Maps a prepared-weights artifact (model/prepared_artifact.h) written for this config,
   // checkpoint and precision. Refused (naming the file and the first difference) when its

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
+#include "model/weight_check.h"
 
 namespace vls {
 
@@ -110,8 +111,12 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
   } catch (const std::invalid_argument& e) {
     return InvalidArgument(e.what());
   }
+  const bool check = options.check_weights && options.artifact.empty();
+  if (check) {
+    if (Status s = CheckUnpreparedWeights(cfg, *w, *ctx); !s.ok()) return s.WithContext(dir);
+  }
   auto prepared = options.artifact.empty()
-                      ? PreparedWeights::Prepare(cfg, *w, *ctx, options.progress)
+                      ? PreparedWeights::Prepare(cfg, *w, *ctx, options.progress, check)
                       : PreparedWeights::FromArtifact(options.artifact, cfg, *w, options.precision);
   if (!prepared.ok()) return prepared.status().WithContext(dir);
   std::unique_ptr<Qwen3Model> model(

@@ -56,6 +56,11 @@ struct ModelOptions {
   // Element type of the KV caches this model makes. Unset: f32 at Precision::kF32 (the exact
   // path), else BF16 (half the bytes attention streams per decode step).
   std::optional<KvDType> kv_dtype;
+  // Refuse a checkpoint holding a NaN or infinite weight (DataLoss naming the tensor and the
+  // element; model/weight_check.h). The matrices are scanned inside the preparation pass; the
+  // norms, and the embedding matrix of an untied model, in a pass of their own. Not with an
+  // artifact: its identity pins the checkpoint that `vlstack compile` loaded (and checked).
+  bool check_weights = false;
 };
 
 // The KV element type a load gets when ModelOptions::kv_dtype is unset.

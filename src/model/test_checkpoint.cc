@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -482,6 +483,55 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   if (verbose)
     std::fprintf(stderr, "[make-test-model] wrote %zu tensors to %s\n", g.tensors.size(),
                  dir.c_str());
+  return Status::Ok();
+}
+
+Status SetTestCheckpointElement(const std::string& dir, const std::string& name, int64_t index,
+                                float value) {
+  std::string file = "model.safetensors";
+  const std::string index_path = JoinPath(dir, "model.safetensors.index.json");
+  if (std::filesystem::exists(index_path)) {
+    std::ifstream in(index_path);
+    const Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].contains(name)) {
+      return NotFound(index_path + " maps no tensor '" + name + "'");
+    }
+    file = j["weight_map"][name].get<std::string>();
+  }
+  const std::string path = JoinPath(dir, file);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  if (!f.read(reinterpret_cast<char*>(&header_len), 8)) return IoError("cannot read " + path);
+  std::string header(static_cast<size_t>(header_len), '\0');
+  if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) {
+    return IoError("cannot read the header of " + path);
+  }
+  const Json h = Json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (!h.is_object() || !h.contains(name)) return NotFound(path + " has no tensor '" + name + "'");
+  const Json& t = h[name];
+  DType dt;
+  if (!ParseDTypeName(t["dtype"].get<std::string>(), &dt) ||
+      (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16)) {
+    return InvalidArgument("tensor '" + name + "' is not F32, BF16 or F16");
+  }
+  const uint64_t begin = t["data_offsets"][0].get<uint64_t>();
+  const uint64_t end = t["data_offsets"][1].get<uint64_t>();
+  const uint64_t size = DTypeSize(dt);
+  if (index < 0 || begin + (static_cast<uint64_t>(index) + 1) * size > end) {
+    return OutOfRange("element " + std::to_string(index) + " is past the end of '" + name + "'");
+  }
+  char bytes[4];
+  if (dt == DType::kF32) {
+    std::memcpy(bytes, &value, 4);
+  } else {
+    const uint16_t v = dt == DType::kBF16 ? F32ToBf16(value) : F32ToF16(value);
+    std::memcpy(bytes, &v, 2);
+  }
+  f.seekp(
+      static_cast<std::streamoff>(8 + header_len + begin + static_cast<uint64_t>(index) * size));
+  if (!f.write(bytes, static_cast<std::streamsize>(size)) || !f.flush()) {
+    return IoError("cannot write " + path);
+  }
   return Status::Ok();
 }
 

@@ -70,6 +70,12 @@ StatusOr<TestModelSpec> NamedTestShape(const std::string& name);
 // stderr when `verbose`.
 Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& spec, bool verbose);
 
+// Overwrites element `index` (row-major) of tensor `name` in the checkpoint written to `dir`
+// with `value` in the tensor's dtype (F32, BF16 or F16), for corrupt-weight tests (a NaN
+// weight). NotFound for an unknown tensor, OutOfRange for an index past its end.
+Status SetTestCheckpointElement(const std::string& dir, const std::string& name, int64_t index,
+                                float value);
+
 }  // namespace vls
 
 #endif  // VLSTACK_MODEL_TEST_CHECKPOINT_H_

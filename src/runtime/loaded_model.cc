@@ -91,6 +91,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   mo.progress = o.progress;
   mo.artifact = o.artifact;
   mo.kv_dtype = o.kv_dtype;
+  mo.check_weights = o.check_weights;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
   // Again with the weights in memory: what is left has to hold the caches.
   VLS_RETURN_IF_ERROR(CheckServingMemory(dir, model->config(), model->kv_dtype(), o));

@@ -42,6 +42,9 @@ struct LoadOptions {
   std::string artifact;
   // KV cache element type; unset: f32 at kF32, BF16 otherwise (ModelOptions::kv_dtype).
   std::optional<KvDType> kv_dtype;
+  // Refuse a checkpoint with a NaN or infinite weight, naming the tensor and the element
+  // (ModelOptions::check_weights). Off here; the CLI turns it on (--check-weights).
+  bool check_weights = false;
 };
 
 // Thread safety: immutable after Load except the lazily computed identity (guarded).
