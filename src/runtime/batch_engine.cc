@@ -306,9 +306,20 @@ void BatchEngine::FinishSlot(Slot& slot, FinishReason reason, const std::string&
   ReleaseSlot(slot);
 }
 
+std::string BatchEngine::NonFiniteLogitsError(const Slot& slot) {
+  return Internal("the model produced non-finite logits (NaN or infinity) at generation step " +
+                  std::to_string(slot.generated.size() + 1) + " (prompt of " +
+                  std::to_string(slot.prompt_length) + " tokens)")
+      .ToString();
+}
+
 void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) {
   Fault("sample", slot.id);
   const int32_t token = slot.sampler->Sample(logits, slot.request.tokens, slot.generated);
+  if (token == kNonFiniteLogits) {
+    FinishSlot(slot, FinishReason::kError, NonFiniteLogitsError(slot), out);
+    return;
+  }
   RecordToken(slot, token, logits, out);
 }
 

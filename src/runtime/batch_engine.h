@@ -10,8 +10,9 @@
 //      admission order, so one long prompt never stalls the decode of the others; a slot whose
 //      prompt is complete samples its first token;
 //   4. one shared ragged decode step over every slot past its prefill; sample, emit, retire
-//      finished rows (EOS or a stop id wins over the length limit). A speculating slot runs
-//      its last token plus its drafts (prompt lookup or the draft model) as consecutive rows
+//      finished rows (EOS or a stop id wins over the length limit; a row whose logits hold a
+//      NaN or an infinity ends its request with an error, the others go on). A speculating slot
+//      runs its last token plus its drafts (prompt lookup or the draft model) as consecutive rows
 //      of the same pass and emits the accepted prefix and one more token, one event each
 //      (docs/speculative.md).
 // Chunks keep M-RoPE positions continuous and slice the DeepStack payload per chunk (positions
@@ -238,7 +239,12 @@ class BatchEngine {
   static RowKey TokenKey(int32_t token, RopeCoord coord);
   // Frees a slot for the next request; its kept rows stay for reuse.
   void ReleaseSlot(Slot& slot) VLS_REQUIRES(step_mu_);
-  // Samples and records a token; finishes the slot on EOS/stop id/length.
+  // The error that ends a request whose logits row about to be sampled is not finite (the
+  // sampler's kNonFiniteLogits): names the generation step (1-based: the token being sampled)
+  // and the prompt length.
+  static std::string NonFiniteLogitsError(const Slot& slot);
+  // Samples and records a token; finishes the slot on EOS/stop id/length, or with an error on
+  // non-finite logits.
   void EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) VLS_REQUIRES(step_mu_);
   // Records `token` (sampled from `logits`); true when it finished the slot.
   bool RecordToken(Slot& slot, int32_t token, std::span<const float> logits, StepResult* out)

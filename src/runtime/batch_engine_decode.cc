@@ -80,6 +80,10 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
           j < draft.size()
               ? slot.sampler->Verify(row, slot.request.tokens, slot.generated, draft[j], &ok)
               : slot.sampler->Sample(row, slot.request.tokens, slot.generated);
+      if (token == kNonFiniteLogits) {
+        error = NonFiniteLogitsError(slot);
+        break;
+      }
       if (ok) ++accepted;
       if (RecordToken(slot, token, row, out) || !ok) break;
     }

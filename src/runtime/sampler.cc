@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -26,7 +27,17 @@ Status ValidateSamplingParams(const SamplingParams& p) {
   return Status::Ok();
 }
 
-int32_t ArgMax(std::span<const float> logits) {
+namespace {
+
+// Whether a float is NaN or infinite, as a flag in bit 31 (all exponent bits set carry into it),
+// so a row's flags OR together in the same vector pass as the maximum.
+inline uint32_t NonFiniteBit(float x) {
+  return (std::bit_cast<uint32_t>(x) & 0x7F800000u) + 0x00800000u;
+}
+
+// ArgMax, and with kCheck whether every value is finite, in one pass.
+template <bool kCheck>
+int32_t ArgMaxImpl(std::span<const float> logits, bool* finite) {
   // The maximum of each chunk over kLanes independent running maxima (one compare-and-select
   // chain would serialise on its latency), then the first index holding the overall maximum
   // within the first chunk that reached it. NaN never compares greater, so it is never the
@@ -36,29 +47,71 @@ int32_t ArgMax(std::span<const float> logits) {
   const size_t n = logits.size();
   float best = kLow;
   size_t best_chunk = n;  // none yet
+  uint32_t bad = 0;       // NonFiniteBit of every value, ORed
   for (size_t c0 = 0; c0 < n; c0 += kChunk) {
     const size_t c1 = std::min(n, c0 + kChunk);
     std::array<float, kLanes> lane;
     lane.fill(kLow);
+    std::array<uint32_t, kLanes> flags{};
     size_t i = c0;
     for (; i + kLanes <= c1; i += kLanes) {
       for (size_t j = 0; j < kLanes; ++j) {
         const float x = logits[i + j];
         lane[j] = x > lane[j] ? x : lane[j];
+        if constexpr (kCheck) flags[j] |= NonFiniteBit(x);
       }
     }
     float mx = kLow;
-    for (; i < c1; ++i) mx = logits[i] > mx ? logits[i] : mx;
+    for (; i < c1; ++i) {
+      mx = logits[i] > mx ? logits[i] : mx;
+      if constexpr (kCheck) bad |= NonFiniteBit(logits[i]);
+    }
     for (const float x : lane) mx = x > mx ? x : mx;
+    if constexpr (kCheck) {
+      for (const uint32_t f : flags) bad |= f;
+    }
     if (mx > best || (best_chunk == n && mx == best)) {
       best = mx;
       best_chunk = c0;
     }
   }
+  if constexpr (kCheck) *finite = (bad & 0x80000000u) == 0;
   for (size_t t = best_chunk; t < std::min(n, best_chunk + kChunk); ++t) {
     if (logits[t] == best) return static_cast<int32_t>(t);
   }
   return 0;  // empty, or nothing but NaN
+}
+
+// Copies `in` to `out` and returns whether every value is finite, in one pass.
+bool CopyFinite(std::span<const float> in, std::vector<float>* out) {
+  out->resize(in.size());
+  float* __restrict o = out->data();
+  const float* __restrict x = in.data();
+  const size_t n = in.size();
+  constexpr size_t kLanes = 16;  // independent flags, which -O2 vectorises as ArgMax's lanes
+  std::array<uint32_t, kLanes> flags{};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      o[i + j] = x[i + j];
+      flags[j] |= NonFiniteBit(x[i + j]);
+    }
+  }
+  uint32_t bad = 0;
+  for (const uint32_t f : flags) bad |= f;
+  for (; i < n; ++i) {
+    o[i] = x[i];
+    bad |= NonFiniteBit(x[i]);
+  }
+  return (bad & 0x80000000u) == 0;
+}
+
+}  // namespace
+
+int32_t ArgMax(std::span<const float> logits) { return ArgMaxImpl<false>(logits, nullptr); }
+
+int32_t ArgMax(std::span<const float> logits, bool* finite) {
+  return ArgMaxImpl<true>(logits, finite);
 }
 
 double LogProb(std::span<const float> logits, int32_t token, int n,
@@ -111,13 +164,14 @@ double Sampler::NextUniform() {
 }
 
 bool Sampler::Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
-                      std::span<const int32_t> generated) {
+                      std::span<const int32_t> generated, bool* finite) {
   const auto V = static_cast<int32_t>(logits.size());
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
   const bool bias = !params_.logit_bias.empty();
   if (params_.temperature <= 0.0f && !penalties && !bias) return false;  // no copy needed
-  scratch_.assign(logits.begin(), logits.end());
+  *finite = CopyFinite(logits, &scratch_);
+  if (!*finite) return true;  // nothing is sampled
   float* l = scratch_.data();
   for (const auto& [t, b] : params_.logit_bias) {
     if (t >= 0 && t < V) l[t] += b;  // OpenAI: added to the logits before sampling
@@ -151,7 +205,12 @@ bool Sampler::Prepare(std::span<const float> logits, std::span<const int32_t> pr
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {
-  if (!Prepare(logits, prompt, generated)) return ArgMax(logits);
+  bool finite = true;
+  if (!Prepare(logits, prompt, generated, &finite)) {
+    const int32_t token = ArgMax(logits, &finite);
+    return finite ? token : kNonFiniteLogits;
+  }
+  if (!finite) return kNonFiniteLogits;
   if (params_.temperature <= 0.0f) return ArgMax(scratch_);
   return SampleTemperature();
 }
@@ -163,9 +222,11 @@ int32_t Sampler::Verify(std::span<const float> logits, std::span<const int32_t> 
     *accepted = token == draft;
     return token;
   }
-  Prepare(logits, prompt, generated);
-  const Candidates c = TemperatureCandidates();
+  bool finite = true;
+  Prepare(logits, prompt, generated, &finite);  // true: the temperature needs the copy
   *accepted = false;
+  if (!finite) return kNonFiniteLogits;
+  const Candidates c = TemperatureCandidates();
   if (c.weights.empty()) {  // a degenerate distribution: one token has all the mass
     *accepted = c.fallback == draft;
     return c.fallback;

@@ -30,11 +30,18 @@ struct SamplingParams {
 // Names the first out-of-range field.
 Status ValidateSamplingParams(const SamplingParams& p);
 
+// What Sample and Verify return for a logits row holding a NaN or an infinity: nothing is
+// sampled (the request should end with an error; the model or its weights are broken). The
+// check shares the pass that already reads the row (the argmax, or the copy the penalties and
+// the temperature work on).
+inline constexpr int32_t kNonFiniteLogits = -1;
+
 class Sampler {
  public:
   Sampler(const SamplingParams& params, uint64_t request_id);
 
-  // logits: [V]. prompt/generated: the request's history for the penalties.
+  // logits: [V]. prompt/generated: the request's history for the penalties. A token id, or
+  // kNonFiniteLogits.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> generated);
 
@@ -43,6 +50,7 @@ class Sampler {
   // equals the draft). Sampled, with p the distribution Sample draws from (penalties,
   // temperature, top-k, top-p, min-p): accept with probability p(draft), else draw from p with
   // the draft removed and renormalised, so the emitted token is distributed as p exactly.
+  // kNonFiniteLogits (not accepted) for a non-finite row.
   int32_t Verify(std::span<const float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> generated, int32_t draft, bool* accepted);
 
@@ -57,9 +65,10 @@ class Sampler {
     int32_t fallback = 0;
   };
   // Applies the logit bias and the penalties to scratch_; false when the request is greedy
-  // without either (the raw logits are then the argmax's input).
+  // without either (the raw logits are then the argmax's input, and *finite is not set).
+  // Otherwise *finite tells whether every logit is finite (when not, scratch_ is a plain copy).
   bool Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
-               std::span<const int32_t> generated);
+               std::span<const int32_t> generated, bool* finite);
   double NextUniform();  // [0, 1)
   // Over scratch_ (the penalised logits), temperature > 0. A degenerate distribution (all -inf
   // or an infinite logit) gives an empty candidate list with `fallback` its argmax.
@@ -83,6 +92,8 @@ double LogProb(std::span<const float> logits, int32_t token, int n,
 
 // Index of the largest value; the lowest index wins ties.
 int32_t ArgMax(std::span<const float> logits);
+// The same, and whether every value is finite (no NaN, no infinity), in the same pass.
+int32_t ArgMax(std::span<const float> logits, bool* finite);
 
 }  // namespace vls
 

@@ -159,17 +159,47 @@ TEST(SamplerTest, TemperatureSamplingDrawsTheDefinedDistribution) {
   }
 }
 
-TEST(SamplerTest, NanLogitsAreNeverDrawn) {
-  std::vector<float> logits = {std::nanf(""), 1.0f, std::nanf(""), 1.0f};
-  SamplingParams sp;
-  sp.temperature = 1.0f;
-  sp.seed = 3;
-  for (float top_p : {1.0f, 0.5f}) {
-    sp.top_p = top_p;
-    Sampler s(sp, 1);
-    for (int i = 0; i < 50; ++i) {
-      const int32_t t = s.Sample(logits, {}, {});
-      EXPECT_TRUE(t == 1 || t == 3) << t;
+// A row holding a NaN or an infinity is never sampled from, whatever the parameters (the
+// greedy argmax, the penalties' copy, the temperature path) and wherever the value sits (a
+// vector lane, the tail): Sample and Verify return kNonFiniteLogits; ArgMax says so too.
+TEST(SamplerTest, NonFiniteLogitsAreNeverSampled) {
+  std::vector<SamplingParams> params(5);
+  params[1].repetition_penalty = 1.3f;
+  params[2].logit_bias = {{3, 2.0f}};
+  params[3].temperature = 0.7f;
+  params[4].temperature = 1.0f;
+  params[4].top_p = 0.5f;
+  const float bads[] = {std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (const size_t n : {5u, 1000u, 5000u}) {
+    std::vector<float> row(n);
+    for (float& x : row) x = u(rng);
+    bool finite = false;
+    EXPECT_EQ(ArgMax(row, &finite), ArgMax(row));
+    EXPECT_TRUE(finite);
+    for (const size_t at : {size_t{0}, n / 2, n - 1}) {
+      for (const float bad : bads) {
+        std::vector<float> v = row;
+        v[at] = bad;
+        SCOPED_TRACE("n " + std::to_string(n) + " at " + std::to_string(at) + " value " +
+                     std::to_string(bad));
+        finite = true;
+        EXPECT_EQ(ArgMax(v, &finite), ArgMax(v));
+        EXPECT_FALSE(finite);
+        for (size_t i = 0; i < params.size(); ++i) {
+          Sampler s(params[i], 1);
+          EXPECT_EQ(s.Sample(v, std::vector<int32_t>{1, 2}, std::vector<int32_t>{3}),
+                    kNonFiniteLogits)
+              << "params " << i;
+          bool accepted = true;
+          EXPECT_EQ(s.Verify(v, {}, {}, 2, &accepted), kNonFiniteLogits) << "params " << i;
+          EXPECT_FALSE(accepted);
+          EXPECT_NE(s.Sample(row, {}, {}), kNonFiniteLogits) << "params " << i;
+        }
+      }
     }
   }
 }
