@@ -1,5 +1,11 @@
 #include "runtime/media_source.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -70,6 +76,51 @@ StatusOr<MediaBytes> FromDataUrl(std::string_view url, size_t max_bytes) {
   out.label = "data URL (" + (meta.empty() ? std::string("no media type") : std::string(meta)) +
               ", " + std::to_string(bytes.size()) + " bytes)";
   out.bytes = std::move(bytes);
+  return out;
+}
+
+bool UnderRoot(const std::string& path, const std::string& root) {
+  return path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+         (root.back() == '/' || path[root.size()] == '/');
+}
+
+Status OutsideRoot(const std::string& shown) {
+  return InvalidArgument(shown + ": only files under the allowed folder may be read");
+}
+
+// At most max_bytes of a regular file. Opened without blocking (a FIFO or a device would hold
+// the request's thread in open() or read() for ever), then checked on the descriptor itself.
+StatusOr<std::string> ReadRegularFile(const std::string& path, const std::string& shown,
+                                      size_t max_bytes, bool nofollow) {
+  const int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0);
+  const int fd = ::open(path.c_str(), flags);  // NOLINT(cppcoreguidelines-pro-type-vararg)
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return NotFound(shown + ": no such file");
+    if (err == ELOOP) return InvalidArgument(shown + ": is a symbolic link");
+    return IoError(shown + ": cannot open: " + std::strerror(err));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return IoError(shown + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(shown + ": not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return InvalidArgument(shown + ": larger than " + std::to_string(max_bytes) +
+                           " bytes (kMaxMediaBytes)");
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError(shown + ": cannot read: " + std::strerror(errno));
+    if (n == 0) break;  // shrank meanwhile
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
   return out;
 }
 
@@ -148,24 +199,21 @@ StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) 
   }
   if (!path.empty() && path[0] != '/' && !policy.base_dir.empty())
     path = JoinPath(policy.base_dir, path);
+  const std::string shown = "image '" + src.substr(0, 200) + "'";
+  bool nofollow = false;
   if (!policy.root_dir.empty()) {
+    // Lexically first, without touching the file system, so that a path outside the folder is
+    // refused the same way whether or not it exists; then through its symbolic links.
     std::error_code ec;
-    const std::filesystem::path real = std::filesystem::canonical(path, ec);
-    if (ec) return NotFound("image '" + src.substr(0, 200) + "': no such file");
-    const std::string r = real.string();
-    const std::string& root = policy.root_dir;
-    if (r.size() <= root.size() || r.compare(0, root.size(), root) != 0 ||
-        (root.back() != '/' && r[root.size()] != '/')) {
-      return InvalidArgument("image '" + src.substr(0, 200) +
-                             "': only files under the allowed folder may be read");
-    }
-    path = r;
+    const std::filesystem::path lexical = std::filesystem::absolute(path, ec).lexically_normal();
+    if (ec || !UnderRoot(lexical.string(), policy.root_dir)) return OutsideRoot(shown);
+    const std::filesystem::path real = std::filesystem::canonical(lexical, ec);
+    if (ec) return NotFound(shown + ": no such file");
+    if (!UnderRoot(real.string(), policy.root_dir)) return OutsideRoot(shown);
+    path = real.string();
+    nofollow = true;  // resolved: a link appearing now is a swap
   }
-  VLS_ASSIGN_OR_RETURN(std::string bytes, ReadFileAtMost(path, policy.max_bytes));
-  if (bytes.size() > policy.max_bytes) {
-    return InvalidArgument(path + ": larger than " + std::to_string(policy.max_bytes) +
-                           " bytes (kMaxMediaBytes)");
-  }
+  VLS_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, shown, policy.max_bytes, nofollow));
   MediaBytes out;
   out.label = path;
   out.bytes.assign(bytes.begin(), bytes.end());

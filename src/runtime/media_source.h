@@ -40,7 +40,13 @@ struct MediaBytes {
 };
 
 // The bytes of an image part. InvalidArgument names what is wrong (no source, a malformed data
-// URL, a remote URL, files not allowed); NotFound / IoError for a file that cannot be read.
+// URL, a remote URL, files not allowed, a path that is not a regular file, a file over
+// max_bytes); NotFound / IoError for a file that cannot be read. Files are opened without
+// blocking (O_NONBLOCK: a FIFO or device is refused at once, never waited on) and checked on
+// the opened descriptor. Under root_dir a path is first checked lexically (`..` applied, no
+// file system access), so a path outside the folder gets the same InvalidArgument whether or
+// not it exists; a path inside it is then resolved through its links (one leading out is
+// refused the same way) and opened with O_NOFOLLOW.
 StatusOr<MediaBytes> ReadImagePart(const nlohmann::ordered_json& part, const MediaPolicy& policy);
 
 // Strict base64 (RFC 4648, standard alphabet, padding required when the length is not a

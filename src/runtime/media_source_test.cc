@@ -1,10 +1,13 @@
 #include "runtime/media_source.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "base/file.h"
 
@@ -104,6 +107,91 @@ TEST(ImagePart, ReadsFilesWhenAllowedRelativeToTheBase) {
   EXPECT_NE(big.status().message().find("larger than 2 bytes"), std::string::npos);
   EXPECT_FALSE(ReadImagePart(Json{{"image", "missing.png"}}, p).ok());
   std::filesystem::remove_all(dir);
+}
+
+// A folder under /tmp for one test, removed at the end.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::canonical("/tmp").string() + "/vls_media_" + name + "_" +
+             std::to_string(::getpid())) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// A FIFO in the allowed folder once blocked a request thread in open() for ever.
+TEST(ImagePart, FifoAndOtherNonRegularFilesAreRefusedAtOnce) {
+  TempDir dir("fifo");
+  const std::string fifo = JoinPath(dir.path, "pipe.png");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_directories(JoinPath(dir.path, "sub.png"));
+  for (const bool rooted : {false, true}) {
+    MediaPolicy p;
+    p.allow_files = true;
+    if (rooted) p.root_dir = dir.path;
+    for (const std::string& path : {fifo, JoinPath(dir.path, "sub.png")}) {
+      const auto start = std::chrono::steady_clock::now();
+      auto m = ReadImagePart(Json{{"image", path}}, p);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                1.0);
+      ASSERT_FALSE(m.ok()) << path;
+      EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status().ToString();
+      EXPECT_NE(m.status().message().find("not a regular file"), std::string::npos)
+          << m.status().ToString();
+    }
+  }
+  MediaPolicy p;
+  p.allow_files = true;
+  auto dev = ReadImagePart(Json{{"image", "/dev/zero"}}, p);
+  EXPECT_NE(dev.status().message().find("not a regular file"), std::string::npos);
+}
+
+// Outside the allowed folder, an existing and a missing path answer alike (no probing which
+// paths exist); inside it, a missing file is NotFound.
+TEST(ImagePart, OutsideTheFolderExistingAndMissingAnswerAlike) {
+  TempDir root("root");
+  TempDir other("other");
+  ASSERT_TRUE(WriteStringToFile(JoinPath(other.path, "secret.png"), "abc").ok());
+  ASSERT_TRUE(WriteStringToFile(JoinPath(root.path, "ok.png"), "xyz").ok());
+  std::filesystem::create_symlink(JoinPath(other.path, "secret.png"),
+                                  JoinPath(root.path, "link.png"));
+  MediaPolicy p;
+  p.allow_files = true;
+  p.root_dir = root.path;
+  p.base_dir = root.path;
+  const std::string up = "../vls_media_other_" + std::to_string(::getpid());
+  const std::pair<std::string, std::string> pairs[] = {
+      {JoinPath(other.path, "secret.png"), JoinPath(other.path, "missing.png")},
+      {up + "/secret.png", up + "/missing.png"},
+      {"file://" + JoinPath(other.path, "secret.png"),
+       "file://" + JoinPath(other.path, "missing.png")},
+      {"/etc/passwd", "/etc/no_such_file_here"},
+  };
+  for (const auto& [existing, missing] : pairs) {
+    auto a = ReadImagePart(Json{{"image", existing}}, p);
+    auto b = ReadImagePart(Json{{"image", missing}}, p);
+    ASSERT_FALSE(a.ok()) << existing;
+    ASSERT_FALSE(b.ok()) << missing;
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << a.status().ToString();
+    EXPECT_EQ(a.status().code(), b.status().code());
+    // The same message but for the path it quotes.
+    std::string am = a.status().message();
+    std::string bm = b.status().message();
+    am.replace(am.find(existing), existing.size(), "P");
+    bm.replace(bm.find(missing), missing.size(), "P");
+    EXPECT_EQ(am, bm);
+    EXPECT_NE(am.find("only files under the allowed folder"), std::string::npos) << am;
+  }
+  // A link inside the folder that leads out is refused like any outside path.
+  auto link = ReadImagePart(Json{{"image", "link.png"}}, p);
+  EXPECT_EQ(link.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(link.status().message().find("only files under the allowed folder"), std::string::npos);
+  auto ok = ReadImagePart(Json{{"image", "ok.png"}}, p);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(Str(ok->bytes), "xyz");
+  EXPECT_EQ(ReadImagePart(Json{{"image", "nope.png"}}, p).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace
