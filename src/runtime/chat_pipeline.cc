@@ -1,10 +1,12 @@
 #include "runtime/chat_pipeline.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 
 #include "base/file.h"
+#include "image/decode.h"
 #include "io/untrusted_json.h"
 #include "model/qwen3_config.h"
 #include "runtime/positions.h"
@@ -255,7 +257,8 @@ StatusOr<std::string> ChatPipeline::Render(const ChatRequest& request) const {
   return out;
 }
 
-StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
+StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request,
+                                             const std::function<bool()>& cancelled) const {
   VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(request.messages));
   for (const MediaItem& m : media) {
     if (m.kind == MediaItem::Kind::kVideo) {
@@ -275,7 +278,7 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request) const {
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, cfg.vocab, "prompt"));
   GenerationRequest& r = out.request;
   if (!media.empty()) {
-    VLS_ASSIGN_OR_RETURN(out.images, EncodeImages(media));
+    VLS_ASSIGN_OR_RETURN(out.images, EncodeImages(media, cancelled));
     VLS_ASSIGN_OR_RETURN(std::vector<int32_t> expanded,
                          ExpandImagePads(cfg, ids, out.images.grids));
     VLS_RETURN_IF_ERROR(BuildImagePrompt(model_, std::move(expanded), out.images, &r));
@@ -403,11 +406,16 @@ StatusOr<PreparedChat> ChatPipeline::PrepareTokens(std::vector<int32_t> ids,
   return out;
 }
 
-StatusOr<VisualFeatures> ChatPipeline::EncodeImages(const std::vector<MediaItem>& media) const {
+StatusOr<VisualFeatures> ChatPipeline::EncodeImages(const std::vector<MediaItem>& media,
+                                                    const std::function<bool()>& cancelled) const {
+  // ImageEncoder decodes with its own DecodeLimits: the request's cancellation and pixel
+  // budget reach DecodeImage through this thread's scope.
+  image::ScopedDecodeControl decode_control(cancelled);
   VisualFeatures f;
   for (const MediaItem& m : media) {
     const std::string where = "messages[" + std::to_string(m.message_index) + "].content[" +
                               std::to_string(m.part_index) + "]";
+    if (cancelled && cancelled()) return Cancelled(where + ": the request was cancelled");
     if (options_.images == nullptr) {
       return InvalidArgument(where +
                              ": this model was loaded without its vision tower, so it "

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -98,7 +99,14 @@ class ChatPipeline {
   // InvalidArgument names what is wrong (the message index of an image, a stop string, the
   // context that is too short); a video part is Unimplemented; image pads written as text
   // without an image, or a template that drops an image, are refused (fail closed).
-  StatusOr<PreparedChat> Prepare(const ChatRequest& request) const;
+  //
+  // Images are decoded under image::DecodeLimits's per-image budget, a per-request budget of
+  // image::kDefaultMaxRequestDecodePixels and the process-wide image::DecodeBudget (its
+  // ResourceExhausted, when full for its wait, is the request's error). `cancelled` (null:
+  // never) is polled before each image and between the rows of its decode: once it returns
+  // true, Prepare stops with Cancelled (the server passes "the client hung up").
+  StatusOr<PreparedChat> Prepare(const ChatRequest& request,
+                                 const std::function<bool()>& cancelled = nullptr) const;
 
   // A raw prompt without the chat template (the server's /v1/completions): `prompt` is
   // tokenized as is (special tokens written in it recognised); the request's messages, tools
@@ -143,7 +151,8 @@ class ChatPipeline {
   // Refuses before rendering messages whose text cannot fit (OutOfRange naming "messages"):
   // more than the template may render, or more tokens than the context holds.
   Status CheckTextFits(const ChatRequest& request) const;
-  StatusOr<VisualFeatures> EncodeImages(const std::vector<MediaItem>& media) const;
+  StatusOr<VisualFeatures> EncodeImages(const std::vector<MediaItem>& media,
+                                        const std::function<bool()>& cancelled) const;
 
   SamplingParams defaults_;
   std::vector<int32_t> eos_;
