@@ -108,7 +108,52 @@ bool GenerationService::OnEvent(const TokenEvent& e) {
   return keep;
 }
 
+QueueTicket& QueueTicket::operator=(QueueTicket&& o) noexcept {
+  if (this != &o) {
+    Release();
+    service_ = o.service_;
+    o.service_ = nullptr;
+  }
+  return *this;
+}
+
+void QueueTicket::Release() {
+  if (service_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(service_->mu_);
+  --service_->reserved_;
+  service_ = nullptr;
+}
+
+bool GenerationService::QueueFull() const {
+  // Requests that a free slot takes at the next step do not wait.
+  const size_t active = engine_->active_count();
+  const size_t free_slots = active < static_cast<size_t>(slots_) ? slots_ - active : 0;
+  return engine_->pending_count() + reserved_ >= options_.max_queue + free_slots;
+}
+
+namespace {
+Status QueueFullError(size_t max_queue) {
+  return ResourceExhausted("the server is busy: " + std::to_string(max_queue) +
+                           " requests are already waiting; retry later");
+}
+}  // namespace
+
+StatusOr<QueueTicket> GenerationService::Reserve() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (draining_) {
+    return FailedPrecondition("the server is shutting down and takes no new requests");
+  }
+  if (QueueFull()) return QueueFullError(options_.max_queue);
+  ++reserved_;
+  return QueueTicket(this);
+}
+
 StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(PreparedChat chat) {
+  return Submit(std::move(chat), QueueTicket());
+}
+
+StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(PreparedChat chat,
+                                                                   QueueTicket ticket) {
   TextStream stream = pipeline_.NewTextStream(chat);
   // The handle is registered under mu_ before the engine can deliver one of its events (the
   // engine thread's OnEvent waits for mu_).
@@ -116,12 +161,13 @@ StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(PreparedChat 
   if (draining_) {
     return FailedPrecondition("the server is shutting down and takes no new requests");
   }
-  // Requests that a free slot takes at the next step do not wait.
-  const size_t active = engine_->active_count();
-  const size_t free_slots = active < static_cast<size_t>(slots_) ? slots_ - active : 0;
-  if (engine_->pending_count() >= options_.max_queue + free_slots) {
-    return ResourceExhausted("the server is busy: " + std::to_string(options_.max_queue) +
-                             " requests are already waiting; retry later");
+  const bool ticketed = ticket.service_ == this;
+  if (ticketed) {
+    // The ticket's place becomes the request's (released here, under the same lock).
+    --reserved_;
+    ticket.service_ = nullptr;
+  } else if (QueueFull()) {
+    return QueueFullError(options_.max_queue);
   }
   const Clock::time_point now = Clock::now();
   VLS_ASSIGN_OR_RETURN(uint64_t id, engine_->Submit(std::move(chat.request)));
@@ -172,6 +218,7 @@ ServiceLoad GenerationService::load() const {
   l.accepted_draft_tokens = static_cast<int64_t>(c.accepted_draft_tokens);
   std::lock_guard<std::mutex> lock(mu_);
   l.in_flight = static_cast<int64_t>(live_.size());
+  l.reserved = static_cast<int64_t>(reserved_);
   return l;
 }
 

@@ -71,6 +71,28 @@ class RequestHandle {
   Clock::time_point last_ VLS_GUARDED_BY(mu_);
 };
 
+class GenerationService;
+
+// A place in the queue taken before a request's (slow) preparation: image decoding and encoding
+// count against max_queue like waiting requests. Handed to Submit, or returned when destroyed
+// (a request refused or cancelled while being prepared). Movable; the service must outlive it.
+class QueueTicket {
+ public:
+  QueueTicket() = default;
+  QueueTicket(QueueTicket&& o) noexcept : service_(o.service_) { o.service_ = nullptr; }
+  QueueTicket& operator=(QueueTicket&& o) noexcept;
+  QueueTicket(const QueueTicket&) = delete;
+  QueueTicket& operator=(const QueueTicket&) = delete;
+  ~QueueTicket() { Release(); }
+  void Release();
+  bool held() const { return service_ != nullptr; }
+
+ private:
+  friend class GenerationService;
+  explicit QueueTicket(GenerationService* service) : service_(service) {}
+  GenerationService* service_ = nullptr;
+};
+
 struct ServiceOptions {
   size_t max_queue = 64;  // requests waiting for a slot; more are refused (429)
 };
@@ -80,6 +102,7 @@ struct ServiceLoad {
   int64_t busy = 0;       // slots running a request
   int64_t slots = 0;      // slots in all
   int64_t in_flight = 0;  // submitted and not finished
+  int64_t reserved = 0;   // queue tickets held by requests being prepared
   // Speculative decoding so far (EngineCounters): verify passes, drafted and accepted tokens.
   int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
 };
@@ -96,9 +119,15 @@ class GenerationService {
   GenerationService(const GenerationService&) = delete;
   GenerationService& operator=(const GenerationService&) = delete;
 
-  // Queues a prepared request. ResourceExhausted when `max_queue` requests already wait;
-  // FailedPrecondition while draining; the engine's validation errors as they are.
+  // Takes a place in the queue for a request about to be prepared (Prepare decodes its
+  // images): ResourceExhausted when `max_queue` requests (waiting or holding tickets) already
+  // wait; FailedPrecondition while draining.
+  StatusOr<QueueTicket> Reserve();
+  // Queues a prepared request. ResourceExhausted when `max_queue` requests already wait
+  // (tickets count); FailedPrecondition while draining; the engine's validation errors as they
+  // are. With a held ticket the request takes the ticket's place (no second queue check).
   StatusOr<std::shared_ptr<RequestHandle>> Submit(PreparedChat chat);
+  StatusOr<std::shared_ptr<RequestHandle>> Submit(PreparedChat chat, QueueTicket ticket);
   // Cancels a request that has not finished (a client that went away); its cancelled piece is
   // queued before this returns. A finished request is left alone.
   void Cancel(const RequestHandle& handle);
@@ -118,6 +147,9 @@ class GenerationService {
   GenerationService(const ChatPipeline& pipeline, ServiceOptions options, ServerMetrics* metrics)
       : pipeline_(pipeline), options_(options), metrics_(metrics) {}
   bool OnEvent(const TokenEvent& e);
+  friend class QueueTicket;
+  // Whether one more request may wait (reservations count). REQUIRES: mu_ held.
+  bool QueueFull() const VLS_REQUIRES(mu_);
 
   const ChatPipeline& pipeline_;
   const ServiceOptions options_;
@@ -129,6 +161,7 @@ class GenerationService {
   std::condition_variable idle_cv_;
   std::unordered_map<uint64_t, std::shared_ptr<RequestHandle>> live_ VLS_GUARDED_BY(mu_);
   bool draining_ VLS_GUARDED_BY(mu_) = false;
+  size_t reserved_ VLS_GUARDED_BY(mu_) = 0;  // tickets held
 };
 
 }  // namespace vls::server

@@ -180,6 +180,34 @@ TEST_F(GenerationServiceTest, QueueBoundAndDrain) {
   EXPECT_TRUE(service_->WaitIdle(milliseconds(5000)));
 }
 
+// A request being prepared (its images decoding) holds a queue ticket that counts against
+// max_queue; Submit with the ticket takes its place.
+TEST_F(GenerationServiceTest, QueueTicketsCountAgainstTheQueue) {
+  Start(1, /*gated=*/true);
+  auto first = service_->Submit(Prepare(20));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  WaitBusy(1);
+  // The free slot and the queue of one: two places.
+  auto a = service_->Reserve();
+  auto b = service_->Reserve();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(service_->load().reserved, 2);
+  EXPECT_EQ(service_->Reserve().status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(service_->Submit(Prepare(2)).status().code(), StatusCode::kResourceExhausted);
+  b->Release();  // a request refused or cancelled while preparing gives its place back
+  EXPECT_EQ(service_->load().reserved, 1);
+  auto c = service_->Reserve();
+  ASSERT_TRUE(c.ok());
+  auto second = service_->Submit(Prepare(20), std::move(*a));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(service_->load().reserved, 1);
+  { QueueTicket gone = std::move(*c); }
+  EXPECT_EQ(service_->load().reserved, 0);
+  Open();
+  EXPECT_EQ(Drain(**first).back().delta.finish, FinishReason::kLength);
+  EXPECT_EQ(Drain(**second).back().delta.finish, FinishReason::kLength);
+}
+
 TEST_F(GenerationServiceTest, StopStringFinishesTheStreamAndTheEngineRequest) {
   Start(4);
   // Generate once to find text, then stop on a piece of it.
