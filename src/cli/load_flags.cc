@@ -15,6 +15,20 @@ const std::set<std::string>& LoadFlagNames() {
   return names;
 }
 
+const std::set<std::string>& LoadBoolFlagNames() {
+  static const std::set<std::string> names = {"check-weights", "no-check-weights"};
+  return names;
+}
+
+std::string CheckWeightsFlagsHelp() {
+  return "  --check-weights      refuse a checkpoint holding a NaN or infinite weight, naming the\n"
+         "                       tensor and the element (default; checked while the weights are\n"
+         "                       prepared, so it costs next to nothing; with --artifact, checked\n"
+         "                       when it was compiled)\n"
+         "  --no-check-weights   load such a checkpoint anyway (a request it breaks then fails\n"
+         "                       with non-finite logits)\n";
+}
+
 StatusOr<ModelLocation> ModelFlag(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string model, args.Require("model"));
   std::string repo_id;
@@ -61,6 +75,10 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
   } else {
     return InvalidArgument("--precision must be f32, bf16, int8 or int4, not '" + p + "'");
   }
+  if (args.Has("check-weights") && args.Has("no-check-weights")) {
+    return InvalidArgument("--check-weights and --no-check-weights contradict each other");
+  }
+  o->check_weights = !args.Has("no-check-weights");
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, kMaxThreads));
   o->threads = static_cast<int>(threads);
   o->artifact = args.Get("artifact").value_or("");

@@ -13,6 +13,11 @@ namespace vls::cli {
 
 // The value flags ApplyLoadFlags reads (add them to a command's Args::Parse set).
 const std::set<std::string>& LoadFlagNames();
+// The boolean flags ApplyLoadFlags reads: check-weights and no-check-weights (add them to a
+// command's bool_flags, and CheckWeightsFlagsHelp() to its --help, to offer them).
+const std::set<std::string>& LoadBoolFlagNames();
+// The --help lines of --check-weights and --no-check-weights.
+std::string CheckWeightsFlagsHelp();
 
 // Where --model points: the model folder, and the name it goes by (the folder's name, or the
 // repository id it was found under).
@@ -36,7 +41,8 @@ std::string LoadFlagsHelp(const std::string& default_precision, bool artifact = 
 
 // --precision f32|bf16|int8 (default `default_precision`), --threads N (0 = all cores),
 // --artifact FILE (a `vlstack compile` output), --kv-cache f32|bf16 (default: f32 at f32
-// precision, else bf16). Errors name the flag.
+// precision, else bf16), and LoadOptions::check_weights: on unless --no-check-weights (a
+// command that does not offer the flag always checks). Errors name the flag.
 Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o);
 
 // Prints "[<command>] preparing weights: done/total" to stderr: updated in place on a

@@ -68,7 +68,8 @@ constexpr const char* kHelpTail =
     "\n"
     "The reply is written exactly as generated, special tokens left out; a newline follows it\n"
     "only when stdout is a terminal (and after every turn of a chat). Exit code 2 for invalid\n"
-    "input (a missing model folder, a bad flag, an unreadable image), 1 for other failures.\n";
+    "input (a missing model folder, a bad flag, an unreadable image, a NaN or infinite weight),\n"
+    "1 for other failures (non-finite logits included).\n";
 
 // Invalid input and missing files are the user's to fix (2); anything else is ours (1).
 int RunFail(const Status& s) { return Fail("run", s); }
@@ -327,10 +328,12 @@ CommandSpec RunSpec() {
   CommandSpec spec;
   spec.name = "run";
   spec.usage = std::string(kHelpHead) + SpeculativeFlagsHelp() + kHelpTail;
+  spec.usage.insert(spec.usage.find("  --help "), CheckWeightsFlagsHelp());
   spec.value_flags = {"model", "prompt", "system", "image", "max-tokens", "temperature",
                       "top-p", "top-k",  "seed",   "stop",  "capacity",   "prefill-chunk"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
+  spec.bool_flags = LoadBoolFlagNames();
   spec.example =
       "  vlstack run --model Qwen/Qwen3-VL-2B-Instruct --prompt 'What is in this picture?' \\\n"
       "      --image photo.jpg --max-tokens 200\n"

@@ -230,7 +230,7 @@ CommandSpec ServeSpec() {
   CommandSpec spec;
   spec.name = "serve";
   spec.usage = std::string(kHelp) + SpeculativeFlagsHelp() + LoadFlagsHelp("bf16") +
-               "  --help               this text\n";
+               CheckWeightsFlagsHelp() + "  --help               this text\n";
   spec.value_flags = {"model",         "model-name",    "host",         "port",
                       "api-key",       "slots",         "capacity",     "max-queue",
                       "max-body-mb",   "max-images",    "max-messages", "allow-local-files",
@@ -238,6 +238,7 @@ CommandSpec ServeSpec() {
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"quiet"};
+  spec.bool_flags.insert(LoadBoolFlagNames().begin(), LoadBoolFlagNames().end());
   spec.example =
       "  vlstack serve --model Qwen/Qwen3-VL-2B-Instruct --port 8080 --slots 4\n"
       "  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
