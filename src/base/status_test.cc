@@ -27,6 +27,22 @@ TEST(StatusTest, CarriesCodeAndMessage) {
   EXPECT_EQ(Status::Ok().ToString(), "OK");
 }
 
+TEST(StatusTest, ParamTravelsAsData) {
+  const Status s = InvalidArgument("\"x\" is bad");
+  EXPECT_EQ(s.param(), "");  // never derived from the message
+  const Status p = s.WithParam("messages[1].role");
+  EXPECT_EQ(p.param(), "messages[1].role");
+  EXPECT_EQ(p.message(), s.message());
+  EXPECT_EQ(p.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.param(), "");  // a copy
+  EXPECT_EQ(p.WithContext("request").param(), "messages[1].role");
+  EXPECT_EQ(p.WithContext("request").message(), "request: \"x\" is bad");
+  EXPECT_TRUE(Status::Ok().WithParam("x").ok());
+  EXPECT_EQ(Status::Ok().WithParam("x").param(), "");
+  StatusOr<int> v = p;
+  EXPECT_EQ(v.status().param(), "messages[1].role");
+}
+
 TEST(StatusTest, AssignOrReturnPropagates) {
   int v = 0;
   EXPECT_TRUE(UseHalf(8, &v).ok());

@@ -256,6 +256,69 @@ TEST_F(ChatPipelineTest, LimitsStopStringsAndRequestFieldsAreValidated) {
       << long_prompt.status().message();
 }
 
+// Issue 31: a prompt past the chat template's budget was ResourceExhausted (the server's 429,
+// retried by clients) after a long render. A prompt that cannot fit is OutOfRange naming the
+// messages, and text that cannot fit is refused before rendering.
+TEST_F(ChatPipelineTest, AnOverLongPromptIsOutOfRangeNamingTheMessages) {
+  Open(Write("too_long"));
+  // Far more text than the context holds: refused from its size, before the template runs.
+  auto big = pipeline_->Prepare(UserSays(std::string(100000, 'z')));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(big.status().param(), "messages");
+  EXPECT_NE(big.status().message().find("bytes of text"), std::string::npos)
+      << big.status().message();
+  // Past the template's output budget: the render's ResourceExhausted is the client's error.
+  auto rendered = pipeline_->Render(UserSays(std::string(jinja::kMaxRenderOutputBytes + 1, 'y')));
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), StatusCode::kOutOfRange) << rendered.status().ToString();
+  EXPECT_EQ(rendered.status().param(), "messages");
+  // Tokens past the capacity (the text alone does not prove it): the same code and param.
+  auto tokens = pipeline_->Prepare(UserSays(std::string(4 * kCapacity, 'z') + " q w e"));
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_EQ(tokens.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(tokens.status().param(), "messages");
+  ChatRequest req = UserSays("hello");
+  req.max_tokens = kCapacity;
+  auto room = pipeline_->Prepare(req);
+  ASSERT_FALSE(room.ok());
+  EXPECT_EQ(room.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(room.status().param(), "messages");
+  // A raw prompt names the prompt.
+  auto raw = pipeline_->PrepareText(std::string(100000, 'z'), ChatRequest{});
+  ASSERT_FALSE(raw.ok());
+  EXPECT_EQ(raw.status().param(), "prompt");
+  // Assistant turns are not counted before rendering (templates rewrite them).
+  ChatRequest history = UserSays("hi");
+  history.messages.push_back(
+      Json{{"role", "assistant"}, {"content", std::string(20000, ' ').replace(0, 1, "a")}});
+  auto h = pipeline_->Prepare(history);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("tokens but the context capacity"), std::string::npos)
+      << h.status().message();
+}
+
+TEST_F(ChatPipelineTest, MalformedMessagePartsNameTheirPath) {
+  Open(Write("paths"));
+  ChatRequest req;
+  req.messages = Json::parse(R"([{"role": "user", "content": "a"},
+      {"role": "user", "content": [{"type": "text", "text": "b"}, {"type": "audio"}]}])");
+  auto r = pipeline_->Prepare(req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().param(), "messages[1].content[1].type");
+  req.messages = Json::parse(R"([{"content": "x"}])");
+  EXPECT_EQ(pipeline_->Prepare(req).status().param(), "messages[0].role");
+}
+
+TEST_F(ChatPipelineTest, FingerprintIsShortAndStable) {
+  Open(Write("fingerprint"));
+  const std::string fp = pipeline_->fingerprint();
+  ASSERT_EQ(fp.size(), 13u);
+  EXPECT_EQ(fp.rfind("fp_", 0), 0u);
+  EXPECT_EQ(fp, "fp_" + model_->Identity().substr(0, 10));
+  EXPECT_EQ(fp, pipeline_->fingerprint());
+}
+
 TEST_F(ChatPipelineTest, EndOfTurnIdsJoinTheStopIdsUnlessIgnoreEos) {
   const std::string dir = Write("eos");
   // Without generation_config.json the engine stops on config.json's <|im_end|> only; the

@@ -15,25 +15,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 Status Bad(const std::string& field, const std::string& why) {
-  return InvalidArgument("\"" + field + "\" " + why);
-}
-
-// The first "quoted" field name in a message (letters, digits, '_', '.', '[', ']'; starting with
-// a letter or '_'): one linear pass, bounded by the message (a std::regex here recursed per
-// character and overflowed the stack on a 30,000-character unknown field name).
-std::string FirstQuotedField(const std::string& m) {
-  auto head = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; };
-  auto body = [&](char c) {
-    return head(c) || std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '[' ||
-           c == ']';
-  };
-  for (size_t i = m.find('"'); i != std::string::npos; i = m.find('"', i + 1)) {
-    size_t j = i + 1;
-    if (j >= m.size() || !head(m[j])) continue;
-    while (j < m.size() && body(m[j])) ++j;
-    if (j < m.size() && m[j] == '"') return m.substr(i + 1, j - i - 1);
-  }
-  return "";
+  return InvalidArgument("\"" + field + "\" " + why).WithParam(field);
 }
 
 // The fields OpenAI clients send that change nothing here (identification, caching and routing
@@ -49,24 +31,26 @@ constexpr const char* kIgnored[] = {"user",
                                     "verbosity"};
 
 // ChatRequestFromJson's error without its "chat request: " prefix, which reads oddly in an API
-// answer (the field name stays quoted, for ErrorFromStatus's `param`).
+// answer (its param is kept).
 Status Unprefixed(const Status& s) {
   std::string m = s.message();
   const std::string prefix = "chat request: ";
   if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
-  return Status(s.code(), m);
+  return Status(s.code(), m).WithParam(s.param());
 }
 
 Status ReadBoolField(const Json& body, const char* key, bool* out) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return Status::Ok();
-  return ReadJsonBool(*it, std::string("\"") + key + "\"", out);
+  return ReadJsonBool(*it, std::string("\"") + key + "\"", out).WithParam(key);
 }
 
 // The fields every endpoint reads itself: model, stream, stream_options, n.
 Status ReadCommon(Json* body, std::string* model, bool* stream, bool* include_usage) {
   if (auto it = body->find("model"); it != body->end()) {
-    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonString(*it, "\"model\"", model));
+    if (!it->is_null()) {
+      VLS_RETURN_IF_ERROR(ReadJsonString(*it, "\"model\"", model).WithParam("model"));
+    }
     body->erase(it);
   }
   VLS_RETURN_IF_ERROR(ReadBoolField(*body, "stream", stream));
@@ -77,7 +61,8 @@ Status ReadCommon(Json* body, std::string* model, bool* stream, bool* include_us
       for (const auto& [k, v] : it->items()) {
         if (k == "include_usage") {
           if (!v.is_null()) {
-            VLS_RETURN_IF_ERROR(ReadJsonBool(v, "\"stream_options.include_usage\"", include_usage));
+            VLS_RETURN_IF_ERROR(ReadJsonBool(v, "\"stream_options.include_usage\"", include_usage)
+                                    .WithParam("stream_options.include_usage"));
           }
         } else if (k != "continuous_usage_stats" && k != "include_obfuscation") {
           return Bad("stream_options." + k, "is not a known field");
@@ -92,7 +77,8 @@ Status ReadCommon(Json* body, std::string* model, bool* stream, bool* include_us
   if (auto it = body->find("n"); it != body->end()) {
     if (!it->is_null()) {
       int64_t n = 0;
-      VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"n\"", 1, std::numeric_limits<int32_t>::max(), &n));
+      VLS_RETURN_IF_ERROR(
+          ReadJsonInt(*it, "\"n\"", 1, std::numeric_limits<int32_t>::max(), &n).WithParam("n"));
       if (n != 1) return Bad("n", "must be 1: one choice per request is supported");
     }
     body->erase(it);
@@ -193,6 +179,38 @@ Status CheckStopCount(const Json& body, const RequestLimits& limits) {
   return Status::Ok();
 }
 
+// OpenAI's message shape, before the pipeline's own checks: a known role (a chat template drops
+// a role it does not know, so a typo would silently lose the message) and content parts that
+// say their "type" (the pipeline also recognises a part by its keys, as the Qwen-VL templates
+// do; the API requires the type).
+Status CheckMessage(const Json& m, size_t i) {
+  const std::string where = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) return Bad(where, "must be an object");
+  auto role = m.find("role");
+  if (role == m.end() || !role->is_string()) {
+    return Bad(where + ".role",
+               "must be one of \"system\", \"developer\", \"user\", \"assistant\", \"tool\"");
+  }
+  const std::string& r = role->get_ref<const std::string&>();
+  if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
+    return Bad(where + ".role", JsonSnippet(*role) +
+                                    " is not a known role (system, developer, user, assistant "
+                                    "or tool)");
+  }
+  auto content = m.find("content");
+  if (content == m.end() || !content->is_array()) return Status::Ok();
+  for (size_t k = 0; k < content->size(); ++k) {
+    const Json& part = (*content)[k];
+    const std::string pwhere = where + ".content[" + std::to_string(k) + "]";
+    if (!part.is_object()) return Bad(pwhere, "must be an object");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return Bad(pwhere + ".type", "is required: a string such as \"text\" or \"image_url\"");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckMessages(const Json& body, const RequestLimits& limits) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) {
@@ -202,6 +220,7 @@ Status CheckMessages(const Json& body, const RequestLimits& limits) {
     return Bad("messages", "has " + std::to_string(it->size()) + " messages; at most " +
                                std::to_string(limits.max_messages) + " are allowed");
   }
+  for (size_t i = 0; i < it->size(); ++i) VLS_RETURN_IF_ERROR(CheckMessage((*it)[i], i));
   VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(*it));
   if (media.size() > limits.max_images) {
     return Bad("messages", "holds " + std::to_string(media.size()) + " images; at most " +
@@ -236,7 +255,8 @@ StatusOr<std::vector<int32_t>> TokenList(const Json& v) {
   for (const Json& x : v) {
     int64_t id = 0;
     VLS_RETURN_IF_ERROR(
-        ReadJsonInt(x, "each token of \"prompt\"", 0, std::numeric_limits<int32_t>::max(), &id));
+        ReadJsonInt(x, "each token of \"prompt\"", 0, std::numeric_limits<int32_t>::max(), &id)
+            .WithParam("prompt"));
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
@@ -248,8 +268,15 @@ OpenAiError ErrorFromStatus(const Status& status) {
   OpenAiError e;
   e.message = status.message();
   switch (status.code()) {
-    case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
+      // The pipeline's refusal of a prompt that does not fit (the context or the chat
+      // template's budget) names the messages or the prompt: OpenAI's code for it.
+      e.status = 400;
+      if (status.param() == "messages" || status.param() == "prompt") {
+        e.code = "context_length_exceeded";
+      }
+      break;
+    case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
     case StatusCode::kDataLoss:
     case StatusCode::kIoError: e.status = 400; break;
@@ -271,7 +298,7 @@ OpenAiError ErrorFromStatus(const Status& status) {
       e.message = std::string(StatusCodeName(status.code())) + ": " + status.message();
       break;
   }
-  if (e.status == 400) e.param = FirstQuotedField(e.message);
+  if (e.status == 400) e.param = status.param();  // data, never parsed from the text
   return e;
 }
 
@@ -299,7 +326,8 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   bool top_set = false;
   if (auto it = body.find("top_logprobs"); it != body.end()) {
     if (!it->is_null()) {
-      VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"top_logprobs\"", 0, kMaxTopLogprobs, &top));
+      VLS_RETURN_IF_ERROR(
+          ReadJsonInt(*it, "\"top_logprobs\"", 0, kMaxTopLogprobs, &top).WithParam("top_logprobs"));
       top_set = true;
     }
     body.erase(it);
@@ -317,7 +345,8 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
       if ((*it)["type"] != "text") {
         return Status(StatusCode::kUnimplemented,
                       "\"response_format\" " + (*it)["type"].get<std::string>() +
-                          " is not supported (no constrained decoding); only \"text\"");
+                          " is not supported (no constrained decoding); only \"text\"")
+            .WithParam("response_format");
       }
     }
     body.erase(it);
@@ -368,24 +397,31 @@ StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body_in,
   }
   if (auto it = body.find("echo"); it != body.end()) {
     bool echo = false;
-    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonBool(*it, "\"echo\"", &echo));
-    if (echo) return Status(StatusCode::kUnimplemented, "\"echo\": true is not supported");
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonBool(*it, "\"echo\"", &echo).WithParam("echo"));
+    if (echo) {
+      return Status(StatusCode::kUnimplemented, "\"echo\": true is not supported")
+          .WithParam("echo");
+    }
     body.erase(it);
   }
   if (auto it = body.find("best_of"); it != body.end()) {
     int64_t b = 1;
-    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"best_of\"", 1, 1, &b));
+    if (!it->is_null()) {
+      VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"best_of\"", 1, 1, &b).WithParam("best_of"));
+    }
     body.erase(it);
   }
   if (auto it = body.find("suffix"); it != body.end()) {
     if (!it->is_null()) {
-      return Status(StatusCode::kUnimplemented, "\"suffix\" is not supported");
+      return Status(StatusCode::kUnimplemented, "\"suffix\" is not supported").WithParam("suffix");
     }
     body.erase(it);
   }
   if (auto it = body.find("logprobs"); it != body.end()) {
     int64_t n = -1;
-    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"logprobs\"", 0, 5, &n));
+    if (!it->is_null()) {
+      VLS_RETURN_IF_ERROR(ReadJsonInt(*it, "\"logprobs\"", 0, 5, &n).WithParam("logprobs"));
+    }
     r.logprobs = static_cast<int>(n);
     body.erase(it);
   }

@@ -7,7 +7,9 @@
 // which refuses an unknown field by name. /v1/completions takes a raw prompt (a string, a list
 // of one string, token ids or a list of one list of token ids).
 //
-// Every refusal is an OpenAiError naming the offending field (`param`), for a 400 answer.
+// Every refusal is a Status whose param() names the offending field ("messages[1].role"), for a
+// 400 answer (ErrorFromStatus). A message's role must be system, developer (the system prompt
+// by its newer name), user, assistant or tool; a content part must say its "type".
 #ifndef VLSTACK_SERVER_OPENAI_REQUEST_H_
 #define VLSTACK_SERVER_OPENAI_REQUEST_H_
 
@@ -70,8 +72,10 @@ struct OpenAiError {
 };
 
 // A Status from the pipeline as the HTTP error it stands for (InvalidArgument, OutOfRange,
-// NotFound of a request part, Unimplemented -> 400; ResourceExhausted -> 429; Unavailable ->
-// 503; others -> 500), with `param` taken from the first quoted field name in the message.
+// NotFound of a request part, Unimplemented -> 400; ResourceExhausted (capacity: the queue is
+// full) -> 429; FailedPrecondition (draining) -> 503; others -> 500), with `param` the status's
+// param() (set where the field was refused; never parsed from the message). A prompt that does
+// not fit (OutOfRange naming "messages" or "prompt") has code "context_length_exceeded".
 OpenAiError ErrorFromStatus(const Status& status);
 
 StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const nlohmann::ordered_json& body,

@@ -122,7 +122,45 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
                 "response_format");
   ExpectRefused(R"({"messages": []})", "non-empty", "messages");
   ExpectRefused(R"({"messages": "hi"})", "non-empty", "messages");
-  ExpectRefused(R"({"messages": [{"content": "no role"}]})", "role", "*");
+  ExpectRefused(R"({"messages": [{"content": "no role"}]})", "role", "messages[0].role");
+  ExpectRefused(u + R"(, "seed": -1})", "seed", "seed");
+  ExpectRefused(u + R"(, "stop_token_ids": [1, "x"]})", "stop_token_ids", "stop_token_ids");
+  ExpectRefused(u + R"(, "speculative": {"method": "ngram", "draft_tokens": 0}})", "draft_tokens",
+                "speculative.draft_tokens");
+  ExpectRefused(u + R"(, "speculative": {"method": "fast"}})", "method", "speculative");
+  ExpectRefused(u + R"(, "stream_options": {"include_usage": 1}, "stream": true})", "include_usage",
+                "stream_options.include_usage");
+  ExpectRefused(u + R"(, "model": 7})", "model", "model");
+  // A field quoted in the message is not the param: only the refused field is.
+  ExpectRefused(u + R"(, "top_logprobs": 2})", "\"logprobs\"", "top_logprobs");
+}
+
+// Issue 31: a role the chat template does not know was silently dropped, and a part without a
+// "type" was guessed from its keys; both are refused naming the field.
+TEST(OpenAiRequest, UnknownRolesAndUntypedPartsAreRefusedByPath) {
+  ExpectRefused(R"({"messages": [{"role": "bot", "content": "hi"}]})", "not a known role",
+                "messages[0].role");
+  ExpectRefused(R"({"messages": [{"role": "user", "content": "a"}, {"role": "User",
+      "content": "b"}]})",
+                "not a known role", "messages[1].role");
+  ExpectRefused(R"({"messages": [{"role": 3, "content": "hi"}]})", "role", "messages[0].role");
+  ExpectRefused(R"({"messages": ["hi"]})", "must be an object", "messages[0]");
+  ExpectRefused(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user",
+      "content": [{"type": "text", "text": "a"}, {"text": "untyped"}]}]})",
+                "is required", "messages[1].content[1].type");
+  ExpectRefused(R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "a"}]}]})",
+                "type", "messages[0].content[0].type");
+  ExpectRefused(R"({"messages": [{"role": "user", "content": [{"type": "audio"}]}]})",
+                "unsupported content part", "messages[0].content[0].type");
+  ExpectRefused(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})",
+                "without a string", "messages[0].content[0].text");
+  ExpectRefused(R"({"messages": [{"role": "user", "content": 5}]})", "content",
+                "messages[0].content");
+  for (const char* role : {"system", "developer", "user", "assistant", "tool"}) {
+    auto r = Chat(std::string(R"({"messages": [{"role": ")") + role +
+                  R"(", "content": [{"type": "text", "text": "x"}]}]})");
+    EXPECT_TRUE(r.ok()) << role << ": " << r.status().ToString();
+  }
 }
 
 TEST(OpenAiRequest, Limits) {
@@ -180,9 +218,32 @@ TEST(OpenAiRequest, ErrorFromStatusMapsCodes) {
   const OpenAiError internal = ErrorFromStatus(Internal("boom"));
   EXPECT_EQ(internal.status, 500);
   EXPECT_EQ(internal.type, "server_error");
-  EXPECT_EQ(ErrorFromStatus(InvalidArgument("messages[2].content[0]: bad")).param, "");
-  EXPECT_EQ(ErrorFromStatus(InvalidArgument("\"top_p\" must be")).param, "top_p");
-  EXPECT_EQ(ErrorFromStatus(InvalidArgument("\"a b\" and \"c\" d")).param, "c");
+  // The param is the status's data, never read from the message text.
+  EXPECT_EQ(ErrorFromStatus(InvalidArgument("\"top_p\" must be")).param, "");
+  EXPECT_EQ(ErrorFromStatus(InvalidArgument("x").WithParam("top_p")).param, "top_p");
+  EXPECT_EQ(
+      ErrorFromStatus(InvalidArgument("\"a\" bad").WithParam("messages[2].content[0].type")).param,
+      "messages[2].content[0].type");
+  EXPECT_EQ(ErrorFromStatus(Internal("x").WithParam("top_p")).param, "");  // not a client error
+}
+
+// Issue 31: a prompt past the chat template's budget was ResourceExhausted, answered 429 with
+// Retry-After (so SDKs retried it). Capacity stays 429; a prompt that does not fit is 400
+// context_length_exceeded naming the messages.
+TEST(OpenAiRequest, AnOverLongPromptIsAClientErrorAndAFullQueueIsNot) {
+  const OpenAiError too_long =
+      ErrorFromStatus(OutOfRange("the messages are too long").WithParam("messages"));
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_EQ(too_long.type, "invalid_request_error");
+  EXPECT_EQ(too_long.code, "context_length_exceeded");
+  EXPECT_EQ(too_long.param, "messages");
+  EXPECT_EQ(ErrorFromStatus(OutOfRange("x").WithParam("prompt")).code, "context_length_exceeded");
+  const OpenAiError image = ErrorFromStatus(OutOfRange("image too large"));
+  EXPECT_EQ(image.status, 400);
+  EXPECT_EQ(image.code, "");
+  const OpenAiError busy = ErrorFromStatus(ResourceExhausted("the server is busy"));
+  EXPECT_EQ(busy.status, 429);
+  EXPECT_EQ(busy.type, "rate_limit_error");
 }
 
 // Issue 31: an unknown field with a 200,000-character name killed the server (std::regex

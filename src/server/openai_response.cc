@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include <array>
+#include <cctype>
 #include <random>
 #include <string>
 #include <utility>
@@ -55,6 +56,7 @@ std::vector<std::string> EndPayloads(FinishReason finish, const std::string& err
                                 {"object", object},
                                 {"created", meta.created},
                                 {"model", meta.model},
+                                {"system_fingerprint", NullIfEmpty(meta.system_fingerprint)},
                                 {"choices", Json::array()},
                                 {"usage", UsageJson(usage)}}));
   }
@@ -82,7 +84,12 @@ Json UsageJson(const Usage& u) {
   return Json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"completion_tokens_details",
+               {{"reasoning_tokens", 0},
+                {"audio_tokens", 0},
+                {"accepted_prediction_tokens", 0},
+                {"rejected_prediction_tokens", 0}}}};
 }
 
 Json FinishReasonJson(FinishReason r) {
@@ -115,11 +122,60 @@ std::string NewId(const char* prefix) {
   return id;
 }
 
+std::string ResponseModelName(const std::string& requested, const std::string& served) {
+  auto same = [](std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(a[i])) !=
+          std::tolower(static_cast<unsigned char>(b[i]))) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (served.empty() || requested.empty()) return served;
+  std::string_view r = requested;
+  if (same(r, served)) return requested;
+  if (r.size() > served.size() && r[r.size() - served.size() - 1] == '/' &&
+      same(r.substr(r.size() - served.size()), served)) {
+    return requested;
+  }
+  return served;
+}
+
+std::vector<std::pair<size_t, OutputPiece>> LogprobGate::Push(const OutputPiece& piece) {
+  if (ShownToken(piece)) {
+    std::string bytes;
+    bool added = false;
+    Held h;
+    h.start = token_end_;
+    if (tokenizer_ != nullptr &&
+        tokenizer_->TokenBytes(piece.token, /*skip_special_tokens=*/true, &bytes, &added)) {
+      token_end_ += bytes.size();
+    }
+    h.end = token_end_;
+    h.piece = piece;
+    h.piece.delta.text.clear();  // only the token and its log-probabilities travel on
+    held_.push_back(std::move(h));
+  }
+  released_ += piece.delta.text.size();
+  const bool end = piece.delta.finish != FinishReason::kNone;
+  // At a stop string's finish, what is still held spelled (part of) it or followed it.
+  const bool drop_rest = end && piece.delta.stop_index >= 0;
+  std::vector<std::pair<size_t, OutputPiece>> out;
+  while (!held_.empty() && (held_.front().end <= released_ || (end && !drop_rest))) {
+    out.emplace_back(held_.front().start, std::move(held_.front().piece));
+    held_.pop_front();
+  }
+  if (drop_rest) held_.clear();
+  return out;
+}
+
 // ---- chat ------------------------------------------------------------------------------------
 
 ChatResponder::ChatResponder(const ChatCompletionRequest& request, ResponseMeta meta,
                              const tok::Tokenizer* tokenizer)
-    : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer) {
+    : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer), gate_(tokenizer) {
   if (request_.parse_tool_calls()) tools_ = std::make_unique<ToolCallStream>();
 }
 
@@ -132,6 +188,7 @@ Json ChatResponder::Chunk(Json delta, Json finish, Json logprobs) const {
          {"object", "chat.completion.chunk"},
          {"created", meta_.created},
          {"model", meta_.model},
+         {"system_fingerprint", NullIfEmpty(meta_.system_fingerprint)},
          {"choices", Json::array({std::move(choice)})}};
   if (request_.include_usage) j["usage"] = nullptr;
   return j;
@@ -162,13 +219,16 @@ std::vector<std::string> ChatResponder::StreamPiece(const OutputPiece& piece) {
   Record(piece);
   if (!started_) {
     started_ = true;
-    out.push_back(DumpJson(Chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+    out.push_back(DumpJson(Chunk(Json{{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}},
+                                 nullptr, nullptr)));
   }
   Json logprobs = nullptr;
-  if (request_.logprobs && ShownToken(piece)) {
-    logprobs =
-        Json{{"content", Json::array({TokenLogprobJson(*tokenizer_, piece.token, piece.logprob,
-                                                       piece.top_logprobs)})}};
+  if (request_.logprobs) {
+    Json content = Json::array();
+    for (const auto& [start, p] : gate_.Push(piece)) {
+      content.push_back(TokenLogprobJson(*tokenizer_, p.token, p.logprob, p.top_logprobs));
+    }
+    if (!content.empty()) logprobs = Json{{"content", std::move(content)}};
   }
   ToolCallSplit split;
   if (tools_) {
@@ -199,14 +259,14 @@ std::vector<std::string> ChatResponder::StreamEnd() {
 void ChatResponder::Collect(const OutputPiece& piece) {
   Record(piece);
   text_ += piece.delta.text;
-  if (request_.logprobs && ShownToken(piece)) {
-    logprobs_.push_back(
-        TokenLogprobJson(*tokenizer_, piece.token, piece.logprob, piece.top_logprobs));
+  if (!request_.logprobs) return;
+  for (const auto& [start, p] : gate_.Push(piece)) {
+    logprobs_.push_back(TokenLogprobJson(*tokenizer_, p.token, p.logprob, p.top_logprobs));
   }
 }
 
 Json ChatResponder::Completion() {
-  Json message{{"role", "assistant"}};
+  Json message{{"role", "assistant"}, {"content", nullptr}, {"refusal", nullptr}};
   if (request_.parse_tool_calls()) {
     ToolCallSplit split = SplitToolCalls(text_);
     calls_ = split.calls;
@@ -230,6 +290,7 @@ Json ChatResponder::Completion() {
               {"object", "chat.completion"},
               {"created", meta_.created},
               {"model", meta_.model},
+              {"system_fingerprint", NullIfEmpty(meta_.system_fingerprint)},
               {"choices", Json::array({std::move(choice)})},
               {"usage", UsageJson(usage_)}};
 }
@@ -238,7 +299,7 @@ Json ChatResponder::Completion() {
 
 CompletionResponder::CompletionResponder(const CompletionRequest& request, ResponseMeta meta,
                                          const tok::Tokenizer* tokenizer)
-    : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer) {}
+    : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer), gate_(tokenizer) {}
 
 void CompletionResponder::Record(const OutputPiece& piece) {
   RecordFinish(piece, &finish_, &error_, &usage_);
@@ -253,6 +314,7 @@ Json CompletionResponder::Chunk(const std::string& text, Json finish, Json logpr
          {"object", "text_completion"},
          {"created", meta_.created},
          {"model", meta_.model},
+         {"system_fingerprint", NullIfEmpty(meta_.system_fingerprint)},
          {"choices", Json::array({std::move(choice)})}};
   if (request_.include_usage) j["usage"] = nullptr;
   return j;
@@ -289,8 +351,14 @@ std::vector<std::string> CompletionResponder::StreamPiece(const OutputPiece& pie
   Record(piece);
   std::vector<std::string> out;
   Json logprobs = nullptr;
-  if (request_.logprobs >= 0 && ShownToken(piece)) {
-    logprobs = LegacyLogprobs({piece}, text_.size());
+  if (request_.logprobs >= 0) {
+    std::vector<OutputPiece> released;
+    size_t start = 0;
+    for (auto& [offset, p] : gate_.Push(piece)) {
+      if (released.empty()) start = offset;
+      released.push_back(std::move(p));
+    }
+    if (!released.empty()) logprobs = LegacyLogprobs(released, start);
   }
   text_ += piece.delta.text;
   if (!piece.delta.text.empty() || !logprobs.is_null()) {
@@ -307,7 +375,8 @@ std::vector<std::string> CompletionResponder::StreamEnd() {
 void CompletionResponder::Collect(const OutputPiece& piece) {
   Record(piece);
   text_ += piece.delta.text;
-  if (request_.logprobs >= 0) pieces_.push_back(piece);
+  if (request_.logprobs < 0) return;
+  for (auto& [offset, p] : gate_.Push(piece)) pieces_.push_back(std::move(p));
 }
 
 Json CompletionResponder::Completion() const {
@@ -319,6 +388,7 @@ Json CompletionResponder::Completion() const {
               {"object", "text_completion"},
               {"created", meta_.created},
               {"model", meta_.model},
+              {"system_fingerprint", NullIfEmpty(meta_.system_fingerprint)},
               {"choices", Json::array({std::move(choice)})},
               {"usage", UsageJson(usage_)}};
 }

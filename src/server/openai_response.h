@@ -16,10 +16,13 @@
 #ifndef VLSTACK_SERVER_OPENAI_RESPONSE_H_
 #define VLSTACK_SERVER_OPENAI_RESPONSE_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/batch_engine.h"
@@ -37,7 +40,9 @@ std::string DumpJson(const nlohmann::ordered_json& j);
 nlohmann::ordered_json ErrorBody(const OpenAiError& e);
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
-// {"cached_tokens"}}.
+// {"cached_tokens"}, "completion_tokens_details": {"reasoning_tokens", "audio_tokens",
+// "accepted_prediction_tokens", "rejected_prediction_tokens"}} (the details are 0: no reasoning
+// split, no audio, no predicted outputs).
 nlohmann::ordered_json UsageJson(const Usage& u);
 
 // "stop", "length", or (a request that ended another way) null.
@@ -60,9 +65,47 @@ struct OutputPiece {
 };
 
 struct ResponseMeta {
+  ResponseMeta() = default;
+  // Positional, so ResponseMeta{id, model, created} still builds (the fingerprint unset).
+  ResponseMeta(std::string id_in, std::string model_in, int64_t created_in,
+               std::string system_fingerprint_in = "")
+      : id(std::move(id_in)),
+        model(std::move(model_in)),
+        created(created_in),
+        system_fingerprint(std::move(system_fingerprint_in)) {}
+
   std::string id;     // "chatcmpl-..." / "cmpl-..."
-  std::string model;  // the served model's id
+  std::string model;  // ResponseModelName(the request's model, the served model's id)
   int64_t created = 0;
+  // ChatPipeline::fingerprint() ("fp_" + 10 hex digits) on every object and chunk; empty: null.
+  std::string system_fingerprint;
+};
+
+// The `model` a response names: the request's own spelling when it names the served model
+// (the same id, ignoring case, or with an organisation prefix: "Qwen/<id>"), else the served id.
+std::string ResponseModelName(const std::string& requested, const std::string& served);
+
+// Holds each shown token's log-probability until the text it spells has been sent, so a token
+// whose text a stop string cut (held back, then dropped) never appears in logprobs, streamed or
+// not, just as its text never appears in the content. Tokens are matched to text by their
+// visible bytes (special tokens have none); a request that ends other than by a stop string
+// releases every token still held.
+class LogprobGate {
+ public:
+  explicit LogprobGate(const tok::Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+  // Takes one piece (its token, when shown, and the text it released) and returns the pieces
+  // whose tokens are now released, in order, each with the byte offset of its text.
+  std::vector<std::pair<size_t, OutputPiece>> Push(const OutputPiece& piece);
+
+ private:
+  struct Held {
+    size_t start = 0, end = 0;  // the token's visible bytes in the reply's text
+    OutputPiece piece;
+  };
+  const tok::Tokenizer* tokenizer_;
+  std::deque<Held> held_;
+  size_t token_end_ = 0;  // visible bytes of the tokens so far
+  size_t released_ = 0;   // text bytes sent so far
 };
 
 class ChatResponder {
@@ -95,8 +138,9 @@ class ChatResponder {
   ResponseMeta meta_;
   const tok::Tokenizer* tokenizer_;
   std::unique_ptr<ToolCallStream> tools_;  // when tool calls are parsed
-  bool started_ = false;                   // the role chunk was sent
-  std::string text_;                       // non-streaming: the whole text
+  LogprobGate gate_;
+  bool started_ = false;  // the role chunk was sent
+  std::string text_;      // non-streaming: the whole text
   std::vector<ToolCall> calls_;
   int streamed_calls_ = 0;
   nlohmann::ordered_json logprobs_ = nlohmann::ordered_json::array();
@@ -130,7 +174,8 @@ class CompletionResponder {
   ResponseMeta meta_;
   const tok::Tokenizer* tokenizer_;
   std::string text_;
-  std::vector<OutputPiece> pieces_;  // with logprobs: every piece, for the legacy object
+  std::vector<OutputPiece> pieces_;  // with logprobs: every released piece, for the legacy object
+  LogprobGate gate_;
   FinishReason finish_ = FinishReason::kNone;
   std::string error_;
   Usage usage_;

@@ -242,5 +242,149 @@ TEST(CompletionResponder, StreamAndCompletionAgree) {
   EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 2);
 }
 
+// The pieces a stop string "END" ends: "a" is shown; "E", "N" are held back (they may start the
+// stop string) and "D" completes it, so the text is "a" and none of E, N, D is shown.
+std::vector<OutputPiece> StoppedByString() {
+  OutputPiece e = Text("", 'E'), n = Text("", 'N'), d = Text("", 'D');
+  d.delta.finish = FinishReason::kStop;
+  d.delta.stop_index = 0;
+  d.delta.cancel_request = true;
+  d.delta.usage = Usage{3, 4, 0};
+  return {Text("a", 'a'), e, n, d};
+}
+
+// Issue 31: the tokens of a stop string were cut from the content but still listed in
+// logprobs.content[], streamed or not.
+TEST(ChatResponder, StopStringTokensAreNotInLogprobs) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.logprobs = true;
+  req.top_logprobs = 1;
+  ChatResponder n(req, Meta(), tok.get());
+  for (const OutputPiece& p : StoppedByString()) n.Collect(p);
+  const Json c = n.Completion();
+  EXPECT_EQ(c["choices"][0]["message"]["content"], "a");
+  const Json& lp = c["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 1u) << lp.dump();
+  EXPECT_EQ(lp[0]["token"], "a");
+
+  req.stream = true;
+  ChatResponder s(req, Meta(), tok.get());
+  const auto chunks = StreamAll(s, StoppedByString());
+  EXPECT_EQ(StreamedContent(chunks), "a");
+  std::string tokens;
+  for (const Json& ch : chunks) {
+    if (ch["choices"].empty() || ch["choices"][0]["logprobs"].is_null()) continue;
+    for (const Json& t : ch["choices"][0]["logprobs"]["content"]) {
+      tokens += t["token"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(tokens, "a");
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "stop");
+}
+
+// Held-back text that turns out not to be a stop string is shown with its tokens' logprobs,
+// when it is released (streamed) or at the end.
+TEST(ChatResponder, HeldBackTokensAreShownOnceTheirTextIs) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.logprobs = true;
+  req.stream = true;
+  ChatResponder s(req, Meta(), tok.get());
+  std::vector<Json> lps;
+  auto push = [&](const OutputPiece& p) {
+    for (const std::string& x : s.StreamPiece(p)) {
+      const Json ch = Json::parse(x);
+      if (!ch["choices"][0]["logprobs"].is_null()) lps.push_back(ch["choices"][0]["logprobs"]);
+    }
+  };
+  push(Text("", 'E'));  // held back
+  EXPECT_TRUE(lps.empty());
+  push(Text("Ex", 'x'));  // released with the next token's text
+  ASSERT_EQ(lps.size(), 1u);
+  ASSERT_EQ(lps[0]["content"].size(), 2u);
+  EXPECT_EQ(lps[0]["content"][0]["token"], "E");
+  EXPECT_EQ(lps[0]["content"][1]["token"], "x");
+  push(Text("", 'E'));
+  OutputPiece last = Text("", 'N');
+  last.delta.text = "EN";  // the length limit released what was held
+  last.delta.finish = FinishReason::kLength;
+  push(last);
+  ASSERT_EQ(lps.size(), 2u);
+  EXPECT_EQ(lps[1]["content"].size(), 2u);
+}
+
+TEST(CompletionResponder, StopStringTokensAreNotInLogprobs) {
+  auto tok = Tokenizer();
+  CompletionRequest req;
+  req.logprobs = 0;
+  CompletionResponder n(req, ResponseMeta{"cmpl-x", "m", 1}, tok.get());
+  for (const OutputPiece& p : StoppedByString()) n.Collect(p);
+  const Json c = n.Completion();
+  EXPECT_EQ(c["choices"][0]["text"], "a");
+  EXPECT_EQ(c["choices"][0]["logprobs"]["tokens"], Json::array({"a"}));
+
+  req.stream = true;
+  CompletionResponder s(req, ResponseMeta{"cmpl-x", "m", 1}, tok.get());
+  Json tokens = Json::array();
+  for (const OutputPiece& p : StoppedByString()) {
+    for (const std::string& x : s.StreamPiece(p)) {
+      const Json ch = Json::parse(x);
+      if (ch["choices"][0]["logprobs"].is_null()) continue;
+      for (const Json& t : ch["choices"][0]["logprobs"]["tokens"]) tokens.push_back(t);
+    }
+  }
+  EXPECT_EQ(tokens, Json::array({"a"}));
+}
+
+// Issue 31: the rest of OpenAI's response shape.
+TEST(ChatResponder, ResponseShapeHasFingerprintRefusalAndTokenDetails) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  ResponseMeta meta = Meta();
+  meta.system_fingerprint = "fp_0123456789";
+  ChatResponder n(req, meta, tok.get());
+  for (const OutputPiece& p : {Text("hi", 104), Finish(FinishReason::kStop, 2, 2)}) n.Collect(p);
+  const Json c = n.Completion();
+  EXPECT_EQ(c["system_fingerprint"], "fp_0123456789");
+  const Json& msg = c["choices"][0]["message"];
+  ASSERT_TRUE(msg.contains("refusal"));
+  EXPECT_TRUE(msg["refusal"].is_null());
+  EXPECT_EQ(msg["content"], "hi");
+  const Json& details = c["usage"]["completion_tokens_details"];
+  EXPECT_EQ(details["reasoning_tokens"], 0);
+  EXPECT_EQ(details["accepted_prediction_tokens"], 0);
+  EXPECT_EQ(details["rejected_prediction_tokens"], 0);
+
+  req.stream = true;
+  req.include_usage = true;
+  ChatResponder s(req, meta, tok.get());
+  const auto chunks = StreamAll(s, {Text("hi", 104), Finish(FinishReason::kStop, 2, 2)});
+  ASSERT_GE(chunks.size(), 3u);
+  for (const Json& ch : chunks) EXPECT_EQ(ch["system_fingerprint"], "fp_0123456789") << ch.dump();
+  EXPECT_TRUE(chunks.back()["usage"].contains("completion_tokens_details"));
+
+  // Without a fingerprint the field is null, not absent.
+  ChatResponder plain(ChatCompletionRequest{}, Meta(), tok.get());
+  plain.Collect(Finish(FinishReason::kStop, 1, 1));
+  const Json p = plain.Completion();
+  ASSERT_TRUE(p.contains("system_fingerprint"));
+  EXPECT_TRUE(p["system_fingerprint"].is_null());
+
+  CompletionResponder legacy(CompletionRequest{}, meta, tok.get());
+  legacy.Collect(Finish(FinishReason::kStop, 1, 1));
+  EXPECT_EQ(legacy.Completion()["system_fingerprint"], "fp_0123456789");
+}
+
+TEST(OpenAiResponse, ModelNameEchoesTheRequestWhenItNamesTheServedModel) {
+  EXPECT_EQ(ResponseModelName("Qwen3-VL-2B", "Qwen3-VL-2B"), "Qwen3-VL-2B");
+  EXPECT_EQ(ResponseModelName("qwen3-vl-2b", "Qwen3-VL-2B"), "qwen3-vl-2b");
+  EXPECT_EQ(ResponseModelName("Qwen/Qwen3-VL-2B", "Qwen3-VL-2B"), "Qwen/Qwen3-VL-2B");
+  EXPECT_EQ(ResponseModelName("gpt-4o", "Qwen3-VL-2B"), "Qwen3-VL-2B");
+  EXPECT_EQ(ResponseModelName("", "Qwen3-VL-2B"), "Qwen3-VL-2B");
+  EXPECT_EQ(ResponseModelName("xQwen3-VL-2B", "Qwen3-VL-2B"), "Qwen3-VL-2B");
+  EXPECT_EQ(ResponseModelName("/", ""), "");
+}
+
 }  // namespace
 }  // namespace vls::server
