@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -168,7 +170,10 @@ struct HttpServer::Impl : TransportHandler {
   void Detokenize(HttpExchange& ex, RequestLog& log);
   template <typename Responder>
   void Generate(HttpExchange& ex, RequestLog& log, GenerationService& svc, PreparedChat chat,
-                std::unique_ptr<Responder> responder, bool stream);
+                QueueTicket ticket, std::unique_ptr<Responder> responder, bool stream);
+  // The request's place in the queue, taken before its images decode (they count against
+  // --max-queue); null after an answer (429 full, 503 draining).
+  std::optional<QueueTicket> Reserve(HttpExchange& ex, RequestLog& log, GenerationService& svc);
   void AnswerGet(HttpExchange& ex, RequestLog& log, Route route);
   // One of the request's two ends (the response, the computation); the last writes the line.
   void Finish(const LogPtr& log);
@@ -203,11 +208,55 @@ bool HttpServer::Impl::ParseBody(HttpExchange& ex, RequestLog& log, Json* body) 
   return true;
 }
 
+std::optional<QueueTicket> HttpServer::Impl::Reserve(HttpExchange& ex, RequestLog& log,
+                                                     GenerationService& svc) {
+  auto ticket = svc.Reserve();
+  if (!ticket.ok()) {
+    SendError(ex, log, ErrorFromStatus(ticket.status()));
+    return std::nullopt;
+  }
+  return std::move(*ticket);
+}
+
+namespace {
+
+// "The client hung up", for work before the request reaches the engine (image decoding): the
+// connection is looked at most every 50 ms however often it is asked.
+std::function<bool()> ClientGone(HttpExchange& ex) {
+  auto last = std::make_shared<Clock::time_point>();
+  auto gone = std::make_shared<bool>(false);
+  return [&ex, last, gone] {
+    const Clock::time_point now = Clock::now();
+    if (!*gone && now - *last >= std::chrono::milliseconds(50)) {
+      *last = now;
+      *gone = ex.PeerGone();
+    }
+    return *gone;
+  };
+}
+
+// A request whose preparation failed: Cancelled (the client hung up during it) is logged as
+// cancelled; anything else is answered.
+void PrepareFailed(HttpExchange& ex, RequestLog& log, const Status& s) {
+  if (s.code() == StatusCode::kCancelled) {
+    {
+      std::lock_guard<std::mutex> lock(log.mu);
+      log.cancelled = true;
+    }
+    return SendError(ex, log,
+                     MakeError(499, "the request was cancelled: " + s.message(),
+                               "invalid_request_error", "cancelled"));
+  }
+  SendError(ex, log, ErrorFromStatus(s));
+}
+
+}  // namespace
+
 template <typename Responder>
 void HttpServer::Impl::Generate(HttpExchange& ex, RequestLog& log, GenerationService& svc,
-                                PreparedChat chat, std::unique_ptr<Responder> responder,
-                                bool stream) {
-  auto submitted = svc.Submit(std::move(chat));
+                                PreparedChat chat, QueueTicket ticket,
+                                std::unique_ptr<Responder> responder, bool stream) {
+  auto submitted = svc.Submit(std::move(chat), std::move(ticket));
   if (!submitted.ok()) return SendError(ex, log, ErrorFromStatus(submitted.status()));
   ActiveGuard guard(&answering);
   std::shared_ptr<RequestHandle> handle = std::move(*submitted);
@@ -286,8 +335,10 @@ void HttpServer::Impl::Chat(HttpExchange& ex, RequestLog& log) {
   if (!ParseBody(ex, log, &body)) return;
   auto parsed = ParseChatCompletionRequest(body, pipeline->generation_defaults(), options.limits);
   if (!parsed.ok()) return SendError(ex, log, ErrorFromStatus(parsed.status()));
-  auto prepared = pipeline->Prepare(parsed->chat);
-  if (!prepared.ok()) return SendError(ex, log, ErrorFromStatus(prepared.status()));
+  std::optional<QueueTicket> ticket = Reserve(ex, log, *svc);
+  if (!ticket) return;
+  auto prepared = pipeline->Prepare(parsed->chat, ClientGone(ex));
+  if (!prepared.ok()) return PrepareFailed(ex, log, prepared.status());
   ResponseMeta meta{NewId("chatcmpl-"), ResponseModelName(parsed->model, options.model_id),
                     static_cast<int64_t>(std::time(nullptr)), pipeline->fingerprint()};
   {
@@ -295,7 +346,8 @@ void HttpServer::Impl::Chat(HttpExchange& ex, RequestLog& log) {
     log.id = meta.id;
   }
   auto responder = std::make_unique<ChatResponder>(*parsed, meta, &pipeline->tokenizer());
-  Generate(ex, log, *svc, std::move(*prepared), std::move(responder), parsed->stream);
+  Generate(ex, log, *svc, std::move(*prepared), std::move(*ticket), std::move(responder),
+           parsed->stream);
 }
 
 void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
@@ -305,9 +357,11 @@ void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
   if (!ParseBody(ex, log, &body)) return;
   auto parsed = ParseCompletionRequest(body, pipeline->generation_defaults(), options.limits);
   if (!parsed.ok()) return SendError(ex, log, ErrorFromStatus(parsed.status()));
+  std::optional<QueueTicket> ticket = Reserve(ex, log, *svc);
+  if (!ticket) return;
   auto prepared = parsed->prompt ? pipeline->PrepareText(*parsed->prompt, parsed->params)
                                  : pipeline->PrepareTokens(*parsed->tokens, parsed->params);
-  if (!prepared.ok()) return SendError(ex, log, ErrorFromStatus(prepared.status()));
+  if (!prepared.ok()) return PrepareFailed(ex, log, prepared.status());
   ResponseMeta meta{NewId("cmpl-"), ResponseModelName(parsed->model, options.model_id),
                     static_cast<int64_t>(std::time(nullptr)), pipeline->fingerprint()};
   {
@@ -315,7 +369,8 @@ void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
     log.id = meta.id;
   }
   auto responder = std::make_unique<CompletionResponder>(*parsed, meta, &pipeline->tokenizer());
-  Generate(ex, log, *svc, std::move(*prepared), std::move(responder), parsed->stream);
+  Generate(ex, log, *svc, std::move(*prepared), std::move(*ticket), std::move(responder),
+           parsed->stream);
 }
 
 void HttpServer::Impl::Tokenize(HttpExchange& ex, RequestLog& log) {

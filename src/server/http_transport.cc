@@ -65,6 +65,9 @@ std::string_view ReasonPhrase(int status) {
 
 namespace {
 
+// A lingering close after a malformed request (bad framing, an endless line) drops this much.
+constexpr size_t kLingerAfterBadBytes = size_t{64} << 10;
+
 // The response head: status line, headers, framing. Header values are the server's own; a CR or
 // LF in one (a programming error) is dropped rather than sent.
 std::string ResponseHead(int status, std::string_view content_type, const HeaderList& extra,
@@ -195,6 +198,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string out_buf_;      // being written (I/O thread)
   std::array<char, 16384> scratch_{};
   size_t linger_left_ = 0;
+  // What a lingering close drops at most: a body a client may still be sending after a refusal
+  // by the handler (options.linger_bytes), but little after bytes that are not HTTP.
+  size_t linger_limit_ = 0;
   Clock::time_point linger_until_;
 
   std::mutex out_mu_;
@@ -290,6 +296,7 @@ void Session::WaitForRequest() {
 
 void Session::ReadHeader() {
   state_ = State::kHeader;
+  linger_limit_ = 0;
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(t_->options.max_header_bytes));
   // Content-Length is checked after the header, by us (Boost 1.74 compares a Content-Length
@@ -513,6 +520,7 @@ void Session::Refuse(int status, std::string_view why, bool log) {
   state_ = State::kHandling;
   if (log) t_->handler->OnRefused(head_, status, why);
   body_read_ = false;  // whatever the client still sends is dropped, not parsed
+  linger_limit_ = status == 413 ? t_->options.linger_bytes : kLingerAfterBadBytes;
   Queue(ResponseHead(status, "application/json", {}, ErrorJson(status, why).size(), false, true) +
             ErrorJson(status, why),
         true, true);
@@ -526,7 +534,7 @@ void Session::Linger() {
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   buffer_.clear();
-  linger_left_ = t_->options.linger_bytes;
+  linger_left_ = linger_limit_ != 0 ? linger_limit_ : t_->options.linger_bytes;
   linger_until_ = Clock::now() + t_->options.linger_time;
   LingerRead();
 }

@@ -127,7 +127,8 @@ def cases(R, srv):
         for head, gen in shapes:
             def one():
                 got, how, sent = send_stream(port, head, gen, 64 << 20)
-                check(sent < (8 << 20), f"{head[:40]!r}...: the server read {sent >> 20} MiB of an endless line")
+                # The server stops reading within 36 KiB (plus what the kernel's socket buffers hold).
+                check(sent < (24 << 20), f"{head[:40]!r}...: the server read {sent >> 20} MiB of an endless line")
                 st = status_of(got) if got else None
                 check(st in (None, 400, 413, 414, 431), f"{head[:40]!r}...: answered {st}")
             bounded(srv, f"an endless line after {head[:40]!r}", one, max_mb=48)
