@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/chat_json.h"
 
@@ -257,6 +259,26 @@ TEST(OpenAiRequest, HugeUnknownFieldNameIsRefusedNotACrash) {
   const OpenAiError e = ErrorFromStatus(r.status());
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.param, name);
+  Json legacy = Json::parse(R"({"prompt": "hi"})");
+  legacy[name] = 1;
+  auto c = ParseCompletionRequest(legacy, SamplingParams{}, RequestLimits{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(ErrorFromStatus(c.status()).param, name);
+}
+
+TEST(OpenAiRequest, CompletionRefusalsNameTheField) {
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "hi", "echo": true})", "echo"},
+           {R"({"prompt": "hi", "suffix": "x"})", "suffix"},
+           {R"({"prompt": "hi", "best_of": 2})", "best_of"},
+           {R"({"prompt": "hi", "logprobs": 6})", "logprobs"},
+           {R"({"prompt": [1, -2]})", "prompt"},
+           {R"({"prompt": "hi", "messages": []})", "messages"},
+           {R"({"prompt": "hi", "top_k": -1})", "top_k"}}) {
+    auto r = ParseCompletionRequest(Parse(body), SamplingParams{}, RequestLimits{});
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(ErrorFromStatus(r.status()).param, param) << body << " -> " << r.status().message();
+  }
 }
 
 }  // namespace

@@ -179,6 +179,23 @@ await R.run('chat: ignore_eos and max_completion_tokens count tokens exactly', a
   checkEq(r.usage.completion_tokens, 20, 'completion_tokens');
 });
 
+await R.run('chat: the response shape (system_fingerprint, refusal, token details, model echo)', async () => {
+  const r = await chat({ max_tokens: 4, temperature: 0 });
+  check(/^fp_[0-9a-f]{10}$/.test(r.system_fingerprint || ''), `system_fingerprint ${r.system_fingerprint}`);
+  const m = r.choices[0].message;
+  check('refusal' in m && m.refusal === null, `message.refusal: ${JSON.stringify(m)}`);
+  const d = r.usage.completion_tokens_details;
+  check(d && d.reasoning_tokens === 0, `usage.completion_tokens_details: ${JSON.stringify(r.usage)}`);
+  const s = await chatStream({ max_tokens: 4, temperature: 0, stream_options: { include_usage: true } });
+  for (const c of s.chunks) {
+    checkEq(c.system_fingerprint, r.system_fingerprint, 'chunk system_fingerprint');
+  }
+  const other = await client.chat.completions.create({ model: 'someone/' + MODEL_NAME, messages: USER, max_tokens: 2 });
+  checkEq(other.model, 'someone/' + MODEL_NAME, 'model echoed when it names the served model');
+  const stranger = await client.chat.completions.create({ model: 'gpt-4o', messages: USER, max_tokens: 2 });
+  checkEq(stranger.model, MODEL_NAME, 'the served id for another name');
+});
+
 await R.run('chat: streamed equals non-streamed, include_usage', async () => {
   const params = { max_tokens: 40, temperature: 0.8, seed: 1234 };
   const plain = await chat(params);
@@ -489,6 +506,13 @@ await R.run('errors: the client\'s APIError subclasses', async () => {
   await bad({ messages: [] }, 'no messages', 'messages');
   await bad({ stop: Array.from({ length: 100 }, (_, i) => `s${i}`) }, '100 stop strings', 'stop');
   await bad({ frobnicate: true }, 'an unknown field', 'frobnicate');
+  await bad({ messages: [{ role: 'robot', content: 'hi' }] }, 'an unknown role', 'messages[0].role');
+  await bad({ messages: [{ role: 'user', content: [{ text: 'hi' }] }] }, 'a part without a type',
+            'messages[0].content[0].type');
+  // An over-long prompt is the client's error at once (400, not a 429 the SDK retries).
+  const long = await expectApiError(chat({ max_tokens: 4, messages: [{ role: 'user', content: 'word '.repeat(50000) }] }),
+                                    OpenAI.BadRequestError, 400, 'a prompt far over the context', 'messages');
+  checkEq(long.error.code, 'context_length_exceeded', 'over-long prompt code');
   await expectApiError(chat({ stream: true, temperature: -1 }), OpenAI.BadRequestError, 400, 'streamed temperature -1',
                        'temperature');
   await expectApiError(client.get('/no/such/path'), OpenAI.NotFoundError, 404, 'an unknown path');
