@@ -29,20 +29,33 @@ bool Contains(const std::vector<int32_t>& v, int32_t t) {
 }
 
 TEST(BatchEngineNonFiniteTest, OnlyTheRequestsWithNonFiniteLogitsFailNamingTheStep) {
-  constexpr int kMaxNew = 8;
+  constexpr int kMaxNew = 10;
   auto clean = LoadModel("nonfinite_clean", 1);
   ASSERT_NE(clean, nullptr);
-  // The poisoned token: one that request B generates at index k (not in its prompt nor before),
-  // so B's logits turn non-finite right after it is fed back, at step k + 2.
-  const GenerationRequest b = Text({1, 2, 3, 4, 5}, 0, kMaxNew);
-  const std::vector<int32_t> b_clean = GreedyAlone(*clean, b);
-  int k = 1;
-  while (k + 2 <= kMaxNew &&
-         (Contains(b.tokens, b_clean[static_cast<size_t>(k)]) ||
-          std::count(b_clean.begin(), b_clean.begin() + k, b_clean[static_cast<size_t>(k)]) > 0)) {
-    ++k;
+  // Request B: a prompt whose greedy continuation soon repeats a token of its history, so prompt
+  // lookup drafts for it (the verify pass samples through Verify). The poisoned token: one that
+  // B generates at index k > that point (not in its history before), so B's logits turn
+  // non-finite right after it is fed back, at step k + 2.
+  GenerationRequest b;
+  std::vector<int32_t> b_clean;
+  int k = 0;
+  for (int32_t s = 1; s < 400 && k == 0; s += 7) {
+    b = Text({s, s + 1, s + 2, s + 3, s, s + 1}, 0, kMaxNew);
+    b_clean = GreedyAlone(*clean, b);
+    std::vector<int32_t> seen = b.tokens;
+    bool drafts = false;
+    for (int i = 0; i + 2 <= kMaxNew; ++i) {
+      const int32_t t = b_clean[static_cast<size_t>(i)];
+      if (Contains(seen, t)) {
+        drafts = true;  // the suffix [t] matches earlier in the history
+      } else if (drafts) {
+        k = i;
+        break;
+      }
+      seen.push_back(t);
+    }
   }
-  ASSERT_LE(k + 2, kMaxNew);
+  ASSERT_GT(k, 0) << "no prompt found whose continuation drafts before a new token";
   const int32_t poison = b_clean[static_cast<size_t>(k)];
   // Request C never meets the poisoned token, clean.
   GenerationRequest c;
@@ -80,36 +93,49 @@ TEST(BatchEngineNonFiniteTest, OnlyTheRequestsWithNonFiniteLogitsFailNamingTheSt
   o.check_weights = false;
   auto lm = LoadedModel::Load(dir, o);
   ASSERT_TRUE(lm.ok()) << lm.status().ToString();
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, TokenEvent> last;
-  BatchEngine e(**lm, [&](const TokenEvent& ev) {
-    if (ev.token >= 0) tokens[ev.request_id].push_back(ev.token);
-    if (ev.finish != FinishReason::kNone) last[ev.request_id] = ev;
-    return true;
-  });
-  const uint64_t ia = e.Submit(a).value(), ib = e.Submit(b).value(), ic = e.Submit(c).value();
-  e.RunUntilIdle();
+  // Plainly and with prompt-lookup speculation (the verify pass samples the rows through
+  // Verify): the same outcome.
+  for (const int draft_tokens : {0, 4}) {
+    SCOPED_TRACE("draft_tokens " + std::to_string(draft_tokens));
+    EngineOptions eo;
+    eo.speculative.draft_tokens = draft_tokens;
+    std::map<uint64_t, std::vector<int32_t>> tokens;
+    std::map<uint64_t, TokenEvent> last;
+    BatchEngine e(
+        **lm,
+        [&](const TokenEvent& ev) {
+          if (ev.token >= 0) tokens[ev.request_id].push_back(ev.token);
+          if (ev.finish != FinishReason::kNone) last[ev.request_id] = ev;
+          return true;
+        },
+        eo);
+    const uint64_t ia = e.Submit(a).value(), ib = e.Submit(b).value(), ic = e.Submit(c).value();
+    e.RunUntilIdle();
 
-  ASSERT_EQ(last.count(ia), 1u);
-  EXPECT_EQ(last[ia].finish, FinishReason::kError);
-  EXPECT_NE(last[ia].error.find("the model produced non-finite logits (NaN or infinity) at "
-                                "generation step 1 (prompt of 3 tokens)"),
-            std::string::npos)
-      << last[ia].error;
-  EXPECT_TRUE(tokens[ia].empty());
+    ASSERT_EQ(last.count(ia), 1u);
+    EXPECT_EQ(last[ia].finish, FinishReason::kError);
+    EXPECT_NE(last[ia].error.find("the model produced non-finite logits (NaN or infinity) at "
+                                  "generation step 1 (prompt of 3 tokens)"),
+              std::string::npos)
+        << last[ia].error;
+    EXPECT_TRUE(tokens[ia].empty());
 
-  ASSERT_EQ(last.count(ib), 1u);
-  EXPECT_EQ(last[ib].finish, FinishReason::kError);
-  EXPECT_NE(
-      last[ib].error.find("at generation step " + std::to_string(k + 2) + " (prompt of 5 tokens)"),
-      std::string::npos)
-      << last[ib].error;
-  EXPECT_EQ(tokens[ib], std::vector<int32_t>(b_clean.begin(), b_clean.begin() + k + 1));
+    ASSERT_EQ(last.count(ib), 1u);
+    EXPECT_EQ(last[ib].finish, FinishReason::kError);
+    EXPECT_NE(last[ib].error.find("at generation step " + std::to_string(k + 2) + " (prompt of " +
+                                  std::to_string(b.tokens.size()) + " tokens)"),
+              std::string::npos)
+        << last[ib].error;
+    EXPECT_EQ(tokens[ib], std::vector<int32_t>(b_clean.begin(), b_clean.begin() + k + 1));
 
-  ASSERT_EQ(last.count(ic), 1u);
-  EXPECT_EQ(last[ic].finish, FinishReason::kLength);
-  EXPECT_EQ(tokens[ic], c_clean);
-  EXPECT_TRUE(e.Idle());
+    ASSERT_EQ(last.count(ic), 1u);
+    EXPECT_EQ(last[ic].finish, FinishReason::kLength);
+    EXPECT_EQ(tokens[ic], c_clean);
+    EXPECT_TRUE(e.Idle());
+    if (draft_tokens > 0) {
+      EXPECT_GT(e.counters().verify_passes, 0u);
+    }
+  }
 }
 
 }  // namespace
