@@ -151,6 +151,9 @@ struct HttpServer::Impl : TransportHandler {
   std::atomic<GenerationService*> service{nullptr};
   const ChatPipeline* pipeline = nullptr;
   int capacity = 0;
+  // OpenAI's system_fingerprint, from the model's identity: computed once at SetReady (without
+  // an artifact the identity hashes every weight).
+  std::string fingerprint;
   std::atomic<bool> draining{false};
   std::atomic<int> answering{0};  // generations whose answer is not fully written
   int64_t started = static_cast<int64_t>(std::time(nullptr));
@@ -340,7 +343,7 @@ void HttpServer::Impl::Chat(HttpExchange& ex, RequestLog& log) {
   auto prepared = pipeline->Prepare(parsed->chat, ClientGone(ex));
   if (!prepared.ok()) return PrepareFailed(ex, log, prepared.status());
   ResponseMeta meta{NewId("chatcmpl-"), ResponseModelName(parsed->model, options.model_id),
-                    static_cast<int64_t>(std::time(nullptr)), pipeline->fingerprint()};
+                    static_cast<int64_t>(std::time(nullptr)), fingerprint};
   {
     std::lock_guard<std::mutex> lock(log.mu);
     log.id = meta.id;
@@ -363,7 +366,7 @@ void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
                                  : pipeline->PrepareTokens(*parsed->tokens, parsed->params);
   if (!prepared.ok()) return PrepareFailed(ex, log, prepared.status());
   ResponseMeta meta{NewId("cmpl-"), ResponseModelName(parsed->model, options.model_id),
-                    static_cast<int64_t>(std::time(nullptr)), pipeline->fingerprint()};
+                    static_cast<int64_t>(std::time(nullptr)), fingerprint};
   {
     std::lock_guard<std::mutex> lock(log.mu);
     log.id = meta.id;
@@ -541,7 +544,7 @@ HeadDecision HttpServer::Impl::OnHead(const ExchangePtr& ex) {
   }
   HeadDecision d;
   d.body_limit = options.max_body_bytes;
-  d.run = [this, log, route](ExchangePtr x) {
+  d.run = [this, log, route](const ExchangePtr& x) {
     try {
       switch (route) {
         case Route::kChat: Chat(*x, *log); break;
@@ -654,6 +657,7 @@ StatusOr<int> HttpServer::Bind() { return impl_->transport->Bind(); }
 void HttpServer::SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity) {
   impl_->pipeline = pipeline;
   impl_->capacity = capacity;
+  impl_->fingerprint = pipeline->fingerprint();
   impl_->service.store(service);
 }
 

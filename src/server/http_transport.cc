@@ -155,7 +155,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close();
 
   // The output side, from any thread.
-  bool Queue(std::string bytes, bool end, bool close);
+  bool Queue(std::string_view bytes, bool end, bool close);
   bool WaitForRoom();
   bool PeerGone();
   void SetDone(std::function<void(int, bool)> done, int status) {
@@ -178,6 +178,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnBody(beast::error_code ec);
   void Dispatch();
   void WriteMore();
+  void WriteSome();
   void FinishResponse(bool complete);
   void Refuse(int status, std::string_view why, bool log);
   void Linger();
@@ -196,6 +197,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool body_read_ = true;    // the request's body (if any) was consumed
   bool keep_alive_ = false;  // the request allows another on this connection
   std::string out_buf_;      // being written (I/O thread)
+  size_t out_done_ = 0;      // ... of which the kernel has taken this much
   std::array<char, 16384> scratch_{};
   size_t linger_left_ = 0;
   // What a lingering close drops at most: a body a client may still be sending after a refusal
@@ -419,7 +421,7 @@ void Session::Dispatch() {
       });
 }
 
-bool Session::Queue(std::string bytes, bool end, bool close) {
+bool Session::Queue(std::string_view bytes, bool end, bool close) {
   std::lock_guard<std::mutex> lock(out_mu_);
   if (gone_) return false;
   pending_ += bytes;
@@ -474,16 +476,26 @@ void Session::WriteMore() {
   }
   if (finished) return FinishResponse(true);
   if (writing == 0) return;
+  out_done_ = 0;
+  WriteSome();
+}
+
+void Session::WriteSome() {
+  // Each piece the kernel takes restarts the deadline: write_timeout bounds a client that reads
+  // nothing, not a slow one.
   stream_.expires_after(t_->options.write_timeout);
   auto self = shared_from_this();
-  net::async_write(stream_, net::buffer(out_buf_), [self](beast::error_code ec, size_t) {
-    if (self->state_ == State::kClosed) return;
-    if (ec) {  // reset, closed, or not read for write_timeout
-      self->Done(false);
-      return self->Close();
-    }
-    self->WriteMore();
-  });
+  stream_.async_write_some(net::buffer(out_buf_.data() + out_done_, out_buf_.size() - out_done_),
+                           [self](beast::error_code ec, size_t n) {
+                             if (self->state_ == State::kClosed) return;
+                             if (ec) {  // reset, closed, or not read for write_timeout
+                               self->Done(false);
+                               return self->Close();
+                             }
+                             self->out_done_ += n;
+                             if (self->out_done_ < self->out_buf_.size()) return self->WriteSome();
+                             self->WriteMore();
+                           });
 }
 
 void Session::Done(bool complete) {
