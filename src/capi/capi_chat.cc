@@ -46,7 +46,16 @@ Status SubmitChat(vls_batch* b, const vls_chat* chat, const char* request_json, 
   const ChatPipeline& p = *chat->pipeline;
   VLS_ASSIGN_OR_RETURN(ChatRequest request,
                        ChatRequestFromJsonText(request_json, p.generation_defaults()));
-  VLS_ASSIGN_OR_RETURN(PreparedChat prepared, p.Prepare(request));
+  StatusOr<PreparedChat> prepared_or = p.Prepare(request);
+  if (!prepared_or.ok()) {
+    // vlstack.h: a request refused for what it holds is VLS_ERR_INVALID_ARGUMENT; the pipeline
+    // says OutOfRange for a prompt that does not fit the context (the server's 400
+    // context_length_exceeded).
+    const Status& s = prepared_or.status();
+    if (s.code() == StatusCode::kOutOfRange) return InvalidArgument(s.message());
+    return s;
+  }
+  PreparedChat prepared = std::move(*prepared_or);
   TextStream stream = p.NewTextStream(prepared);
   // The text state is registered under the event lock before the engine can deliver an event
   // of the request (a running engine thread waits for the lock in OnEvent).
