@@ -14,6 +14,10 @@ the server still answers /health and a chat request:
 - 500 idle keep-alive connections: under 5 % of a core;
 - the log line of a request refused before routing carries its own id, not the previous one's;
 - Expect: 100-continue, HTTP/1.0, HEAD, OPTIONS, 405 with Allow;
+- image bombs inside the old pixel bound: a 13,377² 1-bit PNG (~30 KB) and a 633-byte JPEG declaring
+  13,000², each answered 400 at once with bounded memory, six at once from clients that hang up;
+- a FIFO inside --allow-local-files refused at once; a path outside it answered alike whether it
+  exists or not;
 - SIGTERM while a client trickles a header byte every second: exit 0 within seconds.
 Exit 0 pass, 1 fail, 77 skip.
 """
@@ -22,11 +26,13 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import raw_http_test as rh  # noqa: E402  (the server, raw sockets, the runner)
@@ -96,6 +102,33 @@ def send_stream(port, head, gen_bytes, total, timeout=10):
     finally:
         s.close()
     return got, how, sent
+
+
+def png_bomb(side=13377):
+    """A 1-bit grayscale PNG of SIDE x SIDE, all zeros: tens of KB that decode to SIDE² pixels."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    row = b"\x00" * (1 + (side + 7) // 8)
+    raw_rows = zlib.compress(row * side, 9)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", raw_rows) + chunk(b"IEND", b""))
+
+
+def jpeg_bomb(side=13000, size=633):
+    """A small real JPEG whose frame header is patched to SIDE x SIDE, cut to SIZE bytes."""
+    from io import BytesIO
+    from PIL import Image
+    buf = BytesIO()
+    Image.new("RGB", (16, 16), (120, 30, 200)).save(buf, "JPEG", quality=90)
+    data = bytearray(buf.getvalue())
+    i = data.find(b"\xff\xc0")
+    data[i + 5:i + 9] = struct.pack(">HH", side, side)
+    return bytes(data[:size]) if len(data) > size else bytes(data)
+
+
+def image_chat_body(url):
+    return {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                      {"type": "text", "text": "x"}]}], "max_tokens": 2}
 
 
 def closes_after(data, how):
@@ -266,6 +299,45 @@ def cases(R, srv):
         check([l["status"] for l in lines[1:]] == [400, 404], f"statuses: {[l['status'] for l in lines]}")
     R.run("log lines of refused requests carry their own id and no usage", refused_log_ids, port)
 
+    def image_bombs():
+        import base64
+        for name, data, mime in (("a 13,377² 1-bit PNG", png_bomb(), "png"), ("a 633-byte JPEG declaring 13,000²", jpeg_bomb(), "jpeg")):
+            url = f"data:image/{mime};base64," + base64.b64encode(data).decode()
+
+            def one():
+                st, _, body = rh.request(port, "POST", "/v1/chat/completions", image_chat_body(url), timeout=30)
+                check(st == 400, f"{name} ({len(data)} bytes): {st} {body[:200]!r}")
+            bounded(srv, name, one, max_mb=96, max_s=3)
+            # Six at once from clients that hang up at once: nothing piles up.
+            body = json.dumps(image_chat_body(url)).encode()
+            req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+            def six():
+                socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(6)]
+                for sk in socks:
+                    sk.sendall(req)
+                for sk in socks:
+                    sk.close()
+                time.sleep(1.5)
+            bounded(srv, f"six of {name} whose clients hang up", six, max_mb=160, max_s=10)
+    R.run("image bombs inside the old pixel bound: 400 at once, memory bounded", image_bombs, port)
+
+    def local_files():
+        fifo = os.path.join(srv.allowed, "pipe.png")
+        os.mkfifo(fifo)
+        t = time.time()
+        st, _, body = rh.request(port, "POST", "/v1/chat/completions", image_chat_body(fifo), timeout=15)
+        check(st == 400 and time.time() - t < 3, f"a FIFO in the allowed folder: {st} after {time.time() - t:.1f} s {body[:200]!r}")
+        answers = []
+        for path in ("/etc/passwd", "/etc/no-such-file-here", os.path.join(srv.allowed, "..", "x.png")):
+            st, _, body = rh.request(port, "POST", "/v1/chat/completions", image_chat_body(path))
+            e = json.loads(body)["error"]
+            answers.append((st, e["message"].replace(path, "PATH"), e.get("code")))
+        check(len(set(answers)) == 1 and answers[0][0] == 400,
+              f"paths outside the allowed folder are answered differently: {answers}")
+    R.run("a FIFO in the allowed folder is refused at once; outside paths answer alike", local_files, port)
+
 
 def trickle_then_sigterm(R, vlstack, model):
     def case():
@@ -320,8 +392,12 @@ def main():
         p = subprocess.run([a.vlstack, "make-test-model", "--out", model] + rh.SMALL, capture_output=True,
                            text=True, env=dict(os.environ, VLS_TOKENIZER_JSON=rh.NPM_TOKENIZER))
         check(p.returncode == 0, f"make-test-model: {p.stderr}")
+        allowed = os.path.join(work, "imgs")
+        os.makedirs(allowed)
         srv = rh.Server(a.vlstack, ["--model", model, "--port", "0", "--slots", "2", "--capacity", "1024",
-                                    "--max-body-mb", "1", "--precision", "f32", "--threads", "2"])
+                                    "--max-body-mb", "1", "--precision", "f32", "--threads", "2",
+                                    "--allow-local-files", allowed])
+        srv.allowed = allowed
         try:
             cases(R, srv)
             R.run("SIGTERM: exit 0", lambda: check(srv.stop() == 0, f"exit {srv.proc.returncode}"))
