@@ -59,8 +59,8 @@ constexpr const char* kHelp =
     "                         URLs)\n"
     "  --drain-timeout S      seconds SIGTERM waits for requests in flight (default 30)\n"
     "  --prefill-chunk N      most prompt tokens prefilled per engine step (default 64)\n"
-    "  --http-threads N       connections served at once, a thread each, started as needed\n"
-    "                         (default 1024)\n"
+    "  --http-threads N       requests computed at once, a thread each, started as needed\n"
+    "                         (default 1024; idle connections cost no thread)\n"
     "  --quiet                no per-request log lines\n";
 
 struct ServeFlags {
