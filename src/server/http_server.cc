@@ -20,6 +20,7 @@
 #include "server/chat_page.h"
 #include "server/http_transport.h"
 #include "server/openai_response.h"
+#include "server/tokenize_request.h"
 
 namespace vls::server {
 namespace {
@@ -380,32 +381,13 @@ void HttpServer::Impl::Tokenize(HttpExchange& ex, RequestLog& log) {
   if (Open(ex, log) == nullptr) return;
   Json body;
   if (!ParseBody(ex, log, &body)) return;
+  auto parsed = ParseTokenizeRequest(body, pipeline->generation_defaults());
+  if (!parsed.ok()) return SendError(ex, log, ErrorFromStatus(parsed.status()));
   std::string text;
-  for (const auto& [k, v] : body.items()) {
-    if (k != "content" && k != "prompt" && k != "messages" && k != "add_special" &&
-        k != "add_generation_prompt" && k != "tools" && k != "model") {
-      OpenAiError e = MakeError(400, "\"" + k.substr(0, 200) + "\" is not a known field");
-      e.param = k;
-      return SendError(ex, log, e);
-    }
-  }
-  const bool has_text = body.contains("content") || body.contains("prompt");
-  if (has_text == body.contains("messages")) {
-    return SendError(ex, log,
-                     MakeError(400, "give either \"content\" (or \"prompt\") or \"messages\""));
-  }
-  if (has_text) {
-    const Json& t = body.contains("content") ? body["content"] : body["prompt"];
-    if (!t.is_string()) return SendError(ex, log, MakeError(400, "\"content\" must be a string"));
-    text = t.get<std::string>();
+  if (parsed->text) {
+    text = std::move(*parsed->text);
   } else {
-    Json chat_body{{"messages", body["messages"]}};
-    for (const char* k : {"add_generation_prompt", "tools"}) {
-      if (body.contains(k)) chat_body[k] = body[k];
-    }
-    auto chat = ChatRequestFromJson(chat_body, pipeline->generation_defaults());
-    if (!chat.ok()) return SendError(ex, log, ErrorFromStatus(chat.status()));
-    auto rendered = pipeline->Render(*chat);
+    auto rendered = pipeline->Render(*parsed->chat);
     if (!rendered.ok()) return SendError(ex, log, ErrorFromStatus(rendered.status()));
     text = std::move(*rendered);
   }
@@ -418,26 +400,9 @@ void HttpServer::Impl::Detokenize(HttpExchange& ex, RequestLog& log) {
   if (Open(ex, log) == nullptr) return;
   Json body;
   if (!ParseBody(ex, log, &body)) return;
-  for (const auto& [k, v] : body.items()) {
-    if (k != "tokens" && k != "model") {
-      OpenAiError e = MakeError(400, "\"" + k.substr(0, 200) + "\" is not a known field");
-      e.param = k;
-      return SendError(ex, log, e);
-    }
-  }
-  auto t = body.find("tokens");
-  if (t == body.end() || !t->is_array()) {
-    return SendError(ex, log, MakeError(400, "\"tokens\" must be a list of token ids"));
-  }
-  const int64_t limit = pipeline->tokenizer().id_limit();
-  std::vector<int32_t> ids;
-  for (const Json& x : *t) {
-    int64_t id = 0;
-    Status s = ReadJsonInt(x, "each of \"tokens\"", 0, limit - 1, &id);
-    if (!s.ok()) return SendError(ex, log, ErrorFromStatus(s));
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  const std::string text = pipeline->tokenizer().Decode(ids);
+  auto ids = ParseDetokenizeRequest(body, pipeline->tokenizer().id_limit());
+  if (!ids.ok()) return SendError(ex, log, ErrorFromStatus(ids.status()));
+  const std::string text = pipeline->tokenizer().Decode(*ids);
   SendJson(ex, 200, Json{{"prompt", text}, {"content", text}});
 }
 
