@@ -258,6 +258,14 @@ void FindExif(std::span<const uint8_t> b, Decoded* d) {
   }
 }
 
+// jpeg_create_decompress under its own setjmp (it can only fail for lack of memory), in a frame
+// that holds no C++ object, so the longjmp clobbers nothing of DecodeJpeg's (GCC's -Wclobbered).
+[[gnu::noinline]] bool CreateDecompress(JpegState* s) {
+  if (setjmp(s->jump) != 0) return false;
+  jpeg_create_decompress(&s->cinfo);
+  return true;
+}
+
 }  // namespace
 
 StatusOr<Decoded> DecodeJpeg(std::span<const uint8_t> bytes, const std::string& label,
@@ -271,10 +279,9 @@ StatusOr<Decoded> DecodeJpeg(std::span<const uint8_t> bytes, const std::string& 
   s.err.emit_message = OnMessage;
   s.progress.progress_monitor = OnProgress;
   s.cinfo.client_data = &s;
-  if (setjmp(s.jump) != 0) {  // jpeg_create_decompress can only fail for lack of memory
+  if (!CreateDecompress(&s)) {
     return ResourceExhausted(label + ": libjpeg could not start: " + s.message);
   }
-  jpeg_create_decompress(&s.cinfo);
   s.cinfo.progress = &s.progress;
   s.cancelled = &hooks.cancelled;
   bool ok = false;
