@@ -163,8 +163,10 @@ def cases(R, srv):
                 # The server stops reading within 36 KiB (plus what the kernel's socket buffers hold).
                 check(sent < (24 << 20), f"{head[:40]!r}...: the server read {sent >> 20} MiB of an endless line")
                 st = status_of(got) if got else None
+                print(f"     endless line after {head[:24]!r}: {sent >> 10} KiB sent before the server closed, answered {st}")
                 check(st in (None, 400, 413, 414, 431), f"{head[:40]!r}...: answered {st}")
-            bounded(srv, f"an endless line after {head[:40]!r}", one, max_mb=48)
+            grew, took = bounded(srv, f"an endless line after {head[:40]!r}", one, max_mb=48)
+            print(f"       the server's RSS grew {grew:.1f} MB in {took:.2f} s")
     R.run("a request line, header line, chunk-size or extension line without an end", endless_lines, port)
 
     def bodies_not_read():
@@ -265,6 +267,7 @@ def cases(R, srv):
                 t.join()
             resets += sum(1 for d, how in out if how != "eof" or status_of(d) != 200)
         check(resets == 0, f"{resets} of 640 connections were reset or unanswered")
+        print("     64 clients at once, 10 rounds: 0 of 640 reset or unanswered")
     R.run("64 clients connecting at once, 10 rounds: no resets", burst, port)
 
     def idle_connections():
@@ -369,6 +372,7 @@ def trickle_then_sigterm(R, vlstack, model):
             took = time.time() - t0
             check(rc == 0, f"SIGTERM with trickling clients: exit {rc} after {took:.1f} s")
             check(took < 8, f"SIGTERM with trickling clients took {took:.1f} s")
+            print(f"     SIGTERM with 4 trickling and 4 idle clients: exit 0 after {took:.2f} s")
             for s in idle:
                 s.close()
         finally:
