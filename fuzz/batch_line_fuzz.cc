@@ -1,5 +1,5 @@
-// Fuzz target for one line of a `vlstack batch` JSONL file (CONTRACTS §6): ParseBatchLine, the
-// output line written for it (DumpJsonSafe over the id and the error text), and, when the line
+// Fuzz target for one line of a `vlstack batch` JSONL file (docs/contracts.md §6): ParseBatchLine,
+// the output line written for it (DumpJsonSafe over the id and the error text), and, when the line
 // names one of a few fixed input files, the request built from it (PeekInput, the token limit,
 // BatchRequestFromInput) against a tiny Qwen3-VL written once per process.
 //
@@ -98,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   vls::cli::BatchLine line;
   vls::Status s = vls::cli::ParseBatchLine("line 1", text, &line);
-  // The output line of a refused request always serialises (CONTRACTS §6 error line).
+  // The output line of a refused request always serialises (docs/contracts.md §6 error line).
   nlohmann::json out;
   out["id"] = line.id;
   out["tokens"] = nlohmann::json::array();

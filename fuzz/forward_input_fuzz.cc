@@ -1,6 +1,6 @@
-// Fuzz target for the `forward` / `batch` input file (CONTRACTS §6): the bytes of a safetensors
-// file -> SafetensorsFile::FromBuffer -> PeekInput -> ReadRequestInput against two tiny models
-// written once per process (Qwen3-VL with M-RoPE and DeepStack, and a 1-D Qwen3).
+// Fuzz target for the `forward` / `batch` input file (docs/contracts.md §6): the bytes of a
+// safetensors file -> SafetensorsFile::FromBuffer -> PeekInput -> ReadRequestInput against two tiny
+// models written once per process (Qwen3-VL with M-RoPE and DeepStack, and a 1-D Qwen3).
 //
 // Every input must give a Status or a request whose sizes agree with the model and the input:
 // embeddings [S, H], positions [axes, S], decode tokens within the capacity. ASan/UBSan catch

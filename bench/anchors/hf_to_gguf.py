@@ -10,8 +10,8 @@ Debian does not package; this script needs only NumPy and llama.cpp's own `gguf`
 
 The text decoder is written as llama.cpp's `qwen3` architecture. For Qwen3-VL checkpoints that
 is exact for text: with no image, M-RoPE's three position axes are equal and its rotation is
-1-D RoPE (qwen3vl-spec), so only `model.language_model.*` and `lm_head` are kept (the vision
-tower and DeepStack need no GGUF for text benchmarks). Tensors keep the checkpoint's values:
+1-D RoPE (docs/contracts.md §B.1), so only `model.language_model.*` and `lm_head` are kept (the
+vision tower and DeepStack need no GGUF for text benchmarks). Tensors keep the checkpoint's values:
 BF16 weights become F32 exactly, or stay BF16 bit for bit; norms are F32 as llama.cpp wants.
 """
 import argparse

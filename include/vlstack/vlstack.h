@@ -71,7 +71,7 @@ typedef enum vls_status {
 /* Element types of vls_tensor.dtype. */
 typedef enum vls_dtype { VLS_DTYPE_F32 = 0, VLS_DTYPE_I32 = 1 } vls_dtype;
 
-/* Position modes (CONTRACTS §3): positions are i32 [S] in 1-D mode, i32 [3,S] (t,h,w rows)
+/* Position modes (docs/contracts.md §3): positions are i32 [S] in 1-D mode, i32 [3,S] (t,h,w rows)
  * in M-RoPE mode. */
 typedef enum vls_position_mode { VLS_POSITIONS_1D = 0, VLS_POSITIONS_MROPE = 1 } vls_position_mode;
 
@@ -156,7 +156,7 @@ vls_status vls_model_write_artifact(const vls_model* model, const char* path);
 /* Frees a model. NULL is a no-op. REQUIRES: every session of the model is freed first. */
 void vls_model_free(vls_model* model);
 
-/* Writes the artifact identity (CONTRACTS §1, lowercase hex SHA-256, NUL-terminated) into
+/* Writes the artifact identity (docs/contracts.md §1, lowercase hex SHA-256, NUL-terminated) into
  * buf. Fails with VLS_ERR_OUT_OF_RANGE, writing nothing, when len < VLS_IDENTITY_SIZE.
  * The first call hashes every weight (seconds for a 2B model); later calls are cheap. */
 vls_status vls_model_identity(const vls_model* model, char* buf, size_t len);
@@ -217,7 +217,7 @@ vls_status vls_session_prefill_embeddings(vls_session* session, const vls_tensor
                                           int32_t position_mode, const vls_tensor* positions,
                                           int32_t rope_delta);
 
-/* The DeepStack prefill (CONTRACTS §2). Refused on a model without DeepStack.
+/* The DeepStack prefill (docs/contracts.md §2). Refused on a model without DeepStack.
  * visual_positions: i32 [Nv], strictly increasing, each in [0, S), Nv <= Nmax (Nv = 0 is valid)
  * layer_features:   f32 [K, Nv, H], every value finite, H the model's hidden size
  * layer_indices:    i32 [K], equal element for element to the model's target layers
@@ -245,7 +245,8 @@ vls_status vls_session_length(const vls_session* session, int32_t* out);
 /* The committed rope_delta (0 before any prefill). */
 vls_status vls_session_rope_delta(const vls_session* session, int32_t* out);
 
-/* ---- Batch engine (CONTRACTS §4) ------------------------------------------------------------
+/* ---- Batch engine (docs/contracts.md §4)
+ * ------------------------------------------------------------
  *
  * A vls_batch runs many requests over one model: B slots (the `slots` of the model's
  * vls_model_options; each slot has its own KV region of the model's capacity C) and a FIFO
@@ -295,7 +296,7 @@ typedef struct vls_token_event {
   int32_t finish_reason; /* a vls_finish_reason */
 } vls_token_event;
 
-/* Per-request generation options (CONTRACTS §4; sampling as in src/runtime/sampler.h). The
+/* Per-request generation options (docs/contracts.md §4; sampling as in src/runtime/sampler.h). The
  * engine checks every value at submit: a bad value rejects the submit and names the field. */
 typedef struct vls_request_options {
   uint32_t struct_size;     /* sizeof(vls_request_options); at least 56 (ABI 1) */
@@ -344,7 +345,7 @@ vls_status vls_batch_submit_embeddings(vls_batch* batch, const vls_tensor* embed
                                        int32_t rope_delta, const vls_tensor* token_ids,
                                        const vls_request_options* options, uint64_t* out_id);
 
-/* A DeepStack request: the payload as vls_session_prefill_deepstack (CONTRACTS §2, all four
+/* A DeepStack request: the payload as vls_session_prefill_deepstack (docs/contracts.md §2, all four
  * validation layers run before the request is queued). Refused on a model without DeepStack. */
 vls_status vls_batch_submit_deepstack(vls_batch* batch, const vls_tensor* embeddings,
                                       int32_t position_mode, const vls_tensor* positions,

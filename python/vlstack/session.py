@@ -88,7 +88,7 @@ class Session(Handle):
 
     def prefill_deepstack(self, embeddings, visual_positions, features, layers=None, *,
                           token_ids=None, positions=None, rope_delta=0, position_mode=None):
-        """The DeepStack prefill (CONTRACTS §2):
+        """The DeepStack prefill (docs/contracts.md §2):
           embeddings:       float32 [S, H], finite
           visual_positions: int [Nv], strictly increasing, each in [0, S), Nv <= Nmax
           features:         float32 [K, Nv, H], finite

@@ -60,7 +60,7 @@ vls_status Finish(const char* fn, const Status& s) noexcept {
 namespace {
 
 // How a descriptor failure is reported: DeepStack tensors name the layer-1 rule of
-// CONTRACTS §2 ("deepstack.<rule>: ..."), other tensors an "abi.<rule>" of their own.
+// docs/contracts.md §2 ("deepstack.<rule>: ..."), other tensors an "abi.<rule>" of their own.
 enum class Rule { kDType, kRank, kShape, kByteCount, kPointer };
 
 Status DescriptorError(bool deepstack, Rule rule, const std::string& detail) {

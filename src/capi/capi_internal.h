@@ -6,7 +6,7 @@
 // the descriptor checks), capi_model_session.cc (vls_model_*, vls_session_*) and capi_batch.cc
 // (vls_request_*, vls_batch_*).
 //
-// Defense in depth (CONTRACTS §2 layer 4): every descriptor is checked here, on the raw
+// Defense in depth (docs/contracts.md §2 layer 4): every descriptor is checked here, on the raw
 // pointers, before any C++ object is built from it; the value rules then go through the same
 // validators the C++ API uses, explicitly, before the session runs anything. Every entry point
 // catches everything, so no exception leaves the library.

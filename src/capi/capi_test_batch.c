@@ -1,4 +1,4 @@
-/* The batch engine through the C ABI: misuse of the batch calls, the CONTRACTS §3 batch
+/* The batch engine through the C ABI: misuse of the batch calls, the docs/contracts.md §3 batch
  * example, and rejected submits that change nothing (a queued cancel gives memory back); the
  * greedy parity runs are in capi_test_batch_parity.c. */
 #include <math.h>
@@ -48,7 +48,7 @@ void BatchTests(const char* dir_ds, const char* dir_plain, vls_model_options opt
                   "buf");
   }
 
-  /* -- CONTRACTS §3: S=4 with deltas -1, +2, 0 decode first at 3, 6, 4; cancel the +2 and a
+  /* -- docs/contracts.md §3: S=4 with deltas -1, +2, 0 decode first at 3, 6, 4; cancel the +2 and a
    *    4-token text request admitted into its slot gives 4 -- */
   {
     vls_request_options o = vls_request_default_options();

@@ -1,7 +1,7 @@
 /* The C ABI driven from C11: the happy paths, then every rejection case. After each rejected
  * prefill or decode the session must keep its length and rope_delta, and its next decode must
  * give exactly the logits of a control session that never saw the bad call.
- * The batch engine: the CONTRACTS §3 batch example, rejected submits that change nothing,
+ * The batch engine: the docs/contracts.md §3 batch example, rejected submits that change nothing,
  * queued cancels that give memory back, and greedy parity with single sessions (stepped with a
  * one-event array, run until idle, and on the handle's own thread).
  *

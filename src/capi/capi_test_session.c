@@ -263,7 +263,7 @@ void SessionTests(const vls_model* ds, const vls_model* plain) {
     Rejected(&p, "rope_delta makes the decode coordinate negative",
              vls_session_prefill_tokens(p.test, &t, M, NULL, -100), VLS_ERR_OUT_OF_RANGE,
              "rope_delta");
-    /* CONTRACTS §3 pinned example: a failed prefill with +5 leaves the committed delta. */
+    /* docs/contracts.md §3 pinned example: a failed prefill with +5 leaves the committed delta. */
     bad_ids[3] = kVocab;
     t = T1(bad_ids, VLS_DTYPE_I32, kS);
     Rejected(&p, "failed prefill with delta +5", vls_session_prefill_tokens(p.test, &t, M, NULL, 5),

@@ -1,7 +1,7 @@
 /* The C ABI test's shared part: the pass/fail counters and the CHECK macros, tensor
  * descriptors, the fixtures, and the rejection checks that more than one part uses. The parts:
  * capi_test_main.c (setup, version, load, info, identity), capi_test_session.c (sessions and
- * their rejections), capi_test_batch.c (batch misuse, the CONTRACTS §3 example, rejected
+ * their rejections), capi_test_batch.c (batch misuse, the docs/contracts.md §3 example, rejected
  * submits) and capi_test_batch_parity.c (greedy parity with single sessions, the 1-D batch). */
 #ifndef VLSTACK_CAPI_CAPI_TEST_UTIL_H_
 #define VLSTACK_CAPI_CAPI_TEST_UTIL_H_

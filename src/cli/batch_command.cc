@@ -1,4 +1,4 @@
-// `vlstack batch` (CONTRACTS §6): requests from a JSONL file through the continuous-batch
+// `vlstack batch` (docs/contracts.md §6): requests from a JSONL file through the continuous-batch
 // engine; one JSON line per request, in input order.
 //
 // Requests are submitted in input order before the first step, so the engine's FIFO admits
@@ -42,9 +42,10 @@ CommandSpec BatchSpec() {
   spec.usage =
       "usage: vlstack batch --model DIR --requests REQS.jsonl [options]\n"
       "\n"
-      "Runs the requests of a JSONL file through the continuous-batch engine (CONTRACTS §6) and\n"
-      "prints one JSON line per request, in input order. Requests are admitted in input order,\n"
-      "so a later one can reuse the prefix an earlier one left in a free slot.\n"
+      "Runs the requests of a JSONL file through the continuous-batch engine\n"
+      "(docs/contracts.md §6) and prints one JSON line per request, in input order.\n"
+      "Requests are admitted in input order, so a later one can reuse the prefix an earlier\n"
+      "one left in a free slot.\n"
       "\n"
       "Each input line: {\"id\":…, \"input\":\"file.safetensors\" (relative to the JSONL file,\n"
       "the tensors of `vlstack forward`), \"max_new_tokens\":N, \"ignore_eos\":bool,\n"
@@ -147,7 +148,7 @@ Status CheckLine(std::string_view label, const std::string& text, const std::str
                             max_tokens, limit);
 }
 
-// The output line of `l` (CONTRACTS §6). Text from outside (the id, error messages naming
+// The output line of `l` (docs/contracts.md §6). Text from outside (the id, error messages naming
 // files or fields) may hold invalid UTF-8: DumpJsonSafe replaces it rather than throwing.
 std::string OutputLine(const Line& l) {
   Json out;

@@ -1,4 +1,4 @@
-// `vlstack bench`: prompt-processing and generation throughput of a model (CONTRACTS §6), a
+// `vlstack bench`: prompt-processing and generation throughput of a model (docs/contracts.md §6), a
 // serving benchmark and two scenario benchmarks, all through the BatchEngine that serves.
 //
 // Throughput mode (the default): each repetition submits `--slots` requests of
@@ -61,7 +61,7 @@ CommandSpec BenchSpec() {
       "usage: vlstack bench --model DIR [options]\n"
       "\n"
       "Throughput, serving and scenario benchmarks of a model through the batch engine and\n"
-      "sampler that serve (CONTRACTS §6). Prompts are pseudo-random ordinary tokens that\n"
+      "sampler that serve (docs/contracts.md §6). Prompts are pseudo-random ordinary tokens that\n"
       "generate exactly --gen-tokens greedy tokens each (EOS ignored); every event is\n"
       "timestamped as the engine delivers it.\n"
       "\n"

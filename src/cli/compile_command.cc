@@ -1,7 +1,8 @@
 // `vlstack compile`: prepares a model's weights (text decoder and vision tower) once and
 // writes them as an artifact that
 // `--artifact FILE` maps back (model/prepared_artifact.h). The artifact carries the load's
-// identity (CONTRACTS §1), so the bounds given here must match the bounds it is loaded with.
+// identity (docs/contracts.md §1), so the bounds given here must match the bounds it is loaded
+// with.
 #include <chrono>
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-// `vlstack forward` (CONTRACTS §6): one prefill plus optional decode, tensors in and out.
+// `vlstack forward` (docs/contracts.md §6): one prefill plus optional decode, tensors in and out.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -40,8 +40,8 @@ CommandSpec ForwardSpec() {
       "                       [options]\n"
       "\n"
       "One prefill of the request in IN.safetensors, then its decode_tokens fed one at a time\n"
-      "(CONTRACTS §6); the logits are written to OUT.safetensors. Input tensors: input_ids,\n"
-      "inputs_embeds, visual_embeds, position_ids, rope_delta, image_grid_thw,\n"
+      "(docs/contracts.md §6); the logits are written to OUT.safetensors. Input tensors:\n"
+      "input_ids, inputs_embeds, visual_embeds, position_ids, rope_delta, image_grid_thw,\n"
       "deepstack_positions/features/layers, decode_tokens.\n"
       "\n"
       "  --model DIR          model folder: config.json and the safetensors weights (required)\n"

@@ -1,5 +1,5 @@
-// `forward --image` and batch lines with "images" (CONTRACTS §6): a request whose input_ids hold
-// one image pad per image, with the images given as files.
+// `forward --image` and batch lines with "images" (docs/contracts.md §6): a request whose input_ids
+// hold one image pad per image, with the images given as files.
 #ifndef VLSTACK_CLI_IMAGE_REQUEST_H_
 #define VLSTACK_CLI_IMAGE_REQUEST_H_
 

@@ -1,4 +1,4 @@
-// Reading a request from a CONTRACTS §6 input safetensors file (shared by `forward` and
+// Reading a request from a docs/contracts.md §6 input safetensors file (shared by `forward` and
 // `batch`): token ids, embeddings with visual_embeds scattered in, positions and rope_delta
 // (explicit or from get_rope_index), the DeepStack payload and decode tokens. And one line of a
 // `batch` JSONL file, parsed and checked without a model (ParseBatchLine).
@@ -66,8 +66,8 @@ Status CheckRequestTokens(int64_t prompt, int64_t new_tokens, std::string_view n
 // The longest `batch` JSONL line read (16 MiB): a line is a few fields and a file name.
 inline constexpr size_t kMaxBatchLineBytes = size_t{16} << 20;
 
-// One line of a `vlstack batch` JSONL file (CONTRACTS §6), parsed and type-checked. No file is
-// opened: `input` is opened when the request is built, and closed after.
+// One line of a `vlstack batch` JSONL file (docs/contracts.md §6), parsed and type-checked. No file
+// is opened: `input` is opened when the request is built, and closed after.
 struct BatchLine {
   nlohmann::json id;  // as given (any JSON value); null when absent or unreadable
   std::string input;  // the input safetensors file, relative to the JSONL file

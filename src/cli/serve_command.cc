@@ -1,4 +1,4 @@
-// `vlstack serve`: the OpenAI-compatible HTTP server (CONTRACTS §7). The command wires the
+// `vlstack serve`: the OpenAI-compatible HTTP server (docs/contracts.md §7). The command wires the
 // parts together: the listener first (so /health answers 503 "loading" while the weights load),
 // then the model, the image encoder, the chat pipeline and the generation service; SIGTERM or
 // SIGINT drains (new requests 503, those in flight finish within --drain-timeout) and exits 0.

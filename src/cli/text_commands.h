@@ -1,4 +1,4 @@
-// `vlstack tokenize`, `detokenize` and `chat-template` (CONTRACTS §6 text tools).
+// `vlstack tokenize`, `detokenize` and `chat-template` (docs/contracts.md §6 text tools).
 #ifndef VLSTACK_CLI_TEXT_COMMANDS_H_
 #define VLSTACK_CLI_TEXT_COMMANDS_H_
 

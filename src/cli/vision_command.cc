@@ -1,5 +1,5 @@
-// `vlstack vision` (CONTRACTS §6): images (or preprocessed patches) through the vision tower,
-// tensors out: pixel_values, image_grid_thw, visual_embeds, deepstack_features and, with
+// `vlstack vision` (docs/contracts.md §6): images (or preprocessed patches) through the vision
+// tower, tensors out: pixel_values, image_grid_thw, visual_embeds, deepstack_features and, with
 // --diagnostics, patch_embeds, pos_embeds and vision_block.{j}.
 #include <cstdio>
 #include <memory>
@@ -32,7 +32,7 @@ CommandSpec VisionSpec() {
       "preprocessor_config.json says (smart_resize, bicubic resize, normalisation, patches in\n"
       "merge-window order) and writes pixel_values [Np, 3*tp*P*P], image_grid_thw [n,3],\n"
       "visual_embeds [Nv,H] (the main merger) and deepstack_features [K,Nv,H] (the DeepStack\n"
-      "mergers) to OUT.safetensors (CONTRACTS §6).\n"
+      "mergers) to OUT.safetensors (docs/contracts.md §6).\n"
       "\n"
       "  --model DIR          model folder: config.json with vision_config, the weights and\n"
       "                       preprocessor_config.json (required)\n"

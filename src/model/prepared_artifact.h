@@ -16,7 +16,7 @@
 //                          vision tower's (PreparedVisionWeights), M = N - V. Entry offsets are
 //                          relative to the start of their region.
 //
-// The identity is the LoadedModel identity (CONTRACTS §1) of the model the artifact was
+// The identity is the LoadedModel identity (docs/contracts.md §1) of the model the artifact was
 // compiled from; the loader recomputes it from the checkpoint and refuses a mismatch. The
 // identity says which weights the file should hold; data_xxh3_128 (XXH3-128 of all N data
 // bytes, the vision region included, big-endian hex) says that it holds them, so a zeroed or

@@ -38,14 +38,14 @@ inline constexpr int64_t kMaxWeightElements = int64_t{1} << 34;   // one weight 
 inline constexpr int64_t kMaxModelParameters = int64_t{1} << 40;  // the language model's sum
 inline constexpr int kMaxEosTokenIds = 64;  // entries of one eos_token_id list
 
-// Carried explicitly through every API; never guessed from a tensor's rank (CONTRACTS §3).
+// Carried explicitly through every API; never guessed from a tensor's rank (docs/contracts.md §3).
 enum class PositionMode : int { k1D = 0, kMrope = 1 };
 const char* PositionModeName(PositionMode mode);  // "1d" / "mrope"
 
 // Interleaved: Qwen3-VL (THW THW ... TTTT). Chunked: Qwen2-VL (contiguous T, H, W blocks).
 enum class MropeLayout : int { kInterleaved = 0, kChunked = 1 };
 
-// DeepStack target language layers and the static bound Nmax (CONTRACTS §2).
+// DeepStack target language layers and the static bound Nmax (docs/contracts.md §2).
 struct DeepStackConfig {
   std::vector<int> target_layers;  // strictly increasing, each in [0, L)
   // Nmax; 0 when the config derives DeepStack from vision_config and leaves Nmax to the load
@@ -104,7 +104,7 @@ StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir);
 Status MergeGenerationConfig(const std::string& json_text, const std::string& label,
                              Qwen3Config* cfg);
 
-// The rule Nmax <= capacity, checked only once the capacity is chosen (CONTRACTS §2).
+// The rule Nmax <= capacity, checked only once the capacity is chosen (docs/contracts.md §2).
 Status ValidateDeepStackCapacity(const DeepStackConfig& ds, int capacity);
 
 // Canonical one-line-per-field text, used for the artifact identity and `vlstack inspect`.

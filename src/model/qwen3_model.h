@@ -1,4 +1,4 @@
-// The Qwen3 / Qwen3-VL text decoder, written top-down like the reference (qwen3vl-spec §A.2):
+// The Qwen3 / Qwen3-VL text decoder, written top-down like the reference (docs/contracts.md §A.2):
 //
 //   x = Embed[ids]                               (or caller-supplied embeddings)
 //   for each layer l:

@@ -27,7 +27,7 @@ Rope::Rope(const Qwen3Config& cfg) : id_(g_next_rope_id.fetch_add(1)) {
   for (int j = 0; j < half; ++j) {
     int axis = 0;
     if (cfg.mrope_layout == MropeLayout::kInterleaved) {
-      // THW THW ... then T for the tail (qwen3vl-spec §B.1).
+      // THW THW ... then T for the tail (docs/contracts.md §B.1).
       if (j % 3 == 1 && j < 3 * sec[1])
         axis = 1;
       else if (j % 3 == 2 && j < 3 * sec[2])

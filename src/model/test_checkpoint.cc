@@ -76,7 +76,7 @@ std::vector<int> VisionDeepStackIndexes(const TestModelSpec& s) {
   return ds;
 }
 
-// preprocessor_config.json as Qwen3-VL ships it (qwen3vl-spec §D.3), with the spec's sizes.
+// preprocessor_config.json as Qwen3-VL ships it (docs/contracts.md §D.3), with the spec's sizes.
 Json MakePreprocessorConfig(const TestModelSpec& s) {
   Json p;
   p["size"] = {{"longest_edge", s.max_pixels}, {"shortest_edge", s.min_pixels}};
@@ -347,7 +347,7 @@ Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
   TestModelSpec s;
   if (name == "qwen3-vl-2b") {
-    // Qwen3-VL-2B (qwen3vl-spec §E): the 2B text decoder and its 24-block vision tower.
+    // Qwen3-VL-2B (docs/contracts.md §E): the 2B text decoder and its 24-block vision tower.
     s.hidden = 2048, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
     s.intermediate = 6144, s.vocab = 151936;
     s.vision_depth = 24, s.vision_hidden = 1024, s.vision_heads = 16;
@@ -425,7 +425,7 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
              q && s.fp8_lm_head);
   }
   if (s.arch == "qwen3-vl" && s.vision) {
-    // The vision tower in the real layout (qwen3vl-spec §A.3, §D); the text decoder ignores
+    // The vision tower in the real layout (docs/contracts.md §A.3, §D); the text decoder ignores
     // it. Matrices are N(0, 1/fan_in) so every block and merger output stays O(1) and an
     // image visibly steers the text decoder; norms near 1, biases small.
     const auto& vc = cfg["vision_config"];

@@ -60,7 +60,7 @@ struct TestModelSpec {
 };
 
 // A named shape: "tiny", "qwen3-vl-2b" (the released 2B with its vision tower),
-// "qwen3-vl-2b-text" or "qwen3-0.6b" (CONTRACTS §6).
+// "qwen3-vl-2b-text" or "qwen3-0.6b" (docs/contracts.md §6).
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name);
 
 // Writes config.json, generation_config.json (and preprocessor_config.json with a vision

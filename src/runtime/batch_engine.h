@@ -1,5 +1,5 @@
-// The continuous-batch engine (CONTRACTS §4): B slots, each a Session with its own KV region
-// of capacity C, and a FIFO queue of pending requests.
+// The continuous-batch engine (docs/contracts.md §4): B slots, each a Session with its own KV
+// region of capacity C, and a FIFO queue of pending requests.
 //
 // One Step():
 //   1. apply the cancels that arrived since the last step (their slots become free);

@@ -1,4 +1,4 @@
-// BatchEngine's shared decode step (CONTRACTS §4 step 4) and speculative verification:
+// BatchEngine's shared decode step (docs/contracts.md §4 step 4) and speculative verification:
 // drafting (prompt lookup or the draft model), the verify pass, acceptance and the KV rollback
 // (docs/speculative.md). The rest of the engine is in batch_engine.cc.
 #include <algorithm>

@@ -16,8 +16,8 @@
 namespace vls {
 namespace {
 
-// CONTRACTS §3: a batch with S=4 and deltas −1, +2, 0 decodes first at 3, 6, 4; cancelling the
-// +2 request and admitting a 4-token text request into its slot gives 4.
+// docs/contracts.md §3: a batch with S=4 and deltas −1, +2, 0 decodes first at 3, 6, 4; cancelling
+// the +2 request and admitting a 4-token text request into its slot gives 4.
 TEST(BatchEngineTest, PinnedDeltaCoordinatesAndSlotReuse) {
   auto lm = LoadModel("pinned", 3);
   ASSERT_TRUE(lm);

@@ -1,8 +1,8 @@
 // DeepStack: the compact request-owned payload, its validation layers, and the residual hook.
 //
-// Semantics (CONTRACTS §2): after decoder layer l has fully finished, if l == layer_indices[k],
-// add layer_features[k, v, :] to residual row visual_positions[v] for every v < Nv. Only
-// prefill sees DeepStack; no dense [L,S,H] or [S,Nmax,H] buffer is ever built.
+// Semantics (docs/contracts.md §2): after decoder layer l has fully finished, if l ==
+// layer_indices[k], add layer_features[k, v, :] to residual row visual_positions[v] for every v <
+// Nv. Only prefill sees DeepStack; no dense [L,S,H] or [S,Nmax,H] buffer is ever built.
 //
 // Every failure is a Status whose message starts with "deepstack.<rule>:" and names the
 // tensor, so callers (and tests) can tell the rules apart.

@@ -185,8 +185,8 @@ class Observer : public LayerHook {
   std::vector<std::vector<float>> seen;
 };
 
-// CONTRACTS §5: embeddings 1, positions 1..3, features 10 for layers 0,1,2 → visual rows read
-// 11, 21, 31 after the hooks, other rows 1, K/V zero. Exact, in 1-D and M-RoPE, through the
+// docs/contracts.md §5: embeddings 1, positions 1..3, features 10 for layers 0,1,2 → visual rows
+// read 11, 21, 31 after the hooks, other rows 1, K/V zero. Exact, in 1-D and M-RoPE, through the
 // production entry and the diagnostics entry alike.
 TEST(DeepStackFixtureTest, IdentityLayersGiveExactResiduals) {
   for (const char* arch : {"qwen3", "qwen3-vl"}) {

@@ -1,4 +1,4 @@
-// Named entries (CONTRACTS §1): each has a fixed signature and runs a fixed list of stages.
+// Named entries (docs/contracts.md §1): each has a fixed signature and runs a fixed list of stages.
 //
 // An entry's manifest is printed from the same Stage list that runs, so the manifest is what
 // executes. Declaring DeepStack only adds entries; the stage lists of prefill.main,

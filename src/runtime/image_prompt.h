@@ -1,5 +1,5 @@
-// Image prompts (qwen3vl-spec §C.2, §D.5; CONTRACTS §6 `forward --image`): a prompt written with
-// one image pad per image between vision_start and vision_end becomes the request the
+// Image prompts (docs/contracts.md §C.2, §D.5; docs/contracts.md §6 `forward --image`): a prompt
+// written with one image pad per image between vision_start and vision_end becomes the request the
 // DeepStack entry serves. The k-th pad is expanded to the k-th image's t·h·w / merge² pads,
 // the embedding rows of the pads are replaced by the vision tower's merged rows (images in
 // order), positions and rope_delta come from get_rope_index, and the DeepStack payload holds

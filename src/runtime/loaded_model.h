@@ -74,7 +74,7 @@ class LoadedModel {
   // from an artifact or has no vision tower.
   StatusOr<std::unique_ptr<PreparedVisionWeights>> MappedVisionWeights() const;
 
-  // The canonical serialization the identity hashes (CONTRACTS §1), and its SHA-256 in hex.
+  // The canonical serialization the identity hashes (docs/contracts.md §1), and its SHA-256 in hex.
   // The first call hashes every weight's bytes (a few seconds for a 2B model).
   std::string IdentityText() const;
   const std::string& Identity() const;

@@ -44,7 +44,7 @@ struct RopeIndex {
   int32_t rope_delta = 0;  // max(position) + 1 - S
 };
 
-// Qwen3-VL get_rope_index (qwen3vl-spec §B.2) for one unpadded sequence. Each image or video
+// Qwen3-VL get_rope_index (docs/contracts.md §B.2) for one unpadded sequence. Each image or video
 // is a `vision_start` token followed by its pad tokens; a video grid [T,h,w] is treated as T
 // images of [1,h,w]. Every grid passes ValidateGridThw with the config's spatial merge size, and
 // the pad-token runs must match the grids exactly (MergedTokens each).
@@ -54,7 +54,7 @@ StatusOr<RopeIndex> GetRopeIndex(const Qwen3Config& cfg, std::span<const int32_t
 
 // The RoPE coordinate of the row at physical cache index `physical_index` of a sequence with
 // `rope_delta`: physical_index + delta on all three axes, with overflow and negative results
-// refused (CONTRACTS §3).
+// refused (docs/contracts.md §3).
 StatusOr<RopeCoord> DecodeCoordinate(int64_t physical_index, int32_t rope_delta);
 
 }  // namespace vls

@@ -21,7 +21,7 @@ std::vector<int32_t> Axis(const PositionIds& p, int a) {
   return {p.data.begin() + a * p.length, p.data.begin() + (a + 1) * p.length};
 }
 
-// qwen3vl-spec §B.4, image example: t0 t1 t2 <vs> IMG×6 <ve> t3 t4 with grid [1,4,6].
+// docs/contracts.md §B.4, image example: t0 t1 t2 <vs> IMG×6 <ve> t3 t4 with grid [1,4,6].
 TEST(GetRopeIndexTest, WorkedImageExample) {
   const std::vector<int32_t> ids = {1, 2, 3, 100, 102, 102, 102, 102, 102, 102, 101, 4, 5};
   const GridThw grid[] = {{1, 4, 6}};

@@ -3,8 +3,9 @@
 //
 // A request is a prompt (token ids, or embeddings with an optional DeepStack payload, in the
 // model's position mode with a signed rope_delta) plus what to generate. `ValidatePrompt` holds
-// every prompt rule (CONTRACTS §2 layers 2 and 3, §3), `ValidateRequest` adds the generation
-// limits; Session::Prefill* and BatchEngine::Submit both call them, so there is no second copy.
+// every prompt rule (docs/contracts.md §2 layers 2 and 3, §3), `ValidateRequest` adds the
+// generation limits; Session::Prefill* and BatchEngine::Submit both call them, so there is no
+// second copy.
 #ifndef VLSTACK_RUNTIME_REQUEST_H_
 #define VLSTACK_RUNTIME_REQUEST_H_
 

@@ -1,6 +1,6 @@
 // A single sequence over a loaded model: prefill (tokens or embeddings), then decode.
 //
-// The decode-position state (KV length and rope_delta) is transactional (CONTRACTS §3):
+// The decode-position state (KV length and rope_delta) is transactional (docs/contracts.md §3):
 // every input is validated before anything runs, and length/delta are committed only when
 // the prefill succeeds, so a rejected prefill leaves the previous KV, length and delta intact.
 #ifndef VLSTACK_RUNTIME_SESSION_H_

@@ -63,7 +63,7 @@ TEST(SessionTest, DecodeEqualsLongerPrefill) {
   }
 }
 
-// CONTRACTS §3 pinned example: S=4, δ=−2 → first decode coordinate 2; a later failed
+// docs/contracts.md §3 pinned example: S=4, δ=−2 → first decode coordinate 2; a later failed
 // prefill with δ=+5 leaves length, delta and the next decode result untouched.
 TEST(SessionTest, DeltaIsCommittedOnlyWhenPrefillSucceeds) {
   TestModelSpec spec;

@@ -1,5 +1,5 @@
-// The HTTP server of `vlstack serve` (CONTRACTS §7): routes, methods, authentication and body
-// limits (all decided from the header, before a body is read), server-sent events, disconnect
+// The HTTP server of `vlstack serve` (docs/contracts.md §7): routes, methods, authentication and
+// body limits (all decided from the header, before a body is read), server-sent events, disconnect
 // detection, request logs, and the drain on shutdown, over the strict HTTP/1.1 transport of
 // http_transport.h (Boost.Beast; ADR 0023). The OpenAI mapping is openai_request/openai_response;
 // the engine is behind GenerationService.

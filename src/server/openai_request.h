@@ -1,4 +1,4 @@
-// OpenAI request bodies -> the request pipeline's ChatRequest (CONTRACTS §7).
+// OpenAI request bodies -> the request pipeline's ChatRequest (docs/contracts.md §7).
 //
 // /v1/chat/completions takes OpenAI's fields and vLLM's extras; the server-level ones are read
 // here (model, stream, stream_options, n, logprobs as a boolean with top_logprobs, tool_choice,

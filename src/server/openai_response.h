@@ -1,6 +1,6 @@
 // OpenAI response bodies: the chat completion and its stream chunks, the legacy completion,
-// usage, log-probabilities and errors (CONTRACTS §7). Pure: JSON in, JSON out, so the shapes are
-// unit-tested without a model (openai_response_test.cc).
+// usage, log-probabilities and errors (docs/contracts.md §7). Pure: JSON in, JSON out, so the
+// shapes are unit-tested without a model (openai_response_test.cc).
 //
 // ChatResponder turns one request's text deltas (TextStream) into what the client sees:
 //   - streaming: a first chunk with the assistant role, one chunk per non-empty piece of text,

@@ -1,4 +1,5 @@
-// The Qwen3-VL vision tower's configuration: config.json's `vision_config` (qwen3vl-spec §D.1).
+// The Qwen3-VL vision tower's configuration: config.json's `vision_config` (docs/contracts.md
+// §D.1).
 //
 // Parsed from untrusted text under io/untrusted_json.h and the size bounds of
 // model/qwen3_config.h; every refusal names the key ("config.json: vision_config.num_heads: 3

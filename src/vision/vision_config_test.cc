@@ -22,7 +22,7 @@ Qwen3Config Text(int hidden, int deepstack_levels) {
   return t;
 }
 
-// The Qwen3-VL-2B vision_config (qwen3vl-spec §D.1).
+// The Qwen3-VL-2B vision_config (docs/contracts.md §D.1).
 Json Config2B() {
   Json v = {{"depth", 24},
             {"hidden_size", 1024},

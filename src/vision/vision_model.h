@@ -1,4 +1,4 @@
-// The Qwen3-VL vision tower (Qwen3VLVisionModel, qwen3vl-spec §D.2) and its DeepStack mergers
+// The Qwen3-VL vision tower (Qwen3VLVisionModel, docs/contracts.md §D.2) and its DeepStack mergers
 // (§C.1): patch embedding, bilinearly interpolated learned positions, 2-D rotary, `depth`
 // pre-norm ViT blocks with attention segmented per image and temporal group, the main merger
 // after the last block and one DeepStack merger after each block of deepstack_visual_indexes.

@@ -1,5 +1,5 @@
 // vision_encode_tool: runs the vision tower on pixel_values from a safetensors file and writes
-// the CONTRACTS §6 `vlstack vision` output tensors, for the NumPy oracle driver
+// the docs/contracts.md §6 `vlstack vision` output tensors, for the NumPy oracle driver
 // (tests/oracle/vision_cases.py). A test tool, not installed.
 //
 //   vision_encode_tool --model DIR --pixel-values IN.safetensors --output OUT.safetensors

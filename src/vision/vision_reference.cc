@@ -1,5 +1,5 @@
 // VisionModel::ReferenceEncode: the vision tower in plain scalar loops over the checkpoint's
-// own weights (widened to f32), written from qwen3vl-spec §C.1 / §D.2 without the fast path's
+// own weights (widened to f32), written from docs/contracts.md §C.1 / §D.2 without the fast path's
 // helpers. Values are f32; dot products, LayerNorm statistics and softmax sums accumulate in
 // double. It is the oracle the fast path is tested against, not a production path.
 #include <algorithm>

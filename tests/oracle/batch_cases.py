@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""End-to-end oracle check of `vlstack batch` (CONTRACTS §4, §6) against the NumPy reference.
+"""End-to-end oracle check of `vlstack batch` (docs/contracts.md §4, §6) against the NumPy
+reference.
 
 usage: /usr/bin/python3 tests/oracle/batch_cases.py --vlstack PATH_TO_vlstack --work WORKDIR
                                                     [--filter SUBSTR] [--list] [-v]
@@ -210,7 +211,8 @@ class Req:
     def __init__(self, rid, build, max_new, ignore_eos=True, cancel=None, invalid=False, want=None, json_id=None,
                  sens=None, mentions=()):
         self.rid = rid
-        # an error line must name one of these (CONTRACTS §2: say which tensor and which rule)
+        # an error line must name one of these (docs/contracts.md §2: say which tensor and which
+        # rule)
         self.mentions = tuple(mentions)
         # perturbations that must change this request's reference stream (else the inputs are redrawn,
         # so that the request really tests that feature); None: "coord" for every redrawable request
@@ -661,8 +663,9 @@ class Runner:
             if toks:
                 return "FAIL", f"error line carries tokens {toks}", False
             if r.mentions and not any(w.lower() in err.lower() for w in r.mentions):
-                return "FAIL", (f"error message names none of {list(r.mentions)} (CONTRACTS §2: say which "
-                                f"tensor and rule): {err[:200]!r}"), False
+                return "FAIL", (f"error message names none of {list(r.mentions)} "
+                                "(docs/contracts.md §2: say which tensor and rule): "
+                                f"{err[:200]!r}"), False
             return "PASS", f"error: {err[:100]}", False
         if fr == "error":
             return "FAIL", f"valid request failed: {err!r} (reference: {ref['finish_reason']} {ref['tokens']})", False

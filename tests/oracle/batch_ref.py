@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference of `vlstack batch` (CONTRACTS §4, §6), float64 NumPy, one request at a time.
+"""Reference of `vlstack batch` (docs/contracts.md §4, §6), float64 NumPy, one request at a time.
 
 Each request is computed ALONE (the contract's parity rule makes that the expected result of
 any batch): prefill exactly as `forward` does (qwen3_ref.forward: derived or explicit positions,

@@ -6,7 +6,7 @@ must pass every case (it compares the oracle against itself through the whole pi
 With FAKE_VLSTACK_F32=1 the forward is computed in float32, which shows how much of the
 tolerance an f32 engine would use.
 
-`batch` (CONTRACTS §6) is the reference batch_ref.py (each request alone), so
+`batch` (docs/contracts.md §6) is the reference batch_ref.py (each request alone), so
 `batch_cases.py --vlstack tests/oracle/fake_vlstack.py` must pass too. FAKE_VLSTACK_BATCH_BUG
 injects one engine-like bug so the driver can be shown to catch it:
   delta      decode coordinate off by one (S+j+delta+1)

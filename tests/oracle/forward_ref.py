@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference counterpart of `vlstack forward` (CONTRACTS §6), float64 NumPy.
+"""Reference counterpart of `vlstack forward` (docs/contracts.md §6), float64 NumPy.
 
 usage: /usr/bin/python3 forward_ref.py --model DIR --input IN.safetensors
            --output OUT.safetensors [--diagnostics] [--all-logits] [--print-positions]

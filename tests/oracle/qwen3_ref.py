@@ -1,7 +1,8 @@
 """Plain NumPy float64 reference of the Qwen3 / Qwen3-VL text decoder.
 
-Independent oracle for vlstack, written from reference/qwen3vl-spec.md
-(sections A, B, C.2) and CONTRACTS.md (sections 2, 3, 5, 6) only.
+Independent oracle for vlstack, written only from the Hugging Face Qwen3-VL
+math (restated in docs/contracts.md, appendix sections A, B, C.2) and the
+contracts (docs/contracts.md sections 2, 3, 5, 6).
 
 Everything is computed in float64; weights are converted exactly from their
 stored dtype (BF16 via uint16 << 16, F16/F32 by widening).
@@ -378,11 +379,11 @@ class Model:
 
 
 # ----------------------------------------------------------------------------
-# Full forward per CONTRACTS §6
+# Full forward per docs/contracts.md §6
 # ----------------------------------------------------------------------------
 
 def forward(model, inp, diagnostics=False, all_logits=False):
-    """inp: dict of input tensors (CONTRACTS §6). Returns dict of output arrays."""
+    """inp: dict of input tensors (docs/contracts.md §6). Returns dict of output arrays."""
     c = model.cfg
     ids = inp.get("input_ids")
     if ids is not None:
@@ -433,7 +434,7 @@ def forward(model, inp, diagnostics=False, all_logits=False):
         dl = np.asarray(inp.get("deepstack_layers", np.arange(Kd)), dtype=np.int64).reshape(-1)
         if feats.shape != (Kd, dpos.shape[0], c.H) or dl.shape[0] != Kd:
             raise RefError("deepstack payload shapes inconsistent")
-        # CONTRACTS §2 request rules (the oracle refuses what the engine must refuse)
+        # docs/contracts.md §2 request rules (the oracle refuses what the engine must refuse)
         if np.any(np.diff(dpos) <= 0):
             raise RefError("deepstack_positions not strictly increasing")
         if dpos.size and (dpos.min() < 0 or dpos.max() >= S):

@@ -398,13 +398,15 @@ def cases():
     C.append(Case("ds_vl_k4_layers6_f32_untied", VL + ["--deepstack", "4", "--layers", "6", "--dtype", "f32",
                                                        "--untied", "--seed", "36"],
                   _ds_image([(1, 8, 4), (1, 2, 2)], 4, N=2), DIAG + ALL, deepstack=True))
-    # 1-D model declaring DeepStack explicitly (CONTRACTS §2: both keys or neither); make-test-model
-    # refuses --deepstack for --arch qwen3, so the keys are added to its config.json.
+    # 1-D model declaring DeepStack explicitly (docs/contracts.md §2: both keys or neither);
+    # make-test-model refuses --deepstack for --arch qwen3, so the keys are added to its
+    # config.json.
     C.append(Case("ds_qwen3_1d_k2_embeds", QWEN3 + ["--seed", "37"],
                   _ds_embeds(8, [1, 2, 5], 2, N=2, delta=-1, explicit_pos=True, layers=[0, 2]), DIAG, deepstack=True,
                   config_patch={"deepstack_language_layer_indices": [0, 2],
                                 "deepstack_max_visual_positions": 16}))
-    # CONTRACTS §5 fixed fixture: zero projections, unit norms, embeddings 1, features 10 at rows 1..3
+    # docs/contracts.md §5 fixed fixture: zero projections, unit norms, embeddings 1, features 10 at
+    # rows 1..3
     C.append(Case("ds_fixture_contracts5", [], _fixture, DIAG, deepstack=True,
                   own=dict(cfg=testmodel.make_config("qwen3-vl", hidden=8, layers=3, heads=2, kv_heads=1,
                                                      head_dim=4, intermediate=16, vocab=32, deepstack=3),
@@ -578,7 +580,8 @@ class Runner:
             err = p.stderr.decode("utf-8", "replace")
             if case.mentions and not any(w in err for w in case.mentions):
                 raise CaseFail(f"error message names none of {list(case.mentions)} "
-                               f"(CONTRACTS §2: say which tensor and rule): {tail(p.stderr, 200)}")
+                               "(docs/contracts.md §2: say which tensor and rule): "
+                               f"{tail(p.stderr, 200)}")
             return f"rejected (exit {p.returncode}): {tail(p.stderr, 120)}"
         try:
             rp, _ = self.ref_forward(m, inp, case.flags, cdir, "")

@@ -125,7 +125,8 @@ def test_st_roundtrip(tmp):
 
 
 def test_fixture(tmp):
-    """CONTRACTS §5 fixed oracle: identity-like layers, embeddings 1, features 10 for layers 0,1,2."""
+    """docs/contracts.md §5 fixed oracle: identity-like layers, embeddings 1, features 10 for
+    layers 0,1,2."""
     cfg = testmodel.make_config("qwen3-vl", hidden=8, layers=3, heads=2, kv_heads=1, head_dim=4,
                                 intermediate=16, vocab=32, deepstack=3)
     w = testmodel.random_weights(cfg, zero=True)

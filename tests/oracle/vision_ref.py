@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """Independent float64 NumPy reference of the Qwen3-VL vision tower and its DeepStack mergers.
 
-Written from reference/qwen3vl-spec.md §C.1, §D.1, §D.2, §D.4 and the Hugging Face module
-semantics it describes (Qwen3VLVisionModel.forward, fast_pos_embed_interpolate, rot_pos_emb,
+Written from the Qwen3-VL math (docs/contracts.md §C.1, §D.1, §D.2, §D.4) and the Hugging Face
+module semantics it describes (Qwen3VLVisionModel.forward, fast_pos_embed_interpolate, rot_pos_emb,
 Qwen3VLVisionPatchMerger), never from the engine's C++. All math in float64; weights are
 widened exactly from their stored dtype.
 
-CLI twin of `vlstack vision --pixel-values` (CONTRACTS §6):
+CLI twin of `vlstack vision --pixel-values` (docs/contracts.md §6):
     vision_ref.py --model DIR --pixel-values IN.safetensors --output OUT.safetensors [--diagnostics]
 IN holds pixel_values [Np, C·Tp·P·P] (rows in merge-window order) and image_grid_thw i32 [n, 3].
 OUT holds pixel_values, image_grid_thw, visual_embeds [Nv, O], deepstack_features [K, Nv, O]

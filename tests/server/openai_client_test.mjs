@@ -1,4 +1,4 @@
-// `vlstack serve` through the official `openai` npm client (CONTRACTS §7).
+// `vlstack serve` through the official `openai` npm client (docs/contracts.md §7).
 //
 // usage: node tests/server/openai_client_test.mjs --vlstack PATH [--verbose]
 //

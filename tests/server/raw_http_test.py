@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`vlstack serve` against malformed and hostile HTTP, spoken over raw sockets (CONTRACTS §7).
+"""`vlstack serve` against malformed and hostile HTTP, spoken over raw sockets
+(docs/contracts.md §7).
 
 usage: /usr/bin/python3 tests/server/raw_http_test.py --vlstack PATH [--verbose]
 
