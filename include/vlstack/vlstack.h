@@ -1,7 +1,7 @@
 /* vlstack C ABI: load a Qwen3 / Qwen3-VL model, prefill (tokens, embeddings or DeepStack
  * embeddings) and decode, from C or any language with a C FFI.
  *
- * Conventions (STYLE §Habits 5, docs/adr/0002-c-abi.md):
+ * Conventions (docs/style.md §5, docs/adr/0002-c-abi.md):
  *
  * - Handles are opaque (vls_model, vls_session, vls_batch). Every handle a vls_*_create /
  *   vls_*_load call returns is owned by the caller and freed with the matching vls_*_free

@@ -1,4 +1,4 @@
-// Status and StatusOr<T>: errors as values (STYLE §Habits 4).
+// Status and StatusOr<T>: errors as values (docs/style.md §4).
 //
 // Anything a user, a file or a request can cause returns a Status whose message names the
 // tensor, field or rule that failed. Asserts are kept for programmer bugs only.
