@@ -84,8 +84,7 @@ void SendError(HttpExchange& ex, RequestLog& log, const OpenAiError& e, HeaderLi
     std::lock_guard<std::mutex> lock(log.mu);
     log.error = e.message;
   }
-  if (e.status == 503) extra.emplace_back("Retry-After", "1");
-  if (e.status == 429) extra.emplace_back("Retry-After", "1");
+  if (e.status == 429 || e.status == 503) extra.emplace_back("Retry-After", "1");
   SendJson(ex, e.status, ErrorBody(e), extra, close);
 }
 
