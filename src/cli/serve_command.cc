@@ -36,8 +36,10 @@ constexpr const char* kHelp =
     "images as data: URLs, streaming, tools, logprobs), POST /v1/completions, POST /tokenize,\n"
     "POST /detokenize, GET /v1/models, GET /health, GET /metrics (Prometheus) and a chat page\n"
     "at /. Prints a line with `listening on http://HOST:PORT` once it accepts connections\n"
-    "(/health answers 503 until the model is loaded, then 200), and one JSON line per request\n"
-    "on stderr. SIGTERM or Ctrl-C: stops taking requests, finishes those in flight, exits 0.\n"
+    "(/health and /health/ready answer 503 until the model is loaded, then 200; /health/live\n"
+    "answers 200 throughout), and one JSON line per request on stderr (with the caller's\n"
+    "X-Request-Id when a load balancer sends one). SIGTERM or Ctrl-C: stops taking requests\n"
+    "(503), finishes those in flight, exits 0.\n"
     "\n"
     "  --model DIR            model folder: weights, config.json, tokenizer.json, the chat\n"
     "                         template, preprocessor_config.json for images\n"
@@ -47,7 +49,7 @@ constexpr const char* kHelp =
     "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port N               port (default 8080; 0 picks a free one)\n"
     "  --api-key KEY          require `Authorization: Bearer KEY` on every endpoint but / and\n"
-    "                         /health (default: the VLSTACK_API_KEY environment variable, else\n"
+    "                         /health* (default: the VLSTACK_API_KEY environment variable, else\n"
     "                         none)\n"
     "  --slots B              requests generated at once (default 4)\n"
     "  --capacity C           context capacity per slot in tokens (default 4096)\n"
@@ -57,7 +59,10 @@ constexpr const char* kHelp =
     "  --max-messages N       most messages in one request (default 1024)\n"
     "  --allow-local-files DIR  image parts may name files under DIR (default: only data:\n"
     "                         URLs)\n"
-    "  --drain-timeout S      seconds SIGTERM waits for requests in flight (default 30)\n"
+    "  --drain-timeout S      seconds SIGTERM waits for requests in flight (default 30); until\n"
+    "                         they finish /health/ready answers 503 \"draining\"\n"
+    "  --overload-status N    a full queue's answer, with Retry-After: 429 (default) or 503\n"
+    "                         (behind a load balancer that retries another replica on 503)\n"
     "  --prefill-chunk N      most prompt tokens prefilled per engine step (default 64)\n"
     "  --http-threads N       requests computed at once, a thread each, started as needed\n"
     "                         (default 1024; idle connections cost no thread)\n"
@@ -111,6 +116,11 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 1024, 4, 16384));
   f.http.http_threads = static_cast<int>(threads);
   f.http.log_requests = !args.Has("quiet");
+  VLS_ASSIGN_OR_RETURN(long long overload, args.Int("overload-status", 429, 429, 503));
+  if (overload != 429 && overload != 503) {
+    return InvalidArgument("--overload-status must be 429 or 503, not " + std::to_string(overload));
+  }
+  f.http.overload_status = static_cast<int>(overload);
   if (auto dir = args.Get("allow-local-files")) {
     if (!std::filesystem::is_directory(*dir)) {
       return InvalidArgument("--allow-local-files: '" + *dir + "' is not a folder");
@@ -234,7 +244,7 @@ CommandSpec ServeSpec() {
   spec.value_flags = {"model",         "model-name",    "host",         "port",
                       "api-key",       "slots",         "capacity",     "max-queue",
                       "max-body-mb",   "max-images",    "max-messages", "allow-local-files",
-                      "drain-timeout", "prefill-chunk", "http-threads"};
+                      "drain-timeout", "prefill-chunk", "http-threads", "overload-status"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"quiet"};

@@ -36,6 +36,7 @@ double MsSince(Clock::time_point t) {
 // written once both the response has ended (on the I/O thread) and the computation has returned.
 struct RequestLog {
   std::string id;
+  std::string request_id;  // the caller's X-Request-Id (a load balancer's), when valid
   Clock::time_point start = Clock::now();
   std::string endpoint = "other";
   std::string method, path;
@@ -68,7 +69,7 @@ std::string_view EndpointOf(const std::string& path) {
   if (path == "/tokenize") return "tokenize";
   if (path == "/detokenize") return "detokenize";
   if (path.rfind("/v1/models", 0) == 0) return "models";
-  if (path == "/health") return "health";
+  if (path == "/health" || path.rfind("/health/", 0) == 0) return "health";
   if (path == "/metrics") return "metrics";
   return "other";
 }
@@ -97,6 +98,18 @@ bool KeyMatches(std::string_view sent, const std::string& key) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// The caller's request id (X-Request-Id, set by a load balancer) when it is safe to log and echo:
+// 1-128 characters of letters, digits and - _ . : / + = @. Empty otherwise.
+std::string_view ValidRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return {};
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("-_.:/+=@").find(c) != std::string_view::npos;
+    if (!ok) return {};
+  }
+  return id;
+}
+
 // Counts a generation being answered (its body may still be streaming) while it lives.
 class ActiveGuard {
  public:
@@ -113,7 +126,8 @@ class ActiveGuard {
 // the header, without reading a body.
 enum class Route {
   kNone,
-  kHealth,
+  kHealth,  // /health and /health/ready: readiness
+  kLive,    // /health/live: liveness
   kModels,
   kModel,
   kMetrics,
@@ -125,7 +139,8 @@ enum class Route {
 };
 
 Route RouteOf(const std::string& path) {
-  if (path == "/health") return Route::kHealth;
+  if (path == "/health" || path == "/health/ready") return Route::kHealth;
+  if (path == "/health/live") return Route::kLive;
   if (path == "/v1/models") return Route::kModels;
   if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return Route::kModel;
   if (path == "/metrics") return Route::kMetrics;
@@ -164,6 +179,15 @@ struct HttpServer::Impl : TransportHandler {
   HeadDecision OnHead(const ExchangePtr& ex) override;
   void OnRefused(const RequestHead& head, int status, std::string_view why) override;
 
+  // A full queue's 429 as --overload-status says (503 behind a balancer that retries on it).
+  OpenAiError Overloaded(OpenAiError e) const {
+    if (e.status == 429 && options.overload_status == 503) {
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "overloaded";
+    }
+    return e;
+  }
   // Answers 503 (and returns null) while loading or draining.
   GenerationService* Open(HttpExchange& ex, RequestLog& log);
   bool ParseBody(HttpExchange& ex, RequestLog& log, Json* body);
@@ -215,7 +239,7 @@ std::optional<QueueTicket> HttpServer::Impl::Reserve(HttpExchange& ex, RequestLo
                                                      GenerationService& svc) {
   auto ticket = svc.Reserve();
   if (!ticket.ok()) {
-    SendError(ex, log, ErrorFromStatus(ticket.status()));
+    SendError(ex, log, Overloaded(ErrorFromStatus(ticket.status())));
     return std::nullopt;
   }
   return std::move(*ticket);
@@ -260,7 +284,7 @@ void HttpServer::Impl::Generate(HttpExchange& ex, RequestLog& log, GenerationSer
                                 PreparedChat chat, QueueTicket ticket,
                                 std::unique_ptr<Responder> responder, bool stream) {
   auto submitted = svc.Submit(std::move(chat), std::move(ticket));
-  if (!submitted.ok()) return SendError(ex, log, ErrorFromStatus(submitted.status()));
+  if (!submitted.ok()) return SendError(ex, log, Overloaded(ErrorFromStatus(submitted.status())));
   ActiveGuard guard(&answering);
   std::shared_ptr<RequestHandle> handle = std::move(*submitted);
   auto note = [&](const Responder& r, bool cancelled) {
@@ -415,9 +439,15 @@ void HttpServer::Impl::AnswerGet(HttpExchange& ex, RequestLog& log, Route route)
   };
   switch (route) {
     case Route::kHealth:
-      if (service.load() == nullptr) return SendJson(ex, 503, Json{{"status", "loading"}});
-      if (draining.load()) return SendJson(ex, 503, Json{{"status", "draining"}}, {}, true);
-      return SendJson(ex, 200, Json{{"status", "ok"}});
+    case Route::kLive: {
+      // Live: the process answers. Ready: it takes new work (loaded, not draining).
+      const char* state = service.load() == nullptr ? "loading"
+                          : draining.load()         ? "draining"
+                                                    : "ok";
+      const bool ready = std::string_view(state) == "ok";
+      const int status = route == Route::kLive || ready ? 200 : 503;
+      return SendJson(ex, status, Json{{"status", state}, {"live", true}, {"ready", ready}});
+    }
     case Route::kModels:
       return SendJson(ex, 200, Json{{"object", "list"}, {"data", Json::array({model_json()})}});
     case Route::kModel: {
@@ -451,6 +481,8 @@ HeadDecision HttpServer::Impl::OnHead(const ExchangePtr& ex) {
   log->endpoint = std::string(EndpointOf(h.path));
   log->method = h.method.substr(0, 16);
   log->path = h.path.substr(0, 200);
+  log->request_id = std::string(ValidRequestId(h.Header("X-Request-Id")));
+  ex->AddHeader("X-Request-Id", log->request_id.empty() ? log->id : log->request_id);
   ex->OnDone([this, log](int status, bool /*complete*/) {
     {
       std::lock_guard<std::mutex> lock(log->mu);
@@ -466,7 +498,8 @@ HeadDecision HttpServer::Impl::OnHead(const ExchangePtr& ex) {
     return {};
   }
   // Authentication first: nothing about the routes is told to a client without the key.
-  if (!options.api_key.empty() && route != Route::kHealth && route != Route::kPage) {
+  if (!options.api_key.empty() && route != Route::kHealth && route != Route::kLive &&
+      route != Route::kPage) {
     std::string_view sent;
     const std::string_view auth = h.Header("Authorization");
     if (auth.size() >= 7 && auth.substr(0, 7) == "Bearer ") {
@@ -533,6 +566,7 @@ void HttpServer::Impl::OnRefused(const RequestHead& head, int status, std::strin
   log->endpoint = std::string(EndpointOf(head.path));
   log->method = head.method.substr(0, 16);
   log->path = head.path.substr(0, 200);
+  log->request_id = std::string(ValidRequestId(head.Header("X-Request-Id")));
   log->status = status;
   log->error = std::string(why);
   if (status == 0) log->cancelled = true;
@@ -582,8 +616,12 @@ void HttpServer::Impl::WriteLog(RequestLog& l) {
   }
   // Health probes come every few seconds from load balancers: counted, not logged.
   if (!options.log_requests || l.endpoint == "health") return;
-  Json line{{"event", "request"}, {"id", l.id},         {"method", l.method},
-            {"path", l.path},     {"status", l.status}, {"outcome", outcome}};
+  Json line{{"event", "request"}, {"id", l.id}};
+  if (!l.request_id.empty()) line["request_id"] = l.request_id;
+  line["method"] = l.method;
+  line["path"] = l.path;
+  line["status"] = l.status;
+  line["outcome"] = outcome;
   if (l.generation) {
     line["prompt_tokens"] = l.usage.prompt_tokens;
     line["cached_tokens"] = l.usage.cached_tokens;
@@ -640,6 +678,9 @@ bool HttpServer::Drain(std::chrono::milliseconds timeout) {
       svc->WaitIdle(std::chrono::milliseconds(2000));
     }
   }
+  // Until now a new connection (a balancer's health check) read "draining"; from now on it is
+  // refused.
+  m.transport->CloseListener();
   // Let the answers finish writing (bounded: a client that reads nothing is dropped), then stop.
   const Clock::time_point until = Clock::now() + std::chrono::seconds(5);
   while ((m.answering.load() > 0 || m.transport->connections() > 0) && Clock::now() < until) {

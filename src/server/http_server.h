@@ -6,8 +6,10 @@
 //
 // Life cycle: Bind() (the port is taken and accepts connections: /health answers 503
 // "loading"), SetReady() once the model is loaded, Run() on one thread until Stop(). Drain()
-// (SIGTERM): /health and new requests answer 503, requests in flight finish (up to the timeout,
-// then they are cancelled), then the server stops.
+// (SIGTERM): /health/ready (and /health) and new requests answer 503 at once, while
+// /health/live stays 200; requests in flight finish (up to the timeout, then they are
+// cancelled); then the listener closes and the server stops. A load balancer's X-Request-Id is
+// logged and echoed (the server's own id otherwise).
 //
 // Every request gets one JSON log line on stderr (id, method, path, status, tokens, timings) and
 // is counted in the metrics by endpoint and outcome.
@@ -35,11 +37,12 @@ struct HttpOptions {
   std::string api_key;   // empty: no authentication
   size_t max_body_bytes = size_t{64} << 20;
   RequestLimits limits;
-  int http_threads = 1024;   // requests computed at once (a thread each, started as needed)
-  int read_timeout_s = 10;   // a header not complete, or a body making no progress, this long
-  int write_timeout_s = 30;  // a client that reads nothing for this long is dropped
-  int backlog = 1024;        // connections the kernel queues before they are accepted
-  bool log_requests = true;  // one JSON line per request on stderr
+  int http_threads = 1024;    // requests computed at once (a thread each, started as needed)
+  int read_timeout_s = 10;    // a header not complete, or a body making no progress, this long
+  int write_timeout_s = 30;   // a client that reads nothing for this long is dropped
+  int backlog = 1024;         // connections the kernel queues before they are accepted
+  bool log_requests = true;   // one JSON line per request on stderr
+  int overload_status = 429;  // a full queue's answer: 429, or 503 behind a load balancer
 };
 
 class HttpServer {

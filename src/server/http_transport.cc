@@ -114,8 +114,8 @@ struct HttpTransport::Impl {
   WorkerPool workers;
   std::unordered_set<Session*> sessions;  // I/O thread only
   std::atomic<size_t> open{0};
-  bool draining = false;  // I/O thread only
-  bool stopped = false;   // I/O thread only
+  std::atomic<bool> draining{false};  // set on the I/O thread, read by writers too
+  bool stopped = false;               // I/O thread only
 
   Impl(TransportOptions o, TransportHandler* h)
       : options(std::move(o)), handler(h), workers(options.max_workers) {}
@@ -168,6 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
     status_ = status;
   }
   bool BodyRead() const { return body_read_; }
+  bool Draining() const { return t_->draining.load(); }
   const TransportOptions& options() const { return t_->options; }
 
  private:
@@ -196,6 +197,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::function<void(std::shared_ptr<HttpExchange>)> run_;
   bool body_read_ = true;    // the request's body (if any) was consumed
   bool keep_alive_ = false;  // the request allows another on this connection
+  bool served_ = false;      // a response was written on this connection
   std::string out_buf_;      // being written (I/O thread)
   size_t out_done_ = 0;      // ... of which the kernel has taken this much
   std::array<char, 16384> scratch_{};
@@ -230,11 +232,11 @@ class Exchange final : public HttpExchange {
 
   void Reply(int status, std::string_view content_type, std::string body, const HeaderList& extra,
              bool close) override {
-    close = close || MustClose();
+    close = close || MustClose() || s_->Draining();
     s_->SetStatus(status);
     const bool no_body = status == 204 || status == 304;
     std::string out =
-        ResponseHead(status, content_type, extra,
+        ResponseHead(status, content_type, WithCommon(extra),
                      no_body ? std::nullopt : std::optional<size_t>(body.size()), false, close);
     if (head_.method != "HEAD" && !no_body) out += body;
     s_->Queue(std::move(out), /*end=*/true, close);
@@ -242,11 +244,11 @@ class Exchange final : public HttpExchange {
 
   void BeginStream(int status, std::string_view content_type, const HeaderList& extra) override {
     chunked_ = head_.version >= 11;
-    const bool close = !chunked_ || MustClose();
+    const bool close = !chunked_ || MustClose() || s_->Draining();
     s_->SetStatus(status);
     close_ = close;
-    s_->Queue(ResponseHead(status, content_type, extra, std::nullopt, chunked_, close), false,
-              close);
+    s_->Queue(ResponseHead(status, content_type, WithCommon(extra), std::nullopt, chunked_, close),
+              false, close);
   }
 
   bool Write(std::string_view data) override {
@@ -268,13 +270,23 @@ class Exchange final : public HttpExchange {
 
   void OnDone(std::function<void(int, bool)> done) override { s_->SetDone(std::move(done), 0); }
 
+  void AddHeader(std::string name, std::string value) override {
+    common_.emplace_back(std::move(name), std::move(value));
+  }
+
  private:
+  HeaderList WithCommon(const HeaderList& extra) const {
+    HeaderList all = common_;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  }
   // A request whose body was not read ends the connection after its answer.
   bool MustClose() const { return head_.has_body && !s_->BodyRead(); }
 
   std::shared_ptr<Session> s_;
   RequestHead head_;
   std::string body_;
+  HeaderList common_;
   bool chunked_ = true;
   bool close_ = false;
 };
@@ -283,7 +295,8 @@ class Exchange final : public HttpExchange {
 
 void Session::WaitForRequest() {
   state_ = State::kIdle;
-  if (t_->draining || t_->stopped) return Close();
+  // Draining: a connection made since answers one request (the health check's "draining").
+  if (t_->stopped || (t_->draining && served_)) return Close();
   if (buffer_.size() > 0) return ReadHeader();  // a pipelined request is already here
   // The keep-alive wait: up to idle_timeout for the first byte of the next request.
   stream_.expires_after(t_->options.idle_timeout);
@@ -517,6 +530,7 @@ void Session::FinishResponse(bool complete) {
     end_ = close_ = false;
   }
   Done(complete);
+  served_ = true;
   exchange_.reset();
   const bool keep = !close && keep_alive_ && body_read_;
   if (!body_read_) return Linger();
@@ -645,10 +659,16 @@ void HttpTransport::BeginDrain() {
   auto m = impl_;
   net::post(m->ioc, [m] {
     m->draining = true;
-    beast::error_code ec;
-    m->acceptor.close(ec);  // new connections are refused from now on
     std::vector<Session*> all(m->sessions.begin(), m->sessions.end());
     for (Session* s : all) s->OnDrain();
+  });
+}
+
+void HttpTransport::CloseListener() {
+  auto m = impl_;
+  net::post(m->ioc, [m] {
+    beast::error_code ec;
+    m->acceptor.close(ec);
   });
 }
 

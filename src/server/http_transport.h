@@ -87,6 +87,8 @@ class HttpExchange {
   virtual bool PeerGone() const = 0;
   // Called once on the I/O thread when the response has been written (`complete`) or failed.
   virtual void OnDone(std::function<void(int status, bool complete)> done) = 0;
+  // A header every response of this exchange carries (the request id); before Reply/BeginStream.
+  virtual void AddHeader(std::string name, std::string value) = 0;
 };
 
 // What the handler decides from the header alone.
@@ -118,9 +120,12 @@ class HttpTransport {
   StatusOr<int> Bind();
   // Serves until Stop(); returns when the listener has closed and every connection has ended.
   Status Run();
-  // Draining: the listener closes (new connections are refused), idle and half-received
-  // connections are closed now, and each answer still in progress ends its connection.
+  // Draining: idle and half-received connections are closed now, and every answer from now on
+  // ends its connection. The listener stays open, so that a load balancer's health check reads
+  // "draining" rather than a refused connection, until CloseListener().
   void BeginDrain();
+  // New connections are refused from now on.
+  void CloseListener();
   // Closes the listener and every connection (a streaming Write() returns false); Run() returns
   // once the handlers still running have returned.
   void Stop();
