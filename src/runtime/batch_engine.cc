@@ -404,21 +404,29 @@ void BatchEngine::Admit(StepResult* out) {
 void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   Fault("admit", p.id);
   std::vector<RowKey> keys = PromptKeys(p.request);
-  // The free slot whose valid rows share the longest prefix; among equals the least recently
-  // admitted one, so a slot holding a useful prefix is kept for longest.
+  // The free slot whose valid rows share the longest prefix with the prompt, counted only when
+  // the prompt keeps at least half of what the slot holds; otherwise the slot holds another
+  // conversation, and taking it for the few rows they share (a chat template's first tokens)
+  // would throw that conversation's cache away while an empty or older slot is free. Among
+  // equals the least recently admitted one, so a slot holding a useful prefix is kept longest.
+  // The slot chosen reuses whatever prefix it shares.
   Slot* best = nullptr;
-  size_t best_match = 0;
+  size_t best_match = 0, best_score = 0;
   for (Slot* s : free) {
     size_t match = 0;
     if (options_.prefix_reuse) {
       const size_t valid = std::min(s->kept.size(), static_cast<size_t>(s->session->valid_rows()));
       const size_t n = std::min(valid, keys.size());
       while (match < n && s->kept[match] == keys[match]) ++match;
-    }
-    if (best == nullptr || match > best_match ||
-        (match == best_match && s->admitted_seq < best->admitted_seq)) {
+      const size_t score = 2 * match >= valid ? match : 0;
+      if (best == nullptr || score > best_score ||
+          (score == best_score && s->admitted_seq < best->admitted_seq)) {
+        best = s;
+        best_match = match;
+        best_score = score;
+      }
+    } else if (best == nullptr || s->admitted_seq < best->admitted_seq) {
       best = s;
-      best_match = match;
     }
   }
   Slot& slot = *best;

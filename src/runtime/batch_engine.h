@@ -6,6 +6,9 @@
 //   2. admit queued requests into free slots, each into the free slot whose kept rows share the
 //      longest prefix with its prompt (prefix reuse: token ids, positions and the content of
 //      embedding rows and DeepStack features all have to match), so only the rest is prefilled;
+//      a slot counts as a match only when the prompt keeps at least half of its rows, else an
+//      empty or the least recently admitted slot is taken, so that a new conversation does not
+//      evict another's cache for the template tokens they share;
 //   3. prefill: at most `prefill_chunk` prompt rows in this step over the prefilling slots, in
 //      admission order, so one long prompt never stalls the decode of the others; a slot whose
 //      prompt is complete samples its first token;

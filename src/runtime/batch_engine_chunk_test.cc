@@ -204,6 +204,44 @@ TEST(PrefixReuseTest, ASecondTurnReusesTheFirstTurnsRowsWithTheSameOutput) {
   EXPECT_EQ(again[1].tokens, again[0].tokens);
 }
 
+// A new conversation that shares only its first rows with a slot's conversation (a chat
+// template's opening tokens) takes an empty slot rather than evict that conversation, whose next
+// turn then reuses all its rows; a slot is a match when the prompt keeps half its rows or more.
+TEST(PrefixReuseTest, ANewConversationDoesNotEvictAnotherForAFewSharedRows) {
+  auto lm = LoadModel("reuse_slots", 2, 64);
+  ASSERT_TRUE(lm);
+  const std::vector<int32_t> x1 = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+  const std::vector<int32_t> y = {3, 1, 7, 7, 7, 8, 8, 8};  // shares 2 rows with x1
+  std::map<uint64_t, int32_t> cached;
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  BatchEngine e(*lm, [&](const TokenEvent& ev) {
+    cached[ev.request_id] = ev.cached_tokens;
+    if (ev.token >= 0) tokens[ev.request_id].push_back(ev.token);
+    return true;
+  });
+  auto run = [&](const std::vector<int32_t>& ids, int max_new) {
+    auto id = e.Submit(Text(ids, 0, max_new));
+    EXPECT_TRUE(id.ok());
+    e.RunUntilIdle();
+    return id.ok() ? *id : 0;
+  };
+  const uint64_t a = run(x1, 4);
+  const uint64_t b = run(y, 4);
+  EXPECT_EQ(cached[b], 0);  // the empty slot, not x1's for 2 shared rows
+  std::vector<int32_t> x2 = x1;
+  x2.insert(x2.end(), tokens[a].begin(), tokens[a].end());
+  x2.push_back(21);
+  const uint64_t c = run(x2, 2);
+  EXPECT_EQ(cached[c], static_cast<int32_t>(x1.size() + 3));
+  // Both slots hold a conversation now: a third one takes the least recently admitted slot
+  // (y's) and still reuses the rows it shares with it.
+  const uint64_t d = run({3, 1, 7, 7, 1, 1}, 2);
+  EXPECT_EQ(cached[d], 4);
+  // x's conversation kept its slot throughout.
+  const uint64_t f = run(x2, 2);
+  EXPECT_EQ(cached[f], static_cast<int32_t>(x2.size() - 1));
+}
+
 // A different image behind the same pad ids is never reused; the same image is.
 TEST(PrefixReuseTest, ADifferentImageBehindTheSamePadsIsNotReused) {
   auto lm = LoadModel("reuse_image", 1, 64);
