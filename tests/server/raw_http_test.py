@@ -838,6 +838,33 @@ def slowloris(R, vls, model):
         srv.stop(signal.SIGKILL)
 
 
+def overload_status(R, vls, model):
+    # --overload-status 503 (behind a load balancer that retries on 503): a full queue answers
+    # 503 with Retry-After and code "overloaded"; the flag takes only 429 or 503.
+    bad = subprocess.run([vls, "serve", "--model", model, "--overload-status", "500"],
+                         capture_output=True, text=True, timeout=60)
+    R.run("--overload-status 500 is refused", lambda: check(
+        bad.returncode != 0 and "--overload-status" in bad.stderr, f"{bad.returncode} {bad.stderr[-300:]}"))
+    srv = Server(vls, ["--model", model, "--port", "0", "--slots", "1", "--max-queue", "0",
+                       "--overload-status", "503", "--precision", "f32", "--threads", "1"])
+
+    def case():
+        body = json.dumps({"messages": USER, "max_tokens": 2000, "ignore_eos": True, "stream": True}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        try:
+            s.sendall(post_bytes(CHAT, body))
+            check(s.recv(65536).startswith(b"HTTP/1.1 200"), "the long stream did not start")
+            st, h, b = request(srv.port, "POST", CHAT, {"messages": USER, "max_tokens": 2}, timeout=10)
+            check(st == 503 and h.get("retry-after") == "1" and json.loads(b)["error"]["code"] == "overloaded",
+                  f"a full queue with --overload-status 503: {st} {h} {b[:200]!r}")
+        finally:
+            s.close()
+    try:
+        R.run("--overload-status 503: a full queue answers 503 + Retry-After", case)
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
 srv_main = None
 
 
@@ -871,6 +898,7 @@ def main():
             srv_main.stop(signal.SIGKILL)
         queue_and_drain(R, a.vlstack, model, work)
         slowloris(R, a.vlstack, model)
+        overload_status(R, a.vlstack, model)
     sys.exit(R.finish())
 
 
