@@ -53,8 +53,9 @@ def check(cond, msg):
         raise Failure(msg)
 
 
-def post(port, body, headers=None, timeout=120):
-    """One chat request; a record of what the client saw (status, replica, completeness, times)."""
+def post(port, body, headers=None, timeout=120, on_headers=None):
+    """One chat request; a record of what the client saw (status, replica, completeness, times).
+    on_headers(record) is called once the response's header has arrived."""
     rec = {"start": time.time(), "stream": bool(body.get("stream")), "status": 0, "replica": None,
            "complete": False, "error": None}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -65,6 +66,8 @@ def post(port, body, headers=None, timeout=120):
         rec["status"] = r.status
         rec["replica"] = r.getheader("X-Vlstack-Replica")
         rec["headers_at"] = time.time()
+        if on_headers:
+            on_headers(rec)
         if rec["stream"]:
             data = b""
             while True:
@@ -294,11 +297,36 @@ def retries(cl):
     return out
 
 
+def session_on(cl, name):
+    """A conversation key the balancer routes to `name`."""
+    for k in range(500):
+        rec = post(cl.port, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+                   {"X-Session-Id": f"pin-{k}"})
+        if ok(rec) and rec["replica"] == name:
+            return f"pin-{k}"
+    raise Failure(f"no conversation key reaches {name}")
+
+
 def failover(cl):
     victim = 1
     name = f"vls{victim + 1}"
+    pinned_key = session_on(cl, name)
     with Load(cl.port, "failover") as load:
-        time.sleep(4)
+        time.sleep(3)
+        # A long stream on the victim, surely running when it dies.
+        started = threading.Event()
+        pinned = {}
+
+        def pinned_stream():
+            pinned.update(post(cl.port, {"messages": [{"role": "user", "content": "A long story."}],
+                                         "max_tokens": 1500, "ignore_eos": True, "stream": True},
+                               {"X-Session-Id": pinned_key, "X-Request-Id": "pinned"},
+                               on_headers=lambda r: started.set()))
+            started.set()
+        pin = threading.Thread(target=pinned_stream)
+        pin.start()
+        check(started.wait(30), "the pinned stream did not start")
+        time.sleep(0.2)
         t_kill = time.time()
         code = cl.stop_replica(victim, signal.SIGKILL)
         check(code == -signal.SIGKILL, f"SIGKILL: exit {code}")
@@ -309,7 +337,11 @@ def failover(cl):
         cl.wait_servers_up([victim])
         t_back = time.time()
         time.sleep(4)
-    recs = load.records
+        pin.join()
+    check(pinned.get("replica") == name and not ok(pinned) and pinned["end"] - t_kill < 5,
+          f"the stream pinned to {name} should end with an error when it dies: {pinned}")
+    pinned["id"] = "pinned"
+    recs = load.records + [pinned]
     failed = [r for r in recs if not ok(r)]
     running = [r for r in recs if r["replica"] == name and r["start"] < t_kill < r["end"]]
     # What failed: only streams the killed replica was running (headers sent before the kill).
@@ -338,8 +370,9 @@ def failover(cl):
     after = [r for r in recs if r["start"] > t_back]
     check(any(r["replica"] == name and ok(r) for r in after),
           f"no request reached {name} after it was back ({len(after)} requests)")
+    kinds = sorted({(r["error"] or "ended without [DONE]").split(":")[0] for r in cut_streams})
     print(f"     {len(recs)} requests; {len(cut_streams)} streams cut by the kill (each ended with "
-          f"an error within {max(r['end'] - t_kill for r in cut_streams):.2f} s), "
+          f"an error within {max(r['end'] - t_kill for r in cut_streams):.2f} s: {', '.join(kinds)}), "
           f"{len(retried)} retried by the balancer and answered elsewhere ({len(computing)} of "
           f"them being computed on it when it died), "
           f"{len(during)} requests during the outage all answered by the others, "
