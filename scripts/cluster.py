@@ -24,6 +24,7 @@ import http.client
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,14 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "deploy/haproxy/haproxy.cfg")
 LUA = os.path.join(REPO, "deploy/haproxy/conversation_key.lua")
+
+
+def find_haproxy():
+    """HAProxy's binary: on PATH, or where Debian puts it (/usr/sbin, not on a user's PATH)."""
+    found = shutil.which("haproxy")
+    if found is None and os.access("/usr/sbin/haproxy", os.X_OK):
+        found = "/usr/sbin/haproxy"
+    return found
 
 
 def free_ports(n):
@@ -149,12 +158,16 @@ class Cluster:
         with open(cfg, "w") as f:
             f.write(render_config(self.replica_ports, self.port, self.stats_port, self.logs,
                                   self.balance))
-        check = subprocess.run(["haproxy", "-c", "-q", "-f", cfg], capture_output=True, text=True)
+        haproxy = find_haproxy()
+        if haproxy is None:
+            raise RuntimeError("haproxy is not installed (Debian package haproxy; "
+                               "scripts/install_deps.sh installs it)")
+        check = subprocess.run([haproxy, "-c", "-q", "-f", cfg], capture_output=True, text=True)
         if check.returncode != 0:
             raise RuntimeError(f"haproxy -c {cfg}: {check.stdout}{check.stderr}")
         log = open(os.path.join(self.logs, "haproxy.log"), "a")
         # -db: in the foreground, logging to stdout (the config logs to stdout).
-        self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdin=subprocess.DEVNULL,
+        self.haproxy = subprocess.Popen([haproxy, "-db", "-f", cfg], stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=log)
         log.close()
         self.wait_servers_up(range(len(self.replica_ports)))
@@ -303,19 +316,27 @@ def demo(cl):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vlstack", default=os.path.join(REPO, "build/src/cli/vlstack"))
+    ap.add_argument("--vlstack", default=os.path.join(REPO, "build/src/cli/vlstack"),
+                    help="the vlstack binary (default: build/src/cli/vlstack)")
     ap.add_argument("--model", required=True, help="the model folder every replica serves")
-    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=3, help="how many (default 3)")
     ap.add_argument("--port", type=int, default=8080, help="HAProxy's port; replicas take the next")
     ap.add_argument("--stats-port", type=int, default=None, help="HAProxy's metrics and status "
                     "page (default: --port + 324, i.e. 8404)")
-    ap.add_argument("--logs", default="cluster-logs")
-    ap.add_argument("--balance", default="hash", choices=["hash", "roundrobin"])
-    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("--logs", default="cluster-logs", help="the folder of every log and the "
+                    "rendered haproxy.cfg (default cluster-logs)")
+    ap.add_argument("--balance", default="hash", choices=["hash", "roundrobin"],
+                    help="hash: by conversation (default); roundrobin: for comparison")
+    ap.add_argument("--demo", action="store_true", help="talk to the cluster (affinity, a "
+                    "rolling restart under load), then stop")
     ap.add_argument("serve_args", nargs="*", help="after --: flags for every `vlstack serve`")
     a = ap.parse_args()
     if a.replicas < 1 or a.replicas > 64:
         ap.error("--replicas: 1 to 64")
+    if not os.access(a.vlstack, os.X_OK):
+        ap.error(f"--vlstack: {a.vlstack} is not an executable (build it: scripts/build.sh)")
+    if not os.path.isdir(a.model):
+        ap.error(f"--model: {a.model} is not a folder")
     cl = Cluster(a.vlstack, a.model, a.replicas, a.port, a.stats_port, a.logs, a.serve_args,
                  a.balance)
     stopping = threading.Event()
@@ -335,6 +356,9 @@ def main():
                     break
     except KeyboardInterrupt:
         pass
+    except RuntimeError as e:
+        print(f"[cluster] error: {e}", file=sys.stderr, flush=True)
+        ok = False
     finally:
         cl.say("stopping: the replicas drain, then HAProxy")
         cl.stop()

@@ -414,7 +414,7 @@ def main():
     ap.add_argument("--vlstack", required=True)
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     a = ap.parse_args()
-    if shutil.which("haproxy") is None:
+    if cluster.find_haproxy() is None:
         print("skip: haproxy is not installed (scripts/deps.txt)")
         return 77
     if not os.path.exists(TOKENIZER):
