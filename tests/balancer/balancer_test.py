@@ -165,9 +165,13 @@ def affinity(cl, work):
           f"{moved_hash} of 30 conversations moved replica")
     print(f"     round robin:        {100 * mean_rr:.1f}% cached on average, {100 * covered_rr:.0f}% "
           f"of the prompts at >= 90%")
-    check(covered_hash >= 0.9 and mean_hash >= 0.9,
-          f"affinity: {100 * covered_hash:.0f}% of the follow-up prompts had >= 90% of their "
-          f"previous context cached (mean {100 * mean_hash:.1f}%)")
+    # At least 90% of the previous context cached, over the follow-up prompts. A prompt short of
+    # it is a turn the bounded load moved to another replica (its home had twice the average of
+    # requests in flight): by design, 0-3 of the 30 conversations here (ADR 0024), each costing
+    # one or two turns. So the mean must reach 90% and most prompts (85%) must each.
+    check(mean_hash >= 0.9 and covered_hash >= 0.85,
+          f"affinity: {100 * mean_hash:.1f}% of the previous context cached on average, "
+          f"{100 * covered_hash:.0f}% of the follow-up prompts at >= 90% (moved: {moved_hash})")
     check(mean_hash > mean_rr + 0.2, f"hashing ({mean_hash:.2f}) not clearly above round robin "
           f"({mean_rr:.2f})")
 
