@@ -69,7 +69,7 @@ std::string_view EndpointOf(const std::string& path) {
   if (path == "/tokenize") return "tokenize";
   if (path == "/detokenize") return "detokenize";
   if (path.rfind("/v1/models", 0) == 0) return "models";
-  if (path == "/health" || path.rfind("/health/", 0) == 0) return "health";
+  if (path == "/health" || path == "/health/live" || path == "/health/ready") return "health";
   if (path == "/metrics") return "metrics";
   return "other";
 }
