@@ -70,10 +70,10 @@ class RefError(ValueError):
     pass
 
 
-def read_config(cfg=None, fps=None, max_frames=None):
+def read_config(cfg=None, fps=None, max_frames=None, num_frames=None):
     """Effective settings from a video_preprocessor_config.json dict (None: class defaults) and
-    the call's overrides (fps, max_frames), as Qwen3VLVideoProcessor resolves them."""
-    c = dict(DEFAULTS)
+    the call's overrides (fps, max_frames, num_frames), as Qwen3VLVideoProcessor resolves them."""
+    c = dict(DEFAULTS, num_frames=None)
     cfg = cfg or {}
     for k in ("patch_size", "temporal_patch_size", "merge_size", "fps", "min_frames", "max_frames",
               "image_mean", "image_std", "rescale_factor", "do_resize", "do_rescale",
@@ -89,6 +89,8 @@ def read_config(cfg=None, fps=None, max_frames=None):
         c["fps"] = fps
     if max_frames is not None:
         c["max_frames"] = max_frames
+    if num_frames is not None:
+        c["num_frames"] = num_frames
     return c
 
 
@@ -128,7 +130,10 @@ def video_metadata(path):
 
 
 def sample_frames(total, video_fps, c):
-    """Qwen3VLVideoProcessor.sample_frames with fps sampling (num_frames None)."""
+    """Qwen3VLVideoProcessor.sample_frames: a given num_frames is taken as is (no clamp), else
+    fps sampling clamped to [min_frames, max_frames] and the frame count."""
+    if c.get("num_frames") is not None:
+        return np.linspace(0, total - 1, c["num_frames"]).round().astype(int)
     fps = c["fps"]
     if video_fps is None:
         video_fps = 24.0   # transformers' fallback when the metadata has no fps
@@ -403,6 +408,7 @@ def selftest(tokenizer_json=None):
     assert sample_frames(3, 30.0, c).tolist() == [0, 1, 2]                        # total < 4
     assert sample_frames(120, 30.0, read_config(max_frames=6)).tolist() == [0, 24, 48, 71, 95, 119]
     assert len(sample_frames(100000, 1.0, c)) == 768
+    assert sample_frames(35, 10.0, read_config(num_frames=5)).tolist() == [0, 8, 17, 26, 34]
     # Timestamps: odd count pads with the last index; 0.25 formats as 0.2 (exact binary half).
     assert calculate_timestamps([0, 6, 13, 19], 10.0) == [0.3, 1.6]
     assert calculate_timestamps([0, 1, 2], 2.0) == [0.25, 1.0]
@@ -493,13 +499,14 @@ def main():
     ap.add_argument("--config")
     ap.add_argument("--fps", type=float)
     ap.add_argument("--max-frames", type=int)
+    ap.add_argument("--num-frames", type=int)
     ap.add_argument("--output")
     a = ap.parse_args()
     if a.selftest or not a.video:
         selftest(a.tokenizer)
     if a.video:
         cfg = json.load(open(a.config)) if a.config else None
-        r = process_video(a.video, read_config(cfg, a.fps, a.max_frames))
+        r = process_video(a.video, read_config(cfg, a.fps, a.max_frames, a.num_frames))
         print(json.dumps({"total": r["total"], "fps": r["fps"], "rotation": r["rotation"],
                           "indices": r["indices"].tolist(), "grid": list(r["grid"]),
                           "timestamps": r["timestamps"],
