@@ -60,11 +60,17 @@ CommandSpec ForwardSpec() {
       "                       encoded by the vision tower, each pad expanded to its image's\n"
       "                       tokens, positions derived (get_rope_index) and the prefill runs\n"
       "                       through the DeepStack entry. Also writes input_ids (expanded),\n"
-      "                       image_grid_thw, position_ids and rope_delta\n"
+      "                       image_grid_thw, position_ids and rope_delta\n" +
+      VideoFlagsHelp() +
+      "                       input_ids then holds <|vision_start|><|video_pad|><|vision_end|>\n"
+      "                       per video; each becomes its temporal groups, each written\n"
+      "                       '<t seconds>' (tokenized with the folder's tokenizer.json),\n"
+      "                       vision_start, its pads, vision_end. Also writes video_grid_thw\n"
       "  --generate N         greedy-decode up to N tokens after the prefill (stopping after an\n"
       "                       EOS id), written as generated_tokens (not with decode_tokens)\n" +
       LoadFlagsHelp("f32") + "  --help               this text\n";
-  spec.value_flags = {"model", "input", "output", "capacity", "image", "generate"};
+  spec.value_flags = {"model", "input",    "output", "capacity",   "image",
+                      "video", "generate", "fps",    "max-frames", "num-frames"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.bool_flags = {"diagnostics", "all-logits"};
   spec.example =
@@ -84,7 +90,7 @@ Status Forward(const Args& args) {
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "f32", &lo));
   const bool diagnostics = args.Has("diagnostics");
   const bool all_logits = args.Has("all-logits");
-  const std::vector<std::string> image_files = args.GetAll("image");
+  VLS_ASSIGN_OR_RETURN(const VisualFiles visual, VisualFilesFromArgs(args));
   VLS_ASSIGN_OR_RETURN(long long generate, args.Int("generate", 0, 0, 1 << 24));
 
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> in, SafetensorsFile::Open(in_path));
@@ -93,16 +99,12 @@ Status Forward(const Args& args) {
     return InvalidArgument("--generate and the input's decode_tokens exclude each other");
   }
   lengths.decode += generate;
-  std::vector<GridThw> planned;
-  if (!image_files.empty()) {
-    VLS_RETURN_IF_ERROR(CheckImageInputTensors(*in).WithContext("--input"));
-    VLS_ASSIGN_OR_RETURN(planned, PlanImageGrids(model_dir, image_files));
-  }
+  if (!visual.empty()) VLS_RETURN_IF_ERROR(CheckImageInputTensors(*in).WithContext("--input"));
   // The capacity covers the prompt and the decode tokens (and a config-declared Nmax). Without
   // --capacity the input may ask for at most the model's max_position_embeddings.
   VLS_ASSIGN_OR_RETURN(Qwen3Config file_cfg, LoadQwen3Config(model_dir));
-  if (!image_files.empty()) {
-    lengths.prompt = ExpandedLength(lengths.prompt, planned, file_cfg.spatial_merge_size);
+  if (!visual.empty()) {
+    VLS_ASSIGN_OR_RETURN(lengths.prompt, PlanExpandedLength(model_dir, lengths.prompt, visual));
   }
   const bool given = args.Has("capacity");
   VLS_RETURN_IF_ERROR(
@@ -127,13 +129,17 @@ Status Forward(const Args& args) {
   const int64_t H = cfg.hidden;
   RequestInput req;
   VisualFeatures features;
-  if (image_files.empty()) {
+  if (visual.empty()) {
     VLS_ASSIGN_OR_RETURN(req, ReadRequestInput(*in, *model, capacity));
   } else {
     VLS_ASSIGN_OR_RETURN(std::unique_ptr<ImageEncoder> encoder,
                          ImageEncoder::Load(model_dir, *loaded, ImageEncoderOptions{}));
-    VLS_ASSIGN_OR_RETURN(req,
-                         ReadImageRequestInput(*in, *loaded, *encoder, image_files, &features));
+    std::unique_ptr<tok::Tokenizer> tokenizer;
+    if (!visual.videos.empty()) {
+      VLS_ASSIGN_OR_RETURN(tokenizer, LoadTimestampTokenizer(model_dir));
+    }
+    VLS_ASSIGN_OR_RETURN(
+        req, ReadVisualRequestInput(*in, *loaded, *encoder, visual, tokenizer.get(), &features));
   }
   const int64_t S = req.length;
   const int32_t delta = req.rope_delta;
@@ -192,11 +198,15 @@ Status Forward(const Args& args) {
     add("generated_tokens",
         HostTensor::FromI32({static_cast<int64_t>(generated.size())}, generated));
   }
-  if (!image_files.empty()) {
+  if (!visual.empty()) {
     add("input_ids", HostTensor::FromI32({S}, req.ids));
-    std::vector<int32_t> g;
-    for (const GridThw& t : features.grids) g.insert(g.end(), {t.t, t.h, t.w});
-    add("image_grid_thw", HostTensor::FromI32({static_cast<int64_t>(features.grids.size()), 3}, g));
+    const auto add_grids = [&](const char* name, const std::vector<GridThw>& grids) {
+      std::vector<int32_t> g;
+      for (const GridThw& t : grids) g.insert(g.end(), {t.t, t.h, t.w});
+      add(name, HostTensor::FromI32({static_cast<int64_t>(grids.size()), 3}, g));
+    };
+    if (!visual.images.empty()) add_grids("image_grid_thw", features.ImageGrids());
+    if (!visual.videos.empty()) add_grids("video_grid_thw", features.VideoGrids());
     add("position_ids", HostTensor::FromI32({3, S}, req.positions.data));
     add("rope_delta", HostTensor::FromI32({1}, std::vector<int32_t>{delta}));
   }

@@ -48,6 +48,10 @@ constexpr const char* kHelpHead =
     "                       the (first) user turn; the model folder needs its vision tower\n"
     "                       and preprocessor_config.json. In a chat the picture stays in the\n"
     "                       conversation and is encoded once (encoder cache)\n"
+    "  --video FILE         (repeatable) a video (MP4, WebM, ...) placed before the text of\n"
+    "                       the (first) user turn, after the images (docs/video.md)\n"
+    "  --fps F              video frames sampled per second (default: the model's config, 2)\n"
+    "  --max-frames N       at most N frames sampled per video (default: the config's, 768)\n"
     "  --max-tokens N       most tokens to generate per turn (default: until an end-of-turn\n"
     "                       token or the context capacity)\n"
     "  --temperature T      0 is greedy. Default: the model's generation_config.json sampling\n"
@@ -123,6 +127,7 @@ void PrintSpeculation(const BatchEngine& engine) {
 struct Options {
   std::string system;
   std::vector<std::string> images;  // --image files, before the first user turn's text
+  std::vector<std::string> videos;  // --video files, after the images
   ChatRequest base;                 // sampling, limits and stop strings shared by every turn
 };
 
@@ -130,7 +135,19 @@ StatusOr<Options> ParseOptions(const Args& args, const ChatPipeline& pipeline) {
   Options o;
   o.system = args.Get("system").value_or("");
   o.images = args.GetAll("image");
+  o.videos = args.GetAll("video");
   ChatRequest& r = o.base;
+  if (o.videos.empty() && (args.Has("fps") || args.Has("max-frames"))) {
+    return InvalidArgument("--fps and --max-frames need --video");
+  }
+  if (args.Has("fps")) {
+    VLS_ASSIGN_OR_RETURN(double fps, args.Double("fps", 0));
+    r.video.fps = fps;
+  }
+  if (args.Has("max-frames")) {
+    VLS_ASSIGN_OR_RETURN(long long n, args.Int("max-frames", 0, 1, kMaxVideoFrames));
+    r.video.max_frames = static_cast<int>(n);
+  }
   r.sampling = pipeline.generation_defaults();
   if (args.Has("temperature")) {
     VLS_ASSIGN_OR_RETURN(double t, args.Double("temperature", 0.0));
@@ -191,11 +208,13 @@ Json Message(const char* role, const std::string& content) {
   return Json{{"role", role}, {"content", content}};
 }
 
-// A user turn: the images first (as the Qwen3-VL examples place them), then the text.
-Json UserMessage(const std::string& text, const std::vector<std::string>& images) {
-  if (images.empty()) return Message("user", text);
+// A user turn: the images and videos first (as the Qwen3-VL examples place them), then the text.
+Json UserMessage(const std::string& text, const std::vector<std::string>& images,
+                 const std::vector<std::string>& videos) {
+  if (images.empty() && videos.empty()) return Message("user", text);
   Json content = Json::array();
   for (const std::string& f : images) content.push_back(Json{{"type", "image"}, {"image", f}});
+  for (const std::string& f : videos) content.push_back(Json{{"type", "video"}, {"video", f}});
   content.push_back(Json{{"type", "text"}, {"text", text}});
   return Json{{"role", "user"}, {"content", content}};
 }
@@ -217,7 +236,8 @@ int Chat(BatchEngine& engine, const ChatPipeline& pipeline, const Options& o, Tu
     if (line.empty()) continue;
     const bool first = std::none_of(messages.begin(), messages.end(),
                                     [](const Json& m) { return m["role"] == "user"; });
-    messages.push_back(UserMessage(line, first ? o.images : std::vector<std::string>{}));
+    messages.push_back(UserMessage(line, first ? o.images : std::vector<std::string>{},
+                                   first ? o.videos : std::vector<std::string>{}));
     ChatRequest req = o.base;
     req.messages = messages;
     Turn turn;
@@ -253,9 +273,11 @@ int Run(const Args& args) {
   ChatPipelineOptions po;
   po.media.allow_files = true;  // the user's own files, named on the command line
   std::unique_ptr<ImageEncoder> encoder;
-  if (!args.GetAll("image").empty()) {
+  if (!args.GetAll("image").empty() || !args.GetAll("video").empty()) {
     auto e = ImageEncoder::Load(*dir, **model, ImageEncoderOptions{});
-    if (!e.ok()) return RunFail(e.status().WithContext("--image"));
+    if (!e.ok()) {
+      return RunFail(e.status().WithContext(args.GetAll("image").empty() ? "--video" : "--image"));
+    }
     encoder = std::move(*e);
     po.images = encoder.get();
   }
@@ -311,7 +333,7 @@ int Run(const Args& args) {
   }
   ChatRequest req = options->base;
   if (!options->system.empty()) req.messages.push_back(Message("system", options->system));
-  req.messages.push_back(UserMessage(prompt, options->images));
+  req.messages.push_back(UserMessage(prompt, options->images, options->videos));
   Turn turn;
   Status s = RunTurn(engine, **pipeline, req, current, &turn);
   if (!s.ok()) return RunFail(s);
@@ -329,8 +351,9 @@ CommandSpec RunSpec() {
   spec.name = "run";
   spec.usage = std::string(kHelpHead) + SpeculativeFlagsHelp() + kHelpTail;
   spec.usage.insert(spec.usage.find("  --help "), CheckWeightsFlagsHelp());
-  spec.value_flags = {"model", "prompt", "system", "image", "max-tokens", "temperature",
-                      "top-p", "top-k",  "seed",   "stop",  "capacity",   "prefill-chunk"};
+  spec.value_flags = {"model", "prompt",     "system",     "image",       "video",
+                      "fps",   "max-frames", "max-tokens", "temperature", "top-p",
+                      "top-k", "seed",       "stop",       "capacity",    "prefill-chunk"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = LoadBoolFlagNames();

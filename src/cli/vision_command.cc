@@ -8,14 +8,18 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/image_request.h"
 #include "cli/load_flags.h"
 #include "image/decode.h"
 #include "io/safetensors.h"
 #include "kernels/dispatch.h"
 #include "model/qwen3_config.h"
 #include "runtime/image_encoder.h"
+#include "runtime/media_source.h"
+#include "video/video_decode.h"
 #include "vision/image_processor_config.h"
 #include "vision/preprocess.h"
+#include "vision/video_preprocess.h"
 #include "vision/vision_config.h"
 #include "vision/vision_model.h"
 
@@ -24,7 +28,8 @@ CommandSpec VisionSpec() {
   CommandSpec spec;
   spec.name = "vision";
   spec.usage =
-      "usage: vlstack vision --model DIR (--image FILE ... | --pixel-values IN.safetensors)\n"
+      "usage: vlstack vision --model DIR (--image FILE ... | --video FILE ... |\n"
+      "                      --pixel-values IN.safetensors)\n"
       "                      --output OUT.safetensors [options]\n"
       "\n"
       "Runs the vision tower of a Qwen3-VL model folder: decodes the images (JPEG, PNG, WebP;\n"
@@ -37,7 +42,13 @@ CommandSpec VisionSpec() {
       "  --model DIR          model folder: config.json with vision_config, the weights and\n"
       "                       preprocessor_config.json (required)\n"
       "                       or Org/Name: a Hugging Face repository id in the local cache\n"
-      "  --image FILE         an image; repeat for several (each one item, in order)\n"
+      "  --image FILE         an image; repeat for several (each one item, in order)\n" +
+      VideoFlagsHelp() +
+      "                       (instead of images) each video one [T,h,w] item; also writes\n"
+      "                       video_grid_thw [n,3] (instead of image_grid_thw),\n"
+      "                       video_frame_indices [frames] (the sampled frames, in decode\n"
+      "                       order) and video_timestamps [sum T] (seconds per group)\n" +
+      "
       "  --pixel-values FILE  instead of images: pixel_values f32 [Np, 3*tp*P*P] (rows in\n"
       "                       merge-window order) and image_grid_thw i32 [n,3]\n"
       "  --output FILE        where the tensors go (required)\n"
@@ -46,7 +57,8 @@ CommandSpec VisionSpec() {
       "  --precision P        f32 (default), bf16 or int8: the tower's matmul precision\n"
       "  --threads N          kernel threads (default 0: all cores)\n"
       "  --help               this text\n";
-  spec.value_flags = {"model", "image", "pixel-values", "output", "precision", "threads"};
+  spec.value_flags = {"model",   "image", "pixel-values", "output",     "precision",
+                      "threads", "video", "fps",          "max-frames", "num-frames"};
   spec.bool_flags = {"diagnostics"};
   spec.example =
       "  vlstack vision --model ./model --image photo.jpg --output features.safetensors\n";
@@ -94,10 +106,13 @@ StatusOr<PixelValues> ReadPixelValues(const std::string& path, int64_t patch_dim
 Status Vision(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::string model_dir, ModelDirFlag(args));
   VLS_ASSIGN_OR_RETURN(std::string out_path, args.Require("output"));
-  const std::vector<std::string> images = args.GetAll("image");
+  VLS_ASSIGN_OR_RETURN(const VisualFiles visual, VisualFilesFromArgs(args));
+  const std::vector<std::string>& images = visual.images;
   const auto pv_path = args.Get("pixel-values");
-  if (images.empty() == !pv_path.has_value()) {
-    return InvalidArgument("give either --image FILE (one or more) or --pixel-values FILE");
+  if (int{!images.empty()} + int{!visual.videos.empty()} + int{pv_path.has_value()} != 1) {
+    return InvalidArgument(
+        "give one of --image FILE (one or more), --video FILE (one or more) or --pixel-values "
+        "FILE");
   }
   kernels::Precision precision = kernels::Precision::kF32;
   if (auto p = args.Get("precision")) {
@@ -115,6 +130,8 @@ Status Vision(const Args& args) {
   VLS_ASSIGN_OR_RETURN(std::optional<VisionConfig> vcfg, LoadVisionConfig(model_dir, text));
   if (!vcfg) return InvalidArgument(model_dir + ": config.json has no vision_config");
   PixelValues pv;
+  std::vector<int32_t> frame_indices;  // videos: the sampled frames
+  std::vector<float> timestamps;       // videos: seconds per temporal group
   if (!images.empty()) {
     VLS_ASSIGN_OR_RETURN(ImageProcessorConfig pc, LoadModelImageProcessorConfig(model_dir));
     // One image at a time, so an error names its file; the patches are concatenated.
@@ -126,6 +143,26 @@ Status Vision(const Args& args) {
       pv.rows += one->rows;
       pv.cols = one->cols;
       pv.grids.push_back(one->grids[0]);
+    }
+  } else if (!visual.videos.empty()) {
+    VLS_ASSIGN_OR_RETURN(VideoProcessorConfig vc, LoadVideoProcessorConfig(model_dir));
+    VLS_RETURN_IF_ERROR(CheckVideoConfigAgainstVision(vc, *vcfg).WithContext(model_dir));
+    for (const std::string& f : visual.videos) {
+      VLS_ASSIGN_OR_RETURN(MediaBytes bytes, ReadVideoPart(nlohmann::ordered_json{{"video", f}},
+                                                           MediaPolicy{.allow_files = true}));
+      VLS_ASSIGN_OR_RETURN(VideoPlan plan, PlanVideoBytes(bytes.bytes, bytes.label, vc,
+                                                          ImageEncoderOptions{}, visual.video));
+      VLS_ASSIGN_OR_RETURN(
+          std::vector<image::RgbImage> frames,
+          video::DecodeFrames(bytes.bytes, bytes.label, plan.summary.frame_indices));
+      auto one = PreprocessVideo(frames, vc);
+      if (!one.ok()) return one.status().WithContext(f);
+      pv.data.insert(pv.data.end(), one->data.begin(), one->data.end());
+      pv.rows += one->rows;
+      pv.cols = one->cols;
+      pv.grids.push_back(one->grids[0]);
+      for (int64_t i : plan.summary.frame_indices) frame_indices.push_back(static_cast<int32_t>(i));
+      for (double t : plan.summary.timestamps) timestamps.push_back(static_cast<float>(t));
     }
   } else {
     VLS_ASSIGN_OR_RETURN(pv, ReadPixelValues(*pv_path, vcfg->patch_dim()));
@@ -150,7 +187,15 @@ Status Vision(const Args& args) {
   add("pixel_values", HostTensor::FromF32({pv.rows, pv.cols}, pv.data));
   std::vector<int32_t> g;
   for (const GridThw& t : pv.grids) g.insert(g.end(), {t.t, t.h, t.w});
-  add("image_grid_thw", HostTensor::FromI32({static_cast<int64_t>(pv.grids.size()), 3}, g));
+  const bool videos = !visual.videos.empty();
+  add(videos ? "video_grid_thw" : "image_grid_thw",
+      HostTensor::FromI32({static_cast<int64_t>(pv.grids.size()), 3}, g));
+  if (videos) {
+    add("video_frame_indices",
+        HostTensor::FromI32({static_cast<int64_t>(frame_indices.size())}, frame_indices));
+    add("video_timestamps",
+        HostTensor::FromF32({static_cast<int64_t>(timestamps.size())}, timestamps));
+  }
   add("visual_embeds", HostTensor::FromF32({out.tokens, H}, out.embeds));
   add("deepstack_features", HostTensor::FromF32({K, out.tokens, H}, out.deepstack));
   if (diagnostics) {
@@ -161,10 +206,10 @@ Status Vision(const Args& args) {
     }
   }
   VLS_RETURN_IF_ERROR(WriteSafetensors(out_path, tensors));
-  std::fprintf(stderr, "[vision] %s: %zu image(s), %lld patches -> %lld tokens (%s) -> %s\n",
-               model_dir.c_str(), pv.grids.size(), static_cast<long long>(pv.rows),
-               static_cast<long long>(out.tokens), kernels::PrecisionName(precision),
-               out_path.c_str());
+  std::fprintf(stderr, "[vision] %s: %zu %s, %lld patches -> %lld tokens (%s) -> %s\n",
+               model_dir.c_str(), pv.grids.size(), videos ? "video(s)" : "image(s)",
+               static_cast<long long>(pv.rows), static_cast<long long>(out.tokens),
+               kernels::PrecisionName(precision), out_path.c_str());
   return Status::Ok();
 }
 

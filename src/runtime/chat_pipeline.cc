@@ -11,6 +11,7 @@
 #include "model/qwen3_config.h"
 #include "runtime/positions.h"
 #include "runtime/stop_matcher.h"
+#include "runtime/video_prompt.h"
 #include "tokenizer/chat_template.h"
 
 namespace vls {
@@ -104,6 +105,28 @@ uint64_t VerbatimTextBytes(const Json& messages) {
     }
   }
   return n;
+}
+
+// A video part's own sampling options ("fps", "max_frames", "num_frames"), over the request's.
+StatusOr<VideoSamplingOptions> VideoPartOptions(const Json& part,
+                                                const VideoSamplingOptions& defaults) {
+  VideoSamplingOptions o = defaults;
+  if (auto it = part.find("fps"); it != part.end() && !it->is_null()) {
+    if (!it->is_number()) return InvalidArgument("\"fps\" must be a number").WithParam("fps");
+    o.fps = it->get<double>();
+    o.num_frames.reset();
+  }
+  for (const char* key : {"max_frames", "num_frames"}) {
+    auto it = part.find(key);
+    if (it == part.end() || it->is_null()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > INT32_MAX) {
+      return InvalidArgument("\"" + std::string(key) + "\" must be a positive integer")
+          .WithParam(key);
+    }
+    (std::string(key) == "max_frames" ? o.max_frames : o.num_frames) = it->get<int>();
+    if (std::string(key) == "num_frames") o.fps.reset();
+  }
+  return o;
 }
 
 bool IsMediaType(const std::string& t) {
@@ -260,27 +283,31 @@ StatusOr<std::string> ChatPipeline::Render(const ChatRequest& request) const {
 StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request,
                                              const std::function<bool()>& cancelled) const {
   VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(request.messages));
-  for (const MediaItem& m : media) {
-    if (m.kind == MediaItem::Kind::kVideo) {
-      return Status(StatusCode::kUnimplemented, "messages[" + std::to_string(m.message_index) +
-                                                    "].content[" + std::to_string(m.part_index) +
-                                                    "]: videos are not supported yet");
-    }
-  }
   VLS_RETURN_IF_ERROR(ValidateStopStrings(request.stop));
   VLS_RETURN_IF_ERROR(CheckTextFits(request));
 
   PreparedChat out;
   VLS_ASSIGN_OR_RETURN(out.prompt, Render(request));
+  const Qwen3Config& cfg = model_.config();
+  if (!media.empty()) {
+    VLS_ASSIGN_OR_RETURN(out.images, EncodeMedia(media, request.video, cancelled));
+    if (!out.images.videos.empty()) {
+      // Each video's timestamps and groups are written into the text before tokenization, as
+      // Qwen3VLProcessor does (video_prompt.h).
+      VideoTokenTexts texts;
+      texts.vision_start = tokenizer_->Decode(std::vector<int32_t>{cfg.vision_start_token_id});
+      texts.video_pad = tokenizer_->Decode(std::vector<int32_t>{cfg.video_token_id});
+      texts.vision_end = tokenizer_->Decode(std::vector<int32_t>{cfg.vision_end_token_id});
+      VLS_ASSIGN_OR_RETURN(out.prompt, ExpandVideoText(out.prompt, out.images.videos, texts));
+    }
+  }
   VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(out.prompt));
   if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
-  const Qwen3Config& cfg = model_.config();
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, cfg.vocab, "prompt"));
   GenerationRequest& r = out.request;
   if (!media.empty()) {
-    VLS_ASSIGN_OR_RETURN(out.images, EncodeImages(media, cancelled));
     VLS_ASSIGN_OR_RETURN(std::vector<int32_t> expanded,
-                         ExpandImagePads(cfg, ids, out.images.grids));
+                         ExpandVisualPads(cfg, ids, out.images.grids, out.images.kinds));
     VLS_RETURN_IF_ERROR(BuildImagePrompt(model_, std::move(expanded), out.images, &r));
     ids = r.tokens;
   } else {
@@ -288,7 +315,8 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request,
       if (ids[s] == cfg.image_token_id || ids[s] == cfg.video_token_id) {
         return InvalidArgument("the prompt holds an image or video pad token at position " +
                                std::to_string(s) +
-                               " but the request has no image: send images as image parts");
+                               " but the request has no image or video: send them as image or "
+                               "video parts");
       }
     }
     r.positions = SequentialPositions(cfg.position_mode, static_cast<int64_t>(ids.size()));
@@ -406,30 +434,48 @@ StatusOr<PreparedChat> ChatPipeline::PrepareTokens(std::vector<int32_t> ids,
   return out;
 }
 
-StatusOr<VisualFeatures> ChatPipeline::EncodeImages(const std::vector<MediaItem>& media,
-                                                    const std::function<bool()>& cancelled) const {
+StatusOr<VisualFeatures> ChatPipeline::EncodeMedia(const std::vector<MediaItem>& media,
+                                                   const VideoSamplingOptions& video_defaults,
+                                                   const std::function<bool()>& cancelled) const {
   // ImageEncoder decodes with its own DecodeLimits: the request's cancellation and pixel
   // budget reach DecodeImage through this thread's scope.
   image::ScopedDecodeControl decode_control(cancelled);
   VisualFeatures f;
+  f.hidden = model_.config().hidden;
+  if (options_.images != nullptr) {
+    f.levels =
+        static_cast<int64_t>(options_.images->vision_config().deepstack_visual_indexes.size());
+  }
   for (const MediaItem& m : media) {
     const std::string where = "messages[" + std::to_string(m.message_index) + "].content[" +
                               std::to_string(m.part_index) + "]";
+    const bool video = m.kind == MediaItem::Kind::kVideo;
     if (cancelled && cancelled()) return Cancelled(where + ": the request was cancelled");
     if (options_.images == nullptr) {
       return InvalidArgument(where +
                              ": this model was loaded without its vision tower, so it "
-                             "cannot take images");
+                             "cannot take " +
+                             (video ? "videos" : "images") +
+                             (options_.images_unavailable.empty()
+                                  ? std::string()
+                                  : " (" + options_.images_unavailable + ")"));
+    }
+    if (video) {
+      auto opts = VideoPartOptions(m.part, video_defaults);
+      if (!opts.ok()) return opts.status().WithContext(where);
+      auto bytes = ReadVideoPart(m.part, options_.media);
+      if (!bytes.ok()) return bytes.status().WithContext(where);
+      auto one = options_.images->EncodeVideo(bytes->bytes, bytes->label, *opts, cancelled);
+      if (!one.ok()) return one.status().WithContext(where);
+      const EncodedImage& e = **one;
+      f.AppendVideo(*e.video, e.tokens, e.embeds, e.deepstack);
+      continue;
     }
     auto bytes = ReadImagePart(m.part, options_.media);
     if (!bytes.ok()) return bytes.status().WithContext(where);
-    auto one = options_.images->EncodeAll(std::span<const MediaBytes>(&*bytes, 1));
+    auto one = options_.images->Encode(bytes->bytes, bytes->label);
     if (!one.ok()) return one.status().WithContext(where);
-    if (f.grids.empty()) {
-      f = std::move(*one);
-    } else {
-      f.Append(one->grids[0], one->tokens, one->embeds, one->deepstack);
-    }
+    f.Append((*one)->grid, (*one)->tokens, (*one)->embeds, (*one)->deepstack);
   }
   return f;
 }

@@ -40,8 +40,9 @@ namespace vls {
 
 struct ChatRequest {
   // As transformers' apply_chat_template takes them: [{"role": ..., "content": ...}, ...] with
-  // content a string, null, or a list of parts {"type": "text", "text": ...} or image parts
-  // (media_source.h names their forms). Video parts are refused (not supported yet).
+  // content a string, null, or a list of parts {"type": "text", "text": ...}, image parts or
+  // video parts (media_source.h names their forms; a video part may carry its own "fps",
+  // "max_frames" or "num_frames").
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;  // null: none; else a list of tool schemas
   bool add_generation_prompt = true;
@@ -57,6 +58,9 @@ struct ChatRequest {
   int logprobs = -1;        // GenerationRequest::logprobs
   // GenerationRequest::speculative (unset: the engine's default; docs/speculative.md).
   std::optional<SpeculativeParams> speculative;
+  // Video sampling for every video part that does not set its own (vLLM's
+  // mm_processor_kwargs, `run --fps / --max-frames`); within ImageEncoderOptions' bounds.
+  VideoSamplingOptions video;
 };
 
 // One image or video part of a message, in prompt order.
@@ -73,7 +77,7 @@ struct PreparedChat {
   GenerationRequest request;      // validated against the model
   std::vector<std::string> stop;  // for the TextStream (NewTextStream)
   std::vector<MediaItem> media;   // the image parts, in prompt order
-  VisualFeatures images;          // their grids and features (empty without images)
+  VisualFeatures images;          // their grids and features (empty without images or videos)
 };
 
 struct ChatPipelineOptions {
@@ -95,16 +99,19 @@ class ChatPipeline {
                                                       const LoadedModel& model,
                                                       const ChatPipelineOptions& options);
 
-  // The one entry point: renders, tokenizes, encodes the images and builds the request.
-  // InvalidArgument names what is wrong (the message index of an image, a stop string, the
-  // context that is too short); a video part is Unimplemented; image pads written as text
-  // without an image, or a template that drops an image, are refused (fail closed).
+  // The one entry point: renders, encodes the images and videos, writes each video's
+  // timestamped groups into the text (video_prompt.h), tokenizes and builds the request.
+  // InvalidArgument names what is wrong (the message index of an image or video, a stop string,
+  // the context that is too short); image or video pads written as text without their media,
+  // or a template that drops one, are refused (fail closed).
   //
   // Images are decoded under image::DecodeLimits's per-image budget, a per-request budget of
   // image::kDefaultMaxRequestDecodePixels and the process-wide image::DecodeBudget (its
   // ResourceExhausted, when full for its wait, is the request's error). `cancelled` (null:
   // never) is polled before each image and between the rows of its decode: once it returns
-  // true, Prepare stops with Cancelled (the server passes "the client hung up").
+  // true, Prepare stops with Cancelled (the server passes "the client hung up"). Videos are
+  // decoded under video::VideoLimits and ImageEncoderOptions' sampling bounds, and polled for
+  // cancellation between frames.
   StatusOr<PreparedChat> Prepare(const ChatRequest& request,
                                  const std::function<bool()>& cancelled = nullptr) const;
 
@@ -151,8 +158,9 @@ class ChatPipeline {
   // Refuses before rendering messages whose text cannot fit (OutOfRange naming "messages"):
   // more than the template may render, or more tokens than the context holds.
   Status CheckTextFits(const ChatRequest& request) const;
-  StatusOr<VisualFeatures> EncodeImages(const std::vector<MediaItem>& media,
-                                        const std::function<bool()>& cancelled) const;
+  StatusOr<VisualFeatures> EncodeMedia(const std::vector<MediaItem>& media,
+                                       const VideoSamplingOptions& video_defaults,
+                                       const std::function<bool()>& cancelled) const;
 
   SamplingParams defaults_;
   std::vector<int32_t> eos_;

@@ -37,6 +37,8 @@ StatusOr<std::unique_ptr<ImageEncoder>> ImageEncoder::Load(const std::string& di
         ", temporal " + std::to_string(vcfg->temporal_patch_size) + ", merge " +
         std::to_string(vcfg->spatial_merge_size) + ")");
   }
+  VLS_ASSIGN_OR_RETURN(e->video_processor_, LoadVideoProcessorConfig(dir));
+  VLS_RETURN_IF_ERROR(CheckVideoConfigAgainstVision(e->video_processor_, *vcfg).WithContext(dir));
   // A model loaded from an artifact maps the tower's prepared weights from it (LoadedModel
   // checked their layout); otherwise they are prepared here.
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<PreparedVisionWeights> mapped, model.MappedVisionWeights());

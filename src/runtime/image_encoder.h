@@ -1,7 +1,9 @@
-// Images to visual features: decode (image/decode.h), preprocess from the model's
-// preprocessor_config.json (vision/preprocess.h), run the vision tower and its DeepStack
-// mergers (vision/vision_model.h), with an encoder cache: the same encoded bytes (by SHA-256)
-// sent again reuse their features, so a multi-turn chat about one picture encodes it once.
+// Images and videos to visual features: decode (image/decode.h, video/video_decode.h),
+// preprocess from the model's preprocessor_config.json and video_preprocessor_config.json
+// (vision/preprocess.h, vision/video_preprocess.h), run the vision tower and its DeepStack
+// mergers (vision/vision_model.h), with an encoder cache: the same encoded bytes (by SHA-256,
+// and for a video its sampling options) sent again reuse their features, so a multi-turn chat
+// about one picture or clip encodes it once.
 //
 // Thread safety: Encode may run on several threads at once. The cache is guarded by a mutex;
 // the tower itself runs on the language model's thread pool (one caller at a time).
@@ -10,9 +12,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -23,7 +27,10 @@
 #include "runtime/image_prompt.h"
 #include "runtime/loaded_model.h"
 #include "runtime/media_source.h"
+#include "video/video_decode.h"
 #include "vision/image_processor_config.h"
+#include "vision/video_preprocess.h"
+#include "vision/video_processor_config.h"
 #include "vision/vision_config.h"
 #include "vision/vision_model.h"
 
@@ -34,20 +41,44 @@ struct ImageEncoderOptions {
   // 0 turns the cache off. An image larger than the whole budget is not cached.
   size_t cache_bytes = size_t{256} << 20;
   image::DecodeLimits decode;
+  video::VideoLimits video;
+  // Bounds on a request's own sampling options (vision/video_preprocess.h VideoSamplingOptions:
+  // the OpenAI part's "fps" / "max_frames" / "num_frames", `--fps`, `--max-frames`): fps in
+  // (0, max_video_fps], max_frames and num_frames in [1, max_video_frames]; max_video_frames also
+  // caps the model's video_preprocessor_config.json max_frames.
+  double max_video_fps = 60.0;
+  int max_video_frames = 768;
+};
+
+// What a video becomes before any frame is decoded: its container's facts, the frames sampled,
+// their timestamps and the grid.
+struct VideoPlan {
+  video::VideoInfo info;
+  VideoSummary summary;
+  int resized_height = 0, resized_width = 0;
+  int64_t tokens = 0;  // T · h · w / merge²
 };
 
 // One image's features: grid (t, h, w) in patches, n = t·h·w / merge² rows.
 struct EncodedImage {
   GridThw grid;
-  int64_t tokens = 0;            // n
-  std::vector<float> embeds;     // [n, H]
-  std::vector<float> deepstack;  // [K, n, H]
+  int64_t tokens = 0;                 // n
+  std::vector<float> embeds;          // [n, H]
+  std::vector<float> deepstack;       // [K, n, H]
+  std::optional<VideoSummary> video;  // set for a video (grid is then its [T, h, w])
   size_t bytes() const { return (embeds.size() + deepstack.size()) * sizeof(float); }
 };
 
 // LoadImageProcessorConfig, with a missing file reported as the model's inability to take
 // images.
 StatusOr<ImageProcessorConfig> LoadModelImageProcessorConfig(const std::string& dir);
+
+// ImageEncoder::PlanVideo without an encoder (a command sizing its context before the model is
+// loaded): the same checks of `options` against `bounds`, the same plan from `config`.
+StatusOr<VideoPlan> PlanVideoBytes(std::span<const uint8_t> bytes, const std::string& label,
+                                   const VideoProcessorConfig& config,
+                                   const ImageEncoderOptions& bounds,
+                                   const VideoSamplingOptions& options);
 
 class ImageEncoder {
  public:
@@ -66,13 +97,29 @@ class ImageEncoder {
   // Every image in order, joined (VisualFeatures: grids, [Nv, H] rows, [K, Nv, H] levels).
   StatusOr<VisualFeatures> EncodeAll(std::span<const MediaBytes> images) const;
 
+  // A video's plan from its container header alone (video/video_decode.h ProbeVideo), the
+  // config's sampling with `options`, the clip's resize and the grid. InvalidArgument names
+  // the option out of bounds or what the container declares wrong.
+  StatusOr<VideoPlan> PlanVideo(std::span<const uint8_t> bytes, const std::string& label,
+                                const VideoSamplingOptions& options) const;
+  // One video: PlanVideo, then the sampled frames decoded, preprocessed (PreprocessVideo) and
+  // encoded as one [T, h, w] item. `cancelled` (may be null) is polled between frames.
+  StatusOr<std::shared_ptr<const EncodedImage>> EncodeVideo(
+      std::span<const uint8_t> bytes, const std::string& label, const VideoSamplingOptions& options,
+      const std::function<bool()>& cancelled = nullptr) const;
+
   const VisionConfig& vision_config() const { return vision_->config(); }
   const ImageProcessorConfig& processor_config() const { return processor_; }
+  const VideoProcessorConfig& video_processor_config() const { return video_processor_; }
   const VisionModel& vision() const { return *vision_; }
 
   struct Stats {
     uint64_t hits = 0, misses = 0;
     size_t entries = 0, bytes = 0;
+    // Videos encoded (cache misses), their decoded frames and the seconds spent decoding,
+    // preprocessing and running the tower on them.
+    uint64_t videos = 0, video_frames = 0;
+    double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;
   };
   Stats stats() const;
 
@@ -80,9 +127,11 @@ class ImageEncoder {
   ImageEncoder() = default;
   std::shared_ptr<const EncodedImage> Lookup(const std::string& key) const;
   void Insert(const std::string& key, std::shared_ptr<const EncodedImage> value) const;
+  void CountVideo(uint64_t frames, double decode_s, double preprocess_s, double encode_s) const;
 
   ImageEncoderOptions options_;
   ImageProcessorConfig processor_;
+  VideoProcessorConfig video_processor_;
   std::unique_ptr<VisionModel> vision_;
   int64_t hidden_ = 0;
 

@@ -26,30 +26,43 @@ int Base64Value(unsigned char c) {
   return -1;
 }
 
+// The words of an image part or of a video part.
+struct PartKind {
+  const char* noun;     // "image"
+  const char* key;      // "image"
+  const char* url_key;  // "image_url"
+  const char* mime;     // "image/"
+};
+constexpr PartKind kImageKind{"image", "image", "image_url", "image/"};
+constexpr PartKind kVideoKind{"video", "video", "video_url", "video/"};
+
 // The source string of a part, or an error naming the keys looked for.
-StatusOr<std::string> PartSource(const Json& part) {
+StatusOr<std::string> PartSource(const Json& part, const PartKind& kind) {
   const Json* src = nullptr;
-  for (const char* key : {"image", "url", "path"}) {
+  for (const char* key : {kind.key, "url", "path"}) {
     if (auto it = part.find(key); it != part.end()) {
       src = &*it;
       break;
     }
   }
   if (src == nullptr) {
-    if (auto it = part.find("image_url"); it != part.end()) {
+    if (auto it = part.find(kind.url_key); it != part.end()) {
       src = &*it;
       if (it->is_object()) {
         auto url = it->find("url");
-        if (url == it->end()) return InvalidArgument("image_url has no \"url\"");
+        if (url == it->end()) return InvalidArgument(std::string(kind.url_key) + " has no \"url\"");
         src = &*url;
       }
     }
   }
   if (src == nullptr) {
-    return InvalidArgument(
-        "an image part needs \"image\", \"url\", \"path\" or \"image_url\" naming the image");
+    const std::string k = kind.key, u = kind.url_key, n = kind.noun;
+    return InvalidArgument(std::string(n == "image" ? "an image" : "a video") + " part needs \"" +
+                           k + "\", \"url\", \"path\" or \"" + u + "\" naming the " + n);
   }
-  if (!src->is_string()) return InvalidArgument("the image source must be a string");
+  if (!src->is_string()) {
+    return InvalidArgument("the " + std::string(kind.noun) + " source must be a string");
+  }
   return src->get<std::string>();
 }
 
@@ -57,19 +70,20 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
-StatusOr<MediaBytes> FromDataUrl(std::string_view url, size_t max_bytes) {
+StatusOr<MediaBytes> FromDataUrl(std::string_view url, size_t max_bytes, const PartKind& kind) {
   const size_t comma = url.find(',');
   if (comma == std::string_view::npos) return InvalidArgument("data URL without a ','");
   std::string_view meta = url.substr(5, comma - 5);
   const std::string_view payload = url.substr(comma + 1);
   constexpr std::string_view kB64 = ";base64";
   if (meta.size() < kB64.size() || meta.substr(meta.size() - kB64.size()) != kB64) {
-    return InvalidArgument("data URL is not base64 (expected data:image/...;base64,...)");
+    return InvalidArgument("data URL is not base64 (expected data:" + std::string(kind.mime) +
+                           "...;base64,...)");
   }
   meta.remove_suffix(kB64.size());
-  if (!meta.empty() && !StartsWith(meta, "image/")) {
-    return InvalidArgument("data URL media type '" + std::string(meta.substr(0, 64)) +
-                           "' is not an image");
+  if (!meta.empty() && !StartsWith(meta, kind.mime)) {
+    return InvalidArgument("data URL media type '" + std::string(meta.substr(0, 64)) + "' is not " +
+                           (kind.noun == kImageKind.noun ? "an image" : "a video"));
   }
   VLS_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, DecodeBase64(payload, max_bytes));
   MediaBytes out;
@@ -181,25 +195,30 @@ std::string EncodeBase64(std::span<const uint8_t> bytes) {
   return out;
 }
 
-StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) {
-  VLS_ASSIGN_OR_RETURN(std::string src, PartSource(part));
-  if (src.empty()) return InvalidArgument("the image source is empty");
-  if (StartsWith(src, "data:")) return FromDataUrl(src, policy.max_bytes);
+namespace {
+
+StatusOr<MediaBytes> ReadPart(const Json& part, const MediaPolicy& policy, const PartKind& kind,
+                              size_t max_bytes) {
+  const std::string noun = kind.noun;
+  VLS_ASSIGN_OR_RETURN(std::string src, PartSource(part, kind));
+  if (src.empty()) return InvalidArgument("the " + noun + " source is empty");
+  if (StartsWith(src, "data:")) return FromDataUrl(src, max_bytes, kind);
   std::string path = src;
   if (StartsWith(src, "file://")) {
     path = src.substr(7);
   } else if (const size_t colon = src.find("://"); colon != std::string::npos && colon < 16) {
-    return InvalidArgument("image '" + src.substr(0, 80) +
-                           "': remote URLs are not fetched (send the image as a data: URL or, "
-                           "from the command line, a file)");
+    return InvalidArgument(noun + " '" + src.substr(0, 80) +
+                           "': remote URLs are not fetched (send the " + noun +
+                           " as a data: URL or, from the command line, a file)");
   }
   if (!policy.allow_files) {
-    return InvalidArgument("image '" + src.substr(0, 80) +
-                           "': file paths are not accepted here (send the image as a data: URL)");
+    return InvalidArgument(noun + " '" + src.substr(0, 80) +
+                           "': file paths are not accepted here (send the " + noun +
+                           " as a data: URL)");
   }
   if (!path.empty() && path[0] != '/' && !policy.base_dir.empty())
     path = JoinPath(policy.base_dir, path);
-  const std::string shown = "image '" + src.substr(0, 200) + "'";
+  const std::string shown = noun + " '" + src.substr(0, 200) + "'";
   bool nofollow = false;
   if (!policy.root_dir.empty()) {
     // Lexically first, without touching the file system, so that a path outside the folder is
@@ -213,11 +232,21 @@ StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) 
     path = real.string();
     nofollow = true;  // resolved: a link appearing now is a swap
   }
-  VLS_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, shown, policy.max_bytes, nofollow));
+  VLS_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, shown, max_bytes, nofollow));
   MediaBytes out;
   out.label = path;
   out.bytes.assign(bytes.begin(), bytes.end());
   return out;
+}
+
+}  // namespace
+
+StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) {
+  return ReadPart(part, policy, kImageKind, policy.max_bytes);
+}
+
+StatusOr<MediaBytes> ReadVideoPart(const Json& part, const MediaPolicy& policy) {
+  return ReadPart(part, policy, kVideoKind, policy.max_video_bytes);
 }
 
 }  // namespace vls

@@ -1,4 +1,5 @@
-// Where the bytes of an image content part come from (chat requests: CLI, C ABI, server).
+// Where the bytes of an image or video content part come from (chat requests: CLI, C ABI,
+// server).
 //
 // A part names its image the ways transformers and the OpenAI API do:
 //   {"type": "image", "image": SRC}  {"type": "image", "url": SRC}  {"type": "image", "path": SRC}
@@ -24,6 +25,8 @@ namespace vls {
 
 // The largest encoded image a request may carry (64 MiB: a 100-megapixel JPEG is far smaller).
 inline constexpr size_t kMaxMediaBytes = size_t{64} << 20;
+// The largest encoded video (256 MiB: minutes of 1080p H.264).
+inline constexpr size_t kMaxVideoBytes = size_t{256} << 20;
 
 struct MediaPolicy {
   bool allow_files = false;  // read file paths and file:// URLs
@@ -31,7 +34,8 @@ struct MediaPolicy {
   // When set (an absolute, canonical folder), a file must resolve (symbolic links and `..`
   // followed) to a path inside it; others are refused (the server's --allow-local-files).
   std::string root_dir;
-  size_t max_bytes = kMaxMediaBytes;
+  size_t max_bytes = kMaxMediaBytes;        // an image
+  size_t max_video_bytes = kMaxVideoBytes;  // a video
 };
 
 struct MediaBytes {
@@ -48,6 +52,12 @@ struct MediaBytes {
 // not it exists; a path inside it is then resolved through its links (one leading out is
 // refused the same way) and opened with O_NOFOLLOW.
 StatusOr<MediaBytes> ReadImagePart(const nlohmann::ordered_json& part, const MediaPolicy& policy);
+
+// The bytes of a video part, read the same way: {"type": "video", "video": SRC},
+// {"type": "video", "url" | "path": SRC}, {"type": "video_url", "video_url": {"url": SRC}} or
+// {"type": "video_url", "video_url": SRC}; data URLs of a video/ media type; at most
+// policy.max_video_bytes.
+StatusOr<MediaBytes> ReadVideoPart(const nlohmann::ordered_json& part, const MediaPolicy& policy);
 
 // Strict base64 (RFC 4648, standard alphabet, padding required when the length is not a
 // multiple of 4; no whitespace). InvalidArgument names the offset of the first bad byte.

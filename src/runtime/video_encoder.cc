@@ -1,0 +1,137 @@
+// ImageEncoder's videos (image_encoder.h): plan from the container header, decode the sampled
+// frames, preprocess the clip, run the tower over its temporal groups.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "runtime/image_encoder.h"
+#include "vision/video_preprocess.h"
+
+namespace vls {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+StatusOr<VideoPlan> ImageEncoder::PlanVideo(std::span<const uint8_t> bytes,
+                                            const std::string& label,
+                                            const VideoSamplingOptions& options) const {
+  return PlanVideoBytes(bytes, label, video_processor_, options_, options);
+}
+
+StatusOr<VideoPlan> PlanVideoBytes(std::span<const uint8_t> bytes, const std::string& label,
+                                   const VideoProcessorConfig& config,
+                                   const ImageEncoderOptions& bounds,
+                                   const VideoSamplingOptions& options) {
+  VideoProcessorConfig cfg = config;
+  if (options.fps &&
+      (!std::isfinite(*options.fps) || *options.fps <= 0 || *options.fps > bounds.max_video_fps)) {
+    return InvalidArgument("fps " + std::to_string(*options.fps) + " is outside (0, " +
+                           std::to_string(bounds.max_video_fps) + "]")
+        .WithParam("fps");
+  }
+  for (const auto& [name, value] :
+       {std::pair{"max_frames", options.max_frames}, std::pair{"num_frames", options.num_frames}}) {
+    if (value && (*value < 1 || *value > bounds.max_video_frames)) {
+      return InvalidArgument(std::string(name) + " " + std::to_string(*value) + " is outside [1, " +
+                             std::to_string(bounds.max_video_frames) + "]")
+          .WithParam(name);
+    }
+  }
+  cfg.max_frames = std::min(cfg.max_frames, bounds.max_video_frames);
+  cfg.min_frames = std::min(cfg.min_frames, cfg.max_frames);
+  if (cfg.num_frames) cfg.num_frames = std::min(*cfg.num_frames, bounds.max_video_frames);
+
+  VideoPlan plan;
+  VLS_ASSIGN_OR_RETURN(plan.info, video::ProbeVideo(bytes, label, bounds.video));
+  auto indices = SampleFrameIndices(plan.info.frames, plan.info.fps, cfg, options);
+  if (!indices.ok()) return indices.status().WithContext(label);
+  plan.summary.frame_indices = std::move(*indices);
+  const auto n = static_cast<int64_t>(plan.summary.frame_indices.size());
+  auto size = VideoResizedSize(n, plan.info.height, plan.info.width, cfg);
+  if (!size.ok()) return size.status().WithContext(label);
+  plan.resized_height = size->first;
+  plan.resized_width = size->second;
+  auto grid = VideoGridThw(n, plan.info.height, plan.info.width, cfg);
+  if (!grid.ok()) return grid.status().WithContext(label);
+  plan.summary.grid = *grid;
+  plan.summary.timestamps =
+      VideoTimestamps(plan.summary.frame_indices, plan.info.fps, cfg.temporal_patch_size);
+  plan.tokens = MergedTokens(*grid, cfg.merge_size);
+  return plan;
+}
+
+StatusOr<std::shared_ptr<const EncodedImage>> ImageEncoder::EncodeVideo(
+    std::span<const uint8_t> bytes, const std::string& label, const VideoSamplingOptions& options,
+    const std::function<bool()>& cancelled) const {
+  // The options are part of the key: the same clip sampled differently is another input.
+  const std::string key = "video:" + Sha256Hex(bytes.data(), bytes.size()) + ":" +
+                          (options.fps ? std::to_string(*options.fps) : "-") + ":" +
+                          (options.max_frames ? std::to_string(*options.max_frames) : "-") + ":" +
+                          (options.num_frames ? std::to_string(*options.num_frames) : "-");
+  if (auto hit = Lookup(key)) return hit;
+  VLS_ASSIGN_OR_RETURN(VideoPlan plan, PlanVideo(bytes, label, options));
+  // The decoded frames are held together: bounded before any is decoded.
+  const auto frames = static_cast<int64_t>(plan.summary.frame_indices.size());
+  const int64_t frame_bytes = int64_t{plan.info.width} * plan.info.height * 3;
+  if (frame_bytes > 0 && frames > options_.video.max_output_bytes / frame_bytes) {
+    return InvalidArgument(label + ": " + std::to_string(frames) + " frames of " +
+                           std::to_string(plan.info.width) + "x" +
+                           std::to_string(plan.info.height) + " would take " +
+                           std::to_string(frames * frame_bytes) + " bytes decoded, over the " +
+                           std::to_string(options_.video.max_output_bytes) +
+                           "-byte bound (ask for fewer frames: max_frames or fps)");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  VLS_ASSIGN_OR_RETURN(
+      std::vector<image::RgbImage> decoded,
+      video::DecodeFrames(bytes, label, plan.summary.frame_indices, options_.video, cancelled));
+  const double decode_s = SecondsSince(t0);
+  t0 = std::chrono::steady_clock::now();
+  VideoProcessorConfig cfg = video_processor_;
+  auto pixels = PreprocessVideo(decoded, cfg, nullptr);
+  if (!pixels.ok()) return pixels.status().WithContext(label);
+  decoded.clear();
+  decoded.shrink_to_fit();
+  if (pixels->grids.size() != 1 || pixels->grids[0] != plan.summary.grid) {
+    return Internal(
+        label + ": the preprocessed grid " +
+        (pixels->grids.empty() ? std::string("(none)") : GridToString(pixels->grids[0])) +
+        " differs from the planned " + GridToString(plan.summary.grid));
+  }
+  const double preprocess_s = SecondsSince(t0);
+  if (cancelled && cancelled()) return Cancelled(label + ": the request was cancelled");
+  t0 = std::chrono::steady_clock::now();
+  auto out = vision_->Encode(pixels->data, pixels->rows, pixels->grids, nullptr);
+  if (!out.ok()) return out.status().WithContext(label);
+  const double encode_s = SecondsSince(t0);
+  if (out->embeds.size() != static_cast<size_t>(out->tokens * hidden_)) {
+    return Internal(label + ": the vision tower returned rows of the wrong width");
+  }
+  CountVideo(static_cast<uint64_t>(frames), decode_s, preprocess_s, encode_s);
+  auto enc = std::make_shared<EncodedImage>();
+  enc->grid = plan.summary.grid;
+  enc->tokens = out->tokens;
+  enc->embeds = std::move(out->embeds);
+  enc->deepstack = std::move(out->deepstack);
+  enc->video = std::move(plan.summary);
+  if (options_.cache_bytes > 0) Insert(key, enc);
+  return std::shared_ptr<const EncodedImage>(std::move(enc));
+}
+
+void ImageEncoder::CountVideo(uint64_t frames, double decode_s, double preprocess_s,
+                              double encode_s) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.videos;
+  stats_.video_frames += frames;
+  stats_.video_decode_seconds += decode_s;
+  stats_.video_preprocess_seconds += preprocess_s;
+  stats_.video_encode_seconds += encode_s;
+}
+
+}  // namespace vls
