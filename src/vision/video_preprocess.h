@@ -33,14 +33,14 @@ inline constexpr int64_t kMaxVideoTotalFrames = int64_t{1} << 31;
 // A request's overrides of the config's sampling.
 struct VideoSamplingOptions {
   // Frames sampled per second; replaces cfg.fps (and cfg.num_frames). (0, kMaxVideoSamplingFps].
-  std::optional<double> fps;
+  std::optional<double> fps = std::nullopt;
   // An exact frame count, in [1, kMaxVideoFrames]; replaces cfg.num_frames and fps sampling.
   // Used as is, as transformers uses num_frames: not clamped by min/max_frames nor by the video's
   // frame count (more frames than the video has repeat indices). Exclusive with `fps`.
-  std::optional<int> num_frames;
+  std::optional<int> num_frames = std::nullopt;
   // Caps cfg.max_frames (the effective bound is the smaller); >= 1. As transformers' max_frames,
   // it bounds fps sampling only, not an explicit num_frames.
-  std::optional<int> max_frames;
+  std::optional<int> max_frames = std::nullopt;
 };
 
 // The indices (in [0, total_frames)) of the frames to decode, in order, as

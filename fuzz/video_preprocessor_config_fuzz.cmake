@@ -1,0 +1,1 @@
+vls_add_fuzz_target(video_preprocessor_config SOURCES video_preprocessor_config_fuzz.cc LIBS vls_vision CORPUS video_preprocessor_config)

@@ -1,0 +1,191 @@
+#include "vision/video_processor_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "base/file.h"
+#include "io/untrusted_json.h"
+#include "vision/image_processor_config.h"
+
+namespace vls {
+namespace {
+
+using Json = nlohmann::json;
+
+// The value of `key` in `obj`, or nullptr when absent or null (transformers keeps the class
+// default for a None it reads).
+const Json* Get(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// `prefix` + key names the value in errors ("dir/video_preprocessor_config.json: size.").
+Status ReadOptionalInt(const Json& obj, const char* key, const std::string& prefix, int64_t lo,
+                       int64_t hi, std::optional<int64_t>* out) {
+  const Json* v = Get(obj, key);
+  if (v == nullptr) return Status::Ok();
+  int64_t x = 0;
+  VLS_RETURN_IF_ERROR(ReadJsonInt(*v, prefix + key, lo, hi, &x));
+  *out = x;
+  return Status::Ok();
+}
+
+Status ReadIntKey(const Json& obj, const char* key, const std::string& label, int lo, int hi,
+                  int* out) {
+  std::optional<int64_t> x;
+  VLS_RETURN_IF_ERROR(ReadOptionalInt(obj, key, label + ": ", lo, hi, &x));
+  if (x) *out = static_cast<int>(*x);
+  return Status::Ok();
+}
+
+Status ReadBoolKey(const Json& obj, const char* key, const std::string& label, bool* out) {
+  const Json* v = Get(obj, key);
+  if (v == nullptr) return Status::Ok();
+  return ReadJsonBool(*v, label + ": " + key, out);
+}
+
+// image_mean / image_std: three finite numbers with min_abs <= |x| <= max_abs (the image
+// config's rule).
+Status ReadTriple(const Json& obj, const char* key, const std::string& label, double min_abs,
+                  double max_abs, std::array<float, 3>* out) {
+  const Json* v = Get(obj, key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array() || v->size() != 3) {
+    return InvalidArgument(label + ": " + key + ": expected an array of 3 numbers (R, G, B), got " +
+                           JsonSnippet(*v));
+  }
+  for (size_t c = 0; c < 3; ++c) {
+    const std::string what = label + ": " + key + "[" + std::to_string(c) + "]";
+    double x = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonNumber((*v)[c], what, -max_abs, max_abs, &x));
+    if (std::fabs(x) < min_abs) {
+      return InvalidArgument(what + ": " + JsonSnippet((*v)[c]) + " is too close to zero (|x| >= " +
+                             std::to_string(min_abs) + " required)");
+    }
+    (*out)[c] = static_cast<float>(x);
+  }
+  return Status::Ok();
+}
+
+// size: both entries or neither (Qwen3VLVideoProcessor.resize raises on a size without both).
+Status ReadSize(const Json& root, const std::string& label, VideoProcessorConfig* cfg) {
+  const Json* size = Get(root, "size");
+  if (size == nullptr) return Status::Ok();
+  if (!size->is_object()) {
+    return InvalidArgument(label + ": size: expected an object {\"shortest_edge\": min_pixels, " +
+                           "\"longest_edge\": max_pixels}, got " + JsonTypeName(*size));
+  }
+  std::optional<int64_t> shortest, longest;
+  const std::string prefix = label + ": size.";
+  VLS_RETURN_IF_ERROR(
+      ReadOptionalInt(*size, "shortest_edge", prefix, 1, kMaxVideoProcessorPixels, &shortest));
+  VLS_RETURN_IF_ERROR(
+      ReadOptionalInt(*size, "longest_edge", prefix, 1, kMaxVideoProcessorPixels, &longest));
+  if (!shortest || !longest) {
+    return InvalidArgument(label +
+                           ": size must contain 'shortest_edge' and 'longest_edge' (the minimum "
+                           "and maximum pixel count of a sampled clip, t * h * w)");
+  }
+  if (*shortest > *longest) {
+    return InvalidArgument(label + ": size.shortest_edge (" + std::to_string(*shortest) +
+                           ") is above size.longest_edge (" + std::to_string(*longest) + ")");
+  }
+  cfg->min_pixels = *shortest;
+  cfg->max_pixels = *longest;
+  return Status::Ok();
+}
+
+Status ReadSampling(const Json& root, const std::string& label, VideoProcessorConfig* cfg) {
+  if (const Json* v = Get(root, "fps")) {
+    double fps = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonNumber(*v, label + ": fps", 0.0, kMaxVideoSamplingFps, &fps));
+    if (!(fps > 0)) {
+      return InvalidArgument(label + ": fps: " + JsonSnippet(*v) +
+                             " must be above 0 (frames sampled per second of video)");
+    }
+    cfg->fps = fps;
+  }
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "min_frames", label, 1, kMaxVideoFrames, &cfg->min_frames));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "max_frames", label, 1, kMaxVideoFrames, &cfg->max_frames));
+  if (cfg->min_frames > cfg->max_frames) {
+    return InvalidArgument(label + ": min_frames (" + std::to_string(cfg->min_frames) +
+                           ") is above max_frames (" + std::to_string(cfg->max_frames) + ")");
+  }
+  int num_frames = 0;
+  if (Get(root, "num_frames") != nullptr) {
+    VLS_RETURN_IF_ERROR(ReadIntKey(root, "num_frames", label, 1, kMaxVideoFrames, &num_frames));
+    cfg->num_frames = num_frames;
+  }
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "cap_pixels_per_frame", label, &cfg->cap_pixels_per_frame));
+  return ReadBoolKey(root, "do_sample_frames", label, &cfg->do_sample_frames);
+}
+
+}  // namespace
+
+StatusOr<VideoProcessorConfig> ParseVideoProcessorConfig(std::string_view json,
+                                                         const std::string& label) {
+  Json root;
+  VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, json, &root));
+  if (!root.is_object()) {
+    return DataLoss(label + ": expected a JSON object, got " + JsonTypeName(root));
+  }
+  VideoProcessorConfig cfg;
+  VLS_RETURN_IF_ERROR(ReadSize(root, label, &cfg));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "patch_size", label, 1, kMaxPatchSize, &cfg.patch_size));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "temporal_patch_size", label, 1, kMaxTemporalPatchSize,
+                                 &cfg.temporal_patch_size));
+  VLS_RETURN_IF_ERROR(ReadIntKey(root, "merge_size", label, 1, kMaxMergeSize, &cfg.merge_size));
+  VLS_RETURN_IF_ERROR(ReadSampling(root, label, &cfg));
+  VLS_RETURN_IF_ERROR(ReadTriple(root, "image_mean", label, 0.0, 1e6, &cfg.image_mean));
+  VLS_RETURN_IF_ERROR(ReadTriple(root, "image_std", label, 1e-6, 1e6, &cfg.image_std));
+  if (const Json* v = Get(root, "rescale_factor")) {
+    VLS_RETURN_IF_ERROR(
+        ReadJsonNumber(*v, label + ": rescale_factor", 1e-9, 1e9, &cfg.rescale_factor));
+  }
+  if (const Json* v = Get(root, "resample")) {
+    int64_t r = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, label + ": resample", 0, 255, &r));
+    if (r != 3) {
+      return Status(StatusCode::kUnimplemented,
+                    label + ": resample: filter " + std::to_string(r) +
+                        " is not supported; only 3 (bicubic, what Qwen-VL ships) is");
+    }
+  }
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_resize", label, &cfg.do_resize));
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_rescale", label, &cfg.do_rescale));
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_normalize", label, &cfg.do_normalize));
+  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_convert_rgb", label, &cfg.do_convert_rgb));
+  return cfg;
+}
+
+StatusOr<VideoProcessorConfig> LoadVideoProcessorConfig(const std::string& model_dir) {
+  const std::string path = JoinPath(model_dir, "video_preprocessor_config.json");
+  auto text = ReadFileAtMost(path, kMaxVideoPreprocessorConfigBytes);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return VideoProcessorConfig{};
+    return text.status();
+  }
+  if (text->size() > kMaxVideoPreprocessorConfigBytes) {
+    return DataLoss(path + ": larger than " + std::to_string(kMaxVideoPreprocessorConfigBytes) +
+                    " bytes (kMaxVideoPreprocessorConfigBytes)");
+  }
+  return ParseVideoProcessorConfig(*text, path);
+}
+
+Status CheckVideoConfigAgainstVision(const VideoProcessorConfig& cfg, const VisionConfig& vision) {
+  const auto check = [](const char* key, int got, const char* vision_key, int want) -> Status {
+    if (got == want) return Status::Ok();
+    return InvalidArgument(std::string("video_preprocessor_config.json: ") + key + " " +
+                           std::to_string(got) + " differs from config.json vision_config." +
+                           vision_key + " " + std::to_string(want));
+  };
+  VLS_RETURN_IF_ERROR(check("patch_size", cfg.patch_size, "patch_size", vision.patch_size));
+  VLS_RETURN_IF_ERROR(check("temporal_patch_size", cfg.temporal_patch_size, "temporal_patch_size",
+                            vision.temporal_patch_size));
+  return check("merge_size", cfg.merge_size, "spatial_merge_size", vision.spatial_merge_size);
+}
+
+}  // namespace vls
