@@ -169,8 +169,8 @@ MemoryContainer::MemoryContainer(std::span<const uint8_t> bytes, const std::stri
                                  const VideoLimits& limits, const std::function<bool()>& cancelled)
     : label_(label),
       limits_(limits),
-      cancelled_(&cancelled),
-      reader_(new Reader{bytes.data(), static_cast<int64_t>(bytes.size()), 0, &cancelled}) {}
+      cancelled_(cancelled),
+      reader_(new Reader{bytes.data(), static_cast<int64_t>(bytes.size()), 0, &cancelled_}) {}
 
 MemoryContainer::~MemoryContainer() {
   avformat_close_input(&format_);  // AVFMT_FLAG_CUSTOM_IO: leaves io_ to us

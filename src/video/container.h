@@ -72,7 +72,7 @@ class MemoryContainer {
   bool frames_declared() const { return frames_declared_; }
   const std::string& label() const { return label_; }
   const VideoLimits& limits() const { return limits_; }
-  bool cancelled() const { return cancelled_ != nullptr && *cancelled_ && (*cancelled_)(); }
+  bool cancelled() const { return cancelled_ && cancelled_(); }
   // The decoders FFmpeg may open for this container (its codec_whitelist).
   static const std::string& DecoderWhitelist();
 
@@ -86,7 +86,7 @@ class MemoryContainer {
 
   std::string label_;
   VideoLimits limits_;
-  const std::function<bool()>* cancelled_;
+  std::function<bool()> cancelled_;  // a copy: the caller's may be a temporary
   std::unique_ptr<Reader> reader_;
   AVIOContext* io_ = nullptr;
   AVFormatContext* format_ = nullptr;

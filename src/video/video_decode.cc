@@ -137,7 +137,10 @@ StatusOr<image::RgbImage> FrameDecoder::ToRgb(const AVFrame* frame) {
   if (av_image_alloc(dst, dst_linesize, w, h, AV_PIX_FMT_RGB24, 16) < 0) {
     return ResourceExhausted(label_ + ": out of memory for an RGB frame");
   }
-  sws_scale(sws_.get(), frame->data, frame->linesize, 0, h, dst, dst_linesize);
+  if (sws_scale(sws_.get(), frame->data, frame->linesize, 0, h, dst, dst_linesize) < 0) {
+    av_freep(&dst[0]);
+    return DataLoss(label_ + ": frame " + std::to_string(decoded_) + " cannot be converted to RGB");
+  }
   image::RgbImage img;
   img.width = w;
   img.height = h;

@@ -5,12 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include "video/container.h"
 
 namespace vls::video {
 namespace {
@@ -189,6 +193,30 @@ TEST(DecodeFramesTest, RotationTurnsFramesUpright) {
   EXPECT_EQ(info->rotation, 90);
   EXPECT_EQ(info->width, 32);
   EXPECT_EQ(info->coded_width, 48);
+}
+
+// ffmpeg's autorotate for each display matrix (16.16 fixed point; w = 1 << 30).
+TEST(OrientationTest, AsFfmpegAutorotate) {
+  using internal::Orientation;
+  using internal::OrientationFromMatrix;
+  constexpr int32_t k1 = 1 << 16, kW = 1 << 30;
+  const auto o = [](std::initializer_list<int32_t> m) {
+    int32_t a[9];
+    std::copy(m.begin(), m.end(), a);
+    const Orientation r = OrientationFromMatrix(a);
+    return std::vector<int>{r.transpose, r.mirror_x, r.mirror_y, r.degrees};
+  };
+  EXPECT_EQ(o({k1, 0, 0, 0, k1, 0, 0, 0, kW}), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(o({0, k1, 0, -k1, 0, 0, 0, 0, kW}), (std::vector<int>{1, 0, 1, 90}));    // clock
+  EXPECT_EQ(o({-k1, 0, 0, 0, -k1, 0, 0, 0, kW}), (std::vector<int>{0, 1, 1, 180}));  // both flips
+  EXPECT_EQ(o({0, -k1, 0, k1, 0, 0, 0, 0, kW}), (std::vector<int>{1, 1, 0, 270}));   // cclock
+  EXPECT_EQ(o({0, k1, 0, k1, 0, 0, 0, 0, kW}), (std::vector<int>{1, 0, 0, 90}));     // cclock_flip
+  EXPECT_EQ(o({0, -k1, 0, -k1, 0, 0, 0, 0, kW}), (std::vector<int>{1, 1, 1, 270}));  // clock_flip
+  EXPECT_EQ(o({-k1, 0, 0, 0, k1, 0, 0, 0, kW}), (std::vector<int>{0, 1, 0, 180}));   // hflip
+  EXPECT_EQ(o({k1, 0, 0, 0, -k1, 0, 0, 0, kW}), (std::vector<int>{0, 0, 1, 0}));     // vflip
+  // 45 degrees: not applied. A degenerate matrix (no scale): not applied, no NaN arithmetic.
+  EXPECT_EQ(o({46341, 46341, 0, -46341, 46341, 0, 0, 0, kW}), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(o({0, 0, 0, 0, 0, 0, 0, 0, 0}), (std::vector<int>{0, 0, 0, 0}));
 }
 
 TEST(DecodeFramesTest, SizeChangeIsRefusedFromTheFirstFrameOfTheNewSize) {
