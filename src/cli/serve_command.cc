@@ -32,17 +32,18 @@ namespace {
 constexpr const char* kHelp =
     "usage: vlstack serve --model DIR [--host 127.0.0.1] [--port 8080] [options]\n"
     "\n"
-    "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions (text and\n"
-    "images as data: URLs, streaming, tools, logprobs), POST /v1/completions, POST /tokenize,\n"
-    "POST /detokenize, GET /v1/models, GET /health, GET /metrics (Prometheus) and a chat page\n"
-    "at /. Prints a line with `listening on http://HOST:PORT` once it accepts connections\n"
-    "(/health and /health/ready answer 503 until the model is loaded, then 200; /health/live\n"
-    "answers 200 throughout), and one JSON line per request on stderr (with the caller's\n"
-    "X-Request-Id when a load balancer sends one). SIGTERM or Ctrl-C: stops taking requests\n"
-    "(503), finishes those in flight, exits 0.\n"
+    "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions (text,\n"
+    "images and video clips as data: URLs, streaming, tools, logprobs), POST /v1/completions,\n"
+    "POST /tokenize, POST /detokenize, GET /v1/models, GET /health, GET /metrics (Prometheus)\n"
+    "and a chat page at /. Prints a line with `listening on http://HOST:PORT` once it accepts\n"
+    "connections (/health and /health/ready answer 503 until the model is loaded, then 200;\n"
+    "/health/live answers 200 throughout), and one JSON line per request on stderr (with the\n"
+    "caller's X-Request-Id when a load balancer sends one). SIGTERM or Ctrl-C: stops taking\n"
+    "requests (503), finishes those in flight, exits 0.\n"
     "\n"
     "  --model DIR            model folder: weights, config.json, tokenizer.json, the chat\n"
-    "                         template, preprocessor_config.json for images\n"
+    "                         template, preprocessor_config.json for images (and\n"
+    "                         video_preprocessor_config.json, defaults when absent)\n"
     "                         or Org/Name: a Hugging Face repository id in the local cache\n"
     "  --model-name NAME      the model id in /v1/models and responses (default: the folder's\n"
     "                         name, or the repository id --model named)\n"
@@ -54,11 +55,15 @@ constexpr const char* kHelp =
     "  --slots B              requests generated at once (default 4)\n"
     "  --capacity C           context capacity per slot in tokens (default 4096)\n"
     "  --max-queue N          requests waiting for a slot before new ones get 429 (default 64)\n"
-    "  --max-body-mb N        largest request body in MiB (default 64; images come inline)\n"
-    "  --max-images N         most images in one request (default 16)\n"
+    "  --max-body-mb N        largest request body in MiB (default 64; images and clips come\n"
+    "                         inline, base64 adds a third: a 64 MiB body holds a 47 MiB clip)\n"
+    "  --max-images N         most images and videos in one request (default 16)\n"
+    "  --video-max-frames N   most frames sampled from one video, and the bound on a request's\n"
+    "                         max_frames / num_frames (default 768)\n"
+    "  --video-max-fps F      the bound on a request's fps (default 60)\n"
     "  --max-messages N       most messages in one request (default 1024)\n"
-    "  --allow-local-files DIR  image parts may name files under DIR (default: only data:\n"
-    "                         URLs)\n"
+    "  --allow-local-files DIR  image and video parts may name files under DIR (default: only\n"
+    "                         data: URLs)\n"
     "  --drain-timeout S      seconds SIGTERM waits for requests in flight (default 30); until\n"
     "                         they finish /health/ready answers 503 \"draining\"\n"
     "  --overload-status N    a full queue's answer, with Retry-After: 429 (default) or 503\n"
@@ -77,6 +82,7 @@ struct ServeFlags {
   size_t max_queue = 64;
   int drain_timeout_s = 30;
   std::string allow_files;
+  ImageEncoderOptions encoder;  // --video-max-frames, --video-max-fps
 };
 
 StatusOr<ServeFlags> ParseFlags(const Args& args) {
@@ -106,6 +112,15 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   f.http.max_body_bytes = static_cast<size_t>(body_mb) << 20;
   VLS_ASSIGN_OR_RETURN(long long images, args.Int("max-images", 16, 0, 1024));
   f.http.limits.max_images = static_cast<size_t>(images);
+  VLS_ASSIGN_OR_RETURN(long long frames, args.Int("video-max-frames", 768, 1, 1 << 16));
+  VLS_ASSIGN_OR_RETURN(double fps, args.Double("video-max-fps", 60.0));
+  if (!(fps > 0 && fps <= 1000)) {
+    return InvalidArgument("--video-max-fps must be in (0, 1000], not " + std::to_string(fps));
+  }
+  f.encoder.max_video_frames = static_cast<int>(frames);
+  f.encoder.max_video_fps = fps;
+  f.http.limits.max_video_frames = f.encoder.max_video_frames;
+  f.http.limits.max_video_fps = f.encoder.max_video_fps;
   VLS_ASSIGN_OR_RETURN(long long messages, args.Int("max-messages", 1024, 1, 1 << 20));
   f.http.limits.max_messages = static_cast<size_t>(messages);
   VLS_ASSIGN_OR_RETURN(long long drain, args.Int("drain-timeout", 30, 0, 86400));
@@ -152,7 +167,7 @@ StatusOr<Loaded> LoadAll(const Args& args, const ServeFlags& f, server::ServerMe
     po.media.root_dir = f.allow_files;
   }
   if (l.model->vision_config()) {
-    auto enc = ImageEncoder::Load(f.dir, *l.model, ImageEncoderOptions{});
+    auto enc = ImageEncoder::Load(f.dir, *l.model, f.encoder);
     if (enc.ok()) {
       l.images = std::move(*enc);
       po.images = l.images.get();
@@ -223,7 +238,8 @@ int Serve(const Args& args) {
     return rc;
   }
   const LoadedModel& m = *loaded->model;
-  http.SetReady(loaded->service.get(), loaded->pipeline.get(), m.bounds().capacity);
+  http.SetReady(loaded->service.get(), loaded->pipeline.get(), m.bounds().capacity,
+                loaded->images.get());
   std::fprintf(stderr, "[serve] ready: model '%s', %d slots x %d tokens, images %s\n",
                f.http.model_id.c_str(), m.bounds().slots, m.bounds().capacity,
                loaded->images ? "on" : "off");
@@ -241,10 +257,11 @@ CommandSpec ServeSpec() {
   spec.name = "serve";
   spec.usage = std::string(kHelp) + SpeculativeFlagsHelp() + LoadFlagsHelp("bf16") +
                CheckWeightsFlagsHelp() + "  --help               this text\n";
-  spec.value_flags = {"model",         "model-name",    "host",         "port",
-                      "api-key",       "slots",         "capacity",     "max-queue",
-                      "max-body-mb",   "max-images",    "max-messages", "allow-local-files",
-                      "drain-timeout", "prefill-chunk", "http-threads", "overload-status"};
+  spec.value_flags = {
+      "model",           "model-name",        "host",          "port",          "api-key",
+      "slots",           "capacity",          "max-queue",     "max-body-mb",   "max-images",
+      "max-messages",    "allow-local-files", "drain-timeout", "prefill-chunk", "http-threads",
+      "overload-status", "video-max-frames",  "video-max-fps"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"quiet"};

@@ -165,6 +165,7 @@ struct HttpServer::Impl : TransportHandler {
   std::unique_ptr<HttpTransport> transport;
   std::atomic<GenerationService*> service{nullptr};
   const ChatPipeline* pipeline = nullptr;
+  const ImageEncoder* images = nullptr;  // set with pipeline, before service is published
   int capacity = 0;
   // OpenAI's system_fingerprint, from the model's identity: computed once at SetReady (without
   // an artifact the identity hashes every weight).
@@ -592,6 +593,14 @@ GaugeValues HttpServer::Impl::Gauges() const {
     g.verify_passes = l.verify_passes;
     g.draft_tokens = l.draft_tokens;
     g.accepted_draft_tokens = l.accepted_draft_tokens;
+    if (images != nullptr) {
+      const ImageEncoder::Stats st = images->stats();
+      g.videos = static_cast<int64_t>(st.videos);
+      g.video_frames = static_cast<int64_t>(st.video_frames);
+      g.video_decode_seconds = st.video_decode_seconds;
+      g.video_preprocess_seconds = st.video_preprocess_seconds;
+      g.video_encode_seconds = st.video_encode_seconds;
+    }
   }
   g.draining = draining.load() ? 1 : 0;
   return g;
@@ -656,8 +665,10 @@ HttpServer::~HttpServer() = default;
 
 StatusOr<int> HttpServer::Bind() { return impl_->transport->Bind(); }
 
-void HttpServer::SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity) {
+void HttpServer::SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity,
+                          const ImageEncoder* images) {
   impl_->pipeline = pipeline;
+  impl_->images = images;
   impl_->capacity = capacity;
   impl_->fingerprint = pipeline->fingerprint();
   impl_->service.store(service);

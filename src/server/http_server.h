@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "runtime/chat_pipeline.h"
+#include "runtime/image_encoder.h"
 #include "server/generation_service.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -54,8 +55,10 @@ class HttpServer {
 
   // Takes the address; returns the port (the chosen one with port 0). IoError when it is taken.
   StatusOr<int> Bind();
-  // The model is loaded: generation endpoints open. `service` and `pipeline` outlive the server.
-  void SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity);
+  // The model is loaded: generation endpoints open. `service`, `pipeline` and `images` (the
+  // pipeline's encoder, whose video counters /metrics shows; may be null) outlive the server.
+  void SetReady(GenerationService* service, const ChatPipeline* pipeline, int capacity,
+                const ImageEncoder* images = nullptr);
   // Serves connections until Stop(); returns when the listener has closed and every connection
   // has been served.
   Status Run();

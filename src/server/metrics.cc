@@ -42,6 +42,11 @@ void AppendCounter(std::string_view name, std::string_view help, int64_t value, 
   AppendSample(name, value, out);
 }
 
+void AppendCounter(std::string_view name, std::string_view help, double value, std::string* out) {
+  AppendHeader(name, "counter", help, out);
+  out->append(name).append(" ").append(FormatSampleValue(value)).append("\n");
+}
+
 void AppendGauge(std::string_view name, std::string_view help, int64_t value, std::string* out) {
   AppendHeader(name, "gauge", help, out);
   AppendSample(name, value, out);
@@ -194,6 +199,17 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
                 g.draft_tokens, &out);
   AppendCounter("vlstack_speculative_accepted_tokens_total",
                 "Drafted tokens accepted (emitted as drafted).", g.accepted_draft_tokens, &out);
+  AppendCounter("vlstack_videos_total", "Videos encoded (not served from the encoder cache).",
+                g.videos, &out);
+  AppendCounter("vlstack_video_frames_total", "Frames decoded from the videos encoded.",
+                g.video_frames, &out);
+  AppendCounter("vlstack_video_decode_seconds_total", "Seconds spent decoding video frames.",
+                g.video_decode_seconds, &out);
+  AppendCounter("vlstack_video_preprocess_seconds_total",
+                "Seconds spent resizing and patching video frames.", g.video_preprocess_seconds,
+                &out);
+  AppendCounter("vlstack_video_encode_seconds_total",
+                "Seconds the vision tower spent on video frames.", g.video_encode_seconds, &out);
   AppendGauge("vlstack_queue_depth", "Requests waiting for a slot.", g.queue_depth, &out);
   AppendGauge("vlstack_slots_busy", "Engine slots serving a request.", g.slots_busy, &out);
   AppendGauge("vlstack_slots_total", "Engine slots.", g.slots_total, &out);

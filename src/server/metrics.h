@@ -7,6 +7,11 @@
 //   vlstack_generation_tokens_total              counter: tokens generated
 //   vlstack_speculative_verify_passes_total, vlstack_speculative_draft_tokens_total,
 //   vlstack_speculative_accepted_tokens_total    counters: speculative decoding, from the engine
+//   vlstack_videos_total, vlstack_video_frames_total    counters: videos encoded (encoder cache
+//                                                misses) and their decoded frames
+//   vlstack_video_decode_seconds_total, vlstack_video_preprocess_seconds_total,
+//   vlstack_video_encode_seconds_total           counters: seconds decoding, preprocessing and
+//                                                running the vision tower on them
 //   vlstack_queue_depth, vlstack_slots_busy, vlstack_slots_total,
 //   vlstack_requests_in_flight, vlstack_draining gauges, read from the server at render time
 //   vlstack_time_to_first_token_seconds, vlstack_inter_token_latency_seconds,
@@ -69,6 +74,9 @@ struct GaugeValues {
   int64_t queue_depth = 0, slots_busy = 0, slots_total = 0, requests_in_flight = 0;
   int64_t draining = 0;  // 1 while SIGTERM drains the requests in flight
   int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
+  // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
+  int64_t videos = 0, video_frames = 0;
+  double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;
 };
 
 class ServerMetrics {

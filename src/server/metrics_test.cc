@@ -168,7 +168,17 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   g.verify_passes = 7;
   g.draft_tokens = 40;
   g.accepted_draft_tokens = 31;
+  g.videos = 2;
+  g.video_frames = 24;
+  g.video_decode_seconds = 0.5;
+  g.video_preprocess_seconds = 0.25;
+  g.video_encode_seconds = 1.75;
   const std::string text = m.Render(g);
+  EXPECT_EQ(SampleValue(text, "vlstack_videos_total"), "2");
+  EXPECT_EQ(SampleValue(text, "vlstack_video_frames_total"), "24");
+  EXPECT_EQ(SampleValue(text, "vlstack_video_decode_seconds_total"), "0.5");
+  EXPECT_EQ(SampleValue(text, "vlstack_video_preprocess_seconds_total"), "0.25");
+  EXPECT_EQ(SampleValue(text, "vlstack_video_encode_seconds_total"), "1.75");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_verify_passes_total"), "7");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_draft_tokens_total"), "40");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_accepted_tokens_total"), "31");
@@ -208,9 +218,9 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 16u);
-  // 11 request series, 6 counters, 5 gauges, 4 histograms of (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 6 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(families.size(), 21u);
+  // 11 request series, 11 counters, 5 gauges, 4 histograms of (buckets + 1) + 2 lines each.
+  EXPECT_EQ(samples, 11 + 11 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "io/untrusted_json.h"
@@ -179,11 +180,105 @@ Status CheckStopCount(const Json& body, const RequestLimits& limits) {
   return Status::Ok();
 }
 
+// A video's sampling options as the server bounds them (ImageEncoderOptions' max_video_fps and
+// max_video_frames): "fps" a number in (0, max_video_fps], "max_frames" and "num_frames"
+// integers in [1, max_video_frames]; "fps" and "num_frames" together are refused (transformers'
+// processor refuses them too: each decides the frame count). `where` prefixes each field's
+// name ("messages[0].content[1]." or "mm_processor_kwargs."); other keys are left to the
+// caller.
+Status ReadVideoOptions(const Json& obj, const std::string& where, const RequestLimits& limits,
+                        VideoSamplingOptions* out) {
+  if (auto it = obj.find("fps"); it != obj.end() && !it->is_null()) {
+    const std::string field = where + "fps";
+    double fps = 0;
+    VLS_RETURN_IF_ERROR(
+        ReadJsonNumber(*it, "\"" + field + "\"", 0.0, limits.max_video_fps, &fps).WithParam(field));
+    if (!(fps > 0)) return Bad(field, "must be more than 0");
+    out->fps = fps;
+  }
+  for (const char* key : {"max_frames", "num_frames"}) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) continue;
+    const std::string field = where + key;
+    int64_t n = 0;
+    VLS_RETURN_IF_ERROR(
+        ReadJsonInt(*it, "\"" + field + "\"", 1, limits.max_video_frames, &n).WithParam(field));
+    (std::string_view(key) == "max_frames" ? out->max_frames : out->num_frames) =
+        static_cast<int>(n);
+  }
+  if (out->fps && out->num_frames) {
+    return Bad(where + "num_frames", "and \"" + where +
+                                         "fps\" cannot both be given: each decides how many "
+                                         "frames are sampled");
+  }
+  return Status::Ok();
+}
+
+// A video part: {"type": "video_url", "video_url": {"url": SRC} | SRC} (vLLM's convention) or
+// {"type": "video", "video" | "url" | "path": SRC}, with optional "fps", "max_frames" and
+// "num_frames" (media_source.h reads SRC; the pipeline decodes it).
+Status CheckVideoPart(const Json& part, const std::string& where, const RequestLimits& limits) {
+  const std::string& type = part["type"].get_ref<const std::string&>();
+  if (type == "video_url") {
+    auto v = part.find("video_url");
+    const bool ok =
+        v != part.end() &&
+        (v->is_string() || (v->is_object() && v->contains("url") && (*v)["url"].is_string()));
+    if (!ok) {
+      return Bad(where + ".video_url",
+                 "must be {\"url\": \"data:video/...;base64,...\"} or a string (the clip)");
+    }
+  } else {
+    bool found = false;
+    for (const char* key : {"video", "url", "path"}) {
+      auto v = part.find(key);
+      if (v == part.end()) continue;
+      if (!v->is_string()) return Bad(where + "." + key, "must be a string (the clip)");
+      found = true;
+    }
+    if (!found) return Bad(where + ".video", "is required: the clip as a data: URL or a path");
+  }
+  VideoSamplingOptions unused;
+  return ReadVideoOptions(part, where + ".", limits, &unused);
+}
+
+// vLLM's {"type": "video_url", "video_url": {"url": SRC} | SRC, ...} as the {"type": "video",
+// "video": SRC, ...} part the Qwen3-VL chat template knows (it places a video by "video"; a
+// video_url part would be dropped), as vLLM does before rendering. REQUIRES: CheckVideoPart
+// accepted the part.
+void AsVideoPart(Json* part) {
+  auto type = part->find("type");
+  if (type == part->end() || *type != "video_url") return;
+  Json src = (*part)["video_url"];
+  if (src.is_object()) src = src["url"];
+  Json out = Json::object();
+  out["type"] = "video";
+  out["video"] = std::move(src);
+  for (auto& [k, v] : part->items()) {
+    if (k != "type" && k != "video_url") out[k] = std::move(v);
+  }
+  *part = std::move(out);
+}
+
+// vLLM's request-level "mm_processor_kwargs": {"fps"?, "max_frames"?, "num_frames"?}, the
+// sampling of every video part that does not set its own.
+Status ReadMmProcessorKwargs(const Json& v, const RequestLimits& limits,
+                             VideoSamplingOptions* out) {
+  if (!v.is_object()) return Bad("mm_processor_kwargs", "must be an object");
+  for (const auto& [k, unused] : v.items()) {
+    if (k != "fps" && k != "max_frames" && k != "num_frames") {
+      return Bad("mm_processor_kwargs." + k,
+                 "is not a known field (fps, max_frames and num_frames are)");
+    }
+  }
+  return ReadVideoOptions(v, "mm_processor_kwargs.", limits, out);
+}
+
 // OpenAI's message shape, before the pipeline's own checks: a known role (a chat template drops
 // a role it does not know, so a typo would silently lose the message) and content parts that
 // say their "type" (the pipeline also recognises a part by its keys, as the Qwen-VL templates
 // do; the API requires the type).
-Status CheckMessage(const Json& m, size_t i) {
+Status CheckMessage(const Json& m, size_t i, const RequestLimits& limits) {
   const std::string where = "messages[" + std::to_string(i) + "]";
   if (!m.is_object()) return Bad(where, "must be an object");
   auto role = m.find("role");
@@ -207,6 +302,9 @@ Status CheckMessage(const Json& m, size_t i) {
     if (type == part.end() || !type->is_string()) {
       return Bad(pwhere + ".type", "is required: a string such as \"text\" or \"image_url\"");
     }
+    if (*type == "video_url" || *type == "video") {
+      VLS_RETURN_IF_ERROR(CheckVideoPart(part, pwhere, limits));
+    }
   }
   return Status::Ok();
 }
@@ -220,10 +318,10 @@ Status CheckMessages(const Json& body, const RequestLimits& limits) {
     return Bad("messages", "has " + std::to_string(it->size()) + " messages; at most " +
                                std::to_string(limits.max_messages) + " are allowed");
   }
-  for (size_t i = 0; i < it->size(); ++i) VLS_RETURN_IF_ERROR(CheckMessage((*it)[i], i));
+  for (size_t i = 0; i < it->size(); ++i) VLS_RETURN_IF_ERROR(CheckMessage((*it)[i], i, limits));
   VLS_ASSIGN_OR_RETURN(std::vector<MediaItem> media, CollectMedia(*it));
   if (media.size() > limits.max_images) {
-    return Bad("messages", "holds " + std::to_string(media.size()) + " images; at most " +
+    return Bad("messages", "holds " + std::to_string(media.size()) + " images or videos; at most " +
                                std::to_string(limits.max_images) + " are allowed per request");
   }
   return Status::Ok();
@@ -319,6 +417,9 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   for (Json& m : body["messages"]) {
     if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
     if (auto role = m.find("role"); role != m.end() && *role == "developer") *role = "system";
+    if (auto c = m.find("content"); c != m.end() && c->is_array()) {
+      for (Json& part : *c) AsVideoPart(&part);
+    }
   }
 
   // logprobs: a boolean here (the pipeline's integer is the number of top tokens).
@@ -363,9 +464,15 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
     if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadToolChoice(*it, tools, &r));
     body.erase(it);
   }
+  VideoSamplingOptions video;
+  if (auto it = body.find("mm_processor_kwargs"); it != body.end()) {
+    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadMmProcessorKwargs(*it, limits, &video));
+    body.erase(it);
+  }
   auto chat = ChatRequestFromJson(body, defaults);
   if (!chat.ok()) return Unprefixed(chat.status());
   r.chat = std::move(*chat);
+  r.chat.video = video;
   VLS_RETURN_IF_ERROR(CheckSampling(r.chat.sampling));
   if (r.tool_choice != ToolChoice::kNone) r.chat.tools = tools;
   r.chat.logprobs = r.logprobs ? r.top_logprobs : -1;
@@ -425,7 +532,7 @@ StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body_in,
     r.logprobs = static_cast<int>(n);
     body.erase(it);
   }
-  for (const char* chat_only : {"messages", "tools", "tool_choice"}) {
+  for (const char* chat_only : {"messages", "tools", "tool_choice", "mm_processor_kwargs"}) {
     if (body.contains(chat_only)) return Bad(chat_only, "is for /v1/chat/completions");
   }
   // The pipeline's reader wants messages; a placeholder it accepts and the raw path ignores.

@@ -10,6 +10,13 @@
 // Every refusal is a Status whose param() names the offending field ("messages[1].role"), for a
 // 400 answer (ErrorFromStatus). A message's role must be system, developer (the system prompt
 // by its newer name), user, assistant or tool; a content part must say its "type".
+//
+// Video parts ({"type": "video_url", "video_url": {"url": SRC}} as vLLM takes them, or
+// {"type": "video", "video": SRC}) are checked for shape here, with their optional "fps",
+// "max_frames" and "num_frames" within RequestLimits' video bounds (the param names the part's
+// field: "messages[0].content[1].fps"); vLLM's "mm_processor_kwargs": {"fps", "max_frames",
+// "num_frames"} becomes ChatRequest::video, the default of every video part. Decoding them is
+// the pipeline's (ChatPipeline::Prepare).
 #ifndef VLSTACK_SERVER_OPENAI_REQUEST_H_
 #define VLSTACK_SERVER_OPENAI_REQUEST_H_
 
@@ -30,9 +37,13 @@ namespace vls::server {
 // Request limits the server enforces before any work (serve's flags).
 struct RequestLimits {
   size_t max_messages = 1024;  // messages in one chat request
-  size_t max_images = 16;      // image parts in one chat request
-  size_t max_tools = 256;      // tool schemas in one request
-  size_t max_stop = 16;        // stop strings
+  size_t max_images = 16;      // image and video parts in one chat request
+  // Bounds on a video's sampling options, per part or in mm_processor_kwargs (serve's
+  // --video-max-fps and --video-max-frames; the ImageEncoderOptions of the same names).
+  double max_video_fps = 60.0;
+  int max_video_frames = 768;
+  size_t max_tools = 256;  // tool schemas in one request
+  size_t max_stop = 16;    // stop strings
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };

@@ -185,6 +185,104 @@ TEST(OpenAiRequest, Limits) {
   EXPECT_NE(r.status().message().find("at most 2"), std::string::npos);
 }
 
+// A user message whose content is `parts` (JSON text of the list's items).
+std::string WithParts(const std::string& parts, const std::string& extra = "") {
+  return R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "what"}, )" +
+         parts + "]}]" + extra + "}";
+}
+
+constexpr const char* kClip = R"("data:video/mp4;base64,AAAA")";
+
+TEST(OpenAiRequest, VideoPartsAndTheirOptions) {
+  for (const std::string& part :
+       {std::string(R"({"type": "video_url", "video_url": {"url": )") + kClip + "}}",
+        std::string(R"({"type": "video_url", "video_url": )") + kClip + "}",
+        std::string(R"({"type": "video", "video": )") + kClip + "}",
+        std::string(R"({"type": "video_url", "video_url": {"url": )") + kClip +
+            R"(}, "fps": 1.5, "max_frames": 8})",
+        std::string(R"({"type": "video", "video": )") + kClip + R"(, "num_frames": 6})"}) {
+    auto r = Chat(WithParts(part));
+    EXPECT_TRUE(r.ok()) << part << ": " << r.status().ToString();
+  }
+  // video_url parts reach the pipeline as the "video" parts the Qwen3-VL template places, with
+  // their other fields kept.
+  auto v = Chat(WithParts(std::string(R"({"type": "video_url", "video_url": {"url": )") + kClip +
+                          R"(}, "fps": 1.5}, {"type": "video_url", "video_url": )" + kClip + "}"));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const Json& content = v->chat.messages[0]["content"];
+  EXPECT_EQ(content[1].dump(),
+            R"({"type":"video","video":"data:video/mp4;base64,AAAA","fps":1.5})");
+  EXPECT_EQ(content[2].dump(), R"({"type":"video","video":"data:video/mp4;base64,AAAA"})");
+  // mm_processor_kwargs becomes the request's video defaults.
+  auto r = Chat(WithParts(std::string(R"({"type": "video", "video": )") + kClip + "}",
+                          R"(, "mm_processor_kwargs": {"fps": 0.5, "max_frames": 32})"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.video.fps, 0.5);
+  EXPECT_EQ(r->chat.video.max_frames, 32);
+  EXPECT_FALSE(r->chat.video.num_frames.has_value());
+  r = Chat(WithParts(std::string(R"({"type": "video", "video": )") + kClip + "}",
+                     R"(, "mm_processor_kwargs": {"num_frames": 4}, "mm_processor_kwargs2": 1)"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().param(), "mm_processor_kwargs2");
+  r = Chat(WithParts(std::string(R"({"type": "video", "video": )") + kClip + "}",
+                     R"(, "mm_processor_kwargs": null)"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->chat.video.fps.has_value());
+}
+
+TEST(OpenAiRequest, RefusesBadVideoPartsByPath) {
+  const std::string clip = std::string(R"({"type": "video_url", "video_url": {"url": )") + kClip;
+  ExpectRefused(WithParts(R"({"type": "video_url"})"), "video_url",
+                "messages[0].content[1].video_url");
+  ExpectRefused(WithParts(R"({"type": "video_url", "video_url": {"uri": "x"}})"), "url",
+                "messages[0].content[1].video_url");
+  ExpectRefused(WithParts(R"({"type": "video_url", "video_url": 7})"), "video_url",
+                "messages[0].content[1].video_url");
+  ExpectRefused(WithParts(R"({"type": "video"})"), "required", "messages[0].content[1].video");
+  ExpectRefused(WithParts(R"({"type": "video", "video": ["a"]})"), "string",
+                "messages[0].content[1].video");
+  ExpectRefused(WithParts(clip + R"(}, "fps": 0})"), "more than 0", "messages[0].content[1].fps");
+  ExpectRefused(WithParts(clip + R"(}, "fps": 61})"), "60", "messages[0].content[1].fps");
+  ExpectRefused(WithParts(clip + R"(}, "fps": "2"})"), "number", "messages[0].content[1].fps");
+  ExpectRefused(WithParts(clip + R"(}, "max_frames": 0})"), "max_frames",
+                "messages[0].content[1].max_frames");
+  ExpectRefused(WithParts(clip + R"(}, "max_frames": 769})"), "768",
+                "messages[0].content[1].max_frames");
+  ExpectRefused(WithParts(clip + R"(}, "num_frames": 2.5})"), "num_frames",
+                "messages[0].content[1].num_frames");
+  ExpectRefused(WithParts(clip + R"(}, "num_frames": 4, "fps": 2})"), "cannot both",
+                "messages[0].content[1].num_frames");
+  ExpectRefused(WithParts(clip + "}}", R"(, "mm_processor_kwargs": {"fps": 100})"), "fps",
+                "mm_processor_kwargs.fps");
+  ExpectRefused(WithParts(clip + "}}", R"(, "mm_processor_kwargs": {"max_pixels": 100})"),
+                "not a known field", "mm_processor_kwargs.max_pixels");
+  ExpectRefused(WithParts(clip + "}}", R"(, "mm_processor_kwargs": [1])"), "object",
+                "mm_processor_kwargs");
+  // The server's own bounds (serve --video-max-fps / --video-max-frames).
+  RequestLimits limits;
+  limits.max_video_fps = 4;
+  limits.max_video_frames = 16;
+  auto r = Chat(WithParts(clip + R"(}, "fps": 5})"), limits);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().param(), "messages[0].content[1].fps");
+  r = Chat(WithParts(clip + "}}", R"(, "mm_processor_kwargs": {"num_frames": 17})"), limits);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().param(), "mm_processor_kwargs.num_frames");
+  r = Chat(WithParts(clip + R"(}, "fps": 4, "max_frames": 16})"), limits);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  // Videos count with images against max_images.
+  limits.max_images = 1;
+  r = Chat(WithParts(clip + "}}, " + clip + "}}"), limits);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("2 images or videos"), std::string::npos)
+      << r.status().ToString();
+  // mm_processor_kwargs is for chats.
+  auto c = ParseCompletionRequest(Parse(R"({"prompt": "x", "mm_processor_kwargs": {}})"),
+                                  SamplingParams{}, RequestLimits{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().param(), "mm_processor_kwargs");
+}
+
 TEST(OpenAiRequest, CompletionPrompts) {
   const RequestLimits limits;
   auto r = ParseCompletionRequest(Parse(R"({"prompt": "Once", "max_tokens": 3, "logprobs": 2})"),

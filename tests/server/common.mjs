@@ -233,6 +233,27 @@ export function makePng(w, h, seed = 0) {
 export const pngDataUrl = (w, h, seed = 0) =>
   `data:image/png;base64,${makePng(w, h, seed).toString('base64')}`;
 
+// --- video -------------------------------------------------------------------------------------
+
+export const FFMPEG = '/usr/bin/ffmpeg';
+
+// An H.264 MP4 of ffmpeg's moving test pattern, written into DIR; returns its bytes. Exits 77
+// when the ffmpeg tool is missing.
+export function makeClip(dir, { size = '64x48', rate = 4, duration = 2, name = 'clip.mp4' } = {}) {
+  if (!fs.existsSync(FFMPEG)) {
+    console.log(`SKIP: ${FFMPEG} is missing (the video cases make their clips with it)`);
+    process.exit(77);
+  }
+  const out = path.join(dir, name);
+  const p = spawnSync(FFMPEG, ['-v', 'error', '-y', '-f', 'lavfi', '-i',
+                               `testsrc2=size=${size}:rate=${rate}:duration=${duration}`,
+                               '-c:v', 'libx264', '-pix_fmt', 'yuv420p', out], { encoding: 'utf8' });
+  if (p.status !== 0) throw new Error(`ffmpeg exited ${p.status}: ${p.stderr}`);
+  return fs.readFileSync(out);
+}
+
+export const videoDataUrl = (bytes, type = 'video/mp4') => `data:${type};base64,${bytes.toString('base64')}`;
+
 // --- cases -------------------------------------------------------------------------------------
 
 export class AssertionFailure extends Error {}

@@ -6,7 +6,9 @@
 // tower), starts one server with an API key on a free port and checks, through the client the
 // way applications call it: models.list; chat and completions, streamed and not (the streamed
 // deltas concatenated equal the non-streamed text of the same seeded request, usage adds up and
-// arrives in the last chunk with include_usage); images as data URLs; stop strings cut exactly;
+// arrives in the last chunk with include_usage); images as data URLs; video clips (made by the
+// ffmpeg tool) as video_url data-URL parts, streamed, with per-part fps and mm_processor_kwargs,
+// counted in /metrics, and their refusals; stop strings cut exactly;
 // greedy and seeded determinism; logprobs shapes; tools accepted and rendered; prefix caching;
 // /tokenize and /detokenize; errors as the client's APIError subclasses (400/401/404); metrics
 // moving with each request; the request log; cancellation by AbortController freeing the slot.
@@ -18,8 +20,8 @@ import path from 'node:path';
 import OpenAI from 'openai';
 
 import {
-  check, checkEq, fetchMetrics, makeTestModel, metric, parseArgs, pngDataUrl, Runner, sleep,
-  startServer, tempDir, waitIdle,
+  check, checkEq, fetchMetrics, makeClip, makeTestModel, metric, parseArgs, pngDataUrl, Runner, sleep,
+  startServer, tempDir, videoDataUrl, waitIdle,
 } from './common.mjs';
 
 const KEY = 'sk-vlstack-test-key';
@@ -309,6 +311,84 @@ await R.run('chat: images as data URLs', async () => {
   await expectApiError(chat({ messages: [{ role: 'user', content: [local, text] }], max_tokens: 4 }),
                        OpenAI.BadRequestError, 400, 'a local path without --allow-local-files');
 });
+
+await R.run('chat: a video clip as a data URL (streamed, fps, mm_processor_kwargs, metrics)', async () => {
+  const clip = makeClip(work);  // 64x48, 4 fps, 2 s: 8 frames
+  const text = { type: 'text', text: 'What happens in this clip?' };
+  const video = { type: 'video_url', video_url: { url: videoDataUrl(clip) } };
+  const base = await chat({ messages: [{ role: 'user', content: [text] }], max_tokens: 4, temperature: 0 });
+  const m0 = await fetchMetrics(server.url, auth);
+  // Streamed, the way an application asks about a clip.
+  const s = await chatStream({ messages: [{ role: 'user', content: [video, text] }], max_tokens: 6, temperature: 0,
+                               stream_options: { include_usage: true } });
+  check(['stop', 'length'].includes(s.finish), `streamed clip: finish ${s.finish}`);
+  checkEq(s.role, 'assistant', 'streamed clip role');
+  checkUsage(s.usage, 'streamed clip usage');
+  check(s.usage.prompt_tokens > base.usage.prompt_tokens + 8,
+        `a clip did not grow the prompt: ${s.usage.prompt_tokens} vs ${base.usage.prompt_tokens}`);
+  const m1 = await fetchMetrics(server.url, auth);
+  const d = (name) => (metric(m1, name) ?? 0) - (metric(m0, name) ?? 0);
+  checkEq(d('vlstack_videos_total'), 1, 'vlstack_videos_total delta');
+  check(d('vlstack_video_frames_total') >= 4, `vlstack_video_frames_total delta ${d('vlstack_video_frames_total')}`);
+  check(d('vlstack_video_decode_seconds_total') > 0 && d('vlstack_video_encode_seconds_total') > 0,
+        'video decode/encode seconds did not grow');
+  check(metric(m1, 'vlstack_video_preprocess_seconds_total') >= 0, 'vlstack_video_preprocess_seconds_total missing');
+  // The same clip again, not streamed: the same reply (and the encoder cache: no new video).
+  const again = await chat({ messages: [{ role: 'user', content: [video, text] }], max_tokens: 6, temperature: 0 });
+  checkChat(again, 'the clip again');
+  checkEq(again.choices[0].message.content, s.text, 'the clip, non-streamed vs streamed');
+  checkEq(again.usage.prompt_tokens, s.usage.prompt_tokens, 'the clip\'s prompt_tokens again');
+  const m2 = await fetchMetrics(server.url, auth);
+  checkEq(metric(m2, 'vlstack_videos_total'), metric(m1, 'vlstack_videos_total'), 'the clip was encoded again');
+  // Fewer frames, per part and for the request: fewer visual tokens.
+  const onePerSecond = await chat({ messages: [{ role: 'user', content: [{ ...video, fps: 1 }, text] }],
+                                    max_tokens: 4, temperature: 0 });
+  checkChat(onePerSecond, 'fps 1 on the part');
+  check(onePerSecond.usage.prompt_tokens <= s.usage.prompt_tokens,
+        `fps 1 gave more tokens (${onePerSecond.usage.prompt_tokens}) than the default (${s.usage.prompt_tokens})`);
+  const kwargs = await chat({ messages: [{ role: 'user', content: [video, text] }], max_tokens: 4, temperature: 0,
+                              mm_processor_kwargs: { num_frames: 8 } });
+  checkChat(kwargs, 'mm_processor_kwargs num_frames 8');
+  check(kwargs.usage.prompt_tokens > s.usage.prompt_tokens,
+        `num_frames 8 (${kwargs.usage.prompt_tokens} tokens) is not longer than the default 4 frames (${s.usage.prompt_tokens})`);
+  // The vLLM string form and the transformers "video" part.
+  checkChat(await chat({ messages: [{ role: 'user', content: [{ type: 'video_url', video_url: videoDataUrl(clip) }, text] }],
+                         max_tokens: 2 }), 'video_url as a string');
+  checkChat(await chat({ messages: [{ role: 'user', content: [{ type: 'video', video: videoDataUrl(clip) }, text] }],
+                         max_tokens: 2 }), 'a "video" part');
+  // Refusals, each naming its field or part.
+  const bad = (content, what, param, extra = {}) =>
+    expectApiError(chat({ messages: [{ role: 'user', content }], max_tokens: 4, ...extra }),
+                   OpenAI.BadRequestError, 400, what, param);
+  const fps = await bad([{ ...video, fps: 1000 }, text], 'fps over the server\'s bound', 'messages[0].content[0].fps');
+  checkEq(fps.error.param, 'messages[0].content[0].fps', 'fps refusal param');
+  await bad([{ ...video, fps: 0 }, text], 'fps 0', 'messages[0].content[0].fps');
+  await bad([{ ...video, max_frames: 100000 }, text], 'max_frames over the bound', 'messages[0].content[0].max_frames');
+  const kw = await bad([video, text], 'mm_processor_kwargs fps over the bound', 'mm_processor_kwargs.fps',
+                       { mm_processor_kwargs: { fps: 61 } });
+  checkEq(kw.error.param, 'mm_processor_kwargs.fps', 'mm_processor_kwargs refusal param');
+  await bad([video, text], 'an unknown mm_processor_kwargs field', 'mm_processor_kwargs.size',
+            { mm_processor_kwargs: { size: 3 } });
+  await bad([text, { type: 'video_url', video_url: { uri: 'x' } }], 'a video_url without url',
+            'messages[0].content[1].video_url');
+  const corrupt = clip.subarray(0, Math.floor(clip.length / 3));
+  const broken = await bad([text, { type: 'video_url', video_url: { url: videoDataUrl(corrupt) } }],
+                           'a truncated clip', 'messages[0].content[1]');
+  check(broken.error.message.includes('messages[0].content[1]'),
+        `the truncated clip's error does not name its part: ${broken.error.message}`);
+  const junk = await bad([text, text, { type: 'video_url', video_url: { url: videoDataUrl(Buffer.from('not a video at all')) } }],
+                         'a clip that is not a video', 'messages[0].content[2]');
+  check(junk.error.message.includes('messages[0].content[2]'), `the junk clip's error: ${junk.error.message}`);
+  fs.copyFileSync(path.join(work, 'clip.mp4'), path.join(work, 'local.mp4'));
+  await bad([{ type: 'video_url', video_url: { url: path.join(work, 'local.mp4') } }, text],
+            'a local clip without --allow-local-files', 'messages[0].content[0]');
+  await bad([{ type: 'video_url', video_url: { url: `file://${path.join(work, 'local.mp4')}` } }, text],
+            'a file:// clip without --allow-local-files', 'messages[0].content[0]');
+  await bad([{ type: 'video_url', video_url: { url: 'https://example.com/clip.mp4' } }, text], 'a remote clip',
+            'messages[0].content[0]');
+  // The server still serves videos.
+  checkChat(await chat({ messages: [{ role: 'user', content: [video, text] }], max_tokens: 2 }), 'a clip after the refusals');
+}, 120000);
 
 await R.run('chat: logprobs and top_logprobs', async () => {
   const k = 3;
