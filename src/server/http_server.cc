@@ -468,8 +468,9 @@ void HttpServer::Impl::AnswerGet(HttpExchange& ex, RequestLog& log, Route route)
       const std::string_view page = ChatPageHtml();
       return ex.Reply(200, "text/html; charset=utf-8", std::string(page),
                       {{"Content-Security-Policy",
-                        "default-src 'self'; img-src 'self' data: blob:; style-src 'self' "
-                        "'unsafe-inline'; script-src 'self' 'unsafe-inline'"}});
+                        "default-src 'self'; img-src 'self' data: blob:; media-src 'self' "
+                        "data: blob:; style-src 'self' 'unsafe-inline'; script-src 'self' "
+                        "'unsafe-inline'"}});
     }
     default: break;
   }

@@ -10,12 +10,15 @@
 // settings (empty fields left out) and stream_options; a second turn (sent with Enter) re-sends
 // the whole conversation; Stop during a long reply keeps the partial text, marks it cancelled,
 // and the server counts a cancelled request and stays healthy; the API key goes out as a Bearer
-// token; a request the server refuses (temperature -1: HTTP 400) shows the server's message.
+// token; a request the server refuses (temperature -1: HTTP 400) shows the server's message;
+// New chat, then a 2 s H.264 clip (made by the ffmpeg tool) and a question: the request carries
+// it as a video_url data-URL part before the text, the conversation shows it as a <video>, a
+// reply streams back and /metrics counts the video and its frames.
 // The server must exit 0 on SIGTERM. A second server started with --api-key: the page points at
 // the key field after the 401, lists the model and chats once the key is entered, and keeps the
 // key and the settings in localStorage across a reload.
 // Exit codes: 0 pass, 1 failure (with the reason), 77 skipped (no Chromium, tokenizer or
-// playwright-core). The whole run is bounded to 120 s.
+// playwright-core), ffmpeg). The whole run is bounded to 120 s.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -24,6 +27,7 @@ import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
 
 const kChromium = '/usr/bin/chromium';
+const kFfmpeg = '/usr/bin/ffmpeg';
 const kTimeLimitMs = 120_000;
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
@@ -47,6 +51,7 @@ function skip(why) {
   process.exit(77);
 }
 if (!fs.existsSync(kChromium)) skip(`${kChromium} is missing`);
+if (!fs.existsSync(kFfmpeg)) skip(`${kFfmpeg} is missing (the video step makes its clip with it)`);
 if (!fs.existsSync(tokenizer)) skip(`${tokenizer} is missing (tests/tokenizer/setup.sh)`);
 let chromium;
 try {
@@ -133,6 +138,20 @@ function makeBmp(width, height) {
   out.writeUInt16LE(24, 28);
   out.fill(0x80, 54);
   return out;
+}
+
+// A 64x48 H.264 MP4 of ffmpeg's moving test pattern: 2 s at 4 frames per second.
+function makeClip(dir) {
+  const out = path.join(dir, 'clip.mp4');
+  const made = spawnSync(kFfmpeg, ['-v', 'error', '-y', '-f', 'lavfi', '-i', 'testsrc2=size=64x48:rate=4:duration=2',
+    '-c:v', 'libx264', '-pix_fmt', 'yuv420p', out], { encoding: 'utf8', timeout: 30_000 });
+  check(made.status === 0, `ffmpeg exited ${made.status}: ${made.stderr}`);
+  return fs.readFileSync(out);
+}
+async function videoMetrics(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const value = (name) => Number((new RegExp(`^${name} (\\S+)$`, 'm').exec(text) || [])[1]);
+  return { videos: value('vlstack_videos_total'), frames: value('vlstack_video_frames_total') };
 }
 
 // ---- the server ----
@@ -346,6 +365,38 @@ async function run() {
     `the page shows "${fourth.error}" (data-finish="${fourth.finish}"), not the server's "${serverMessage}"`);
   check(await page.locator('#status').evaluate((e) => e.classList.contains('error')), '#status shows no error');
   check(await page.locator('#prompt').inputValue() === 'This should fail.', 'the refused text did not return to #prompt');
+
+  step = 'new chat with a video clip';
+  const clip = makeClip(tmp);
+  const videosBefore = await videoMetrics(base);
+  await page.locator('#new-chat').click();
+  await page.locator('#temperature').fill('');
+  await page.locator('#max-tokens').fill('8');
+  await page.locator('#image-input').setInputFiles({ name: 'clip.mp4', mimeType: 'video/mp4', buffer: clip });
+  await page.locator('#attachments video').waitFor();
+  check(await page.locator('#attachments img').count() === 0, 'the clip shows as an image');
+  await page.locator('#prompt').fill('What happens in this clip?');
+  await page.locator('#send').click();
+  const clipReply = await waitDone(page, 1, 60_000);
+  check(['stop', 'length'].includes(clipReply.finish),
+    `the clip's reply ended with data-finish="${clipReply.finish}" (${clipReply.error})`);
+  check(clipReply.text.length > 0, 'the clip got no reply text');
+  check(await page.locator('.msg.user video').count() === 1, 'the user message shows no <video>');
+  check(await page.locator('.msg.user video').evaluate((v) => v.controls && v.src.startsWith('blob:')),
+    'the conversation\'s <video> has no controls or no blob: source');
+  const clipBody = chatRequests.at(-1).postDataJSON();
+  check(clipBody.messages.length === 1, `the new chat sent ${clipBody.messages.length} messages`);
+  const clipParts = clipBody.messages[0].content;
+  check(Array.isArray(clipParts) && clipParts.length === 2 && clipParts[0].type === 'video_url' &&
+    clipParts[1].type === 'text', `the clip's content: ${JSON.stringify(clipParts).slice(0, 200)}`);
+  const clipUrl = clipParts[0].video_url.url;
+  check(clipUrl.startsWith('data:video/mp4;base64,') && Buffer.from(clipUrl.split(',')[1], 'base64').equals(clip),
+    'the video part is not the clip as a data URL');
+  const clipUsage = /(\d+) prompt tokens/.exec(clipReply.usage);
+  check(clipUsage && Number(clipUsage[1]) > 25, `the clip's prompt is implausibly short: "${clipReply.usage}"`);
+  const videosAfter = await videoMetrics(base);
+  check(videosAfter.videos === videosBefore.videos + 1 && videosAfter.frames >= videosBefore.frames + 4,
+    `/metrics video counters: ${JSON.stringify(videosBefore)} -> ${JSON.stringify(videosAfter)}`);
 
   if (opts.screenshot) await page.screenshot({ path: path.resolve(opts.screenshot) });
   check(offOrigin.length === 0, `requests left the origin: ${offOrigin.join(', ')}`);
