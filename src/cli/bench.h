@@ -22,6 +22,7 @@
 #include "runtime/image_encoder.h"
 #include "runtime/loaded_model.h"
 #include "runtime/media_source.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vls::cli::bench {
 
@@ -141,6 +142,25 @@ std::vector<int32_t> ImageTextTokens(const Qwen3Config& cfg, int64_t prompt, siz
                                      uint64_t seed);
 StatusOr<ImageRep> RunImageRep(const LoadedModel& lm, const EngineOptions& eo,
                                const ImageEncoder& encoder, std::span<const MediaBytes> images,
+                               int64_t prompt, uint64_t seed);
+
+// --video (throughput mode; bench_scenarios.cc): as RunImageRep for one clip. The clip encoded
+// by ImageEncoder::EncodeVideo (its cache off), the prompt of `prompt` text tokens with the
+// video triple in the middle, its timestamped groups spliced in (SpliceVideoGroups, the
+// timestamps tokenized by `tokenizer`), expanded and submitted, the engine stepped until the
+// first token.
+struct VideoRep {
+  double decode_ms = 0, preprocess_ms = 0, encode_ms = 0;  // the encoder's own split
+  double total_ms = 0;                                     // EncodeVideo as the caller sees it
+  double ttft_ms = 0;  // from before EncodeVideo to the first token event
+  int64_t frames = 0;  // decoded
+  int64_t tokens = 0;  // visual tokens (T · h · w / merge²)
+  int64_t prompt = 0;  // the expanded prompt's length
+  GridThw grid;
+};
+StatusOr<VideoRep> RunVideoRep(const LoadedModel& lm, const EngineOptions& eo,
+                               const ImageEncoder& encoder, const MediaBytes& video,
+                               const VideoSamplingOptions& options, const tok::Tokenizer& tokenizer,
                                int64_t prompt, uint64_t seed);
 
 // The modes besides the throughput one. Each reads its flags, loads, runs, prints its report

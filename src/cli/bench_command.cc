@@ -93,6 +93,14 @@ CommandSpec BenchSpec() {
       "                       vision_encode_ms) and image_time_to_first_token_ms (from before\n"
       "                       the encode to the first token: encode, pad expansion, prefill\n"
       "                       through the DeepStack entry, first token)\n"
+      "  --video FILE         also time a video request per repetition (as --image, with the\n"
+      "                       clip's timestamped groups in the middle; --fps / --max-frames as\n"
+      "                       for run). Adds video_decode_ms, video_preprocess_ms,\n"
+      "                       video_encode_ms (the tower), video_frames, video_tokens and\n"
+      "                       video_time_to_first_token_ms; the model folder needs its\n"
+      "                       tokenizer.json for the timestamps\n"
+      "  --fps F              video frames sampled per second (default: the model's config)\n"
+      "  --max-frames N       at most N video frames (default: the model's config)\n"
       "  --json               one JSON object instead of the text report\n" +
       SpeculativeFlagsHelp() +
       "                       (bench: each repetition also runs without speculation, paired;\n"
@@ -126,7 +134,7 @@ CommandSpec BenchSpec() {
       "model",         "prompt-tokens",  "gen-tokens",    "reps",     "slots",
       "capacity",      "baseline-slots", "prefill-chunk", "requests", "rate",
       "seed",          "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
-      "window-tokens", "image"};
+      "window-tokens", "image",          "video",         "fps",      "max-frames"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"json", "kernel-loop", "no-prefix-reuse", "serve"};
@@ -150,6 +158,17 @@ struct ImageRun {
   std::vector<MediaBytes> images;
   std::unique_ptr<ImageEncoder> encoder;
   std::vector<double> encode_ms, patches, gflops, ttft_ms;
+};
+
+// --video: the clip's bytes, its sampling, the encoder (cache off), the timestamps' tokenizer and
+// each rep's figures.
+struct VideoRun {
+  MediaBytes video;
+  VideoSamplingOptions options;
+  std::unique_ptr<ImageEncoder> encoder;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  std::vector<double> decode_ms, preprocess_ms, encode_ms, ttft_ms;
+  int64_t frames = 0, tokens = 0, prompt = 0;
 };
 
 // The capacity an image request of `prompt` text tokens needs (its expanded prompt, one
@@ -305,7 +324,18 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     return InvalidArgument("--baseline-slots compares generation: --gen-tokens must be at least 1");
   }
   const std::vector<std::string> image_files = args.GetAll("image");
+  VLS_ASSIGN_OR_RETURN(VisualFiles video_files, VisualFilesFromArgs(args));
+  video_files.images.clear();
+  if (video_files.videos.size() > 1) return InvalidArgument("--video takes one clip here");
   int64_t need = prompt + std::max(gen, 1LL);
+  if (!video_files.videos.empty()) {
+    VLS_ASSIGN_OR_RETURN(const std::string dir, ModelDirFlag(args));
+    VLS_ASSIGN_OR_RETURN(int64_t video_need, PlanExpandedLength(dir, prompt + 3, video_files));
+    VLS_ASSIGN_OR_RETURN(const Qwen3Config vc, LoadQwen3Config(dir));
+    if (vc.deepstack)
+      video_need = std::max<int64_t>(video_need, vc.deepstack->max_visual_positions);
+    need = std::max(need, video_need + 1);
+  }
   if (!image_files.empty()) {
     VLS_ASSIGN_OR_RETURN(const std::string dir, ModelDirFlag(args));
     VLS_ASSIGN_OR_RETURN(const int64_t image_need, ImageCapacityNeed(dir, image_files, prompt));
@@ -319,6 +349,19 @@ Status Throughput(const Args& args, const bench::Loader& load) {
   ImageRun images;
   if (!image_files.empty()) {
     VLS_ASSIGN_OR_RETURN(images, PrepareImageRun(setup.model_dir, lm, image_files));
+  }
+  VideoRun videos;
+  if (!video_files.videos.empty()) {
+    MediaPolicy policy;
+    policy.allow_files = true;
+    VLS_ASSIGN_OR_RETURN(
+        videos.video,
+        ReadVideoPart(nlohmann::ordered_json{{"video", video_files.videos[0]}}, policy));
+    videos.options = video_files.video;
+    ImageEncoderOptions o;
+    o.cache_bytes = 0;  // every repetition encodes
+    VLS_ASSIGN_OR_RETURN(videos.encoder, ImageEncoder::Load(setup.model_dir, lm, o));
+    VLS_ASSIGN_OR_RETURN(videos.tokenizer, LoadTimestampTokenizer(setup.model_dir));
   }
   // Memory the model needs: the prepared weights plus one KV cache per slot (K and V).
   const Qwen3Config& mc = model.config();
@@ -407,6 +450,25 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       images.gflops.push_back(ir.flops / ir.encode_ms / 1e6);
       images.ttft_ms.push_back(ir.ttft_ms);
     }
+    if (videos.encoder != nullptr) {
+      VLS_ASSIGN_OR_RETURN(
+          bench::VideoRep vr,
+          bench::RunVideoRep(lm, setup.engine, *videos.encoder, videos.video, videos.options,
+                             *videos.tokenizer, prompt, static_cast<uint64_t>(r) + 1));
+      std::fprintf(stderr,
+                   "[bench] rep %d/%lld: video %lld frames, grid %s, %lld tokens: decode %.1f ms, "
+                   "preprocess %.1f ms, tower %.1f ms, video ttft %.1f ms (prompt %lld)\n",
+                   r + 1, reps, static_cast<long long>(vr.frames), GridToString(vr.grid).c_str(),
+                   static_cast<long long>(vr.tokens), vr.decode_ms, vr.preprocess_ms, vr.encode_ms,
+                   vr.ttft_ms, static_cast<long long>(vr.prompt));
+      videos.decode_ms.push_back(vr.decode_ms);
+      videos.preprocess_ms.push_back(vr.preprocess_ms);
+      videos.encode_ms.push_back(vr.encode_ms);
+      videos.ttft_ms.push_back(vr.ttft_ms);
+      videos.frames = vr.frames;
+      videos.tokens = vr.tokens;
+      videos.prompt = vr.prompt;
+    }
   }
   const Stats p = Summarise(ptps), g = Summarise(gtps), t = Summarise(ttft);
   const char* mode = kernel_loop ? "kernel-loop" : "engine";
@@ -431,6 +493,15 @@ Status Throughput(const Args& args, const bench::Loader& load) {
                ",\"vision_patches\":" + StatsJson(Summarise(images.patches)) +
                ",\"vision_gflops_per_s\":" + StatsJson(Summarise(images.gflops)) +
                ",\"image_time_to_first_token_ms\":" + StatsJson(Summarise(images.ttft_ms));
+    }
+    if (videos.encoder != nullptr) {
+      extra += ",\"video_frames\":" + std::to_string(videos.frames) +
+               ",\"video_tokens\":" + std::to_string(videos.tokens) +
+               ",\"video_prompt_tokens\":" + std::to_string(videos.prompt) +
+               ",\"video_decode_ms\":" + StatsJson(Summarise(videos.decode_ms)) +
+               ",\"video_preprocess_ms\":" + StatsJson(Summarise(videos.preprocess_ms)) +
+               ",\"video_encode_ms\":" + StatsJson(Summarise(videos.encode_ms)) +
+               ",\"video_time_to_first_token_ms\":" + StatsJson(Summarise(videos.ttft_ms));
     }
     std::printf(
         "{%s,\"mode\":\"%s\",\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,"
@@ -487,6 +558,18 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       std::printf("image time to first  min %.1f median %.1f max %.1f ms (%lld text tokens)\n",
                   it.min, it.median, it.max, prompt);
     }
+    if (videos.encoder != nullptr) {
+      const Stats d = Summarise(videos.decode_ms), pr = Summarise(videos.preprocess_ms),
+                  e = Summarise(videos.encode_ms), vt = Summarise(videos.ttft_ms);
+      std::printf("video decode         min %.1f median %.1f max %.1f ms (%lld frames)\n", d.min,
+                  d.median, d.max, static_cast<long long>(videos.frames));
+      std::printf("video preprocess     min %.1f median %.1f max %.1f ms\n", pr.min, pr.median,
+                  pr.max);
+      std::printf("video tower          min %.1f median %.1f max %.1f ms (%lld visual tokens)\n",
+                  e.min, e.median, e.max, static_cast<long long>(videos.tokens));
+      std::printf("video time to first  min %.1f median %.1f max %.1f ms (prompt %lld tokens)\n",
+                  vt.min, vt.median, vt.max, static_cast<long long>(videos.prompt));
+    }
     std::printf("peak RSS %.1f MB (prepared weights %.1f MB + KV cache %.1f MB), load %.2f s\n",
                 PeakRssMb(), weights_mb, kv_mb, setup.load_s);
   }
@@ -513,7 +596,8 @@ Status Bench(const Args& args) {
   }
   const std::string mode = serve ? "serve" : scenario.empty() ? "throughput" : scenario;
   const ModeFlags own[] = {
-      {"throughput", {"baseline-slots", "kernel-loop", "reps", "image"}},
+      {"throughput",
+       {"baseline-slots", "kernel-loop", "reps", "image", "video", "fps", "max-frames"}},
       {"serve", {"requests", "rate", "seed"}},
       {"prefix-reuse", {"turn-tokens", "reps"}},
       {"chunked-prefill", {"streams", "stream-prompt-tokens", "window-tokens"}},

@@ -22,6 +22,7 @@
 
 #include "cli/bench.h"
 #include "runtime/image_prompt.h"
+#include "runtime/video_prompt.h"
 #include "vision/vision_flops.h"
 
 namespace vls::cli::bench {
@@ -63,6 +64,55 @@ StatusOr<ImageRep> RunImageRep(const LoadedModel& lm, const EngineOptions& eo,
   rep.ttft_ms = Millis(t0, t.times[0]);
   for (const GridThw& g : features.grids) rep.patches += int64_t{g.t} * g.h * g.w;
   rep.flops = VisionEncodeFlops(encoder.vision_config(), features.grids);
+  return rep;
+}
+
+StatusOr<VideoRep> RunVideoRep(const LoadedModel& lm, const EngineOptions& eo,
+                               const ImageEncoder& encoder, const MediaBytes& video,
+                               const VideoSamplingOptions& options, const tok::Tokenizer& tokenizer,
+                               int64_t prompt, uint64_t seed) {
+  const Qwen3Config& cfg = lm.config();
+  const std::vector<int32_t> text = RandomTokens(cfg, prompt, seed);
+  const auto half = static_cast<ptrdiff_t>(prompt / 2);
+  std::vector<int32_t> ids(text.begin(), text.begin() + half);
+  ids.insert(ids.end(), {cfg.vision_start_token_id, cfg.video_token_id, cfg.vision_end_token_id});
+  ids.insert(ids.end(), text.begin() + half, text.end());
+  EventLog log;
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<BatchEngine> engine,
+                       BatchEngine::Create(
+                           lm, [&log](const TokenEvent& e) { return log.Record(e); }, eo));
+  VideoRep rep;
+  const ImageEncoder::Stats before = encoder.stats();
+  const Clock::time_point t0 = Clock::now();
+  VLS_ASSIGN_OR_RETURN(std::shared_ptr<const EncodedImage> e,
+                       encoder.EncodeVideo(video.bytes, video.label, options));
+  rep.total_ms = Millis(t0, Clock::now());
+  const ImageEncoder::Stats after = encoder.stats();
+  rep.decode_ms = 1e3 * (after.video_decode_seconds - before.video_decode_seconds);
+  rep.preprocess_ms = 1e3 * (after.video_preprocess_seconds - before.video_preprocess_seconds);
+  rep.encode_ms = 1e3 * (after.video_encode_seconds - before.video_encode_seconds);
+  rep.frames = static_cast<int64_t>(after.video_frames - before.video_frames);
+  VisualFeatures f;
+  f.hidden = cfg.hidden;
+  f.levels = static_cast<int64_t>(encoder.vision_config().deepstack_visual_indexes.size());
+  f.AppendVideo(*e->video, e->tokens, e->embeds, e->deepstack);
+  const TimestampTokenizer tokenize = [&tokenizer](const std::string& t) {
+    return tokenizer.Encode(t);
+  };
+  VLS_ASSIGN_OR_RETURN(ids, SpliceVideoGroups(cfg, ids, f.videos, tokenize));
+  VLS_ASSIGN_OR_RETURN(std::vector<int32_t> expanded, ExpandVisualPads(cfg, ids, f.grids, f.kinds));
+  GenerationRequest r;
+  VLS_RETURN_IF_ERROR(BuildImagePrompt(lm, std::move(expanded), f, &r));
+  rep.prompt = static_cast<int64_t>(r.tokens.size());
+  r.max_new_tokens = 1;
+  r.ignore_eos = true;
+  VLS_ASSIGN_OR_RETURN(const uint64_t id, engine->Submit(std::move(r)));
+  VLS_RETURN_IF_ERROR(StepUntilIdle(*engine, log));
+  const RequestTrace t = log.Trace(id);
+  if (t.times.empty()) return Internal("the video benchmark request generated nothing");
+  rep.ttft_ms = Millis(t0, t.times[0]);
+  rep.tokens = e->tokens;
+  rep.grid = e->grid;
   return rep;
 }
 

@@ -1,7 +1,7 @@
 // A video -> sampled frame indices, pixel_values_videos, video_grid_thw and the per-group
 // timestamps of the prompt, as transformers' Qwen3VLVideoProcessor (video_processing_qwen3_vl.py)
-// and Qwen3VLProcessor._calculate_timestamps (processing_qwen3_vl.py) compute them (spec §D.6,
-// docs/video.md "Video preprocessing").
+// and Qwen3VLProcessor._calculate_timestamps (processing_qwen3_vl.py) compute them
+// (docs/contracts.md §D.6, docs/video.md "Video preprocessing").
 //
 // The steps a caller runs: SampleFrameIndices on the decoder's frame count and rate; decode those
 // frames; PreprocessVideo on them; VideoTimestamps on the indices for the prompt text, each
@@ -107,7 +107,8 @@ std::string FormatTimestamp(double seconds);
 //      when the size changes (the bicubic antialias of the image path);
 //   2. rescaled and normalised exactly as PreprocessImages does (the fused float32 ops);
 //   3. the frame count padded to a multiple of temporal_patch_size by repeating the last frame;
-//   4. rows ordered (t', bh, bw, ih, iw) (the merge-window order of images, spec §D.4),
+//   4. rows ordered (t', bh, bw, ih, iw) (the merge-window order of images, docs/contracts.md
+//   §D.4),
 //      features (c, tp, py, px): frame t'·temporal_patch_size + tp of the padded clip.
 // InvalidArgument for no frames, an empty or inconsistent RgbImage or a frame whose size differs
 // from frame 0 (naming the frame), the errors of VideoGridThw, or when the output would pass

@@ -1,5 +1,6 @@
 // video_preprocessor_config.json: how a video becomes pixel_values_videos (Qwen3VLVideoProcessor,
-// transformers' video_processing_qwen3_vl.py; spec §D.6, docs/video.md "Video preprocessing").
+// transformers' video_processing_qwen3_vl.py; docs/contracts.md §D.6, docs/video.md "Video
+// preprocessing").
 #ifndef VLSTACK_VISION_VIDEO_PROCESSOR_CONFIG_H_
 #define VLSTACK_VISION_VIDEO_PROCESSOR_CONFIG_H_
 

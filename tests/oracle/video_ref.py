@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent reference of Qwen3-VL video input (spec §B.2, §B.4, §D.2–D.6), written from Hugging
+"""Independent reference of Qwen3-VL video input (docs/contracts.md §B.2, §B.4, §D.2–D.6), written from Hugging
 Face transformers' Python (video_utils.read_video_pyav, video_processing_qwen3_vl.py:
 Qwen3VLVideoProcessor.sample_frames / smart_resize / resize / patchify, BaseImageProcessorFast's
 fused rescale_and_normalize, processing_qwen3_vl.py: _calculate_timestamps and the video
@@ -423,7 +423,7 @@ def selftest(tokenizer_json=None):
         raise AssertionError("t < temporal factor accepted")
     except RefError:
         pass
-    # Patchify equals preprocess_ref's (spec §D.4) and pads an odd T with the last frame.
+    # Patchify equals preprocess_ref's (docs/contracts.md §D.4) and pads an odd T with the last frame.
     rng = np.random.default_rng(0)
     fr = rng.standard_normal((3, 3, 64, 32)).astype(np.float32)
     pv, grid = patchify(fr, c)
@@ -431,7 +431,7 @@ def selftest(tokenizer_json=None):
     assert grid == (2, 4, 2) == tuple(grid2) and np.array_equal(pv, pv2)
     assert pv[8, 0] == fr[2, 0, 0, 0] and pv[8, 256] == fr[2, 0, 0, 0]      # group 1 = frames 2, 2
     assert pv[1, 16 * 3 + 5] == fr[0, 0, 3, 16 + 5] and pv[1, 256 + 16 * 3 + 5] == fr[1, 0, 3, 16 + 5]
-    # Prompt expansion (spec §B.4's video layout: grid [2,4,4], two groups of 4 pads).
+    # Prompt expansion (docs/contracts.md §B.4's video layout: grid [2,4,4], two groups of 4 pads).
     vs, ve, ip, vp = 100, 101, 102, 103
     ex, spans = expand_prompt([1, vs, vp, ve, 2], [((2, 4, 4), [0.3, 1.6])], [],
                               lambda s: [50 + len(s)], vision_start=vs, vision_end=ve,
