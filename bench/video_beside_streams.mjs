@@ -1,0 +1,119 @@
+// Benchmark (not a test): do the streams a `vlstack serve` is decoding keep their inter-token
+// latency while a video clip is encoded beside them? (issue 35; docs/video.md "Benchmarks")
+//
+// usage: node bench/video_beside_streams.mjs --url http://HOST:PORT --clip FILE.mp4
+//          [--streams 8] [--max-tokens 400] [--fps F] [--max-frames N] [--lead-tokens 16]
+//          [--model NAME]
+//
+// Starts --streams streamed chat completions (--max-tokens each; a random-weight model rarely
+// samples an end of turn); once every stream has received --lead-tokens tokens, sends one
+// non-streamed request with the clip as a video_url data-URL part (max_tokens 1) and records
+// when it was sent and answered. Prints one JSON object:
+// the video request's wall time, and the streams' inter-token latency (client side, each gap
+// between two content deltas of a stream) p50/p99/max in three windows: before the video request,
+// while it was in flight, and after it. Plain fetch, no dependencies.
+import fs from 'node:fs';
+
+function parseArgs(argv) {
+  const out = {};
+  for (let i = 0; i < argv.length; i++) {
+    if (!argv[i].startsWith('--')) throw new Error(`unexpected argument ${argv[i]}`);
+    const k = argv[i].slice(2);
+    out[k] = i + 1 < argv.length && !argv[i + 1].startsWith('--') ? argv[++i] : true;
+  }
+  return out;
+}
+
+const args = parseArgs(process.argv.slice(2));
+if (!args.url || !args.clip) {
+  console.error('usage: node bench/video_beside_streams.mjs --url http://HOST:PORT --clip FILE ' +
+                '[--streams 8] [--max-tokens 400] [--fps F] [--max-frames N] [--lead-tokens 16]');
+  process.exit(2);
+}
+const URL_ = String(args.url).replace(/\/$/, '');
+const STREAMS = Number(args.streams ?? 8);
+const MAX_TOKENS = Number(args['max-tokens'] ?? 400);
+const LEAD = Number(args['lead-tokens'] ?? 16);
+const MODEL = args.model ? String(args.model) : undefined;
+const headers = { 'Content-Type': 'application/json' };
+const now = () => performance.now();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function quantile(sorted, q) {
+  if (sorted.length === 0) return null;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[i];
+}
+
+function summary(gaps) {
+  const s = [...gaps].sort((a, b) => a - b);
+  const r = (x) => (x === null ? null : Math.round(x * 10) / 10);
+  return { gaps: s.length, p50_ms: r(quantile(s, 0.5)), p99_ms: r(quantile(s, 0.99)),
+           max_ms: r(s.length ? s[s.length - 1] : null) };
+}
+
+// One streamed request; `times` receives the arrival time of every content delta.
+async function stream(i, times) {
+  const body = {
+    messages: [{ role: 'user', content: `Stream ${i}: write a long story about the sea.` }],
+    max_tokens: MAX_TOKENS, stream: true, temperature: 0.8, seed: i + 1,
+  };
+  if (MODEL) body.model = MODEL;
+  const res = await fetch(`${URL_}/v1/chat/completions`, { method: 'POST', headers,
+                                                            body: JSON.stringify(body) });
+  if (!res.ok) throw new Error(`stream ${i}: HTTP ${res.status} ${await res.text()}`);
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+      const j = JSON.parse(line.slice(6));
+      if (j.error) throw new Error(`stream ${i}: ${j.error.message}`);
+      if (j.choices?.[0]?.delta?.content) times.push(now());
+    }
+  }
+}
+
+const clip = fs.readFileSync(String(args.clip));
+const part = { type: 'video_url', video_url: { url: `data:video/mp4;base64,${clip.toString('base64')}` } };
+if (args.fps) part.fps = Number(args.fps);
+if (args['max-frames']) part.max_frames = Number(args['max-frames']);
+
+const times = Array.from({ length: STREAMS }, () => []);
+const t0 = now();
+const running = times.map((t, i) => stream(i, t));
+while (times.some((t) => t.length < LEAD)) await sleep(20);
+const videoSent = now();
+const vbody = { messages: [{ role: 'user', content: [part, { type: 'text', text: 'What happens?' }] }],
+                max_tokens: 1 };
+if (MODEL) vbody.model = MODEL;
+const vres = await fetch(`${URL_}/v1/chat/completions`, { method: 'POST', headers,
+                                                          body: JSON.stringify(vbody) });
+const vjson = await vres.json();
+const videoDone = now();
+if (!vres.ok) throw new Error(`video request: HTTP ${vres.status} ${JSON.stringify(vjson)}`);
+await Promise.all(running);
+
+const windows = { before: [], during: [], after: [] };
+for (const t of times) {
+  for (let k = 1; k < t.length; k++) {
+    const gap = t[k] - t[k - 1];
+    const w = t[k] <= videoSent ? 'before' : t[k - 1] >= videoDone ? 'after' : 'during';
+    windows[w].push(gap);
+  }
+}
+console.log(JSON.stringify({
+  streams: STREAMS, max_tokens: MAX_TOKENS, clip_bytes: clip.length,
+  video_request_ms: Math.round(videoDone - videoSent),
+  video_prompt_tokens: vjson.usage?.prompt_tokens ?? null,
+  total_s: Math.round((now() - t0) / 100) / 10,
+  inter_token_latency: { before: summary(windows.before), during: summary(windows.during),
+                         after: summary(windows.after) },
+}));
