@@ -113,6 +113,21 @@ CASES = [
     ("two_videos_mp4_webm", MODEL_A, [clip("testsrc2", 64, 48, 10, 20),
                                       clip("noise", 48, 64, 8, 24, "webm")], [],
      "two_videos", {}, ("vision", "forward")),
+    # The folder's video_preprocessor_config.json (the engine must read it as transformers does):
+    # Qwen3-VL's shipped budget (4096..25165824 clip pixels: 64x96 stays 64x96) ...
+    ("config_shipped_budget", MODEL_A, [clip("testsrc2", 96, 64, 10, 20)], [], "text_video_text",
+     {"config": {"size": {"shortest_edge": 4096, "longest_edge": 25165824}, "fps": 2,
+                 "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2}},
+     ("vision", "forward")),
+    # ... and fps 1, frames 2..6, CLIP mean/std, and cap_pixels_per_frame with a budget whose
+    # per-frame floor int(1.05·4096) binds: 4 x 64x96 -> 32x64 (uncapped: 32x32).
+    ("config_cap_clip_norm_fps1", MODEL_B, [clip("testsrc2", 96, 64, 10, 40)], [],
+     "text_video_text",
+     {"config": {"size": {"shortest_edge": 4096, "longest_edge": 8192}, "fps": 1,
+                 "min_frames": 2, "max_frames": 6, "cap_pixels_per_frame": True,
+                 "image_mean": [0.48145466, 0.4578275, 0.40821073],
+                 "image_std": [0.26862954, 0.26130258, 0.27577711]}},
+     ("vision", "forward")),
     # Refusals: two video triples for one --video; a file that is no video.
     ("neg_two_triples_one_video", MODEL_C, [clip("testsrc2", 64, 64, 5, 10)], [],
      "two_triples_one_video", {}, ("forward_fail",)),
@@ -167,8 +182,8 @@ class Models:
     def __init__(self, vls, work):
         self.vls, self.work, self.cache = vls, work, {}
 
-    def get(self, opts):
-        key = "_".join(o.lstrip("-") for o in opts)[-80:]
+    def get(self, opts, vconfig=None):
+        key = " ".join(opts) + json.dumps(vconfig, sort_keys=True)
         if key in self.cache:
             return self.cache[key]
         d = os.path.join(self.work, "models", f"m{len(self.cache)}")
@@ -181,9 +196,13 @@ class Models:
             f.write(" ".join(opts) + "\n")
         if not os.path.exists(os.path.join(d, "tokenizer.json")):
             raise RuntimeError("make-test-model wrote no tokenizer.json (run tests/tokenizer/setup.sh)")
-        if os.path.exists(os.path.join(d, "video_preprocessor_config.json")):
+        vpath = os.path.join(d, "video_preprocessor_config.json")
+        if os.path.exists(vpath):
             raise RuntimeError("make-test-model wrote a video_preprocessor_config.json; this "
                                "oracle assumes the class defaults")
+        if vconfig is not None:
+            with open(vpath, "w") as f:
+                json.dump(vconfig, f, indent=1)
         m = {"dir": d, "cfg": json.load(open(os.path.join(d, "config.json"))),
              "pcfg": json.load(open(os.path.join(d, "preprocessor_config.json"))),
              "tok": video_ref.Tokenizer(os.path.join(d, "tokenizer.json")),
@@ -196,7 +215,7 @@ class Models:
 
 
 def vcfg(flags):
-    return video_ref.read_config(None, flags.get("fps"), flags.get("max_frames"),
+    return video_ref.read_config(flags.get("config"), flags.get("fps"), flags.get("max_frames"),
                                  flags.get("num_frames"))
 
 
@@ -211,7 +230,8 @@ def reference_forward(m, ids, vids, img_paths):
     c = m["model"].cfg
     img_grids, img_out = [], None
     if img_paths:
-        pv, img_grids, _ = preprocess_ref.preprocess([image_cases.load_image(p) for p in img_paths],
+        pv, img_grids, _ = preprocess_ref.preprocess([np.array(image_cases.load_image(p))
+                                                      for p in img_paths],
                                                      m["pcfg"])
         img_out = m["tower"].run(np.asarray(pv, np.float64), img_grids)
     vid_outs = [m["tower"].run(np.asarray(v["pixel_values"], np.float64), [v["grid"]])
@@ -467,7 +487,7 @@ def run_case(a, models, case, log):
             f"timestamps {[video_ref.timestamp_text(t) for t in v['timestamps']]}")
     if models is None:
         return None
-    m = models.get(opts)
+    m = models.get(opts, flags.get("config"))
     ids = prompt_ids(layout, m["cfg"])
     if a.reference_only:
         if not neg:
