@@ -104,19 +104,14 @@ StatusOr<VisualFiles> VisualFilesFromArgs(const Args& args) {
   return v;
 }
 
-std::string VideoFlagsHelp(){
-    return "  --video FILE         a video (MP4, WebM, ...; repeat for several, in prompt order),
-           "
-           "                       sampled, resized and timestamped as the model folder's
-           "
-           "                       video_preprocessor_config.json says (docs/video.md)
-           "
-           "  --fps F              frames sampled per second of video (default: the config's, 2)
-           "
-           "  --max-frames N       at most N frames sampled per video (default: the config's, 768)
-           "
-           "  --num-frames N       exactly N frames per video instead of --fps sampling
-           ";
+std::string VideoFlagsHelp() {
+  return "  --video FILE         a video (MP4, WebM, ...; repeat for several, in prompt order),\n"
+         "                       sampled, resized and timestamped as the model folder's\n"
+         "                       video_preprocessor_config.json says (docs/video.md)\n"
+         "  --fps F              frames sampled per second of video (default: the config's, 2)\n"
+         "  --max-frames N       at most N frames sampled per video (default: the config's,\n"
+         "                       768)\n"
+         "  --num-frames N       exactly N frames per video instead of --fps sampling\n";
 }
 
 StatusOr<std::unique_ptr<tok::Tokenizer>> LoadTimestampTokenizer(const std::string& model_dir) {

@@ -47,8 +47,7 @@ CommandSpec VisionSpec() {
       "                       (instead of images) each video one [T,h,w] item; also writes\n"
       "                       video_grid_thw [n,3] (instead of image_grid_thw),\n"
       "                       video_frame_indices [frames] (the sampled frames, in decode\n"
-      "                       order) and video_timestamps [sum T] (seconds per group)\n" +
-      "
+      "                       order) and video_timestamps [sum T] (seconds per group)\n"
       "  --pixel-values FILE  instead of images: pixel_values f32 [Np, 3*tp*P*P] (rows in\n"
       "                       merge-window order) and image_grid_thw i32 [n,3]\n"
       "  --output FILE        where the tensors go (required)\n"
@@ -66,6 +65,13 @@ CommandSpec VisionSpec() {
 }
 
 namespace {
+
+// The user's own files, named on the command line.
+MediaPolicy FilePolicy() {
+  MediaPolicy p;
+  p.allow_files = true;
+  return p;
+}
 
 StatusOr<PixelValues> ReadPixelValues(const std::string& path, int64_t patch_dim) {
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> in, SafetensorsFile::Open(path));
@@ -148,8 +154,8 @@ Status Vision(const Args& args) {
     VLS_ASSIGN_OR_RETURN(VideoProcessorConfig vc, LoadVideoProcessorConfig(model_dir));
     VLS_RETURN_IF_ERROR(CheckVideoConfigAgainstVision(vc, *vcfg).WithContext(model_dir));
     for (const std::string& f : visual.videos) {
-      VLS_ASSIGN_OR_RETURN(MediaBytes bytes, ReadVideoPart(nlohmann::ordered_json{{"video", f}},
-                                                           MediaPolicy{.allow_files = true}));
+      VLS_ASSIGN_OR_RETURN(MediaBytes bytes,
+                           ReadVideoPart(nlohmann::ordered_json{{"video", f}}, FilePolicy()));
       VLS_ASSIGN_OR_RETURN(VideoPlan plan, PlanVideoBytes(bytes.bytes, bytes.label, vc,
                                                           ImageEncoderOptions{}, visual.video));
       VLS_ASSIGN_OR_RETURN(
