@@ -112,6 +112,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (line.cancel_after && *line.cancel_after < 0) Fail("accepted a negative cancel", "");
   if (!vls::ValidateSamplingParams(line.sampling).ok()) Fail("accepted bad sampling", "");
   if (line.stop && !vls::ValidateStopStrings(*line.stop).ok()) Fail("accepted bad stop", "");
+  const vls::VideoSamplingOptions& v = line.video;
+  if (line.videos.empty() && (v.fps || v.max_frames || v.num_frames)) {
+    Fail("accepted video sampling without videos", "");
+  }
+  if (v.fps && !(*v.fps > 0 && *v.fps <= 60)) Fail("accepted an fps out of bounds", "");
+  for (const auto& n : {v.max_frames, v.num_frames}) {
+    if (n && (*n < 1 || *n > 768)) Fail("accepted a frame count out of bounds", "");
+  }
+  if (v.fps && v.num_frames) Fail("accepted fps with num_frames", "");
 
   auto it = fixtures.find(line.input);
   if (it == fixtures.end()) return 0;

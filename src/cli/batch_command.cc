@@ -53,6 +53,11 @@ CommandSpec BatchSpec() {
       "\"repetition_penalty\", \"presence_penalty\", \"frequency_penalty\", \"seed\",\n"
       "\"stop\":[\"…\"], \"images\":[\"a.png\", …] (relative to the JSONL file; input_ids then\n"
       "holds one image pad per image, which the engine expands, as `forward --image` does),\n"
+      "\"videos\":[\"a.mp4\", …] (relative to the JSONL file; input_ids then holds one\n"
+      "vision_start video_pad vision_end per video, in prompt order with the image pads, which\n"
+      "become the video's timestamped frame groups, as `forward --video` does), \"fps\",\n"
+      "\"max_frames\", \"num_frames\" (the sampling of the line's videos: 2 frames a second\n"
+      "within 4..768 by default; fps at most 60, frames at most 768; not fps with num_frames),\n"
       "\"speculative\":{\"method\": \"off\"|\"ngram\"|\"draft\", \"draft_tokens\":K} (default:\n"
       "--speculate)}.\n"
       "Each output line: {\"id\", \"tokens\", \"finish_reason\": stop|length|cancelled|error,\n"
@@ -120,28 +125,33 @@ Status WithInput(const std::string& base_dir, const BatchLine& req, Fn&& fn) {
   return fn(*file);
 }
 
-// A line's image files, relative to the JSONL file's folder.
-std::vector<std::string> ImagePaths(const std::string& base_dir, const BatchLine& req) {
-  std::vector<std::string> paths;
-  for (const std::string& f : req.images)
-    paths.push_back(!f.empty() && f[0] == '/' ? f : JoinPath(base_dir, f));
-  return paths;
+// A line's image and video files, relative to the JSONL file's folder, and its video sampling.
+VisualFiles LineFiles(const std::string& base_dir, const BatchLine& req) {
+  const auto path = [&](const std::string& f) {
+    return !f.empty() && f[0] == '/' ? f : JoinPath(base_dir, f);
+  };
+  VisualFiles v;
+  for (const std::string& f : req.images) v.images.push_back(path(f));
+  for (const std::string& f : req.videos) v.videos.push_back(path(f));
+  v.video = req.video;
+  return v;
 }
 
-// First pass over a line: parse it, read its input's lengths, check its token counts against
-// `max_tokens` (named `limit`).
+bool HasVisual(const BatchLine& req) { return !req.images.empty() || !req.videos.empty(); }
+
+// First pass over a line: parse it, read its input's lengths (images decoded and videos probed
+// to plan their tokens), check its token counts against `max_tokens` (named `limit`).
 Status CheckLine(std::string_view label, const std::string& text, const std::string& base_dir,
-                 const std::string& model_dir, int merge_size, int64_t max_tokens,
-                 std::string_view limit, Line* line) {
+                 const std::string& model_dir, int64_t max_tokens, std::string_view limit,
+                 Line* line) {
   VLS_RETURN_IF_ERROR(ParseBatchLine(label, text, &line->req));
   VLS_RETURN_IF_ERROR(WithInput(base_dir, line->req, [&](const SafetensorsFile& in) -> Status {
     VLS_ASSIGN_OR_RETURN(line->lengths, PeekInput(in));
-    return line->req.images.empty() ? Status::Ok() : CheckImageInputTensors(in);
+    return HasVisual(line->req) ? CheckImageInputTensors(in) : Status::Ok();
   }));
-  if (!line->req.images.empty()) {
-    VLS_ASSIGN_OR_RETURN(std::vector<GridThw> grids,
-                         PlanImageGrids(model_dir, ImagePaths(base_dir, line->req)));
-    line->lengths.prompt = ExpandedLength(line->lengths.prompt, grids, merge_size);
+  if (HasVisual(line->req)) {
+    VLS_ASSIGN_OR_RETURN(line->lengths.prompt, PlanExpandedLength(model_dir, line->lengths.prompt,
+                                                                  LineFiles(base_dir, line->req)));
   }
   if (line->lengths.decode > 0) return InvalidArgument("decode_tokens is not used by batch");
   return CheckRequestTokens(line->lengths.prompt, line->req.max_new_tokens, "max_new_tokens",
@@ -237,10 +247,8 @@ Status Batch(const Args& args) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     Line& line = lines.emplace_back();
     const std::string label = "line " + std::to_string(line_no);
-    Status s = Guarded([&] {
-      return CheckLine(label, text, base, model_dir, file_cfg.spatial_merge_size, max_tokens, limit,
-                       &line);
-    });
+    Status s =
+        Guarded([&] { return CheckLine(label, text, base, model_dir, max_tokens, limit, &line); });
     if (!s.ok()) line.error = s.ToString();
   }
   if (in.bad()) return DataLoss("reading '" + reqs_path + "' failed");
@@ -273,11 +281,23 @@ Status Batch(const Args& args) {
     }
   }
 
-  // The vision tower, only when some request has images; without one those requests fail.
+  // The vision tower, only when some request has images or videos; without one those requests
+  // fail. The timestamps of videos are written with the model folder's tokenizer.
   std::unique_ptr<ImageEncoder> encoder;
   Status encoder_status = Status::Ok();
+  std::unique_ptr<tok::Tokenizer> timestamps;
+  Status timestamps_status = Status::Ok();
   if (std::any_of(lines.begin(), lines.end(),
-                  [](const Line& l) { return l.error.empty() && !l.req.images.empty(); })) {
+                  [](const Line& l) { return l.error.empty() && !l.req.videos.empty(); })) {
+    auto t = LoadTimestampTokenizer(model_dir);
+    if (t.ok()) {
+      timestamps = std::move(*t);
+    } else {
+      timestamps_status = t.status();
+    }
+  }
+  if (std::any_of(lines.begin(), lines.end(),
+                  [](const Line& l) { return l.error.empty() && HasVisual(l.req); })) {
     auto e = ImageEncoder::Load(model_dir, *model, ImageEncoderOptions{});
     if (e.ok()) {
       encoder = std::move(*e);
@@ -286,12 +306,14 @@ Status Batch(const Args& args) {
     }
   }
 
-  // The request of a line with images: its input_ids, the images encoded and placed.
-  const auto ImageLineRequest = [&](const SafetensorsFile& f, const BatchLine& line,
-                                    GenerationRequest* out) -> Status {
-    if (!encoder) return encoder_status.WithContext("images");
+  // The request of a line with images or videos: its input_ids, the media encoded and placed.
+  const auto VisualLineRequest = [&](const SafetensorsFile& f, const BatchLine& line,
+                                     GenerationRequest* out) -> Status {
+    if (!encoder) return encoder_status.WithContext(line.videos.empty() ? "images" : "videos");
+    if (!line.videos.empty() && !timestamps) return timestamps_status.WithContext("videos");
     VisualFeatures features;
-    auto input = ReadImageRequestInput(f, *model, *encoder, ImagePaths(base, line), &features);
+    auto input = ReadVisualRequestInput(f, *model, *encoder, LineFiles(base, line),
+                                        timestamps.get(), &features);
     if (!input.ok()) return input.status();
     auto r = BatchRequest(std::move(*input), line, capacity);
     if (!r.ok()) return r.status();
@@ -335,7 +357,7 @@ Status Batch(const Args& args) {
     }
     GenerationRequest req;
     VLS_RETURN_IF_ERROR(WithInput(base, l.req, [&](const SafetensorsFile& f) -> Status {
-      if (!l.req.images.empty()) return ImageLineRequest(f, l.req, &req);
+      if (HasVisual(l.req)) return VisualLineRequest(f, l.req, &req);
       auto r = BatchRequestFromInput(f, l.req, model->model(), capacity);
       if (!r.ok()) return RenameDeepStackTensors(r.status());
       req = std::move(*r);

@@ -7,6 +7,7 @@
 
 #include "io/untrusted_json.h"
 #include "runtime/chat_json.h"
+#include "runtime/image_encoder.h"
 #include "runtime/session.h"
 #include "runtime/stop_matcher.h"
 #include "tensor/grid_thw.h"
@@ -263,6 +264,10 @@ constexpr std::string_view kBatchFields[] = {"id",
                                              "seed",
                                              "stop",
                                              "images",
+                                             "videos",
+                                             "fps",
+                                             "max_frames",
+                                             "num_frames",
                                              "speculative"};
 
 // A float sampling field: any finite JSON number a float holds.
@@ -271,6 +276,61 @@ Status ReadFloatField(const Json& v, const char* what, float* out) {
   VLS_RETURN_IF_ERROR(ReadJsonNumber(v, what, -std::numeric_limits<float>::max(),
                                      std::numeric_limits<float>::max(), &d));
   *out = static_cast<float>(d);
+  return Status::Ok();
+}
+
+// A list of files ("images", "videos"): at most kMaxBatchLineImages non-empty names without NUL.
+Status ReadFileList(const Json* v, const std::string& key, const std::string& kind,
+                    std::vector<std::string>* out) {
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) {
+    return InvalidArgument("field '" + key + "' must be a list of " + kind + " files, not " +
+                           JsonTypeName(*v));
+  }
+  if (v->size() > kMaxBatchLineImages) {
+    return InvalidArgument("field '" + key + "' lists " + std::to_string(v->size()) + " " + key +
+                           ", more than the " + std::to_string(kMaxBatchLineImages) +
+                           " a request may have");
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string what = "field '" + key + "'[" + std::to_string(i) + "]";
+    std::string& f = out->emplace_back();
+    VLS_RETURN_IF_ERROR(ReadJsonString((*v)[i], what, &f));
+    if (f.empty() || f.find('\0') != std::string::npos) {
+      return InvalidArgument(what + " must name a file");
+    }
+  }
+  return Status::Ok();
+}
+
+// "fps", "max_frames", "num_frames": the sampling of the line's videos, within the encoder's
+// default bounds (ImageEncoderOptions), as `forward --fps / --max-frames / --num-frames`.
+template <typename Field>
+Status ReadVideoSampling(const Field& field, BatchLine* line) {
+  const ImageEncoderOptions bounds;
+  VideoSamplingOptions& o = line->video;
+  bool any = false;
+  if (const Json* v = field("fps")) {
+    double fps = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonNumber(*v, "fps", 0.0, bounds.max_video_fps, &fps));
+    if (!(fps > 0)) return InvalidArgument("field 'fps' must be more than 0");
+    o.fps = fps;
+    any = true;
+  }
+  for (const char* key : {"max_frames", "num_frames"}) {
+    const Json* v = field(key);
+    if (v == nullptr) continue;
+    int64_t n = 0;
+    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, key, 1, bounds.max_video_frames, &n));
+    (std::string_view(key) == "max_frames" ? o.max_frames : o.num_frames) = static_cast<int>(n);
+    any = true;
+  }
+  if (o.fps && o.num_frames) {
+    return InvalidArgument("fields 'fps' and 'num_frames' cannot both be given");
+  }
+  if (any && line->videos.empty()) {
+    return InvalidArgument("fields 'fps', 'max_frames' and 'num_frames' need 'videos'");
+  }
   return Status::Ok();
 }
 
@@ -285,7 +345,8 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
                            " (fields: id, input, "
                            "max_new_tokens, ignore_eos, cancel_after_tokens, temperature, top_k, "
                            "top_p, min_p, repetition_penalty, presence_penalty, "
-                           "frequency_penalty, seed, stop, images, speculative)");
+                           "frequency_penalty, seed, stop, images, videos, fps, max_frames, "
+                           "num_frames, speculative)");
   }
   // Each present, non-null field.
   auto field = [&j](const char* key) -> const Json* {
@@ -299,25 +360,9 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
   if (line->input.find('\0') != std::string::npos) {
     return InvalidArgument("field 'input' holds a NUL character");
   }
-  if ((v = field("images"))) {
-    if (!v->is_array()) {
-      return InvalidArgument("field 'images' must be a list of image files, not " +
-                             JsonTypeName(*v));
-    }
-    if (v->size() > kMaxBatchLineImages) {
-      return InvalidArgument("field 'images' lists " + std::to_string(v->size()) +
-                             " images, more than the " + std::to_string(kMaxBatchLineImages) +
-                             " a request may have");
-    }
-    for (size_t i = 0; i < v->size(); ++i) {
-      const std::string what = "field 'images'[" + std::to_string(i) + "]";
-      std::string& f = line->images.emplace_back();
-      VLS_RETURN_IF_ERROR(ReadJsonString((*v)[i], what, &f));
-      if (f.empty() || f.find('\0') != std::string::npos) {
-        return InvalidArgument(what + " must name a file");
-      }
-    }
-  }
+  VLS_RETURN_IF_ERROR(ReadFileList(field("images"), "images", "image", &line->images));
+  VLS_RETURN_IF_ERROR(ReadFileList(field("videos"), "videos", "video", &line->videos));
+  VLS_RETURN_IF_ERROR(ReadVideoSampling(field, line));
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   int64_t n = 0;
   if ((v = field("max_new_tokens"))) {

@@ -21,6 +21,7 @@
 #include "runtime/positions.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
+#include "vision/video_preprocess.h"
 
 namespace vls::cli {
 
@@ -78,12 +79,18 @@ struct BatchLine {
   std::optional<std::vector<std::string>> stop;  // given: the output line carries "text"
   // Image files (relative to the JSONL file): input_ids then holds one image pad per image.
   std::vector<std::string> images;
+  // Video files (relative to the JSONL file): input_ids then holds one vision_start video_pad
+  // vision_end triple per video, in prompt order with the image pads. "fps", "max_frames" and
+  // "num_frames" (only with videos; fps and num_frames not together) sample every video of the
+  // line, within ImageEncoderOptions' default bounds.
+  std::vector<std::string> videos;
+  VideoSamplingOptions video;
   // {"method": "off" | "ngram" | "draft", "draft_tokens": K} (SpeculativeFromJson); unset: the
   // engine's default (--speculate).
   std::optional<SpeculativeParams> speculative;
 };
 
-// Most images one batch line may list.
+// Most images one batch line may list (and most videos).
 inline constexpr size_t kMaxBatchLineImages = 256;
 
 // Parses one line under ParseUntrustedJson's rules (no NUL or trailing bytes, nesting <= 64, no
