@@ -432,8 +432,14 @@ vls_status vls_batch_request_error(const vls_batch* batch, uint64_t id, char* bu
  * URL}}) must carry the image as a data: URL (data:image/png;base64,...; JPEG, PNG or WebP):
  * the library never reads files or fetches URLs a request names. Each image is decoded,
  * preprocessed and encoded on the submitting thread (once per distinct image: the encoder
- * cache), its pad expanded and its rows and DeepStack features placed. Video parts are refused
- * (VLS_ERR_UNIMPLEMENTED).
+ * cache), its pad expanded and its rows and DeepStack features placed. Video parts
+ * ({"type": "video", "video": URL}, the form the Qwen3-VL chat template places, optionally with
+ * "fps", "max_frames" or "num_frames"; URL a data:video/...;base64, URL of an MP4, WebM, ...
+ * clip) are decoded, their frames sampled (2 per second within 4..768 frames by default) and
+ * encoded the same way, each pair of frames a timestamped group of the prompt (docs/video.md);
+ * a clip that does not decode is refused naming its message part. vLLM's {"type": "video_url",
+ * "video_url": {"url": URL}} is read too, but the Qwen3-VL template drops such a part (a
+ * request whose template dropped a video is refused), so C callers write "video" parts.
  *
  * vls_batch_submit_chat renders chat messages through the template, tokenizes them and queues
  * the request like any other submission. Its events are the usual vls_token_event stream, with
@@ -463,8 +469,9 @@ void vls_chat_free(vls_chat* chat);
  *    "logprobs": -1..20, "logit_bias": {"<token id>": bias}}
  * Only "messages" is required. Absent sampling fields take the model's generation_config.json
  * defaults (greedy without one); max_tokens defaults to the rest of the context. Unknown
- * fields, wrong types, image parts the model cannot take and images that do not decode are
- * refused (VLS_ERR_INVALID_ARGUMENT or VLS_ERR_DATA_LOSS) naming the field or message part. The
+ * fields, wrong types, image or video parts the model cannot take and images or videos that do
+ * not decode are refused (VLS_ERR_INVALID_ARGUMENT or VLS_ERR_DATA_LOSS) naming the field or
+ * message part. The
  * chat must belong to the batch's model. On success *out_id is the request's id. */
 vls_status vls_batch_submit_chat(vls_batch* batch, const vls_chat* chat, const char* request_json,
                                  uint64_t* out_id);

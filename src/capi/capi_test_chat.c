@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi/capi_test_support.h"
 #include "capi/capi_test_util.h"
 #include "vlstack/vlstack.h"
 
@@ -267,10 +268,42 @@ static void ResolveTests(const char* dir_chat) {
   CHECK(system(cmd) == 0, "removing the cache");
 }
 
+/* A video clip as a data: URL (vLLM's video_url part and transformers' video part): its frames
+ * sampled at 2 per second, each pair of frames a timestamped group of the prompt; a part's own
+ * num_frames changes the prompt. `first` is the reply to the same text without the clip. */
+static void VideoChats(vls_batch* b, const vls_chat* chat, const char* clip, const char* first) {
+  const size_t video_cap = strlen(clip) + 512;
+  char* video_req = (char*)malloc(video_cap);
+  if (video_req == NULL) {
+    CHECK(0, "malloc");
+    return;
+  }
+  static char with_video[kTextCap], with_video_again[kTextCap], with_two_frames[kTextCap];
+  snprintf(video_req, video_cap,
+           "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video_url\",\"video_url\":"
+           "{\"url\":\"%s\"}},{\"type\":\"text\",\"text\":\"Hello there\"}]}],"
+           "\"max_tokens\":16,\"ignore_eos\":true}",
+           clip);
+  const int32_t f5 = RunChat(b, chat, video_req, with_video);
+  CHECK(f5 == VLS_FINISH_LENGTH, "a chat request with a video runs to its limit (finish %d)", f5);
+  const int32_t f6 = RunChat(b, chat, video_req, with_video_again);
+  CHECK(f6 == VLS_FINISH_LENGTH && strcmp(with_video, with_video_again) == 0,
+        "the same video request gives the same text ('%s' vs '%s')", with_video, with_video_again);
+  snprintf(video_req, video_cap,
+           "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video\",\"video\":"
+           "\"%s\",\"num_frames\":2},{\"type\":\"text\",\"text\":\"Hello there\"}]}],"
+           "\"max_tokens\":16,\"ignore_eos\":true}",
+           clip);
+  const int32_t f7 = RunChat(b, chat, video_req, with_two_frames);
+  CHECK(f7 == VLS_FINISH_LENGTH, "a video part with num_frames runs (finish %d)", f7);
+  CHECK(strcmp(with_video, first) != 0, "the video changes the reply ('%s')", with_video);
+  free(video_req);
+}
+
 void ChatTests(const char* dir_chat) {
   ResolveTests(dir_chat);
   vls_model_options opts = vls_model_default_options();
-  opts.capacity = 96;
+  opts.capacity = 256;
   opts.slots = 2;
   vls_model* m = NULL;
   REQUIRE_OK(vls_model_load(dir_chat, &opts, &m));
@@ -338,6 +371,11 @@ void ChatTests(const char* dir_chat) {
   CHECK(f4 == VLS_FINISH_LENGTH, "a chat request with an image runs to its limit (finish %d)", f4);
   CHECK(strcmp(with_image, first) != 0, "the image changes the reply ('%s')", with_image);
 
+  char* clip = vls_test_video_data_url();
+  CHECK(clip != NULL, "the video fixture tests/video/fixtures/h264_yuv420p.mp4 is readable");
+  if (clip != NULL) VideoChats(b, chat, clip, first);
+  free(clip);
+
   /* Refused whole: nothing queued, no id. */
   const size_t count0 = PendingCount(b);
   const uint64_t bytes0 = PendingBytes(b);
@@ -361,6 +399,19 @@ void ChatTests(const char* dir_chat) {
                                        "\"image\",\"image\":\"a.png\"}]}]}",
                                        &id),
                  VLS_ERR_INVALID_ARGUMENT, "file paths are not accepted", id, count0, bytes0);
+  RejectedSubmit(b, "chat video part",
+                 vls_batch_submit_chat(b, chat,
+                                       "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                                       "\"video_url\",\"video_url\":{\"url\":\"a.mp4\"}}]}]}",
+                                       &id),
+                 VLS_ERR_INVALID_ARGUMENT, "file paths are not accepted", id, count0, bytes0);
+  RejectedSubmit(b, "chat video not a video",
+                 vls_batch_submit_chat(b, chat,
+                                       "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                                       "\"text\",\"text\":\"x\"},{\"type\":\"video\",\"video\":"
+                                       "\"data:video/mp4;base64,AAAAGGZ0eXBtcDQy\"}]}]}",
+                                       &id),
+                 VLS_ERR_DATA_LOSS, "messages[0].content[1]", id, count0, bytes0);
   RejectedSubmit(
       b, "chat too long",
       vls_batch_submit_chat(

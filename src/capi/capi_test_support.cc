@@ -1,12 +1,15 @@
 #include "capi/capi_test_support.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/file.h"
 #include "model/test_checkpoint.h"
+#include "runtime/media_source.h"
 
 extern "C" int vls_test_write_checkpoint(const char* dir, const char* arch, int32_t hidden,
                                          int32_t layers, const int32_t* ds_layers, int32_t ds_count,
@@ -57,7 +60,9 @@ extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
       cfg["chat_template"] =
           "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}"
           "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
-          "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}"
+          "<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'video' or "
+          "c['type'] == 'video_url' %}<|vision_start|><|video_pad|><|vision_end|>{% else %}"
+          "{{ c['text'] }}{% endif %}"
           "{% endfor %}{% endif %}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
       s = vls::WriteStringToFile(vls::JoinPath(dir, "tokenizer_config.json"), cfg.dump(2));
@@ -70,5 +75,24 @@ extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vls_test_write_chat_model(%s): %s\n", dir, e.what());
     return 1;
+  }
+}
+
+extern "C" char* vls_test_video_data_url(void) {
+  try {
+    auto bytes = vls::ReadFileToString(VLS_TEST_VIDEO_CLIP);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "vls_test_video_data_url: %s\n", bytes.status().ToString().c_str());
+      return nullptr;
+    }
+    const std::string url =
+        "data:video/mp4;base64," +
+        vls::EncodeBase64({reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
+    char* out = static_cast<char*>(std::malloc(url.size() + 1));
+    if (out != nullptr) std::memcpy(out, url.c_str(), url.size() + 1);
+    return out;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vls_test_video_data_url: %s\n", e.what());
+    return nullptr;
   }
 }

@@ -22,6 +22,11 @@ int vls_test_write_checkpoint(const char* dir, const char* arch, int32_t hidden,
  * success; prints the error and returns 1 otherwise. */
 int vls_test_write_chat_model(const char* dir, uint64_t seed);
 
+/* A small H.264 MP4 clip (tests/video/fixtures/h264_yuv420p.mp4: 64 x 48, 12 frames at 10 fps)
+ * as a `data:video/mp4;base64,` URL, malloc'd (the caller frees it); NULL (error printed) when
+ * the file cannot be read. */
+char* vls_test_video_data_url(void);
+
 #ifdef __cplusplus
 }
 #endif
