@@ -1,4 +1,5 @@
-"""vlstack.Chat: a model's front end (tokenizer.json, chat template, end-of-turn ids, images)."""
+"""vlstack.Chat: a model's front end (tokenizer.json, chat template, end-of-turn ids, images and
+videos)."""
 import ctypes
 import json
 import os
