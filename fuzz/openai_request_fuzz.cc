@@ -62,6 +62,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (r.chat.stop.size() > limits.max_stop) Fail("stop limit", "");
     if (r.include_usage && !r.stream) Fail("include_usage without stream", "");
+    const vls::VideoSamplingOptions& v = r.chat.video;
+    if (v.fps && !(*v.fps > 0 && *v.fps <= limits.max_video_fps)) Fail("fps out of bounds", "");
+    for (const auto& n : {v.max_frames, v.num_frames}) {
+      if (n && (*n < 1 || *n > limits.max_video_frames)) Fail("frames out of bounds", "");
+    }
+    if (v.fps && v.num_frames) Fail("fps with num_frames", "");
+    // Every video_url part reaches the pipeline as the "video" part the template places.
+    for (const auto& m : r.chat.messages) {
+      auto c = m.find("content");
+      if (c == m.end() || !c->is_array()) continue;
+      for (const auto& part : *c) {
+        auto t = part.is_object() ? part.find("type") : part.end();
+        if (t != part.end() && *t == "video_url") Fail("video_url kept", "");
+      }
+    }
     (void)vls::server::DumpJson(r.chat.messages);
   }
   auto completion = vls::server::ParseCompletionRequest(body, vls::SamplingParams{}, limits);
