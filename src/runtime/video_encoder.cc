@@ -63,6 +63,14 @@ StatusOr<VideoPlan> PlanVideoBytes(std::span<const uint8_t> bytes, const std::st
   plan.summary.timestamps =
       VideoTimestamps(plan.summary.frame_indices, plan.info.fps, cfg.temporal_patch_size);
   plan.tokens = MergedTokens(*grid, cfg.merge_size);
+  const int64_t patches = int64_t{grid->t} * grid->h * grid->w;
+  if (patches > kMaxVisionPatches) {
+    return InvalidArgument(
+        label + ": " + std::to_string(n) + " frames at " + std::to_string(plan.resized_width) +
+        "x" + std::to_string(plan.resized_height) + " make " + std::to_string(patches) +
+        " patches, over the vision tower's " + std::to_string(kMaxVisionPatches) +
+        " (ask for fewer frames: max_frames or fps)");
+  }
   return plan;
 }
 
@@ -76,35 +84,39 @@ StatusOr<std::shared_ptr<const EncodedImage>> ImageEncoder::EncodeVideo(
                           (options.num_frames ? std::to_string(*options.num_frames) : "-");
   if (auto hit = Lookup(key)) return hit;
   VLS_ASSIGN_OR_RETURN(VideoPlan plan, PlanVideo(bytes, label, options));
-  // The decoded frames are held together: bounded before any is decoded.
-  const auto frames = static_cast<int64_t>(plan.summary.frame_indices.size());
-  const int64_t frame_bytes = int64_t{plan.info.width} * plan.info.height * 3;
-  if (frame_bytes > 0 && frames > options_.video.max_output_bytes / frame_bytes) {
-    return InvalidArgument(label + ": " + std::to_string(frames) + " frames of " +
-                           std::to_string(plan.info.width) + "x" +
-                           std::to_string(plan.info.height) + " would take " +
-                           std::to_string(frames * frame_bytes) + " bytes decoded, over the " +
-                           std::to_string(options_.video.max_output_bytes) +
-                           "-byte bound (ask for fewer frames: max_frames or fps)");
+  // Each frame is resized and placed as it is decoded (VideoPreprocessor), so only the pixel
+  // values and one frame are held. A frame sampled twice (num_frames over the clip's frame
+  // count) is decoded once and placed twice.
+  const std::vector<int64_t>& sampled = plan.summary.frame_indices;
+  std::vector<int64_t> unique;
+  std::vector<int> copies;
+  for (int64_t i : sampled) {
+    if (unique.empty() || i != unique.back()) {
+      unique.push_back(i);
+      copies.push_back(0);
+    }
+    ++copies.back();
   }
-  auto t0 = std::chrono::steady_clock::now();
+  const auto frames = static_cast<int64_t>(sampled.size());
   VLS_ASSIGN_OR_RETURN(
-      std::vector<image::RgbImage> decoded,
-      video::DecodeFrames(bytes, label, plan.summary.frame_indices, options_.video, cancelled));
-  const double decode_s = SecondsSince(t0);
-  t0 = std::chrono::steady_clock::now();
-  VideoProcessorConfig cfg = video_processor_;
-  auto pixels = PreprocessVideo(decoded, cfg, nullptr);
-  if (!pixels.ok()) return pixels.status().WithContext(label);
-  decoded.clear();
-  decoded.shrink_to_fit();
-  if (pixels->grids.size() != 1 || pixels->grids[0] != plan.summary.grid) {
-    return Internal(
-        label + ": the preprocessed grid " +
-        (pixels->grids.empty() ? std::string("(none)") : GridToString(pixels->grids[0])) +
-        " differs from the planned " + GridToString(plan.summary.grid));
+      VideoPreprocessor pre,
+      VideoPreprocessor::Create(frames, plan.info.height, plan.info.width, video_processor_));
+  if (pre.grid() != plan.summary.grid) {
+    return Internal(label + ": the preprocessor's grid " + GridToString(pre.grid()) +
+                    " differs from the planned " + GridToString(plan.summary.grid));
   }
-  const double preprocess_s = SecondsSince(t0);
+  double preprocess_s = 0;
+  const video::FrameSink sink = [&](size_t k, image::RgbImage frame) -> Status {
+    const auto t = std::chrono::steady_clock::now();
+    for (int c = 0; c < copies[k]; ++c) VLS_RETURN_IF_ERROR(pre.Add(frame));
+    preprocess_s += SecondsSince(t);
+    return Status::Ok();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  VLS_RETURN_IF_ERROR(video::DecodeFramesTo(bytes, label, unique, sink, options_.video, cancelled));
+  const double decode_s = SecondsSince(t0) - preprocess_s;
+  auto pixels = pre.Finish();
+  if (!pixels.ok()) return pixels.status().WithContext(label);
   if (cancelled && cancelled()) return Cancelled(label + ": the request was cancelled");
   t0 = std::chrono::steady_clock::now();
   auto out = vision_->Encode(pixels->data, pixels->rows, pixels->grids, nullptr);

@@ -71,11 +71,14 @@ image::RgbImage Orient(image::RgbImage in, const Orientation& o) {
 
 class FrameDecoder {
  public:
+  // `collect`: the frames are kept (and bounded by max_output_bytes) for DecodeFrames; else
+  // each goes to `sink` as it is decoded.
   FrameDecoder(MemoryContainer* c, std::span<const int64_t> indices,
-               const std::function<bool()>& cancelled)
-      : c_(c), label_(c->label()), indices_(indices), cancelled_(cancelled) {}
+               const std::function<bool()>& cancelled, const FrameSink* sink)
+      : c_(c), label_(c->label()), indices_(indices), cancelled_(cancelled), sink_(sink) {}
 
-  StatusOr<std::vector<image::RgbImage>> Run();
+  Status Run();
+  std::vector<image::RgbImage> TakeFrames() { return std::move(out_); }
 
  private:
   Status OpenDecoder();
@@ -90,6 +93,7 @@ class FrameDecoder {
   const std::string& label_;
   std::span<const int64_t> indices_;
   const std::function<bool()>& cancelled_;
+  const FrameSink* sink_;  // null: collect into out_
   std::unique_ptr<AVCodecContext, CodecDeleter> codec_;
   std::unique_ptr<AVFrame, FrameDeleter> frame_{av_frame_alloc()};
   std::unique_ptr<SwsContext, SwsDeleter> sws_;
@@ -169,9 +173,11 @@ Status FrameDecoder::TakeFrame() {
   if (decoded_ == 0) {
     first_width_ = static_cast<int>(w);
     first_height_ = static_cast<int>(h);
-    // The output budget, now that the real size is known.
+    // The output budget, now that the real size is known (collected frames only: a sink bounds
+    // what it keeps).
     const int64_t bytes = w * h * 3;
-    if (static_cast<int64_t>(indices_.size()) > limits.max_output_bytes / bytes) {
+    if (sink_ == nullptr &&
+        static_cast<int64_t>(indices_.size()) > limits.max_output_bytes / bytes) {
       return InvalidArgument(label_ + ": " + std::to_string(indices_.size()) + " frames of " +
                              std::to_string(w) + "x" + std::to_string(h) +
                              " exceed max_output_bytes " + std::to_string(limits.max_output_bytes));
@@ -183,7 +189,11 @@ Status FrameDecoder::TakeFrame() {
   }
   if (!done() && indices_[next_] == decoded_) {
     VLS_ASSIGN_OR_RETURN(image::RgbImage img, ToRgb(frame_.get()));
-    out_.push_back(std::move(img));
+    if (sink_ != nullptr) {
+      VLS_RETURN_IF_ERROR((*sink_)(next_, std::move(img)));
+    } else {
+      out_.push_back(std::move(img));
+    }
     ++next_;
   }
   ++decoded_;
@@ -211,7 +221,7 @@ Status FrameDecoder::Feed(const AVPacket* packet) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<image::RgbImage>> FrameDecoder::Run() {
+Status FrameDecoder::Run() {
   VLS_RETURN_IF_ERROR(OpenDecoder());
   AVFormatContext* format = c_->format();
   const int stream = c_->info().video_stream;
@@ -220,7 +230,7 @@ StatusOr<std::vector<image::RgbImage>> FrameDecoder::Run() {
   }
   std::unique_ptr<AVPacket, PacketDeleter> packet(av_packet_alloc());
   if (!packet) return ResourceExhausted(label_ + ": out of memory for a packet");
-  out_.reserve(indices_.size());
+  if (sink_ == nullptr) out_.reserve(indices_.size());
   while (!done()) {
     if (cancelled()) return Cancelled(label_ + ": cancelled");
     const int err = av_read_frame(format, packet.get());
@@ -244,7 +254,24 @@ StatusOr<std::vector<image::RgbImage>> FrameDecoder::Run() {
                            " is past the last decodable frame (" + std::to_string(decoded_) +
                            " frames decoded, the last is " + std::to_string(decoded_ - 1) + ")");
   }
-  return std::move(out_);
+  return Status::Ok();
+}
+
+Status CheckIndices(const std::string& label, std::span<const int64_t> indices,
+                    const VideoLimits& limits) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= limits.max_frames) {
+      return InvalidArgument(label + ": frame index " + std::to_string(indices[i]) +
+                             " is outside [0, max_frames " + std::to_string(limits.max_frames) +
+                             ")");
+    }
+    if (i > 0 && indices[i] <= indices[i - 1]) {
+      return InvalidArgument(label + ": frame indices must be strictly increasing (" +
+                             std::to_string(indices[i - 1]) + " then " +
+                             std::to_string(indices[i]) + ")");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -262,18 +289,7 @@ StatusOr<std::vector<image::RgbImage>> DecodeFrames(std::span<const uint8_t> byt
                                                     std::span<const int64_t> indices,
                                                     const VideoLimits& limits,
                                                     const std::function<bool()>& cancelled) {
-  for (size_t i = 0; i < indices.size(); ++i) {
-    if (indices[i] < 0 || indices[i] >= limits.max_frames) {
-      return InvalidArgument(label + ": frame index " + std::to_string(indices[i]) +
-                             " is outside [0, max_frames " + std::to_string(limits.max_frames) +
-                             ")");
-    }
-    if (i > 0 && indices[i] <= indices[i - 1]) {
-      return InvalidArgument(label + ": frame indices must be strictly increasing (" +
-                             std::to_string(indices[i - 1]) + " then " +
-                             std::to_string(indices[i]) + ")");
-    }
-  }
+  VLS_RETURN_IF_ERROR(CheckIndices(label, indices, limits));
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<MemoryContainer> c,
                        MemoryContainer::Open(bytes, label, limits, cancelled));
   const VideoInfo& info = c->info();
@@ -285,7 +301,19 @@ StatusOr<std::vector<image::RgbImage>> DecodeFrames(std::span<const uint8_t> byt
                            std::to_string(limits.max_output_bytes));
   }
   if (indices.empty()) return std::vector<image::RgbImage>{};
-  FrameDecoder decoder(c.get(), indices, cancelled);
+  FrameDecoder decoder(c.get(), indices, cancelled, nullptr);
+  VLS_RETURN_IF_ERROR(decoder.Run());
+  return decoder.TakeFrames();
+}
+
+Status DecodeFramesTo(std::span<const uint8_t> bytes, const std::string& label,
+                      std::span<const int64_t> indices, const FrameSink& sink,
+                      const VideoLimits& limits, const std::function<bool()>& cancelled) {
+  VLS_RETURN_IF_ERROR(CheckIndices(label, indices, limits));
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<MemoryContainer> c,
+                       MemoryContainer::Open(bytes, label, limits, cancelled));
+  if (indices.empty()) return Status::Ok();
+  FrameDecoder decoder(c.get(), indices, cancelled, &sink);
   return decoder.Run();
 }
 

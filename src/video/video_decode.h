@@ -83,6 +83,18 @@ StatusOr<std::vector<image::RgbImage>> DecodeFrames(
     std::span<const uint8_t> bytes, const std::string& label, std::span<const int64_t> indices,
     const VideoLimits& limits = {}, const std::function<bool()>& cancelled = nullptr);
 
+// Receives the k-th requested frame (k indexes `indices`) as it is decoded; an error stops the
+// decode and is returned.
+using FrameSink = std::function<Status(size_t k, image::RgbImage frame)>;
+
+// DecodeFrames handing each frame to `sink` as soon as it is decoded instead of returning them
+// all, so the caller keeps only what it makes of them (a resized frame): max_output_bytes does
+// not apply. Same checks and errors otherwise.
+Status DecodeFramesTo(std::span<const uint8_t> bytes, const std::string& label,
+                      std::span<const int64_t> indices, const FrameSink& sink,
+                      const VideoLimits& limits = {},
+                      const std::function<bool()>& cancelled = nullptr);
+
 }  // namespace vls::video
 
 #endif  // VLSTACK_VIDEO_VIDEO_DECODE_H_

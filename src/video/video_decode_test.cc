@@ -134,6 +134,37 @@ TEST(DecodeFramesTest, SubsetEqualsTheSameFramesOfAFullDecode) {
   for (size_t i = 1; i < all->size(); ++i) EXPECT_NE((*all)[i].pixels, (*all)[i - 1].pixels);
 }
 
+TEST(DecodeFramesTest, ASinkGetsTheSameFramesAsTheyAreDecoded) {
+  const auto clip = Fixture("h264_yuv420p.mp4");
+  const std::vector<int64_t> pick = {0, 4, 5, 11};
+  auto kept = DecodeFrames(clip, "clip.mp4", pick);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  std::vector<size_t> order;
+  std::vector<image::RgbImage> sunk;
+  const FrameSink sink = [&](size_t k, image::RgbImage frame) {
+    order.push_back(k);
+    sunk.push_back(std::move(frame));
+    return Status::Ok();
+  };
+  // No max_output_bytes for a sink: a bound that refuses DecodeFrames does not refuse it.
+  VideoLimits small;
+  small.max_output_bytes = 1;
+  EXPECT_FALSE(DecodeFrames(clip, "clip.mp4", pick, small).ok());
+  ASSERT_TRUE(DecodeFramesTo(clip, "clip.mp4", pick, sink, small).ok());
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3}));
+  ASSERT_EQ(sunk.size(), kept->size());
+  for (size_t i = 0; i < sunk.size(); ++i) EXPECT_EQ(sunk[i].pixels, (*kept)[i].pixels) << i;
+  // The sink's error stops the decode and is the result.
+  int calls = 0;
+  const FrameSink failing = [&](size_t, image::RgbImage) {
+    ++calls;
+    return InvalidArgument("enough");
+  };
+  Status s = DecodeFramesTo(clip, "clip.mp4", pick, failing);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(DecodeFramesTest, NoIndicesNoFrames) {
   auto frames = DecodeFrames(Fixture("vp9.webm"), "v.webm", {});
   ASSERT_TRUE(frames.ok()) << frames.status().ToString();

@@ -303,60 +303,95 @@ std::string FormatTimestamp(double seconds) {
   return s;
 }
 
+StatusOr<VideoPreprocessor> VideoPreprocessor::Create(int64_t num_frames, int height, int width,
+                                                      const VideoProcessorConfig& cfg,
+                                                      int64_t max_elements) {
+  VLS_RETURN_IF_ERROR(CheckShapeConfig(cfg));
+  if (num_frames < 1) return InvalidArgument("video: no frames to preprocess");
+  VLS_ASSIGN_OR_RETURN(GridThw g, VideoGridThw(num_frames, height, width, cfg));
+  VideoPreprocessor v;
+  v.cfg_ = cfg;
+  v.frame_cfg_ = FrameConfig(cfg);
+  v.frames_ = num_frames;
+  v.height_ = height;
+  v.width_ = width;
+  const int64_t plane = int64_t{cfg.patch_size} * cfg.patch_size;
+  const int64_t hw = int64_t{g.h} * g.w;
+  v.pv_.cols = 3 * cfg.temporal_patch_size * plane;
+  if (hw * g.t > max_elements / v.pv_.cols) {
+    return InvalidArgument("video: pixel_values of " + std::to_string(hw * g.t) + " patches x " +
+                           std::to_string(v.pv_.cols) + " would pass " +
+                           std::to_string(max_elements) + " floats");
+  }
+  v.max_elements_ = max_elements;
+  v.pv_.rows = hw * g.t;
+  v.pv_.grids.push_back(g);
+  v.pv_.data.resize(static_cast<size_t>(v.pv_.rows * v.pv_.cols));
+  return v;
+}
+
+void VideoPreprocessor::Place(int64_t i) {
+  const GridThw& g = pv_.grids[0];
+  const int tp = cfg_.temporal_patch_size;
+  const int64_t plane = int64_t{cfg_.patch_size} * cfg_.patch_size;
+  const int64_t hw = int64_t{g.h} * g.w;
+  const int64_t group = i / tp;
+  const int64_t ti = i % tp;
+  for (int64_t r = 0; r < hw; ++r) {
+    const float* src = patches_.data() + r * 3 * plane;
+    float* dst = pv_.data.data() + (group * hw + r) * pv_.cols;
+    for (int64_t c = 0; c < 3; ++c) {
+      std::copy(src + c * plane, src + (c + 1) * plane, dst + (c * tp + ti) * plane);
+    }
+  }
+}
+
+Status VideoPreprocessor::Add(const image::RgbImage& frame, ThreadPool* pool) {
+  const auto i = static_cast<size_t>(added_);
+  if (added_ == frames_) {
+    return InvalidArgument(FrameName(i) + ": more frames than the " + std::to_string(frames_) +
+                           " planned");
+  }
+  VLS_RETURN_IF_ERROR(CheckFrame(frame, i));
+  if (frame.height != height_ || frame.width != width_) {
+    return InvalidArgument(FrameName(i) + ": " + std::to_string(frame.width) + "x" +
+                           std::to_string(frame.height) +
+                           " pixels (width x height), but frame 0 is " + std::to_string(width_) +
+                           "x" + std::to_string(height_) + ": a video's frames share a size");
+  }
+  const GridThw& g = pv_.grids[0];
+  auto one = FramePatches(frame, g.h * cfg_.patch_size, g.w * cfg_.patch_size, frame_cfg_, pool,
+                          max_elements_);
+  if (!one.ok()) return one.status().WithContext(FrameName(i));
+  patches_ = std::move(*one);
+  Place(added_++);
+  return Status::Ok();
+}
+
+StatusOr<PixelValues> VideoPreprocessor::Finish() {
+  if (added_ != frames_) {
+    return InvalidArgument("video: " + std::to_string(added_) + " frames given, " +
+                           std::to_string(frames_) + " planned");
+  }
+  // The padding repeats the last frame.
+  const int64_t padded = int64_t{pv_.grids[0].t} * cfg_.temporal_patch_size;
+  for (int64_t i = frames_; i < padded; ++i) Place(i);
+  patches_.clear();
+  return std::move(pv_);
+}
+
 StatusOr<PixelValues> PreprocessVideo(std::span<const image::RgbImage> frames,
                                       const VideoProcessorConfig& cfg, ThreadPool* pool,
                                       int64_t max_elements) {
   VLS_RETURN_IF_ERROR(CheckShapeConfig(cfg));
   if (frames.empty()) return InvalidArgument("video: no frames to preprocess");
-  for (size_t i = 0; i < frames.size(); ++i) {
-    VLS_RETURN_IF_ERROR(CheckFrame(frames[i], i));
-    if (frames[i].height != frames[0].height || frames[i].width != frames[0].width) {
-      return InvalidArgument(FrameName(i) + ": " + std::to_string(frames[i].width) + "x" +
-                             std::to_string(frames[i].height) +
-                             " pixels (width x height), but frame 0 is " +
-                             std::to_string(frames[0].width) + "x" +
-                             std::to_string(frames[0].height) + ": a video's frames share a size");
-    }
-  }
-  const auto n = static_cast<int64_t>(frames.size());
-  VLS_ASSIGN_OR_RETURN(GridThw g, VideoGridThw(n, frames[0].height, frames[0].width, cfg));
-  const int p = cfg.patch_size;
-  const int tp = cfg.temporal_patch_size;
-  const int64_t plane = int64_t{p} * p;
-  const int64_t hw = int64_t{g.h} * g.w;
-  PixelValues pv;
-  pv.cols = 3 * tp * plane;
-  if (hw * g.t > max_elements / pv.cols) {
-    return InvalidArgument("video: pixel_values of " + std::to_string(hw * g.t) + " patches x " +
-                           std::to_string(pv.cols) + " would pass " + std::to_string(max_elements) +
-                           " floats");
-  }
-  pv.rows = hw * g.t;
-  pv.grids.push_back(g);
-  pv.data.resize(static_cast<size_t>(pv.rows * pv.cols));
-
-  const ImageProcessorConfig frame_cfg = FrameConfig(cfg);
-  const int rh = g.h * p;
-  const int rw = g.w * p;
-  std::vector<float> patches;  // [hw, 3 · p²]: the latest frame, kept for the padding
-  for (int64_t i = 0; i < int64_t{g.t} * tp; ++i) {
-    if (i < n) {
-      const image::RgbImage& in = frames[static_cast<size_t>(i)];
-      auto one = FramePatches(in, rh, rw, frame_cfg, pool, max_elements);
-      if (!one.ok()) return one.status().WithContext(FrameName(static_cast<size_t>(i)));
-      patches = std::move(*one);
-    }  // else: the padding repeats the last frame
-    const int64_t group = i / tp;
-    const int64_t ti = i % tp;
-    for (int64_t r = 0; r < hw; ++r) {
-      const float* src = patches.data() + r * 3 * plane;
-      float* dst = pv.data.data() + (group * hw + r) * pv.cols;
-      for (int64_t c = 0; c < 3; ++c) {
-        std::copy(src + c * plane, src + (c + 1) * plane, dst + (c * tp + ti) * plane);
-      }
-    }
-  }
-  return pv;
+  VLS_RETURN_IF_ERROR(CheckFrame(frames[0], 0));
+  VLS_ASSIGN_OR_RETURN(
+      VideoPreprocessor v,
+      VideoPreprocessor::Create(static_cast<int64_t>(frames.size()), frames[0].height,
+                                frames[0].width, cfg, max_elements));
+  for (const image::RgbImage& f : frames) VLS_RETURN_IF_ERROR(v.Add(f, pool));
+  return v.Finish();
 }
 
 int64_t VideoTokensPerGroup(const GridThw& grid, const VideoProcessorConfig& cfg) {

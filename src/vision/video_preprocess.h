@@ -118,6 +118,33 @@ StatusOr<PixelValues> PreprocessVideo(std::span<const image::RgbImage> frames,
                                       const VideoProcessorConfig& cfg, ThreadPool* pool = nullptr,
                                       int64_t max_elements = int64_t{1} << 31);
 
+// PreprocessVideo one frame at a time (PreprocessVideo is Create, Add for each frame, Finish), so
+// that a decoder can hand each frame over as it is decoded and only the output and one frame are
+// held: Create plans the grid of `num_frames` frames of height x width pixels and allocates the
+// output; Add resizes, normalises and places the next frame; Finish pads with the last frame and
+// returns the pixel values. Same errors as PreprocessVideo; Add refuses a frame of another size
+// or one more than planned, Finish fewer than planned.
+class VideoPreprocessor {
+ public:
+  static StatusOr<VideoPreprocessor> Create(int64_t num_frames, int height, int width,
+                                            const VideoProcessorConfig& cfg,
+                                            int64_t max_elements = int64_t{1} << 31);
+  Status Add(const image::RgbImage& frame, ThreadPool* pool = nullptr);
+  StatusOr<PixelValues> Finish();
+  const GridThw& grid() const { return pv_.grids[0]; }
+
+ private:
+  VideoPreprocessor() = default;
+  void Place(int64_t i);  // the latest frame's patches as frame i of the padded clip
+
+  VideoProcessorConfig cfg_;
+  ImageProcessorConfig frame_cfg_;
+  int64_t frames_ = 0, added_ = 0, max_elements_ = 0;
+  int height_ = 0, width_ = 0;
+  std::vector<float> patches_;  // [h·w, 3·p²]: the latest frame's
+  PixelValues pv_;
+};
+
 // LLM tokens per temporal group of a video grid: (h / merge) · (w / merge). The prompt holds
 // grid.t groups, each "<ts seconds><|vision_start|>" + this many <|video_pad|> + "<|vision_end|>".
 int64_t VideoTokensPerGroup(const GridThw& grid, const VideoProcessorConfig& cfg);

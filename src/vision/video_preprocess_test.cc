@@ -366,6 +366,28 @@ TEST(PreprocessVideoTest, OneFrameWithoutResizeIsPadded) {
   EXPECT_FALSE(PreprocessVideo(Clip(1, 32, 32), cfg).ok());
 }
 
+TEST(VideoPreprocessorTest, FrameByFrameEqualsTheWholeClipAndChecksTheCount) {
+  VideoProcessorConfig cfg;  // the class defaults resize 3 frames of 70x50 up to the budget
+  const auto clip = Clip(3, 50, 70);
+  auto whole = PreprocessVideo(clip, cfg);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  auto pre = VideoPreprocessor::Create(3, 50, 70, cfg);
+  ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+  EXPECT_EQ(pre->grid(), whole->grids[0]);
+  for (const image::RgbImage& f : clip) ASSERT_TRUE(pre->Add(f).ok());
+  EXPECT_FALSE(pre->Add(clip[0]).ok());  // a fourth frame was not planned
+  auto pv = pre->Finish();
+  ASSERT_TRUE(pv.ok()) << pv.status().ToString();
+  EXPECT_EQ(pv->data, whole->data);
+  EXPECT_EQ(pv->grids, whole->grids);
+
+  auto short_clip = VideoPreprocessor::Create(3, 50, 70, cfg);
+  ASSERT_TRUE(short_clip.ok());
+  ASSERT_TRUE(short_clip->Add(clip[0]).ok());
+  EXPECT_FALSE(short_clip->Add(Clip(1, 50, 71)[0]).ok());  // another size
+  EXPECT_FALSE(short_clip->Finish().ok());                 // 1 of 3 frames
+}
+
 TEST(PreprocessVideoTest, Refusals) {
   VideoProcessorConfig cfg;
   EXPECT_FALSE(PreprocessVideo({}, cfg).ok());
