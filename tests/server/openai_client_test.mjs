@@ -38,6 +38,7 @@ if (!args.vlstack) {
 const work = tempDir('vls-openai-');
 const modelDir = path.join(work, 'model');
 makeTestModel(args.vlstack, modelDir);
+const CLIP = makeClip(work);  // 64x48, 4 fps, 2 s: 8 frames (before the server: exits 77 without ffmpeg)
 const server = await startServer(args.vlstack, [
   '--model', modelDir, '--host', '127.0.0.1', '--port', '0', '--model-name', MODEL_NAME,
   '--slots', String(SLOTS), '--capacity', String(CAPACITY), '--api-key', KEY,
@@ -313,7 +314,7 @@ await R.run('chat: images as data URLs', async () => {
 });
 
 await R.run('chat: a video clip as a data URL (streamed, fps, mm_processor_kwargs, metrics)', async () => {
-  const clip = makeClip(work);  // 64x48, 4 fps, 2 s: 8 frames
+  const clip = CLIP;
   const text = { type: 'text', text: 'What happens in this clip?' };
   const video = { type: 'video_url', video_url: { url: videoDataUrl(clip) } };
   const base = await chat({ messages: [{ role: 'user', content: [text] }], max_tokens: 4, temperature: 0 });
