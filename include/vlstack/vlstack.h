@@ -438,8 +438,8 @@ vls_status vls_batch_request_error(const vls_batch* batch, uint64_t id, char* bu
  * clip) are decoded, their frames sampled (2 per second within 4..768 frames by default) and
  * encoded the same way, each pair of frames a timestamped group of the prompt (docs/video.md);
  * a clip that does not decode is refused naming its message part. vLLM's {"type": "video_url",
- * "video_url": {"url": URL}} is read too, but the Qwen3-VL template drops such a part (a
- * request whose template dropped a video is refused), so C callers write "video" parts.
+ * "video_url": {"url": URL}} is taken too: it is given the "video" form before the template
+ * renders (as vLLM does).
  *
  * vls_batch_submit_chat renders chat messages through the template, tokenizes them and queues
  * the request like any other submission. Its events are the usual vls_token_event stream, with

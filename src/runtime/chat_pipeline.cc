@@ -260,8 +260,15 @@ StatusOr<std::string> ChatPipeline::Render(const ChatRequest& request) const {
     }
     vars = request.template_kwargs;
   }
-  // The request's own fields win over template_kwargs.
+  // The request's own fields win over template_kwargs. Video parts written the vLLM way are
+  // given the form the template places (VideoUrlAsVideoPart).
   vars["messages"] = request.messages;
+  for (Json& m : vars["messages"]) {
+    if (!m.is_object()) continue;
+    auto c = m.find("content");
+    if (c == m.end() || !c->is_array()) continue;
+    for (Json& part : *c) VideoUrlAsVideoPart(&part);
+  }
   if (!request.tools.is_null()) {
     if (!request.tools.is_array()) return InvalidArgument("tools must be a list");
     vars["tools"] = request.tools;

@@ -245,6 +245,22 @@ StatusOr<MediaBytes> ReadImagePart(const Json& part, const MediaPolicy& policy) 
   return ReadPart(part, policy, kImageKind, policy.max_bytes);
 }
 
+void VideoUrlAsVideoPart(Json* part) {
+  if (!part->is_object()) return;
+  auto type = part->find("type");
+  auto url = part->find("video_url");
+  if (type == part->end() || *type != "video_url" || url == part->end()) return;
+  Json src = *url;
+  if (src.is_object() && src.contains("url")) src = src["url"];
+  Json out = Json::object();
+  out["type"] = "video";
+  out["video"] = std::move(src);
+  for (auto& [k, v] : part->items()) {
+    if (k != "type" && k != "video_url") out[k] = std::move(v);
+  }
+  *part = std::move(out);
+}
+
 StatusOr<MediaBytes> ReadVideoPart(const Json& part, const MediaPolicy& policy) {
   return ReadPart(part, policy, kVideoKind, policy.max_video_bytes);
 }

@@ -59,6 +59,12 @@ StatusOr<MediaBytes> ReadImagePart(const nlohmann::ordered_json& part, const Med
 // policy.max_video_bytes.
 StatusOr<MediaBytes> ReadVideoPart(const nlohmann::ordered_json& part, const MediaPolicy& policy);
 
+// vLLM's {"type": "video_url", "video_url": {"url": SRC} | SRC, ...} rewritten as the
+// {"type": "video", "video": SRC, ...} part the Qwen3-VL chat template places (it finds a video
+// by "video"; a video_url part would be dropped), the part's other fields kept, as vLLM does
+// before rendering. Any other part is left as it is.
+void VideoUrlAsVideoPart(nlohmann::ordered_json* part);
+
 // Strict base64 (RFC 4648, standard alphabet, padding required when the length is not a
 // multiple of 4; no whitespace). InvalidArgument names the offset of the first bad byte.
 StatusOr<std::vector<uint8_t>> DecodeBase64(std::string_view text, size_t max_bytes);

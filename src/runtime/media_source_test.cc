@@ -88,6 +88,39 @@ TEST(ImagePart, RefusesWhatItMustNotRead) {
   }
 }
 
+TEST(VideoPart, ReadsVideoDataUrlsInEveryPartFormAndRefusesImages) {
+  const std::string url = "data:video/mp4;base64," + EncodeBase64(std::vector<uint8_t>{1, 2, 3});
+  for (const Json& part : {Json{{"type", "video"}, {"video", url}},
+                           Json{{"type", "video_url"}, {"video_url", Json{{"url", url}}}},
+                           Json{{"type", "video_url"}, {"video_url", url}}}) {
+    auto m = ReadVideoPart(part, MediaPolicy{});
+    ASSERT_TRUE(m.ok()) << part.dump() << ": " << m.status().ToString();
+    EXPECT_EQ(m->bytes, (std::vector<uint8_t>{1, 2, 3}));
+  }
+  auto image = ReadVideoPart(Json{{"type", "video"}, {"video", "data:image/png;base64,AQID"}},
+                             MediaPolicy{});
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("is not a video"), std::string::npos);
+  auto file = ReadVideoPart(Json{{"type", "video"}, {"video", "clip.mp4"}}, MediaPolicy{});
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("video 'clip.mp4': file paths are not accepted"),
+            std::string::npos);
+  MediaPolicy tiny;
+  tiny.max_video_bytes = 2;
+  EXPECT_FALSE(ReadVideoPart(Json{{"type", "video"}, {"video", url}}, tiny).ok());
+}
+
+TEST(VideoPart, VideoUrlPartsBecomeThePartTheTemplatePlaces) {
+  Json part = {
+      {"type", "video_url"}, {"video_url", {{"url", "data:video/mp4;base64,AA=="}}}, {"fps", 1}};
+  VideoUrlAsVideoPart(&part);
+  EXPECT_EQ(part, (Json{{"type", "video"}, {"video", "data:video/mp4;base64,AA=="}, {"fps", 1}}));
+  Json image = {{"type", "image_url"}, {"image_url", "x"}};
+  const Json before = image;
+  VideoUrlAsVideoPart(&image);
+  EXPECT_EQ(image, before);
+}
+
 TEST(ImagePart, ReadsFilesWhenAllowedRelativeToTheBase) {
   const std::string dir = JoinPath("/tmp", "vls_media_source_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -106,7 +106,7 @@ StatusOr<std::shared_ptr<const EncodedImage>> ImageEncoder::EncodeVideo(
                     " differs from the planned " + GridToString(plan.summary.grid));
   }
   double preprocess_s = 0;
-  const video::FrameSink sink = [&](size_t k, image::RgbImage frame) -> Status {
+  const video::FrameSink sink = [&](size_t k, const image::RgbImage& frame) -> Status {
     const auto t = std::chrono::steady_clock::now();
     for (int c = 0; c < copies[k]; ++c) VLS_RETURN_IF_ERROR(pre.Add(frame));
     preprocess_s += SecondsSince(t);

@@ -8,6 +8,7 @@
 
 #include "io/untrusted_json.h"
 #include "runtime/chat_json.h"
+#include "runtime/media_source.h"
 #include "runtime/request.h"
 
 namespace vls::server {
@@ -242,24 +243,6 @@ Status CheckVideoPart(const Json& part, const std::string& where, const RequestL
   return ReadVideoOptions(part, where + ".", limits, &unused);
 }
 
-// vLLM's {"type": "video_url", "video_url": {"url": SRC} | SRC, ...} as the {"type": "video",
-// "video": SRC, ...} part the Qwen3-VL chat template knows (it places a video by "video"; a
-// video_url part would be dropped), as vLLM does before rendering. REQUIRES: CheckVideoPart
-// accepted the part.
-void AsVideoPart(Json* part) {
-  auto type = part->find("type");
-  if (type == part->end() || *type != "video_url") return;
-  Json src = (*part)["video_url"];
-  if (src.is_object()) src = src["url"];
-  Json out = Json::object();
-  out["type"] = "video";
-  out["video"] = std::move(src);
-  for (auto& [k, v] : part->items()) {
-    if (k != "type" && k != "video_url") out[k] = std::move(v);
-  }
-  *part = std::move(out);
-}
-
 // vLLM's request-level "mm_processor_kwargs": {"fps"?, "max_frames"?, "num_frames"?}, the
 // sampling of every video part that does not set its own.
 Status ReadMmProcessorKwargs(const Json& v, const RequestLimits& limits,
@@ -418,7 +401,7 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
     if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
     if (auto role = m.find("role"); role != m.end() && *role == "developer") *role = "system";
     if (auto c = m.find("content"); c != m.end() && c->is_array()) {
-      for (Json& part : *c) AsVideoPart(&part);
+      for (Json& part : *c) VideoUrlAsVideoPart(&part);
     }
   }
 
