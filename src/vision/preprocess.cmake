@@ -1,6 +1,7 @@
 # Preprocessing: preprocessor_config.json, smart_resize, bicubic resize, patches.
 target_sources(vls_vision PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/image_processor_config.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/processor_config_json.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/smart_resize.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/resize.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/preprocess.cc)

@@ -8,67 +8,18 @@
 #include "base/file.h"
 #include "io/untrusted_json.h"
 #include "vision/image_processor_config.h"
+#include "vision/processor_config_json.h"
 
 namespace vls {
 namespace {
 
 using Json = nlohmann::json;
 
-// The value of `key` in `obj`, or nullptr when absent or null (transformers keeps the class
-// default for a None it reads).
-const Json* Get(const Json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-// `prefix` + key names the value in errors ("dir/video_preprocessor_config.json: size.").
-Status ReadOptionalInt(const Json& obj, const char* key, const std::string& prefix, int64_t lo,
-                       int64_t hi, std::optional<int64_t>* out) {
-  const Json* v = Get(obj, key);
-  if (v == nullptr) return Status::Ok();
-  int64_t x = 0;
-  VLS_RETURN_IF_ERROR(ReadJsonInt(*v, prefix + key, lo, hi, &x));
-  *out = x;
-  return Status::Ok();
-}
-
-Status ReadIntKey(const Json& obj, const char* key, const std::string& label, int lo, int hi,
-                  int* out) {
-  std::optional<int64_t> x;
-  VLS_RETURN_IF_ERROR(ReadOptionalInt(obj, key, label + ": ", lo, hi, &x));
-  if (x) *out = static_cast<int>(*x);
-  return Status::Ok();
-}
-
-Status ReadBoolKey(const Json& obj, const char* key, const std::string& label, bool* out) {
-  const Json* v = Get(obj, key);
-  if (v == nullptr) return Status::Ok();
-  return ReadJsonBool(*v, label + ": " + key, out);
-}
-
-// image_mean / image_std: three finite numbers with min_abs <= |x| <= max_abs (the image
-// config's rule).
-Status ReadTriple(const Json& obj, const char* key, const std::string& label, double min_abs,
-                  double max_abs, std::array<float, 3>* out) {
-  const Json* v = Get(obj, key);
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_array() || v->size() != 3) {
-    return InvalidArgument(label + ": " + key + ": expected an array of 3 numbers (R, G, B), got " +
-                           JsonSnippet(*v));
-  }
-  for (size_t c = 0; c < 3; ++c) {
-    const std::string what = label + ": " + key + "[" + std::to_string(c) + "]";
-    double x = 0;
-    VLS_RETURN_IF_ERROR(ReadJsonNumber((*v)[c], what, -max_abs, max_abs, &x));
-    if (std::fabs(x) < min_abs) {
-      return InvalidArgument(what + ": " + JsonSnippet((*v)[c]) + " is too close to zero (|x| >= " +
-                             std::to_string(min_abs) + " required)");
-    }
-    (*out)[c] = static_cast<float>(x);
-  }
-  return Status::Ok();
-}
+using processor_json::Get;
+using processor_json::ReadBoolKey;
+using processor_json::ReadIntKey;
+using processor_json::ReadOptionalInt;
+using processor_json::ReadTriple;
 
 // size: both entries or neither (Qwen3VLVideoProcessor.resize raises on a size without both).
 Status ReadSize(const Json& root, const std::string& label, VideoProcessorConfig* cfg) {
