@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/image_request.h"
 #include "cli/load_flags.h"
 #include "cli/speculative_flags.h"
 #include "runtime/batch_engine.h"
@@ -134,20 +135,11 @@ struct Options {
 StatusOr<Options> ParseOptions(const Args& args, const ChatPipeline& pipeline) {
   Options o;
   o.system = args.Get("system").value_or("");
-  o.images = args.GetAll("image");
-  o.videos = args.GetAll("video");
+  VLS_ASSIGN_OR_RETURN(VisualFiles visual, VisualFilesFromArgs(args));
+  o.images = std::move(visual.images);
+  o.videos = std::move(visual.videos);
   ChatRequest& r = o.base;
-  if (o.videos.empty() && (args.Has("fps") || args.Has("max-frames"))) {
-    return InvalidArgument("--fps and --max-frames need --video");
-  }
-  if (args.Has("fps")) {
-    VLS_ASSIGN_OR_RETURN(double fps, args.Double("fps", 0));
-    r.video.fps = fps;
-  }
-  if (args.Has("max-frames")) {
-    VLS_ASSIGN_OR_RETURN(long long n, args.Int("max-frames", 0, 1, kMaxVideoFrames));
-    r.video.max_frames = static_cast<int>(n);
-  }
+  r.video = visual.video;
   r.sampling = pipeline.generation_defaults();
   if (args.Has("temperature")) {
     VLS_ASSIGN_OR_RETURN(double t, args.Double("temperature", 0.0));
