@@ -191,6 +191,12 @@ StatusOr<RequestInput> ReadVisualRequestInput(const SafetensorsFile& in, const L
       f.AppendVideo(*e->video, e->tokens, e->embeds, e->deepstack);
     }
   }
+  if (video == 0 && files.videos.empty() && image != files.images.size()) {
+    return InvalidArgument("input_ids has " + std::to_string(image) + " image pad token" +
+                           (image == 1 ? "" : "s") + " but " + std::to_string(files.images.size()) +
+                           " image" + (files.images.size() == 1 ? " was" : "s were") +
+                           " given (one pad per image, between vision_start and vision_end)");
+  }
   if (image != files.images.size() || video != files.videos.size()) {
     return InvalidArgument("input_ids holds " + std::to_string(image) + " image and " +
                            std::to_string(video) + " video pad tokens but " +
