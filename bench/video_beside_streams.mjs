@@ -3,7 +3,7 @@
 //
 // usage: node bench/video_beside_streams.mjs --url http://HOST:PORT --clip FILE.mp4
 //          [--streams 8] [--max-tokens 400] [--fps F] [--max-frames N] [--lead-tokens 16]
-//          [--model NAME]
+//          [--model NAME] [--image FILE.png]
 //
 // Starts --streams streamed chat completions (--max-tokens each; a random-weight model rarely
 // samples an end of turn); once every stream has received --lead-tokens tokens, sends one
@@ -11,7 +11,8 @@
 // when it was sent and answered. Prints one JSON object:
 // the video request's wall time, and the streams' inter-token latency (client side, each gap
 // between two content deltas of a stream) p50/p99/max in three windows: before the video request,
-// while it was in flight, and after it. Plain fetch, no dependencies.
+// while it was in flight, and after it. With --image FILE (a PNG) an image part is sent instead of
+// the clip, for the same figures with a picture. Plain fetch, no dependencies.
 import fs from 'node:fs';
 
 function parseArgs(argv) {
@@ -25,7 +26,7 @@ function parseArgs(argv) {
 }
 
 const args = parseArgs(process.argv.slice(2));
-if (!args.url || !args.clip) {
+if (!args.url || (!args.clip && !args.image)) {
   console.error('usage: node bench/video_beside_streams.mjs --url http://HOST:PORT --clip FILE ' +
                 '[--streams 8] [--max-tokens 400] [--fps F] [--max-frames N] [--lead-tokens 16]');
   process.exit(2);
@@ -81,8 +82,10 @@ async function stream(i, times) {
   }
 }
 
-const clip = fs.readFileSync(String(args.clip));
-const part = { type: 'video_url', video_url: { url: `data:video/mp4;base64,${clip.toString('base64')}` } };
+const clip = fs.readFileSync(String(args.image ?? args.clip));
+const part = args.image
+  ? { type: 'image_url', image_url: { url: `data:image/png;base64,${clip.toString('base64')}` } }
+  : { type: 'video_url', video_url: { url: `data:video/mp4;base64,${clip.toString('base64')}` } };
 if (args.fps) part.fps = Number(args.fps);
 if (args['max-frames']) part.max_frames = Number(args['max-frames']);
 

@@ -128,6 +128,9 @@ class ImageEncoder {
   std::shared_ptr<const EncodedImage> Lookup(const std::string& key) const;
   void Insert(const std::string& key, std::shared_ptr<const EncodedImage> value) const;
   void CountVideo(uint64_t frames, double decode_s, double preprocess_s, double encode_s) const;
+  // The tower over one clip's pixel values (one [T, h, w] grid), one temporal group at a time.
+  StatusOr<VisionOutput> EncodeGroups(const PixelValues& pixels, const std::string& label,
+                                      const std::function<bool()>& cancelled) const;
 
   ImageEncoderOptions options_;
   ImageProcessorConfig processor_;

@@ -119,21 +119,54 @@ StatusOr<std::shared_ptr<const EncodedImage>> ImageEncoder::EncodeVideo(
   if (!pixels.ok()) return pixels.status().WithContext(label);
   if (cancelled && cancelled()) return Cancelled(label + ": the request was cancelled");
   t0 = std::chrono::steady_clock::now();
-  auto out = vision_->Encode(pixels->data, pixels->rows, pixels->grids, nullptr);
-  if (!out.ok()) return out.status().WithContext(label);
+  VLS_ASSIGN_OR_RETURN(VisionOutput out, EncodeGroups(*pixels, label, cancelled));
   const double encode_s = SecondsSince(t0);
-  if (out->embeds.size() != static_cast<size_t>(out->tokens * hidden_)) {
-    return Internal(label + ": the vision tower returned rows of the wrong width");
-  }
   CountVideo(static_cast<uint64_t>(frames), decode_s, preprocess_s, encode_s);
   auto enc = std::make_shared<EncodedImage>();
   enc->grid = plan.summary.grid;
-  enc->tokens = out->tokens;
-  enc->embeds = std::move(out->embeds);
-  enc->deepstack = std::move(out->deepstack);
+  enc->tokens = out.tokens;
+  enc->embeds = std::move(out.embeds);
+  enc->deepstack = std::move(out.deepstack);
   enc->video = std::move(plan.summary);
   if (options_.cache_bytes > 0) Insert(key, enc);
   return std::shared_ptr<const EncodedImage>(std::move(enc));
+}
+
+StatusOr<VisionOutput> ImageEncoder::EncodeGroups(const PixelValues& pixels,
+                                                  const std::string& label,
+                                                  const std::function<bool()>& cancelled) const {
+  // The tower attends within each temporal group and every other step is row-wise, so the clip
+  // is encoded one group at a time: the same rows, in shorter loops, which the decode loop that
+  // shares the thread pool waits on between its own (docs/video.md "The encoder").
+  const GridThw& g = pixels.grids[0];
+  const int64_t hw = int64_t{g.h} * g.w;
+  const auto rows = static_cast<size_t>(hw * pixels.cols);
+  const auto levels = static_cast<int64_t>(vision_->config().deepstack_visual_indexes.size());
+  const int64_t per_group =
+      MergedTokens(GridThw{1, g.h, g.w}, vision_->config().spatial_merge_size);
+  VisionOutput all;
+  all.tokens = per_group * g.t;
+  all.embeds.resize(static_cast<size_t>(all.tokens * hidden_));
+  all.deepstack.resize(static_cast<size_t>(levels * all.tokens * hidden_));
+  const std::vector<GridThw> one = {GridThw{1, g.h, g.w}};
+  const auto H = static_cast<size_t>(hidden_), n = static_cast<size_t>(per_group);
+  for (int64_t t = 0; t < g.t; ++t) {
+    if (cancelled && cancelled()) return Cancelled(label + ": the request was cancelled");
+    const std::span<const float> px(pixels.data.data() + static_cast<size_t>(t) * rows, rows);
+    auto out = vision_->Encode(px, hw, one, nullptr);
+    if (!out.ok()) return out.status().WithContext(label);
+    if (out->tokens != per_group || out->embeds.size() != n * H ||
+        out->deepstack.size() != static_cast<size_t>(levels) * n * H) {
+      return Internal(label + ": the vision tower returned rows of the wrong shape");
+    }
+    const size_t at = static_cast<size_t>(t) * n;
+    std::copy(out->embeds.begin(), out->embeds.end(), all.embeds.begin() + at * H);
+    for (size_t k = 0; k < static_cast<size_t>(levels); ++k) {  // [K, Nv, H]
+      std::copy_n(out->deepstack.data() + k * n * H, n * H,
+                  all.deepstack.data() + (k * static_cast<size_t>(all.tokens) + at) * H);
+    }
+  }
+  return all;
 }
 
 void ImageEncoder::CountVideo(uint64_t frames, double decode_s, double preprocess_s,
