@@ -15,10 +15,8 @@ namespace {
 using Json = nlohmann::json;
 
 using processor_json::Get;
-using processor_json::ReadBoolKey;
 using processor_json::ReadIntKey;
 using processor_json::ReadOptionalInt;
-using processor_json::ReadTriple;
 
 // min_pixels / max_pixels from `size` and the top-level keys (the rule in the header).
 Status ReadPixelLimits(const Json& root, const std::string& label, ImageProcessorConfig* cfg) {
@@ -76,25 +74,7 @@ StatusOr<ImageProcessorConfig> ParseImageProcessorConfig(const std::string& json
   VLS_RETURN_IF_ERROR(ReadIntKey(root, "temporal_patch_size", label, 1, kMaxTemporalPatchSize,
                                  &cfg.temporal_patch_size));
   VLS_RETURN_IF_ERROR(ReadIntKey(root, "merge_size", label, 1, kMaxMergeSize, &cfg.merge_size));
-  VLS_RETURN_IF_ERROR(ReadTriple(root, "image_mean", label, 0.0, 1e6, &cfg.image_mean));
-  VLS_RETURN_IF_ERROR(ReadTriple(root, "image_std", label, 1e-6, 1e6, &cfg.image_std));
-  if (const Json* v = Get(root, "rescale_factor")) {
-    VLS_RETURN_IF_ERROR(
-        ReadJsonNumber(*v, label + ": rescale_factor", 1e-9, 1e9, &cfg.rescale_factor));
-  }
-  if (const Json* v = Get(root, "resample")) {
-    int64_t r = 0;
-    VLS_RETURN_IF_ERROR(ReadJsonInt(*v, label + ": resample", 0, 255, &r));
-    if (r != 3) {
-      return Status(StatusCode::kUnimplemented,
-                    label + ": resample: filter " + std::to_string(r) +
-                        " is not supported; only 3 (bicubic, what Qwen-VL ships) is");
-    }
-  }
-  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_resize", label, &cfg.do_resize));
-  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_rescale", label, &cfg.do_rescale));
-  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_normalize", label, &cfg.do_normalize));
-  VLS_RETURN_IF_ERROR(ReadBoolKey(root, "do_convert_rgb", label, &cfg.do_convert_rgb));
+  VLS_RETURN_IF_ERROR(processor_json::ReadPixelKeys(root, label, &cfg));
   return cfg;
 }
 

@@ -59,4 +59,23 @@ Status ReadTriple(const Json& obj, const char* key, const std::string& label, do
   return Status::Ok();
 }
 
+Status ReadRescaleFactor(const Json& obj, const std::string& label, double* out) {
+  const Json* v = Get(obj, "rescale_factor");
+  if (v == nullptr) return Status::Ok();
+  return ReadJsonNumber(*v, label + ": rescale_factor", 1e-9, 1e9, out);
+}
+
+Status ReadResample(const Json& obj, const std::string& label) {
+  const Json* v = Get(obj, "resample");
+  if (v == nullptr) return Status::Ok();
+  int64_t r = 0;
+  VLS_RETURN_IF_ERROR(ReadJsonInt(*v, label + ": resample", 0, 255, &r));
+  if (r != 3) {
+    return Status(StatusCode::kUnimplemented,
+                  label + ": resample: filter " + std::to_string(r) +
+                      " is not supported; only 3 (bicubic, what Qwen-VL ships) is");
+  }
+  return Status::Ok();
+}
+
 }  // namespace vls::processor_json
