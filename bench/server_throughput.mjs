@@ -3,7 +3,7 @@
 //
 // usage: node bench/server_throughput.mjs --url http://HOST:PORT [--slots 8]
 //          [--prompt-tokens 128] [--gen-tokens 128] [--reps 3] [--warmup 1] [--vocab 151936]
-//          [--seed 1]
+//          [--seed 1] [--json-schema FILE] [--temperature T]
 //
 // After `--warmup` unmeasured repetitions (first-touch of the KV cache and scratch), each
 // repetition sends `--slots` streamed /v1/completions requests at once, each a prompt of
@@ -14,6 +14,12 @@
 // every slot busy), counted from the usage of each stream and the chunks that arrived before the
 // decode phase. Also time to first token and inter-token gaps (client side, p50/p99). Prints
 // one JSON object.
+//
+// With `--json-schema FILE` every request carries the schema as the `json_schema` extra field
+// (vlstack and llama-server both take it on /v1/completions), sampled at `--temperature`
+// (default 1 with a schema, so the mask decides): decode tokens/s with and without structured
+// output (bench/schemas/ holds schemas). Without ignore_eos, since a grammar ends where it
+// ends: pick a schema whose replies outlast --gen-tokens.
 function parseArgs(argv) {
   const out = {};
   for (let i = 0; i < argv.length; i++) {
@@ -36,6 +42,9 @@ const REPS = Number(a.reps ?? 3);
 const VOCAB = Number(a.vocab ?? 151936);
 const WARMUP = Number(a.warmup ?? 1);
 let seed = Number(a.seed ?? 1);
+const { readFileSync } = await import('node:fs');
+const SCHEMA = a['json-schema'] ? JSON.parse(readFileSync(String(a['json-schema']), 'utf8')) : null;
+const TEMPERATURE = Number(a.temperature ?? (SCHEMA ? 1 : 0));
 
 function random() {  // xorshift32: the prompts are reproducible
   seed ^= seed << 13; seed >>>= 0;
@@ -50,8 +59,9 @@ async function one(prompt, t0) {
   const res = await fetch(`${URL_}/v1/completions`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: GEN, ignore_eos: true, temperature: 0, stream: true,
-                           stream_options: { include_usage: true } }),
+    body: JSON.stringify({ prompt, max_tokens: GEN, temperature: TEMPERATURE, seed: Math.floor(random() * 1e9),
+                           stream: true, stream_options: { include_usage: true },
+                           ...(SCHEMA ? { json_schema: SCHEMA } : { ignore_eos: true }) }),
   });
   if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
   const times = [];
@@ -106,7 +116,8 @@ for (let r = 0; r < REPS; r++) {
 }
 const stats = (xs) => ({ min: Math.min(...xs), median: median(xs), max: Math.max(...xs) });
 console.log(JSON.stringify({
-  slots: SLOTS, prompt_tokens: PROMPT, gen_tokens: GEN, reps: REPS,
+  slots: SLOTS, prompt_tokens: PROMPT, gen_tokens: GEN, reps: REPS, json_schema: !!SCHEMA,
+  temperature: TEMPERATURE,
   prompt_tokens_per_s: stats(promptTps),
   generation_tokens_per_s: stats(genTps),
   time_to_first_token_ms: { p50: pct(ttft, 50), p99: pct(ttft, 99) },
