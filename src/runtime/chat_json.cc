@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/structured_output_json.h"
+
 namespace vls {
 namespace {
 
@@ -156,7 +158,12 @@ constexpr const char* kKnown[] = {"messages",
                                   "ignore_eos",
                                   "logprobs",
                                   "logit_bias",
-                                  "speculative"};
+                                  "speculative",
+                                  "response_format",
+                                  "json_schema",
+                                  "grammar",
+                                  "regex",
+                                  "tool_choice"};
 
 Status ReadSpeculative(const Json& j, std::optional<SpeculativeParams>* out) {
   const Json* v = Field(j, "speculative");
@@ -297,6 +304,12 @@ StatusOr<ChatRequest> ChatRequestFromJson(const Json& j, const SamplingParams& d
     }
   }
   VLS_RETURN_IF_ERROR(ReadSpeculative(j, &r.speculative));
+  Status so = StructuredOutputFromJson(j, &r.structured);
+  VLS_RETURN_IF_ERROR(Named(so, so.param()));
+  // tool_choice "none": the template sees no tools (as the server does).
+  if (const Json* choice = Field(j, "tool_choice"); choice != nullptr && *choice == "none") {
+    r.tools = nullptr;
+  }
   return r;
 }
 

@@ -7,7 +7,15 @@
 //    "frequency_penalty": num?, "seed": uint?, "stop": string | [string]?,
 //    "stop_token_ids": [int]?, "ignore_eos": bool?, "logprobs": int?,
 //    "logit_bias": {"<token id>": num}?,
-//    "speculative": {"method": "off" | "ngram" | "draft", "draft_tokens": int?}?}
+//    "speculative": {"method": "off" | "ngram" | "draft", "draft_tokens": int?}?,
+//    "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}}?,
+//    "response_format": {"type": "text" | "json_object" | "json_schema", ...}?,
+//    "json_schema": {...}?, "grammar": string?, "regex": string?}
+//
+// The last five and "tools" ask for structured output (ChatRequest::structured), read by
+// StructuredOutputFromJson (structured_output_json.h has their forms and rules: at most one of
+// response_format, json_schema, grammar and regex; strict tools, "required" and a named
+// function enforce the tool calls); tool_choice "none" also hides the tools from the template.
 //
 // Sampling fields that are absent (or null) keep `defaults` (the model's generation_config).
 // Every field is read strictly (integers are JSON integers in range, booleans true or false,

@@ -32,6 +32,7 @@
 #include "runtime/media_source.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
+#include "runtime/structured_output.h"
 #include "runtime/text_stream.h"
 #include "tokenizer/jinja_template.h"
 #include "tokenizer/tokenizer.h"
@@ -61,6 +62,9 @@ struct ChatRequest {
   // Video sampling for every video part that does not set its own (vLLM's
   // mm_processor_kwargs, `run --fps / --max-frames`); within ImageEncoderOptions' bounds.
   VideoSamplingOptions video;
+  // What the reply must follow (a JSON schema, a grammar, a regex, enforced tool calls over
+  // `tools`); Prepare compiles it into GenerationRequest::grammar.
+  StructuredOutput structured;
 };
 
 // One image or video part of a message, in prompt order.

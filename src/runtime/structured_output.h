@@ -21,6 +21,10 @@ struct StructuredOutput {
   };
   Kind kind = Kind::kNone;
   std::string source;
+  // kJsonSchema: OpenAI's strict mode (objects without "additionalProperties" allow none;
+  // grammar::JsonSchemaOptions::strict). OpenAI's response_format json_schema with
+  // "strict": true sets it; llama-server's `json_schema` field leaves it false.
+  bool strict = false;
 
   // Tool calls, over ChatRequest::tools (the functions' `parameters` schemas):
   enum class Tools : uint8_t {
