@@ -1,0 +1,31 @@
+// Internal to the grammar layer: the regular-expression front end in the two modes the JSON
+// Schema front end needs (a string's `pattern` and its `format` shapes). Not a public header.
+#ifndef VLSTACK_GRAMMAR_JSON_SCHEMA_REGEX_H_
+#define VLSTACK_GRAMMAR_JSON_SCHEMA_REGEX_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "base/status.h"
+#include "grammar/grammar.h"
+
+namespace vls::grammar {
+
+struct RegexMode {
+  // Each character of the pattern is written as it appears inside a JSON string: raw, except
+  // '"' and '\' (only as \" and \\) and control characters (only as \b \f \n \r \t or \u00XX);
+  // '/' also as \/. Other \uXXXX spellings of a character are not accepted.
+  bool json_string = false;
+  // ECMA-262 search semantics (JSON Schema's `pattern`): a top-level branch without ^ may be
+  // preceded, and one without $ followed, by any text. Off: the whole text must match.
+  bool search = false;
+};
+
+// AddRegexRule with a mode (AddRegexRule is this with RegexMode{}).
+StatusOr<int32_t> AddRegexRuleWithMode(GrammarBuilder* builder, std::string_view pattern,
+                                       std::string_view rule_name, const GrammarLimits& limits,
+                                       const RegexMode& mode);
+
+}  // namespace vls::grammar
+
+#endif  // VLSTACK_GRAMMAR_JSON_SCHEMA_REGEX_H_

@@ -1,0 +1,810 @@
+// Regular expressions to grammars (regex.h). The pattern is parsed into a small tree, repetitions
+// of what can match empty are rewritten so that no rule is left-recursive, the size of the
+// grammar it will give is computed and checked against GrammarLimits, and only then is anything
+// added to the builder.
+//
+// The subset (ECMA-262 syntax): literals; escapes \d \w \s \D \W \S, \n \t \r \f \v \0, \xHH,
+// \uHHHH, \u{H...}, an escaped non-alphanumeric ASCII character; `.` (anything but \n \r
+// U+2028 U+2029); classes [...] and [^...] with ranges and escapes ([\b] is backspace, [^] is
+// any character); groups (...), (?:...), (?<name>...), (?P<name>...); alternation; * + ? {m}
+// {m,} {m,n}, each optionally lazy (a trailing ?, which means the same for a whole-string match);
+// ^ at the start and $ at the end of a top-level branch. A `{` that does not start a quantifier
+// is a literal (as ECMA-262's Annex B reads it). Refused by name: backreferences, lookaround,
+// atomic groups, possessive quantifiers, inline flags, word boundaries, Unicode property escapes,
+// \c controls, anchors anywhere else.
+#include "grammar/regex.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "grammar/json_schema_regex.h"
+
+namespace vls::grammar {
+namespace {
+
+struct Node {
+  enum class Kind : uint8_t { kEmpty, kChars, kSeq, kAlt, kRepeat };
+  Kind kind = Kind::kEmpty;
+  CharClass chars;
+  std::vector<Node> kids;
+  int min = 1;
+  int max = 1;  // -1: unbounded
+};
+
+Node CharsNode(CharClass c) {
+  Normalize(&c);
+  Node n;
+  n.kind = Node::Kind::kChars;
+  n.chars = std::move(c);
+  return n;
+}
+
+CharClass Single(uint32_t cp) { return CharClass{{{cp, cp}}}; }
+
+CharClass DigitClass() { return CharClass{{{'0', '9'}}}; }
+CharClass WordClass() { return CharClass{{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}}; }
+CharClass SpaceClass() {
+  // ECMA-262 WhiteSpace and LineTerminator.
+  return CharClass{{{0x09, 0x0D},
+                    {0x20, 0x20},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000},
+                    {0xFEFF, 0xFEFF}}};
+}
+CharClass DotClass() {
+  CharClass c{{{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}};
+  return Complement(c);
+}
+CharClass AnyClass() { return CharClass{{{0, 0x10FFFF}}}; }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+class Parser {
+ public:
+  Parser(std::string_view pattern, const GrammarLimits& limits) : p_(pattern), limits_(limits) {}
+
+  // The whole pattern; top-level branches with their anchors.
+  Status ParseTop(std::vector<Node>* branches, std::vector<std::pair<bool, bool>>* anchors) {
+    while (true) {
+      bool start = false;
+      bool end = false;
+      Node seq;
+      VLS_RETURN_IF_ERROR(ParseSeq(/*top=*/true, &seq, &start, &end));
+      branches->push_back(std::move(seq));
+      anchors->emplace_back(start, end);
+      if (i_ >= p_.size()) break;
+      if (p_[i_] == ')') return Error("unmatched )");
+      ++i_;  // '|'
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status Error(std::string_view what) const { return ErrorAt(i_, what); }
+  Status ErrorAt(size_t offset, std::string_view what) const {
+    return InvalidArgument("regex: " + std::string(what) + " at offset " + std::to_string(offset));
+  }
+  bool AtEnd() const { return i_ >= p_.size(); }
+  bool LookingAt(std::string_view s) const { return p_.substr(i_).starts_with(s); }
+
+  Status ParseAlt(Node* out) {
+    std::vector<Node> branches;
+    while (true) {
+      Node seq;
+      bool unused_start = false;
+      bool unused_end = false;
+      VLS_RETURN_IF_ERROR(ParseSeq(/*top=*/false, &seq, &unused_start, &unused_end));
+      branches.push_back(std::move(seq));
+      if (AtEnd() || p_[i_] != '|') break;
+      ++i_;
+    }
+    if (branches.size() == 1) {
+      *out = std::move(branches[0]);
+    } else {
+      out->kind = Node::Kind::kAlt;
+      out->kids = std::move(branches);
+    }
+    return Status::Ok();
+  }
+
+  Status ParseSeq(bool top, Node* out, bool* anchor_start, bool* anchor_end) {
+    out->kind = Node::Kind::kSeq;
+    if (top && !AtEnd() && p_[i_] == '^') {
+      *anchor_start = true;
+      ++i_;
+    }
+    while (!AtEnd() && p_[i_] != '|' && p_[i_] != ')') {
+      const char c = p_[i_];
+      if (c == '^') return Error("anchor ^ in the middle of the pattern is not supported");
+      if (c == '$') {
+        if (top && (i_ + 1 == p_.size() || p_[i_ + 1] == '|')) {
+          *anchor_end = true;
+          ++i_;
+          break;
+        }
+        return Error("anchor $ in the middle of the pattern is not supported");
+      }
+      Node atom;
+      VLS_RETURN_IF_ERROR(ParseAtom(&atom));
+      VLS_RETURN_IF_ERROR(ParseQuantifier(&atom));
+      out->kids.push_back(std::move(atom));
+    }
+    return Status::Ok();
+  }
+
+  // A counted quantifier {m}, {m,}, {m,n} at i_; false (i_ unchanged) if the text is not one.
+  bool ReadBraces(int* min, int* max, bool* too_big) {
+    size_t j = i_ + 1;
+    auto number = [&](int* v) {
+      const size_t start = j;
+      int64_t n = 0;
+      while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9') {
+        n = std::min<int64_t>(n * 10 + (p_[j] - '0'), int64_t{1} << 40);
+        ++j;
+      }
+      if (n > limits_.max_repeat) *too_big = true;
+      *v = static_cast<int>(std::min<int64_t>(n, INT32_MAX));
+      return j > start;
+    };
+    if (!number(min)) return false;
+    *max = *min;
+    if (j < p_.size() && p_[j] == ',') {
+      ++j;
+      if (j < p_.size() && p_[j] == '}') {
+        *max = -1;
+      } else if (!number(max)) {
+        return false;
+      }
+    }
+    if (j >= p_.size() || p_[j] != '}') return false;
+    i_ = j + 1;
+    return true;
+  }
+
+  Status ParseQuantifier(Node* atom) {
+    if (AtEnd()) return Status::Ok();
+    const size_t at = i_;
+    int min = 0;
+    int max = 0;
+    bool too_big = false;
+    const char c = p_[i_];
+    if (c == '*') {
+      max = -1;
+      ++i_;
+    } else if (c == '+') {
+      min = 1;
+      max = -1;
+      ++i_;
+    } else if (c == '?') {
+      max = 1;
+      ++i_;
+    } else if (c == '{' && ReadBraces(&min, &max, &too_big)) {
+      if (too_big) {
+        return ErrorAt(at,
+                       "repetition count over the limit of " + std::to_string(limits_.max_repeat));
+      }
+      if (max >= 0 && max < min) return ErrorAt(at, "repetition {m,n} with n < m");
+    } else {
+      return Status::Ok();
+    }
+    if (!AtEnd() && p_[i_] == '?') {
+      ++i_;  // lazy: the same language
+    } else if (!AtEnd() && p_[i_] == '+') {
+      return Error("possessive quantifier is not supported");
+    }
+    if (!AtEnd() && (p_[i_] == '*' || p_[i_] == '+' || p_[i_] == '?')) {
+      return Error("quantifier after a quantifier");
+    }
+    int ignored_min = 0;
+    int ignored_max = 0;
+    bool ignored = false;
+    if (!AtEnd() && p_[i_] == '{') {
+      const size_t save = i_;
+      if (ReadBraces(&ignored_min, &ignored_max, &ignored)) {
+        i_ = save;
+        return Error("quantifier after a quantifier");
+      }
+    }
+    Node rep;
+    rep.kind = Node::Kind::kRepeat;
+    rep.min = min;
+    rep.max = max;
+    rep.kids.push_back(std::move(*atom));
+    *atom = std::move(rep);
+    return Status::Ok();
+  }
+
+  // One UTF-8 encoded code point at i_.
+  Status ReadCodepoint(uint32_t* cp) {
+    const auto b0 = static_cast<unsigned char>(p_[i_]);
+    int len = 0;
+    uint32_t v = 0;
+    if (b0 < 0x80) {
+      len = 1;
+      v = b0;
+    } else if ((b0 & 0xE0) == 0xC0) {
+      len = 2;
+      v = b0 & 0x1F;
+    } else if ((b0 & 0xF0) == 0xE0) {
+      len = 3;
+      v = b0 & 0x0F;
+    } else if ((b0 & 0xF8) == 0xF0) {
+      len = 4;
+      v = b0 & 0x07;
+    } else {
+      return Error("invalid UTF-8");
+    }
+    if (i_ + static_cast<size_t>(len) > p_.size()) return Error("invalid UTF-8");
+    for (int k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(p_[i_ + static_cast<size_t>(k)]);
+      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
+      v = (v << 6) | (b & 0x3F);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < kMin[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+      return Error("invalid UTF-8");
+    }
+    i_ += static_cast<size_t>(len);
+    *cp = v;
+    return Status::Ok();
+  }
+
+  Status ReadHex(int digits, uint32_t* out) {
+    uint32_t v = 0;
+    for (int k = 0; k < digits; ++k) {
+      if (AtEnd() || HexValue(p_[i_]) < 0) return Error("expected a hex digit");
+      v = v * 16 + static_cast<uint32_t>(HexValue(p_[i_]));
+      ++i_;
+    }
+    *out = v;
+    return Status::Ok();
+  }
+
+  // An escape after the backslash at i_ - 1; a class (for \d and the like) or one code point.
+  Status ParseEscape(bool in_class, CharClass* out, bool* is_class) {
+    if (AtEnd()) return Error("pattern ends in a backslash");
+    const size_t at = i_ - 1;
+    const char c = p_[i_++];
+    *is_class = false;
+    uint32_t cp = 0;
+    switch (c) {
+      case 'd':
+      case 'D':
+      case 'w':
+      case 'W':
+      case 's':
+      case 'S': {
+        const char lower = static_cast<char>(c | 0x20);
+        CharClass k = lower == 'd' ? DigitClass() : lower == 'w' ? WordClass() : SpaceClass();
+        Normalize(&k);
+        *out = c == lower ? k : Complement(k);
+        *is_class = true;
+        return Status::Ok();
+      }
+      case 'n': cp = '\n'; break;
+      case 't': cp = '\t'; break;
+      case 'r': cp = '\r'; break;
+      case 'f': cp = '\f'; break;
+      case 'v': cp = '\v'; break;
+      case '0':
+        if (!AtEnd() && p_[i_] >= '0' && p_[i_] <= '9') {
+          return ErrorAt(at, "octal escape is not supported");
+        }
+        cp = 0;
+        break;
+      case 'x': VLS_RETURN_IF_ERROR(ReadHex(2, &cp)); break;
+      case 'u':
+        if (!AtEnd() && p_[i_] == '{') {
+          ++i_;
+          const size_t start = i_;
+          cp = 0;
+          while (!AtEnd() && HexValue(p_[i_]) >= 0 && i_ - start < 6) {
+            cp = cp * 16 + static_cast<uint32_t>(HexValue(p_[i_]));
+            ++i_;
+          }
+          if (i_ == start || AtEnd() || p_[i_] != '}') return Error("malformed \\u{...} escape");
+          ++i_;
+        } else {
+          VLS_RETURN_IF_ERROR(ReadHex(4, &cp));
+        }
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+          return ErrorAt(at, "escape of a surrogate or beyond U+10FFFF is not supported");
+        }
+        break;
+      case 'b':
+        if (in_class) {
+          cp = 0x08;
+          break;
+        }
+        return ErrorAt(at, "word boundary \\b is not supported");
+      case 'B': return ErrorAt(at, "word boundary \\B is not supported");
+      case 'k': return ErrorAt(at, "named backreference \\k is not supported");
+      case 'p':
+      case 'P': return ErrorAt(at, "Unicode property escape \\p is not supported");
+      case 'c': return ErrorAt(at, "control escape \\c is not supported");
+      case 'A':
+      case 'z':
+      case 'Z':
+      case 'G': return ErrorAt(at, "anchor escape is not supported");
+      default:
+        if (c >= '1' && c <= '9') return ErrorAt(at, "backreference is not supported");
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+          return ErrorAt(at, std::string("unknown escape \\") + c);
+        }
+        if (static_cast<unsigned char>(c) >= 0x80) {
+          --i_;
+          VLS_RETURN_IF_ERROR(ReadCodepoint(&cp));
+        } else {
+          cp = static_cast<unsigned char>(c);
+        }
+    }
+    *out = Single(cp);
+    return Status::Ok();
+  }
+
+  Status ParseClassAtom(CharClass* out, bool* is_class) {
+    if (p_[i_] == '\\') {
+      ++i_;
+      return ParseEscape(/*in_class=*/true, out, is_class);
+    }
+    uint32_t cp = 0;
+    VLS_RETURN_IF_ERROR(ReadCodepoint(&cp));
+    *out = Single(cp);
+    *is_class = false;
+    return Status::Ok();
+  }
+
+  Status ParseClass(Node* out) {
+    const size_t open = i_;
+    ++i_;  // '['
+    bool negate = false;
+    if (!AtEnd() && p_[i_] == '^') {
+      negate = true;
+      ++i_;
+    }
+    CharClass set;
+    if (!AtEnd() && p_[i_] == ']') {
+      ++i_;
+      if (!negate) return ErrorAt(open, "empty class [] matches nothing");
+      *out = CharsNode(AnyClass());
+      return Status::Ok();
+    }
+    while (true) {
+      if (AtEnd()) return ErrorAt(open, "unterminated class");
+      if (p_[i_] == ']') {
+        ++i_;
+        break;
+      }
+      CharClass lo;
+      bool lo_class = false;
+      VLS_RETURN_IF_ERROR(ParseClassAtom(&lo, &lo_class));
+      if (i_ + 1 < p_.size() && p_[i_] == '-' && p_[i_ + 1] != ']') {
+        const size_t dash = i_;
+        ++i_;
+        CharClass hi;
+        bool hi_class = false;
+        VLS_RETURN_IF_ERROR(ParseClassAtom(&hi, &hi_class));
+        if (lo_class || hi_class) return ErrorAt(dash, "range with a class escape");
+        if (lo.ranges[0].lo > hi.ranges[0].lo) return ErrorAt(dash, "range out of order");
+        set.ranges.push_back({lo.ranges[0].lo, hi.ranges[0].lo});
+      } else {
+        set.ranges.insert(set.ranges.end(), lo.ranges.begin(), lo.ranges.end());
+      }
+    }
+    Normalize(&set);
+    if (negate) set = Complement(set);
+    if (set.ranges.empty()) return ErrorAt(open, "class matches nothing");
+    *out = CharsNode(std::move(set));
+    return Status::Ok();
+  }
+
+  Status ParseGroup(Node* out) {
+    const size_t open = i_;
+    ++i_;  // '('
+    if (LookingAt("?")) {
+      if (LookingAt("?:")) {
+        i_ += 2;
+      } else if (LookingAt("?=") || LookingAt("?!")) {
+        return ErrorAt(open, "lookahead is not supported");
+      } else if (LookingAt("?<=") || LookingAt("?<!")) {
+        return ErrorAt(open, "lookbehind is not supported");
+      } else if (LookingAt("?<") || LookingAt("?P<")) {
+        const size_t close = p_.find('>', i_);
+        if (close == std::string_view::npos) return ErrorAt(open, "unterminated group name");
+        i_ = close + 1;
+      } else if (LookingAt("?P=")) {
+        return ErrorAt(open, "named backreference (?P=...) is not supported");
+      } else if (LookingAt("?>")) {
+        return ErrorAt(open, "atomic group is not supported");
+      } else if (LookingAt("?#")) {
+        return ErrorAt(open, "comment group is not supported");
+      } else {
+        return ErrorAt(open, "inline flags or other (?...) groups are not supported");
+      }
+    }
+    if (++depth_ > limits_.max_nesting) {
+      return ErrorAt(open,
+                     "groups nest deeper than the limit of " + std::to_string(limits_.max_nesting));
+    }
+    VLS_RETURN_IF_ERROR(ParseAlt(out));
+    --depth_;
+    if (AtEnd()) return ErrorAt(open, "unterminated group");
+    ++i_;  // ')'
+    return Status::Ok();
+  }
+
+  Status ParseAtom(Node* out) {
+    const char c = p_[i_];
+    switch (c) {
+      case '(': return ParseGroup(out);
+      case '[': return ParseClass(out);
+      case '.':
+        ++i_;
+        *out = CharsNode(DotClass());
+        return Status::Ok();
+      case '*':
+      case '+':
+      case '?': return Error("nothing to repeat");
+      case '{': {
+        int min = 0;
+        int max = 0;
+        bool too_big = false;
+        const size_t save = i_;
+        if (ReadBraces(&min, &max, &too_big)) {
+          i_ = save;
+          return Error("nothing to repeat");
+        }
+        ++i_;
+        *out = CharsNode(Single('{'));
+        return Status::Ok();
+      }
+      case '\\': {
+        ++i_;
+        CharClass k;
+        bool is_class = false;
+        VLS_RETURN_IF_ERROR(ParseEscape(/*in_class=*/false, &k, &is_class));
+        *out = CharsNode(std::move(k));
+        return Status::Ok();
+      }
+      default: {
+        uint32_t cp = 0;
+        VLS_RETURN_IF_ERROR(ReadCodepoint(&cp));
+        *out = CharsNode(Single(cp));
+        return Status::Ok();
+      }
+    }
+  }
+
+  std::string_view p_;
+  const GrammarLimits& limits_;
+  size_t i_ = 0;
+  int depth_ = 0;
+};
+
+bool Nullable(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::kEmpty: return true;
+    case Node::Kind::kChars: return false;
+    case Node::Kind::kSeq: return std::all_of(n.kids.begin(), n.kids.end(), Nullable);
+    case Node::Kind::kAlt: return std::any_of(n.kids.begin(), n.kids.end(), Nullable);
+    case Node::Kind::kRepeat: return n.min == 0 || Nullable(n.kids[0]);
+  }
+  return true;
+}
+
+// Node count, for the copy budget.
+size_t Size(const Node& n) {
+  size_t s = 1;
+  for (const Node& k : n.kids) s += Size(k);
+  return s;
+}
+
+Status Spend(size_t n, size_t* budget) {
+  if (n > *budget) {
+    return ResourceExhausted(
+        "regex: rewriting repetitions of empty-matching parts grows past "
+        "the element limit");
+  }
+  *budget -= n;
+  return Status::Ok();
+}
+
+// The non-empty strings of `n` (false in *any: none). Repeats below are already normalised (their
+// child cannot match empty).
+Status NonEmpty(const Node& n, Node* out, bool* any, size_t* budget) {
+  *any = true;
+  switch (n.kind) {
+    case Node::Kind::kEmpty: *any = false; return Status::Ok();
+    case Node::Kind::kChars: *out = n; return Spend(1, budget);
+    case Node::Kind::kRepeat:
+      VLS_RETURN_IF_ERROR(Spend(Size(n), budget));
+      *out = n;
+      if (out->min == 0) out->min = 1;
+      if (out->max == 0) *any = false;
+      return Status::Ok();
+    case Node::Kind::kAlt: {
+      Node alt;
+      alt.kind = Node::Kind::kAlt;
+      for (const Node& k : n.kids) {
+        Node ne;
+        bool some = false;
+        VLS_RETURN_IF_ERROR(NonEmpty(k, &ne, &some, budget));
+        if (some) alt.kids.push_back(std::move(ne));
+      }
+      *any = !alt.kids.empty();
+      *out = std::move(alt);
+      return Status::Ok();
+    }
+    case Node::Kind::kSeq: {
+      // The first non-empty part is kids[i]; those before it match empty.
+      Node alt;
+      alt.kind = Node::Kind::kAlt;
+      for (size_t i = 0; i < n.kids.size(); ++i) {
+        Node ne;
+        bool some = false;
+        VLS_RETURN_IF_ERROR(NonEmpty(n.kids[i], &ne, &some, budget));
+        if (some) {
+          Node seq;
+          seq.kind = Node::Kind::kSeq;
+          seq.kids.push_back(std::move(ne));
+          for (size_t j = i + 1; j < n.kids.size(); ++j) {
+            VLS_RETURN_IF_ERROR(Spend(Size(n.kids[j]), budget));
+            seq.kids.push_back(n.kids[j]);
+          }
+          alt.kids.push_back(std::move(seq));
+        }
+        if (!Nullable(n.kids[i])) break;
+      }
+      *any = !alt.kids.empty();
+      *out = std::move(alt);
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();
+}
+
+// Rewrites x{m,n} with x matching empty as (x without empty){0,n}, bottom-up, so that the
+// builder's right-recursive repetition rules are never left-recursive.
+Status NormaliseRepeats(Node* n, size_t* budget) {
+  for (Node& k : n->kids) VLS_RETURN_IF_ERROR(NormaliseRepeats(&k, budget));
+  if (n->kind != Node::Kind::kRepeat || !Nullable(n->kids[0])) return Status::Ok();
+  Node ne;
+  bool any = false;
+  VLS_RETURN_IF_ERROR(NonEmpty(n->kids[0], &ne, &any, budget));
+  if (!any || n->max == 0) {
+    *n = Node{};
+    return Status::Ok();
+  }
+  n->kids[0] = std::move(ne);
+  n->min = 0;
+  return Status::Ok();
+}
+
+// Upper bounds on what Emitter adds.
+struct Cost {
+  double elements = 0;
+  double rules = 0;
+  double inline_len = 0;  // elements in the sequence handed to the parent
+};
+
+bool NeedsJsonEscape(const CharClass& c) {
+  return Contains(c, '"') || Contains(c, '\\') || Contains(c, '/') ||
+         (!c.ranges.empty() && c.ranges[0].lo < 0x20);
+}
+
+Cost CostOf(const Node& n, const RegexMode& mode) {
+  Cost c;
+  switch (n.kind) {
+    case Node::Kind::kEmpty: return c;
+    case Node::Kind::kChars:
+      c.inline_len = 1;
+      c.elements = 1;
+      if (mode.json_string && NeedsJsonEscape(n.chars)) {
+        c.elements += 40;
+        c.rules += 1;
+      }
+      return c;
+    case Node::Kind::kSeq:
+      for (const Node& k : n.kids) {
+        const Cost kc = CostOf(k, mode);
+        c.elements += kc.elements;
+        c.rules += kc.rules;
+        c.inline_len += kc.inline_len;
+      }
+      return c;
+    case Node::Kind::kAlt:
+      for (const Node& k : n.kids) {
+        const Cost kc = CostOf(k, mode);
+        c.elements += kc.elements;
+        c.rules += kc.rules;
+      }
+      c.elements += 1;
+      c.rules += 1;
+      c.inline_len = 1;
+      return c;
+    case Node::Kind::kRepeat: {
+      c = CostOf(n.kids[0], mode);
+      c.elements += 1;
+      c.rules += 1;  // the wrapper
+      const double min = n.min;
+      const double extra = n.max < 0 ? 1 : n.max - n.min;
+      c.elements += min + 1 + 2 * extra;
+      c.rules += 2 + extra;
+      c.inline_len = 1;
+      return c;
+    }
+  }
+  return c;
+}
+
+class Emitter {
+ public:
+  Emitter(GrammarBuilder* b, std::string name, const RegexMode& mode)
+      : b_(b), name_(std::move(name)), mode_(mode) {}
+
+  Sequence Emit(const Node& n) {
+    switch (n.kind) {
+      case Node::Kind::kEmpty: return {};
+      case Node::Kind::kChars: return {CharsElement(n.chars)};
+      case Node::Kind::kSeq: {
+        Sequence s;
+        for (const Node& k : n.kids) {
+          Sequence ks = Emit(k);
+          s.insert(s.end(), ks.begin(), ks.end());
+        }
+        return s;
+      }
+      case Node::Kind::kAlt: {
+        const int32_t rule = b_->AddRule(name_ + "-alt");
+        std::vector<Sequence> alts;
+        alts.reserve(n.kids.size());
+        for (const Node& k : n.kids) alts.push_back(Emit(k));
+        b_->SetAlternatives(rule, std::move(alts));
+        return {b_->Ref(rule)};
+      }
+      case Node::Kind::kRepeat: {
+        Sequence x = Emit(n.kids[0]);
+        if (n.min == 1 && n.max == 1) return x;
+        if (x.size() != 1) {
+          const int32_t group = b_->AddRule(name_ + "-group");
+          b_->SetAlternatives(group, {std::move(x)});
+          x = {b_->Ref(group)};
+        }
+        return {b_->Ref(b_->Repeat(name_, x, n.min, n.max))};
+      }
+    }
+    return {};
+  }
+
+ private:
+  Element CharsElement(const CharClass& c) {
+    if (!mode_.json_string || !NeedsJsonEscape(c)) return b_->Chars(c);
+    const int32_t rule = b_->AddRule(name_ + "-char");
+    std::vector<Sequence> alts;
+    // raw = c minus '"', '\\' and the controls: the complement of (not c) + those.
+    CharClass not_raw = Complement(c);
+    not_raw.ranges.insert(not_raw.ranges.end(), {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}});
+    Normalize(&not_raw);
+    const CharClass raw = Complement(not_raw);
+    if (!raw.ranges.empty()) alts.push_back({b_->Chars(raw)});
+    auto escape = [&](char e) { alts.push_back({b_->Char('\\'), b_->Char(e)}); };
+    if (Contains(c, '"')) escape('"');
+    if (Contains(c, '\\')) escape('\\');
+    if (Contains(c, '/')) escape('/');
+    static constexpr std::pair<uint32_t, char> kShort[] = {
+        {0x08, 'b'}, {0x0C, 'f'}, {0x0A, 'n'}, {0x0D, 'r'}, {0x09, 't'}};
+    for (const auto& [cp, e] : kShort) {
+      if (Contains(c, cp)) escape(e);
+    }
+    for (uint32_t high = 0; high < 2; ++high) {
+      CharClass digits;
+      for (uint32_t low = 0; low < 16; ++low) {
+        if (!Contains(c, high * 16 + low)) continue;
+        const char* hex = "0123456789abcdef";
+        digits.ranges.push_back({static_cast<uint32_t>(hex[low]), static_cast<uint32_t>(hex[low])});
+        if (low >= 10) {
+          const uint32_t upper = static_cast<uint32_t>(hex[low]) - 'a' + 'A';
+          digits.ranges.push_back({upper, upper});
+        }
+      }
+      if (digits.ranges.empty()) continue;
+      alts.push_back({b_->Char('\\'), b_->Char('u'), b_->Char('0'), b_->Char('0'),
+                      b_->Char('0' + high), b_->Chars(std::move(digits))});
+    }
+    b_->SetAlternatives(rule, std::move(alts));
+    return b_->Ref(rule);
+  }
+
+  GrammarBuilder* b_;
+  std::string name_;
+  RegexMode mode_;
+};
+
+}  // namespace
+
+StatusOr<int32_t> AddRegexRuleWithMode(GrammarBuilder* builder, std::string_view pattern,
+                                       std::string_view rule_name, const GrammarLimits& limits,
+                                       const RegexMode& mode) {
+  if (pattern.size() > limits.max_source_bytes) {
+    return ResourceExhausted("regex: pattern of " + std::to_string(pattern.size()) +
+                             " bytes is over the limit of " +
+                             std::to_string(limits.max_source_bytes));
+  }
+  std::vector<Node> branches;
+  std::vector<std::pair<bool, bool>> anchors;
+  Parser parser(pattern, limits);
+  VLS_RETURN_IF_ERROR(parser.ParseTop(&branches, &anchors));
+
+  // In search mode an unanchored side may have any text beside it.
+  Node root;
+  root.kind = Node::Kind::kAlt;
+  for (size_t k = 0; k < branches.size(); ++k) {
+    if (!mode.search) {
+      root.kids.push_back(std::move(branches[k]));
+      continue;
+    }
+    Node any_text;
+    any_text.kind = Node::Kind::kRepeat;
+    any_text.min = 0;
+    any_text.max = -1;
+    any_text.kids.push_back(CharsNode(AnyClass()));
+    Node seq;
+    seq.kind = Node::Kind::kSeq;
+    if (!anchors[k].first) seq.kids.push_back(any_text);
+    seq.kids.push_back(std::move(branches[k]));
+    if (!anchors[k].second) seq.kids.push_back(any_text);
+    root.kids.push_back(std::move(seq));
+  }
+  if (root.kids.size() == 1) root = Node(root.kids[0]);
+
+  size_t budget = limits.max_elements;
+  VLS_RETURN_IF_ERROR(NormaliseRepeats(&root, &budget));
+
+  const Cost cost = CostOf(root, mode);
+  const double elements = cost.elements + cost.inline_len + builder->element_count();
+  const double rules = cost.rules + 1 + builder->rule_count();
+  if (elements > static_cast<double>(limits.max_elements)) {
+    return ResourceExhausted(
+        "regex: the pattern needs about " + std::to_string(static_cast<uint64_t>(elements)) +
+        " grammar elements, over the limit of " + std::to_string(limits.max_elements));
+  }
+  if (rules > static_cast<double>(limits.max_rules)) {
+    return ResourceExhausted(
+        "regex: the pattern needs about " + std::to_string(static_cast<uint64_t>(rules)) +
+        " grammar rules, over the limit of " + std::to_string(limits.max_rules));
+  }
+  const int32_t rule = builder->AddRule(rule_name);
+  Emitter emitter(builder, std::string(rule_name), mode);
+  Sequence body = emitter.Emit(root);
+  builder->SetAlternatives(rule, {std::move(body)});
+  return rule;
+}
+
+StatusOr<int32_t> AddRegexRule(GrammarBuilder* builder, std::string_view pattern,
+                               std::string_view rule_name, const GrammarLimits& limits) {
+  return AddRegexRuleWithMode(builder, pattern, rule_name, limits, RegexMode{});
+}
+
+StatusOr<Grammar> RegexToGrammar(std::string_view pattern, const GrammarLimits& limits) {
+  GrammarBuilder builder;
+  VLS_ASSIGN_OR_RETURN(const int32_t root, AddRegexRule(&builder, pattern, "root", limits));
+  Grammar g = std::move(builder).Build(root);
+  VLS_RETURN_IF_ERROR(ValidateGrammar(g, limits));
+  return g;
+}
+
+}  // namespace vls::grammar

@@ -1,0 +1,2 @@
+# The regular-expression and JSON Schema front ends (regex.h, json_schema.h).
+target_sources(vls_grammar PRIVATE regex.cc json_schema.cc json_schema_json.cc json_schema_types.cc)
