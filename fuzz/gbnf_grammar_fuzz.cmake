@@ -1,0 +1,1 @@
+vls_add_fuzz_target(gbnf_grammar SOURCES gbnf_grammar_fuzz.cc LIBS vls_grammar CORPUS gbnf_grammar)
