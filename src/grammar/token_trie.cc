@@ -1,0 +1,55 @@
+#include "grammar/token_trie.h"
+
+#include <algorithm>
+#include <string_view>
+
+namespace vls::grammar {
+
+std::shared_ptr<const TokenTrie> TokenTrie::Build(const TokenVocab& vocab) {
+  auto trie = std::make_shared<TokenTrie>();
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    const std::string& b = vocab.bytes[static_cast<size_t>(id)];
+    const bool usable =
+        static_cast<size_t>(id) < vocab.usable.size() && vocab.usable[static_cast<size_t>(id)] != 0;
+    if (usable && !b.empty() && b.size() <= 65535) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    const std::string& x = vocab.bytes[static_cast<size_t>(a)];
+    const std::string& y = vocab.bytes[static_cast<size_t>(b)];
+    return x < y || (x == y && a < b);
+  });
+  trie->trie_order.assign(static_cast<size_t>(vocab.size()), -1);
+  std::vector<int32_t> path;  // node indices of the current prefix
+  std::string_view prev;
+  for (int32_t id : ids) {
+    const std::string_view cur = vocab.bytes[static_cast<size_t>(id)];
+    size_t lcp = 0;
+    while (lcp < prev.size() && lcp < cur.size() && prev[lcp] == cur[lcp]) ++lcp;
+    while (path.size() > lcp) {
+      trie->nodes[static_cast<size_t>(path.back())].subtree_end =
+          static_cast<int32_t>(trie->nodes.size());
+      path.pop_back();
+    }
+    for (size_t d = lcp; d < cur.size(); ++d) {
+      Node n;
+      n.depth = static_cast<uint16_t>(d + 1);
+      n.byte = static_cast<uint8_t>(cur[d]);
+      n.tok_begin = n.tok_end = static_cast<int32_t>(trie->token_ids.size());
+      path.push_back(static_cast<int32_t>(trie->nodes.size()));
+      trie->nodes.push_back(n);
+    }
+    Node& leaf = trie->nodes[static_cast<size_t>(path.back())];
+    trie->trie_order[static_cast<size_t>(id)] = static_cast<int32_t>(trie->token_ids.size());
+    trie->token_ids.push_back(id);
+    leaf.tok_end = static_cast<int32_t>(trie->token_ids.size());
+    trie->max_depth = std::max(trie->max_depth, static_cast<int>(cur.size()));
+    prev = cur;
+  }
+  for (int32_t n : path) {
+    trie->nodes[static_cast<size_t>(n)].subtree_end = static_cast<int32_t>(trie->nodes.size());
+  }
+  return trie;
+}
+
+}  // namespace vls::grammar
