@@ -205,8 +205,9 @@ Status Parser::ParseRule() {
   std::vector<Sequence> alternatives;
   VLS_RETURN_IF_ERROR(ParseAlternatives(false, &alternatives));
   b_.SetAlternatives(id, std::move(alternatives));
-  if (Peek() == '\r') ++pos_;
-  if (Peek() == '\n') {
+  if (Peek() == '\r') {
+    pos_ += Peek(1) == '\n' ? 2 : 1;
+  } else if (Peek() == '\n') {
     ++pos_;
   } else if (!AtEnd()) {
     return Error(pos_, "expected the end of the line, found " + Describe(Peek()));

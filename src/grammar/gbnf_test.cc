@@ -126,6 +126,7 @@ TEST(ParseGbnf, GroupsNewlinesAndComments) {
   // A newline after `|` continues the rule; "" and an empty group alternative match empty.
   ExpectLanguage("root ::= \"x\" (\"y\" | ) \"\"", {U"x", U"xy"}, {U"y"});
   ExpectLanguage("root ::= \"x\" |", {U"x", U""}, {U"xx"});
+  ExpectLanguage("root ::= a\ra ::= \"x\"\r", {U"x"}, {U""});
 }
 
 TEST(ParseGbnf, EscapesInLiteralsAndClasses) {
