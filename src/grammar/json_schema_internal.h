@@ -66,6 +66,9 @@ class SchemaCompiler {
   // without exponent; a non-integer's fraction ends in a non-zero digit.
   int32_t NumberRange(std::optional<int64_t> lo, bool lo_exclusive, std::optional<int64_t> hi,
                       bool hi_exclusive);
+  // Fraction digit strings (one or more digits) whose value is >= (greater) or <= the fraction
+  // `digits` (which ends in a non-zero digit); strictly so when `strict`.
+  int32_t FracCompare(const std::string& digits, bool greater, bool strict);
   // The JSON text of `v` exactly (keys in its order), whitespace allowed between tokens.
   Sequence ValueLiteral(const Json& v);
   // A JSON string that is none of `names` as written (the keys of additionalProperties).

@@ -265,20 +265,27 @@ int32_t SchemaCompiler::IntegerRange(std::optional<int64_t> lo, std::optional<in
 
 int32_t SchemaCompiler::NumberRange(std::optional<int64_t> lo, bool lo_exclusive,
                                     std::optional<int64_t> hi, bool hi_exclusive) {
-  // Integers within the bounds; non-integers x with floor(x) in [lo, hi - 1] (the same for
-  // exclusive bounds): a non-negative one with its integer part in [max(lo, 0), hi - 1], a
-  // negative one with the magnitude of its integer part in [max(-hi, 0), -lo - 1].
+  // Integers within the bounds (also written with a zero fraction, 3.0); non-integers x with
+  // floor(x) in [lo, hi - 1] (the same for exclusive bounds): a non-negative one with its
+  // integer part in [max(lo, 0), hi - 1], a negative one with the magnitude of its integer
+  // part in [max(-hi, 0), -lo - 1].
   std::vector<Sequence> alts;
   std::optional<int64_t> int_lo = lo;
   std::optional<int64_t> int_hi = hi;
   if (int_lo && lo_exclusive) *int_lo += 1;
   if (int_hi && hi_exclusive) *int_hi -= 1;
-  const int32_t ints = IntegerRange(int_lo, int_hi);
-  if (ints != kNone) alts.push_back({Ref(ints)});
   const Element digit = b_->Chars(Range('0', '9'));
-  const int32_t frac_digits = b_->Repeat(prefix_ + "-frac", {digit}, 0, kMaxFracDigits - 1);
+  const int32_t zeros = b_->Repeat(prefix_ + "-zeros", {b_->Char('0')}, 1, kMaxFracDigits);
+  const int32_t ints = IntegerRange(int_lo, int_hi);
+  if (ints != kNone) {
+    alts.push_back({Ref(ints)});
+    alts.push_back({Ref(ints), b_->Char('.'), Ref(zeros)});  // 3.0 is the integer 3
+  }
+  // "." then digits of which at least one is not zero.
+  const int32_t lead = b_->Repeat(prefix_ + "-zeros", {b_->Char('0')}, 0, kMaxFracDigits - 1);
+  const int32_t rest = b_->Repeat(prefix_ + "-frac", {digit}, 0, kMaxFracDigits - 1);
   const int32_t frac =
-      NewRule("nonzero-frac", {{b_->Char('.'), Ref(frac_digits), b_->Chars(Range('1', '9'))}});
+      NewRule("nonzero-frac", {{b_->Char('.'), Ref(lead), b_->Chars(Range('1', '9')), Ref(rest)}});
   if (!hi || *hi >= 1) {
     const uint64_t a = lo && *lo > 0 ? static_cast<uint64_t>(*lo) : 0;
     std::optional<uint64_t> z;
@@ -300,6 +307,34 @@ int32_t SchemaCompiler::NumberRange(std::optional<int64_t> lo, bool lo_exclusive
   }
   if (alts.empty()) return kNone;
   return NewRule("num-range", std::move(alts));
+}
+
+int32_t SchemaCompiler::FracCompare(const std::string& digits, bool greater, bool strict) {
+  const Element digit = b_->Chars(Range('0', '9'));
+  const int32_t any = b_->Repeat(prefix_ + "-frac", {digit}, 0, kMaxFracDigits);
+  // What may follow once every digit of `digits` has been matched (the rest compares with 0).
+  int32_t next = kNone;
+  if (greater) {
+    if (strict) {
+      const int32_t zeros = b_->Repeat(prefix_ + "-zeros", {b_->Char('0')}, 0, kMaxFracDigits);
+      next = NewRule("frac-gt0", {{Ref(zeros), b_->Chars(Range('1', '9')), Ref(any)}});
+    } else {
+      next = any;
+    }
+  } else if (!strict) {
+    next = b_->Repeat(prefix_ + "-zeros", {b_->Char('0')}, 0, kMaxFracDigits);
+  }
+  for (size_t i = digits.size(); i-- > 0;) {
+    const auto d = static_cast<uint32_t>(digits[i]);
+    std::vector<Sequence> alts;
+    if (greater && d < '9') alts.push_back({b_->Chars(Range(d + 1, '9')), Ref(any)});
+    if (!greater && d > '0') alts.push_back({b_->Chars(Range('0', d - 1)), Ref(any)});
+    if (next != kNone) alts.push_back({b_->Char(d), Ref(next)});
+    // Ending here leaves the rest of `digits` (not all zeros): below it.
+    if (!greater && i > 0) alts.push_back({});
+    next = NewRule("frac-cmp", std::move(alts));
+  }
+  return next;
 }
 
 Sequence SchemaCompiler::ValueLiteral(const Json& v) {

@@ -190,12 +190,23 @@ TEST(JsonSchemaTest, NumberBounds) {
       {R"({"type":"integer","maximum":-3})", {"-3", "-400"}, {"-2", "0", "3"}},
       {R"({"type":"integer","minimum":0,"maximum":0})", {"0"}, {"1", "-1", "-0"}},
       {R"({"type":"number","minimum":0,"maximum":1})",
-       {"0", "1", "0.5", "0.001"},
-       {"-0.5", "1.5", "2", "1e-3"}},
+       {"0", "1", "0.5", "0.001", "1.0", "0.50"},
+       {"-0.5", "1.5", "2", "1e-3", "1.01", "-0.0001"}},
+      {R"({"type":"number","minimum":1.1})",
+       {"1.1", "1.10", "1.15", "1.2", "2", "1234.5"},
+       {"1.09", "1.0", "1", "0.5", "-1.2"}},
+      {R"({"type":"number","exclusiveMinimum":1.1,"maximum":7.25})",
+       {"1.11", "7.25", "7", "7.2"},
+       {"1.1", "1.10", "7.26", "8"}},
+      {R"({"type":"number","exclusiveMaximum":-2.5})",
+       {"-2.51", "-3", "-700.5"},
+       {"-2.5", "-2.49", "-2", "0"}},
       {R"({"type":"number","exclusiveMinimum":-1,"exclusiveMaximum":1})",
        {"0", "-0.5", "0.999"},
        {"-1", "1", "1.5", "-1.5"}},
-      {R"({"type":"number","minimum":-2.5})", {"-2", "0", "12.75"}, {"-3", "-2.75"}},
+      {R"({"type":"number","minimum":-2.5})",
+       {"-2", "0", "12.75", "-2.5", "-2.25", "-0.5"},
+       {"-3", "-2.75", "-2.51"}},
       {R"({"minimum":5,"exclusiveMinimum":true})", {"6", "\"s\""}, {"5"}},
   });
 }
@@ -220,6 +231,7 @@ TEST(JsonSchemaTest, RefusesKeywordsByNameAndPath) {
       {R"({"type":"string","pattern":"a","maxLength":3})",
        "keyword \"maxLength\" beside \"pattern\""},
       {R"({"enum":[1],"minimum":0})", "keyword \"minimum\" beside \"enum\""},
+      {R"({"minimum":1.2,"maximum":1.5})", "both bounds of a number within one integer unit"},
       {R"({"allOf":[{"const":1},{"const":2}]})", "allOf: keyword \"const\" differs"},
       {R"({"allOf":[{"properties":{"a":{}}},{"additionalProperties":false}]})",
        "keyword \"additionalProperties\""},
@@ -236,7 +248,8 @@ TEST(JsonSchemaTest, RefusesKeywordsByNameAndPath) {
   }
   // Annotations are ignored.
   EXPECT_TRUE(JsonSchemaToGrammar(
-                  std::string_view(R"({"title":"t","description":"d","examples":[1],"default":1,"$schema":"s",
+                  std::string_view(
+                      R"({"title":"t","description":"d","examples":[1],"default":1,"$schema":"s",
                       "$id":"i","$comment":"c","deprecated":true,"readOnly":false,
                       "writeOnly":false,"type":"integer"})"),
                   JsonSchemaOptions{}, GrammarLimits{})

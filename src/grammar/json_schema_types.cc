@@ -1,6 +1,7 @@
 // The rules of the JSON Schema front end for each type (json_schema_internal.h): objects, arrays,
 // strings (length, pattern, format), numbers and integers (bounds), enum and const.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -324,11 +325,13 @@ StatusOr<int32_t> SchemaCompiler::StringRule(const Json& s, const std::string& p
 }
 
 StatusOr<int32_t> SchemaCompiler::NumberRule(const Json& s, const std::string& path, bool integer) {
-  // Bounds rounded inward to integers (exact for integer types and integer bounds).
-  std::optional<int64_t> lo;
-  std::optional<int64_t> hi;
-  bool lo_excl = false;
-  bool hi_excl = false;
+  struct Bound {
+    double value;
+    bool exclusive;
+    const char* key;
+  };
+  std::optional<Bound> lo;
+  std::optional<Bound> hi;
   auto bound = [&](const char* key, bool lower, bool exclusive) -> Status {
     if (!s.contains(key)) return Status::Ok();
     const Json& v = s[key];
@@ -343,20 +346,11 @@ StatusOr<int32_t> SchemaCompiler::NumberRule(const Json& s, const std::string& p
       return InvalidArgument("unsupported \"" + std::string(key) + "\" " + At(path) +
                              ": bounds beyond 1e18 are not supported");
     }
-    const bool draft4_excl = s.contains(lower ? "exclusiveMinimum" : "exclusiveMaximum") &&
-                             s[lower ? "exclusiveMinimum" : "exclusiveMaximum"] == Json(true);
-    const bool excl = exclusive || draft4_excl;
-    const double r = lower ? std::ceil(x) : std::floor(x);
-    const auto n = static_cast<int64_t>(r);
-    const bool strict = excl && r == x;  // a non-integer bound is already strict once rounded
-    if (lower) {
-      if (!lo || n > *lo || (n == *lo && strict)) {
-        lo = n;
-        lo_excl = strict;
-      }
-    } else if (!hi || n < *hi || (n == *hi && strict)) {
-      hi = n;
-      hi_excl = strict;
+    const char* draft4 = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    const Bound b{x, exclusive || (s.contains(draft4) && s[draft4] == Json(true)), key};
+    std::optional<Bound>& slot = lower ? lo : hi;
+    if (!slot || (lower ? x > slot->value : x < slot->value) || (x == slot->value && b.exclusive)) {
+      slot = b;
     }
     return Status::Ok();
   };
@@ -365,14 +359,68 @@ StatusOr<int32_t> SchemaCompiler::NumberRule(const Json& s, const std::string& p
   VLS_RETURN_IF_ERROR(bound("maximum", false, false));
   VLS_RETURN_IF_ERROR(bound("exclusiveMaximum", false, true));
   if (!lo && !hi) return integer ? AnyInteger() : AnyNumber();
-  if (integer) {
-    std::optional<int64_t> a = lo;
-    std::optional<int64_t> z = hi;
-    if (a && lo_excl) *a += 1;
-    if (z && hi_excl) *z -= 1;
-    return IntegerRange(a, z);
+  // The bounds rounded inward to integers (exact for integers).
+  std::optional<int64_t> ilo;
+  std::optional<int64_t> ihi;
+  bool ilo_excl = false;
+  bool ihi_excl = false;
+  if (lo) {
+    const double r = std::ceil(lo->value);
+    ilo = static_cast<int64_t>(r);
+    ilo_excl = lo->exclusive && r == lo->value;
   }
-  return NumberRange(lo, lo_excl, hi, hi_excl);
+  if (hi) {
+    const double r = std::floor(hi->value);
+    ihi = static_cast<int64_t>(r);
+    ihi_excl = hi->exclusive && r == hi->value;
+  }
+  if (integer) {
+    if (ilo && ilo_excl) *ilo += 1;
+    if (ihi && ihi_excl) *ihi -= 1;
+    return IntegerRange(ilo, ihi);
+  }
+  std::vector<Sequence> alts;
+  const int32_t base = NumberRange(ilo, ilo_excl, ihi, ihi_excl);
+  if (base != kNone) alts.push_back({Ref(base)});
+  // A non-integer bound adds the numbers of its own integer unit on the right side of it:
+  // the integer part written out, then a fraction compared digit by digit.
+  for (const std::optional<Bound>* which : {&lo, &hi}) {
+    if (!*which || std::floor((*which)->value) == (*which)->value) continue;
+    const Bound& b = **which;
+    const bool lower = which == &lo;
+    char buf[400];
+    const auto res =
+        std::to_chars(buf, buf + sizeof(buf), std::fabs(b.value), std::chars_format::fixed);
+    const std::string text(buf, res.ptr);
+    const size_t dot = text.find('.');
+    const std::string whole = text.substr(0, dot);
+    std::string frac = dot == std::string::npos ? "" : text.substr(dot + 1);
+    while (!frac.empty() && frac.back() == '0') frac.pop_back();
+    if (frac.empty() || frac.size() > static_cast<size_t>(kMaxFracDigits)) {
+      return InvalidArgument("unsupported \"" + std::string(b.key) + "\" " + At(path) +
+                             ": more than " + std::to_string(kMaxFracDigits) + " fraction digits");
+    }
+    const bool negative = b.value < 0;
+    // The unit (u, u + 1) the extra numbers lie in; the other bound must not cut into it.
+    const double unit_lo = negative ? -std::floor(std::fabs(b.value)) - 1 : std::floor(b.value);
+    const double unit_hi = unit_lo + 1;
+    const std::optional<Bound>& other = lower ? hi : lo;
+    if (other && (lower ? other->value < unit_hi : other->value > unit_lo)) {
+      return InvalidArgument("unsupported \"" + std::string(b.key) + "\" " + At(path) +
+                             ": both bounds of a number within one integer unit");
+    }
+    // x >= b with b > 0, or x <= b with b < 0: the fraction is at least b's; otherwise at most.
+    const bool greater = lower != negative;
+    Sequence alt;
+    if (negative) alt.push_back(b_->Char('-'));
+    Sequence digits = Lit(whole);
+    alt.insert(alt.end(), digits.begin(), digits.end());
+    alt.push_back(b_->Char('.'));
+    alt.push_back(Ref(FracCompare(frac, greater, b.exclusive)));
+    alts.push_back(std::move(alt));
+  }
+  if (alts.empty()) return kNone;
+  return NewRule("number-bounds", std::move(alts));
 }
 
 StatusOr<int32_t> SchemaCompiler::EnumRule(const Json& s, const std::string& path) {

@@ -121,8 +121,7 @@ TEST(RegexTest, BoundsCheckedBeforeExpanding) {
   // Nested counted repetition: each level is a rule, so sizes add, but the elements still count.
   GrammarLimits small;
   small.max_elements = 2500;
-  EXPECT_NE(ErrorOf("((a{1000}){1000}){1000}", small).find("grammar elements"),
-            std::string::npos);
+  EXPECT_NE(ErrorOf("((a{1000}){1000}){1000}", small).find("grammar elements"), std::string::npos);
   EXPECT_TRUE(RegexToGrammar("((a{1000}){1000}){1000}", GrammarLimits{}).ok());
   small = GrammarLimits{};
   small.max_rules = 100;
@@ -165,9 +164,9 @@ TEST(RegexTest, JsonStringModeAndSearch) {
   // A string's content as written inside JSON quotes.
   EXPECT_TRUE(Accepts(g, "a\\\"\\\\\\n/"));
   EXPECT_TRUE(Accepts(g, "a\\\"\\\\\\u000a\\/tail"));  // after ^...: anything may follow
-  EXPECT_TRUE(Accepts(g, "headx"));                   // ...x$: anything may precede
-  EXPECT_FALSE(Accepts(g, "a\"\\\\\\n/"));            // a raw quote cannot be in a string
-  EXPECT_FALSE(Accepts(g, "ha\\\"\\\\\\n/"));         // anchored at the start
+  EXPECT_TRUE(Accepts(g, "headx"));                    // ...x$: anything may precede
+  EXPECT_FALSE(Accepts(g, "a\"\\\\\\n/"));             // a raw quote cannot be in a string
+  EXPECT_FALSE(Accepts(g, "ha\\\"\\\\\\n/"));          // anchored at the start
   EXPECT_FALSE(Accepts(g, "xy"));
 }
 
