@@ -35,7 +35,7 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
   VLS_ASSIGN_OR_RETURN(impl->bytes, LowerToBytes(g, limits));
   impl->trie = TokenTrie::Build(*vocab);
   impl->vocab = std::move(vocab);
-  impl->cache = std::make_unique<MaskCache>(&impl->bytes, impl->trie.get());
+  impl->cache = std::make_unique<MaskCache>(&impl->bytes, impl->trie.get(), impl->vocab.get());
   return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
 }
 

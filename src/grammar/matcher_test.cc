@@ -8,6 +8,7 @@
 
 #include "grammar/byte_grammar.h"
 #include "grammar/byte_stacks.h"
+#include "grammar/mask_cache.h"
 #include "grammar/utf8_lowering.h"
 
 namespace vls::grammar {
@@ -273,7 +274,17 @@ TEST(GrammarMatcherTest, AgreesWithEarleyOnRandomStrings) {
 }
 
 // For every token: the mask bit == AcceptToken succeeds; then Rollback restores every mask.
-TEST(GrammarMatcherTest, MaskEqualsAcceptTokenOnRandomWalks) {
+// Run with the mask cache's default limit on uncertain tokens, with none (every entry goes
+// down to the bottom of the stack) and with a small one.
+class MaskTest : public ::testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override { SetUncertainLimitForTesting(GetParam()); }
+  void TearDown() override { SetUncertainLimitForTesting(kUncertainLimit); }
+};
+
+INSTANTIATE_TEST_SUITE_P(UncertainLimits, MaskTest, ::testing::Values(kUncertainLimit, 0, 3));
+
+TEST_P(MaskTest, MaskEqualsAcceptTokenOnRandomWalks) {
   std::mt19937 rng(5);
   size_t total_allowed = 0;
   size_t total_steps = 0;
