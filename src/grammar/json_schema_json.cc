@@ -198,20 +198,20 @@ static void EqualLengthRange(GrammarBuilder* b, const std::string& lo, const std
     for (size_t i = 0; i < lo_rest.size(); ++i) s.push_back(any);
     out->push_back(std::move(s));
   };
-  uint32_t mid_lo = static_cast<uint32_t>(lo[k]) + 1;
-  uint32_t mid_hi = static_cast<uint32_t>(hi[k]) - 1;
+  uint32_t mid_lo = static_cast<unsigned char>(lo[k]) + 1;
+  uint32_t mid_hi = static_cast<unsigned char>(hi[k]) - 1;
   if (lo_zeros) {
-    mid_lo = static_cast<uint32_t>(lo[k]);
+    mid_lo = static_cast<unsigned char>(lo[k]);
   } else {
     Sequence p = prefix;
-    p.push_back(b->Char(static_cast<uint32_t>(lo[k])));
+    p.push_back(b->Char(static_cast<unsigned char>(lo[k])));
     EqualLengthRange(b, lo_rest, std::string(lo_rest.size(), '9'), std::move(p), out);
   }
-  if (hi_nines) mid_hi = static_cast<uint32_t>(hi[k]);
+  if (hi_nines) mid_hi = static_cast<unsigned char>(hi[k]);
   if (mid_lo <= mid_hi) tail(mid_lo, mid_hi);
   if (!hi_nines) {
     Sequence p = prefix;
-    p.push_back(b->Char(static_cast<uint32_t>(hi[k])));
+    p.push_back(b->Char(static_cast<unsigned char>(hi[k])));
     EqualLengthRange(b, std::string(hi_rest.size(), '0'), hi_rest, std::move(p), out);
   }
 }
@@ -325,7 +325,7 @@ int32_t SchemaCompiler::FracCompare(const std::string& digits, bool greater, boo
     next = b_->Repeat(prefix_ + "-zeros", {b_->Char('0')}, 0, kMaxFracDigits);
   }
   for (size_t i = digits.size(); i-- > 0;) {
-    const auto d = static_cast<uint32_t>(digits[i]);
+    const auto d = static_cast<uint32_t>(static_cast<unsigned char>(digits[i]));
     std::vector<Sequence> alts;
     if (greater && d < '9') alts.push_back({b_->Chars(Range(d + 1, '9')), Ref(any)});
     if (!greater && d > '0') alts.push_back({b_->Chars(Range('0', d - 1)), Ref(any)});
