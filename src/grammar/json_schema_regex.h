@@ -1,10 +1,13 @@
-// Internal to the grammar layer: the regular-expression front end in the two modes the JSON
-// Schema front end needs (a string's `pattern` and its `format` shapes). Not a public header.
+// Internal to the grammar layer: the regular-expression front end split in two (regex.cc parses,
+// json_schema_regex.cc builds) and in the two modes the JSON Schema front end needs (a string's
+// `pattern` and its `format` shapes). Not a public header.
 #ifndef VLSTACK_GRAMMAR_JSON_SCHEMA_REGEX_H_
 #define VLSTACK_GRAMMAR_JSON_SCHEMA_REGEX_H_
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "grammar/grammar.h"
@@ -20,6 +23,25 @@ struct RegexMode {
   // preceded, and one without $ followed, by any text. Off: the whole text must match.
   bool search = false;
 };
+
+// A parsed pattern (regex.cc): a tree of character classes, sequences, alternations and
+// counted repetitions.
+struct RegexNode {
+  enum class Kind : uint8_t { kEmpty, kChars, kSeq, kAlt, kRepeat };
+  Kind kind = Kind::kEmpty;
+  CharClass chars;              // kChars: normalised, never empty
+  std::vector<RegexNode> kids;  // kSeq, kAlt: the parts; kRepeat: the one repeated
+  int min = 1;                  // kRepeat: x{min,max}
+  int max = 1;                  // -1: unbounded
+};
+
+RegexNode RegexChars(CharClass c);
+CharClass RegexAnyClass();  // every code point
+
+// Parses `pattern` into its top-level branches, each with whether it starts with ^ and ends
+// with $. Errors name the offset (and the limit).
+Status ParseRegex(std::string_view pattern, const GrammarLimits& limits,
+                  std::vector<RegexNode>* branches, std::vector<std::pair<bool, bool>>* anchors);
 
 // AddRegexRule with a mode (AddRegexRule is this with RegexMode{}).
 StatusOr<int32_t> AddRegexRuleWithMode(GrammarBuilder* builder, std::string_view pattern,
