@@ -292,6 +292,9 @@ void BatchEngine::ReleaseSlot(Slot& slot) {
   slot.sampler.reset();
   slot.generated.clear();
   slot.next_token = -1;
+  slot.matcher.reset();
+  slot.mask_ready = false;
+  slot.mask_error.clear();
   if (drafter_) drafter_->Forget(SlotIndex(slot));
   // `kept` and the session's valid rows stay: the next request may reuse them.
 }
@@ -315,7 +318,17 @@ std::string BatchEngine::NonFiniteLogitsError(const Slot& slot) {
 
 void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResult* out) {
   Fault("sample", slot.id);
-  const int32_t token = slot.sampler->Sample(logits, slot.request.tokens, slot.generated);
+  if (slot.matcher && slot.matcher->MustEnd()) {  // a grammar of the empty reply only
+    FinishSlot(slot, FinishReason::kStop, "", out);
+    return;
+  }
+  std::span<const uint32_t> mask;
+  std::string mask_error;
+  if (!MaskFor(slot, &mask, &mask_error)) {
+    FinishSlot(slot, FinishReason::kError, mask_error, out);
+    return;
+  }
+  const int32_t token = slot.sampler->Sample(logits, slot.request.tokens, slot.generated, mask);
   if (token == kNonFiniteLogits) {
     FinishSlot(slot, FinishReason::kError, NonFiniteLogitsError(slot), out);
     return;
@@ -325,6 +338,20 @@ void BatchEngine::EmitToken(Slot& slot, std::span<const float> logits, StepResul
 
 bool BatchEngine::RecordToken(Slot& slot, int32_t token, std::span<const float> logits,
                               StepResult* out) {
+  // Structured output: the token moves the grammar on (an end token does not: it ends).
+  bool grammar_done = false;
+  if (slot.matcher && !IsEndToken(slot, token)) {
+    slot.mask_ready = false;
+    if (!slot.matcher->AcceptToken(token)) {  // the mask allowed it: a bug, never a reply
+      FinishSlot(
+          slot, FinishReason::kError,
+          Internal("structured output: the grammar refused sampled token " + std::to_string(token))
+              .ToString(),
+          out);
+      return true;
+    }
+    grammar_done = slot.matcher->MustEnd();
+  }
   slot.generated.push_back(token);
   TokenEvent e = MakeEvent(slot);
   e.token = token;
@@ -333,11 +360,9 @@ bool BatchEngine::RecordToken(Slot& slot, int32_t token, std::span<const float> 
     e.logprob = static_cast<float>(LogProb(logits, token, slot.request.logprobs, &top));
     for (const auto& [t, lp] : top) e.top_logprobs.push_back({t, lp});
   }
-  const auto& eos = model_.config().eos_token_ids;
-  const auto& stop = slot.request.stop_token_ids;
-  if ((!slot.request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) ||
-      std::find(stop.begin(), stop.end(), token) != stop.end()) {
-    e.finish = FinishReason::kStop;  // EOS and stop ids win over the length limit
+  if (IsEndToken(slot, token) || grammar_done) {
+    // EOS and stop ids win over the length limit, as does a grammar that admits nothing more.
+    e.finish = FinishReason::kStop;
   } else if (static_cast<int>(slot.generated.size()) >= slot.request.max_new_tokens) {
     e.finish = FinishReason::kLength;
   }
@@ -434,6 +459,12 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   // At least the last row is computed: its logits give the first token.
   const int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
   auto sampler = std::make_unique<Sampler>(p.request.sampling, p.id);
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
+  std::vector<uint32_t> mask;
+  if (p.request.grammar) {
+    matcher = std::make_unique<grammar::GrammarMatcher>(p.request.grammar);
+    mask.assign(grammar::MaskWords(model_.config().vocab), 0u);
+  }
   // Nothing below throws: the slot changes only once everything it needs is allocated.
   slot.session->Truncate(cached);
   slot.kept = std::move(keys);
@@ -444,6 +475,10 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   slot.prefilled = cached;
   slot.cached = static_cast<int32_t>(cached);
   slot.sampler = std::move(sampler);
+  slot.matcher = std::move(matcher);
+  slot.mask.swap(mask);
+  slot.mask_ready = false;
+  slot.mask_error.clear();
   slot.generated.clear();
   slot.next_token = -1;
   slot.request = std::move(p.request);
@@ -521,7 +556,8 @@ void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
   const uint64_t chunks_before = chunks_, verify_before = verify_passes_, drafted_before = drafted_,
-                 accepted_before = accepted_;
+                 accepted_before = accepted_, masks_before = masks_, mask_ns_before = mask_ns_,
+                 mask_wait_before = mask_wait_ns_;
   try {
     ApplyCancels(out);
     Admit(out);
@@ -543,6 +579,9 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
   counters_.verify_passes += verify_passes_ - verify_before;
   counters_.draft_tokens += drafted_ - drafted_before;
   counters_.accepted_draft_tokens += accepted_ - accepted_before;
+  counters_.grammar_masks += masks_ - masks_before;
+  counters_.grammar_mask_ns += mask_ns_ - mask_ns_before;
+  counters_.grammar_mask_wait_ns += mask_wait_ns_ - mask_wait_before;
   for (const TokenEvent& e : out->events) {
     if (e.token < 0) continue;
     ++counters_.generated_tokens;

@@ -18,6 +18,12 @@
 //      runs its last token plus its drafts (prompt lookup or the draft model) as consecutive rows
 //      of the same pass and emits the accepted prefix and one more token, one event each
 //      (docs/speculative.md).
+// Structured output (GenerationRequest::grammar): each such request has a grammar matcher; every
+// token it samples (or verifies) is drawn under the matcher's token mask, its end tokens allowed
+// only where the grammar may end, and it finishes with "stop" as soon as the grammar admits
+// nothing more. Drafts are cut at their first token the grammar refuses before the pass. The
+// mask of a row's next token is computed on a helper thread while the decode pass runs
+// (batch_engine_grammar.cc); a mask failure finishes only its request, with an error.
 // Chunks keep M-RoPE positions continuous and slice the DeepStack payload per chunk (positions
 // rebased, exactly the feature rows of the chunk), so results equal the unchunked prefill.
 //
@@ -45,6 +51,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "grammar/matcher.h"
 #include "runtime/deepstack.h"
 #include "runtime/model_draft.h"
 #include "runtime/request.h"
@@ -106,6 +113,10 @@ struct EngineCounters {
   // Speculative decoding: verify passes (decode rows that carried drafts), tokens drafted, and
   // drafted tokens accepted (emitted as drafted).
   uint64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
+  // Structured output: token masks computed, the time spent computing them (on any thread),
+  // and the part of it the steps waited for (masks computed inline, and the wait for the helper
+  // thread after the decode pass): the masks' cost on the critical path.
+  uint64_t grammar_masks = 0, grammar_mask_ns = 0, grammar_mask_wait_ns = 0;
 };
 
 class BatchEngine {
@@ -201,6 +212,14 @@ class BatchEngine {
     // Keys of the rows the cache holds for the current or last occupant; rows [0,
     // kept.size()) are valid.
     std::vector<RowKey> kept;
+    // Structured output (null without a grammar): the grammar state after the tokens generated
+    // so far, and the mask of the next token ([MaskWords(V)], end tokens included), valid when
+    // mask_ready. mask_error: computing it failed (the request ends with that error).
+    std::unique_ptr<grammar::GrammarMatcher> matcher;
+    std::vector<uint32_t> mask;
+    bool mask_ready = false;
+    std::string mask_error;
+    uint64_t mask_ns = 0;  // time the last FillMask took (added to the counters by the step)
   };
   // The events of one step and the ids whose last event it produced.
   struct StepResult {
@@ -255,6 +274,27 @@ class BatchEngine {
   void FinishSlot(Slot& slot, FinishReason reason, const std::string& error, StepResult* out)
       VLS_REQUIRES(step_mu_);
   TokenEvent MakeEvent(const Slot& slot) const;
+  // Structured output (batch_engine_grammar.cc). Whether `token` ends the slot's request (an
+  // EOS id unless ignore_eos, or a stop id).
+  bool IsEndToken(const Slot& slot, int32_t token) const;
+  // Computes slot.mask for the matcher's state; never throws (a failure sets mask_error).
+  // Touches only the slot's matcher and mask (the helper thread runs it).
+  void FillMask(Slot& slot) const;
+  // The mask for sampling the slot's next token (empty without a grammar), computed here when
+  // not ready (the time counts as waited). False with *error set when there is none to be had:
+  // the computation failed or the grammar allows no token.
+  bool MaskFor(Slot& slot, std::span<const uint32_t>* mask, std::string* error)
+      VLS_REQUIRES(step_mu_);
+  // Cuts `draft` at its first token the slot's grammar refuses (and after an end token, or
+  // where the grammar must end); the matcher is left as it was.
+  void TruncateDraft(Slot& slot, std::vector<int32_t>* draft) const;
+  // Starts the masks of `rows`' next tokens on a helper thread (they run while the decode pass
+  // does) and lists the slots it computes in `started` (empty when no thread was started: the
+  // masks are then computed when needed).
+  void StartMasks(std::span<Slot* const> rows, std::thread* worker, std::vector<Slot*>* started)
+      VLS_REQUIRES(step_mu_);
+  // Waits for the helper thread (the wait counts as the masks' critical-path time).
+  void JoinMasks(std::thread* worker, std::span<Slot* const> started) VLS_REQUIRES(step_mu_);
   // Takes the delivery lock, releases the step lock and delivers the step's events in order.
   std::vector<TokenEvent> DeliverStep(std::unique_lock<std::mutex> step_lock,
                                       const StepResult& result) VLS_EXCLUDES(mu_);
@@ -282,6 +322,10 @@ class BatchEngine {
   uint64_t verify_passes_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t drafted_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t accepted_ VLS_GUARDED_BY(step_mu_) = 0;
+  // Token masks so far (EngineCounters' grammar_* fields).
+  uint64_t masks_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t mask_ns_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t mask_wait_ns_ VLS_GUARDED_BY(step_mu_) = 0;
   // Draft sessions, one per slot, when options_.draft_model is set.
   std::unique_ptr<ModelDrafter> drafter_ VLS_GUARDED_BY(step_mu_);
 

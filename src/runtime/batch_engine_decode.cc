@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -75,11 +76,15 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
     for (size_t j = 0; j <= draft.size(); ++j) {
       const std::span<const float> row = logits.subspan(j * V, V);
       Fault("sample", id);
+      // Row j's mask is the grammar's state after the drafts before it (RecordToken accepted
+      // them as they were emitted; the rejected ones never reach the matcher).
+      std::span<const uint32_t> mask;
+      if (!MaskFor(slot, &mask, &error)) break;
       bool ok = false;
       const int32_t token =
           j < draft.size()
-              ? slot.sampler->Verify(row, slot.request.tokens, slot.generated, draft[j], &ok)
-              : slot.sampler->Sample(row, slot.request.tokens, slot.generated);
+              ? slot.sampler->Verify(row, slot.request.tokens, slot.generated, draft[j], &ok, mask)
+              : slot.sampler->Sample(row, slot.request.tokens, slot.generated, mask);
       if (token == kNonFiniteLogits) {
         error = NonFiniteLogitsError(slot);
         break;
@@ -144,6 +149,24 @@ void BatchEngine::DecodeActive(StepResult* out) {
     room -= limits[b];
   }
   ModelDrafts(rows, limits, &drafts);
+  // Structured output: drafts end where the grammar refuses them; the rows' masks are computed
+  // on a helper thread while the pass runs (joined before anything samples, whatever happens).
+  for (size_t b = 0; b < rows.size(); ++b) {
+    try {
+      TruncateDraft(*rows[b], &drafts[b]);
+    } catch (...) {  // out of memory walking the grammar: decode this row without drafts
+      drafts[b].clear();
+    }
+  }
+  std::thread mask_worker;
+  std::vector<Slot*> masked;
+  StartMasks(rows, &mask_worker, &masked);
+  struct Joiner {  // a throw out of the pass still joins the thread
+    std::thread* worker;
+    ~Joiner() {
+      if (worker->joinable()) worker->join();
+    }
+  } joiner{&mask_worker};
   std::vector<Session*> sessions;
   std::vector<int32_t> tokens, counts;
   for (size_t b = 0; b < rows.size(); ++b) {
@@ -156,6 +179,7 @@ void BatchEngine::DecodeActive(StepResult* out) {
   const size_t V = static_cast<size_t>(model_.config().vocab);
   std::vector<float> logits;
   Status st = Session::DecodeRuns(sessions, tokens, counts, &logits);
+  JoinMasks(&mask_worker, masked);
   if (st.ok()) {
     size_t row = 0;
     for (size_t b = 0; b < rows.size(); ++b) {

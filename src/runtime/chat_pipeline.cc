@@ -9,6 +9,7 @@
 #include "image/decode.h"
 #include "io/untrusted_json.h"
 #include "model/qwen3_config.h"
+#include "runtime/grammar_vocab.h"
 #include "runtime/positions.h"
 #include "runtime/stop_matcher.h"
 #include "runtime/video_prompt.h"
@@ -249,6 +250,9 @@ StatusOr<std::unique_ptr<ChatPipeline>> ChatPipeline::Load(const std::string& mo
       p->max_token_bytes_ = std::max<uint64_t>(p->max_token_bytes_, bytes.size());
     }
   }
+  p->vocab_ = BuildGrammarVocab(*p->tokenizer_, vocab);
+  p->grammars_ = std::make_unique<GrammarCache>(p->vocab_, options.grammar_limits,
+                                                options.grammar_cache_capacity);
   return p;
 }
 
@@ -399,6 +403,10 @@ Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out
   r.sampling = request.sampling;
   r.logprobs = request.logprobs;
   r.speculative = request.speculative;
+  r.grammar = nullptr;
+  if (request.structured.active()) {
+    VLS_ASSIGN_OR_RETURN(r.grammar, grammars_->Get(request.structured, request.tools));
+  }
   VLS_RETURN_IF_ERROR(ValidateRequest(model_, r));
   out->stop = request.stop;
   return Status::Ok();

@@ -33,6 +33,7 @@
 #include "runtime/request.h"
 #include "runtime/sampler.h"
 #include "runtime/structured_output.h"
+#include "runtime/structured_output_grammar.h"
 #include "runtime/text_stream.h"
 #include "tokenizer/jinja_template.h"
 #include "tokenizer/tokenizer.h"
@@ -90,6 +91,10 @@ struct ChatPipelineOptions {
   MediaPolicy media;  // where image bytes may come from (files only when allowed)
   // Why `images` is null (the encoder's load error), for the refusal of an image part.
   std::string images_unavailable;
+  // Structured output: the bounds every schema, grammar and regex is compiled under, and how
+  // many compiled grammars the cache keeps (least recently used go first).
+  grammar::GrammarLimits grammar_limits;
+  size_t grammar_cache_capacity = GrammarCache::kDefaultCapacity;
 };
 
 class ChatPipeline {
@@ -116,6 +121,11 @@ class ChatPipeline {
   // true, Prepare stops with Cancelled (the server passes "the client hung up"). Videos are
   // decoded under video::VideoLimits and ImageEncoderOptions' sampling bounds, and polled for
   // cancellation between frames.
+  //
+  // A request's `structured` (when active) is compiled, through grammar_cache(), into
+  // GenerationRequest::grammar; a schema, grammar or regex the front ends refuse is
+  // InvalidArgument naming the construct, with the request field as param
+  // (structured_output_grammar.h).
   StatusOr<PreparedChat> Prepare(const ChatRequest& request,
                                  const std::function<bool()>& cancelled = nullptr) const;
 
@@ -146,6 +156,10 @@ class ChatPipeline {
   // (LoadedModel::Identity: checkpoint, config, precision, bounds). The first call hashes the
   // weights unless the model came from an artifact (seconds); call it once at start-up.
   std::string fingerprint() const { return "fp_" + model_.Identity().substr(0, 10); }
+  // The compiled structured-output grammars (hits() and misses() for /metrics). Thread-safe.
+  GrammarCache& grammar_cache() const { return *grammars_; }
+  // The model's vocabulary as the grammar matcher sees it (grammar_vocab.h).
+  const std::shared_ptr<const grammar::TokenVocab>& grammar_vocab() const { return vocab_; }
 
  private:
   ChatPipeline(const LoadedModel& model, std::unique_ptr<tok::Tokenizer> tokenizer,
@@ -170,6 +184,8 @@ class ChatPipeline {
   std::vector<int32_t> eos_;
   ChatPipelineOptions options_;
   uint64_t max_token_bytes_ = 0;  // the longest token's bytes (a prompt's tokens' lower bound)
+  std::shared_ptr<const grammar::TokenVocab> vocab_;
+  std::unique_ptr<GrammarCache> grammars_;  // thread-safe; non-const through const methods
 };
 
 // The media parts of `messages` in order, after checking the messages' shape (a list of

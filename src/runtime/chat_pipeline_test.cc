@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -126,6 +127,76 @@ TEST_F(ChatPipelineTest, RendersTokenizesAndBuildsASequentialMropeRequest) {
   EXPECT_TRUE(chat->media.empty());
   // The test checkpoint's generation_config.json says do_sample false: greedy.
   EXPECT_EQ(pipeline_->generation_defaults().temperature, 0.0f);
+}
+
+TEST_F(ChatPipelineTest, StructuredOutputIsCompiledThroughTheCache) {
+  Open(Write("structured"));
+  EXPECT_EQ(pipeline_->grammar_vocab()->size(), kVocab);
+  ChatRequest req = UserSays("a number please");
+  auto plain = pipeline_->Prepare(req);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->request.grammar, nullptr);
+  req.structured.kind = StructuredOutput::Kind::kRegex;
+  req.structured.source = "[0-9]{1,4}";
+  auto a = pipeline_->Prepare(req);
+  auto b = pipeline_->Prepare(req);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  ASSERT_NE(a->request.grammar, nullptr);
+  EXPECT_EQ(a->request.grammar, b->request.grammar);  // compiled once
+  EXPECT_EQ(pipeline_->grammar_cache().misses(), 1u);
+  EXPECT_EQ(pipeline_->grammar_cache().hits(), 1u);
+  // Raw prompts take it too.
+  auto text = pipeline_->PrepareText("12", req);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(text->request.grammar, a->request.grammar);
+  // The front end's refusal, about the field the format came from.
+  req.structured.source = "(a)\\1";
+  req.structured.field = "regex";
+  auto bad = pipeline_->Prepare(req);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().param(), "regex");
+  EXPECT_EQ(bad.status().message().rfind("regex: ", 0), 0u) << bad.status().ToString();
+  // A schema keyword outside the subset is named with its path.
+  ChatRequest schema = UserSays("x");
+  schema.structured.kind = StructuredOutput::Kind::kJsonSchema;
+  schema.structured.source = R"({"type": "object", "properties": {"a": {"not": {}}}})";
+  schema.structured.field = "response_format";
+  auto refused = pipeline_->Prepare(schema);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().param(), "response_format");
+  EXPECT_NE(refused.status().message().find("\"not\""), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("/properties/a"), std::string::npos)
+      << refused.status().ToString();
+}
+
+// The mask makes a greedy random model's reply follow the regex, end to end through the engine.
+TEST_F(ChatPipelineTest, AConstrainedReplyMatchesItsRegex) {
+  Open(Write("constrained"));
+  ChatRequest req = UserSays("digits");
+  req.structured.kind = StructuredOutput::Kind::kRegex;
+  req.structured.source = "(ab|[0-9]{2})-[a-c]{3}";
+  req.max_tokens = 20;
+  auto chat = pipeline_->Prepare(req);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  BatchEngine engine(*model_, [&](const TokenEvent& e) {
+    if (e.token >= 0) tokens.push_back(e.token);
+    if (e.finish != FinishReason::kNone) finish = e.finish;
+    return true;
+  });
+  ASSERT_TRUE(engine.Submit(chat->request).ok());
+  engine.RunUntilIdle();
+  EXPECT_EQ(finish, FinishReason::kStop);
+  const std::string text = pipeline_->tokenizer().Decode(tokens);
+  ASSERT_EQ(text.size(), 6u) << text;
+  EXPECT_TRUE((text.substr(0, 2) == "ab") || (std::isdigit(static_cast<unsigned char>(text[0])) &&
+                                              std::isdigit(static_cast<unsigned char>(text[1]))))
+      << text;
+  EXPECT_EQ(text[2], '-');
+  EXPECT_EQ(text.find_first_not_of("abc", 3), std::string::npos) << text;
 }
 
 TEST_F(ChatPipelineTest, OneDimensionalModelGetsOneDimensionalPositions) {

@@ -131,6 +131,11 @@ Status ValidateRequest(const LoadedModel& lm, const GenerationRequest& r) {
     }
   }
   if (r.speculative) VLS_RETURN_IF_ERROR(ValidateSpeculativeParams(*r.speculative));
+  if (r.grammar != nullptr && r.grammar->vocab().size() != vocab) {
+    return InvalidArgument("grammar: compiled for a vocabulary of " +
+                           std::to_string(r.grammar->vocab().size()) + " ids, not the model's " +
+                           std::to_string(vocab));
+  }
   return ValidateSamplingParams(r.sampling);
 }
 

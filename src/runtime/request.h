@@ -10,12 +10,14 @@
 #define VLSTACK_RUNTIME_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/matcher.h"
 #include "runtime/deepstack.h"
 #include "runtime/loaded_model.h"
 #include "runtime/ngram_draft.h"
@@ -54,6 +56,12 @@ struct GenerationRequest {
   int logprobs = -1;
   // Speculative decoding (prompt lookup, docs/speculative.md); unset: the engine's default.
   std::optional<SpeculativeParams> speculative = std::nullopt;
+  // Structured output (docs/structured_output.md): when set, every generated token follows this
+  // grammar (a token mask per step, applied before penalties and sampling); the request's end
+  // tokens (EOS unless ignore_eos, stop_token_ids) are allowed only where the grammar may end,
+  // and a reply that can only end finishes with "stop". Compiled over the model's vocabulary
+  // (ChatPipeline does it, cached); shared, immutable.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   PromptView prompt() const;
   size_t bytes() const;  // buffer bytes this request owns
@@ -70,7 +78,7 @@ Status ValidatePrompt(const LoadedModel& model, int capacity, const PromptView& 
 
 // ValidatePrompt at the model's capacity, plus: max_new_tokens > 0 and prompt + max_new_tokens
 // <= C, sampling parameters, stop token ids in [0, V), logprobs in [-1, kMaxTopLogprobs],
-// speculative parameters.
+// speculative parameters, a grammar compiled for a vocabulary of V ids.
 Status ValidateRequest(const LoadedModel& model, const GenerationRequest& request);
 
 // Pieces of ValidatePrompt for callers that check a prompt before building it (the C ABI):

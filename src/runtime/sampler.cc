@@ -114,6 +114,53 @@ int32_t ArgMax(std::span<const float> logits, bool* finite) {
   return ArgMaxImpl<true>(logits, finite);
 }
 
+int32_t MaskedArgMax(std::span<const float> logits, std::span<const uint32_t> mask) {
+  const size_t V = logits.size();
+  int32_t best = -1;
+  float best_value = 0;
+  for (size_t w = 0; w < mask.size() && w * 32 < V; ++w) {
+    for (uint32_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const size_t t = w * 32 + static_cast<size_t>(std::countr_zero(bits));
+      if (t >= V) break;
+      const float x = logits[t];
+      if (std::isnan(x)) continue;
+      if (best < 0 || x > best_value) {
+        best = static_cast<int32_t>(t);
+        best_value = x;
+      }
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// Sets the logits of the tokens `mask` does not allow to -inf.
+void ApplyMask(std::span<const uint32_t> mask, std::span<float> l) {
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  const size_t V = l.size();
+  for (size_t w = 0; w * 32 < V; ++w) {
+    const uint32_t bits = w < mask.size() ? mask[w] : 0u;
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min(V, w * 32 + 32);
+    if (bits == 0) {
+      std::fill(l.begin() + static_cast<std::ptrdiff_t>(w * 32),
+                l.begin() + static_cast<std::ptrdiff_t>(end), kOff);
+      continue;
+    }
+    for (size_t t = w * 32; t < end; ++t) {
+      if (((bits >> (t & 31)) & 1u) == 0) l[t] = kOff;
+    }
+  }
+}
+
+bool Allowed(std::span<const uint32_t> mask, int32_t t) {
+  return mask.empty() || (t >= 0 && static_cast<size_t>(t >> 5) < mask.size() &&
+                          ((mask[static_cast<size_t>(t >> 5)] >> (t & 31)) & 1u) != 0);
+}
+
+}  // namespace
+
 double LogProb(std::span<const float> logits, int32_t token, int n,
                std::vector<std::pair<int32_t, float>>* top) {
   const size_t V = logits.size();
@@ -164,14 +211,18 @@ double Sampler::NextUniform() {
 }
 
 bool Sampler::Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
-                      std::span<const int32_t> generated, bool* finite) {
+                      std::span<const int32_t> generated, std::span<const uint32_t> mask,
+                      bool* finite) {
   const auto V = static_cast<int32_t>(logits.size());
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
   const bool bias = !params_.logit_bias.empty();
-  if (params_.temperature <= 0.0f && !penalties && !bias) return false;  // no copy needed
+  if (params_.temperature <= 0.0f && !penalties && !bias && mask.empty()) {
+    return false;  // no copy needed
+  }
   *finite = CopyFinite(logits, &scratch_);
   if (!*finite) return true;  // nothing is sampled
+  if (!mask.empty()) ApplyMask(mask, scratch_);
   float* l = scratch_.data();
   for (const auto& [t, b] : params_.logit_bias) {
     if (t >= 0 && t < V) l[t] += b;  // OpenAI: added to the logits before sampling
@@ -204,26 +255,29 @@ bool Sampler::Prepare(std::span<const float> logits, std::span<const int32_t> pr
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> prompt,
-                        std::span<const int32_t> generated) {
+                        std::span<const int32_t> generated, std::span<const uint32_t> mask) {
   bool finite = true;
-  if (!Prepare(logits, prompt, generated, &finite)) {
+  if (!Prepare(logits, prompt, generated, mask, &finite)) {
     const int32_t token = ArgMax(logits, &finite);
     return finite ? token : kNonFiniteLogits;
   }
   if (!finite) return kNonFiniteLogits;
-  if (params_.temperature <= 0.0f) return ArgMax(scratch_);
-  return SampleTemperature();
+  int32_t token = params_.temperature <= 0.0f ? ArgMax(scratch_) : SampleTemperature();
+  // A draw that rounding pushed onto a disallowed (zero-weight) candidate: the masked argmax.
+  if (!Allowed(mask, token)) token = MaskedArgMax(scratch_, mask);
+  return token;
 }
 
 int32_t Sampler::Verify(std::span<const float> logits, std::span<const int32_t> prompt,
-                        std::span<const int32_t> generated, int32_t draft, bool* accepted) {
+                        std::span<const int32_t> generated, int32_t draft, bool* accepted,
+                        std::span<const uint32_t> mask) {
   if (params_.temperature <= 0.0f) {
-    const int32_t token = Sample(logits, prompt, generated);
+    const int32_t token = Sample(logits, prompt, generated, mask);
     *accepted = token == draft;
     return token;
   }
   bool finite = true;
-  Prepare(logits, prompt, generated, &finite);  // true: the temperature needs the copy
+  Prepare(logits, prompt, generated, mask, &finite);  // true: the temperature needs the copy
   *accepted = false;
   if (!finite) return kNonFiniteLogits;
   const Candidates c = TemperatureCandidates();
@@ -256,7 +310,8 @@ int32_t Sampler::Verify(std::span<const float> logits, std::span<const int32_t> 
     return draft;
   }
   const size_t i = Draw(c.weights, rest);
-  return i < c.weights.size() ? token_at(i) : c.fallback;
+  const int32_t token = i < c.weights.size() ? token_at(i) : c.fallback;
+  return Allowed(mask, token) ? token : MaskedArgMax(scratch_, mask);
 }
 
 size_t Sampler::Draw(std::span<const double> w, double total) {

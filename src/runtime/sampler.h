@@ -42,8 +42,14 @@ class Sampler {
 
   // logits: [V]. prompt/generated: the request's history for the penalties. A token id, or
   // kNonFiniteLogits.
+  //
+  // mask (structured output): empty, or [ceil(V / 32)] words, bit (t % 32) of word t / 32 set
+  // where token t is allowed (grammar::MaskWords). Applied first, with the logit bias (a
+  // disallowed token's logit becomes -inf), so the penalties, temperature, top-k, top-p and
+  // min-p see only allowed tokens and greedy takes the masked argmax. REQUIRES: the mask allows
+  // at least one token (the finiteness check still covers the whole raw row).
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> prompt,
-                 std::span<const int32_t> generated);
+                 std::span<const int32_t> generated, std::span<const uint32_t> mask = {});
 
   // Speculative verification of a drafted token (docs/speculative.md): returns the token to
   // emit and whether it is `draft` accepted. Greedy: the token Sample returns (accepted when it
@@ -51,8 +57,10 @@ class Sampler {
   // temperature, top-k, top-p, min-p): accept with probability p(draft), else draw from p with
   // the draft removed and renormalised, so the emitted token is distributed as p exactly.
   // kNonFiniteLogits (not accepted) for a non-finite row.
+  // With a mask, p is the masked distribution (REQUIRES: the draft is allowed).
   int32_t Verify(std::span<const float> logits, std::span<const int32_t> prompt,
-                 std::span<const int32_t> generated, int32_t draft, bool* accepted);
+                 std::span<const int32_t> generated, int32_t draft, bool* accepted,
+                 std::span<const uint32_t> mask = {});
 
  private:
   // The distribution a temperature sample draws from: token tokens[i] (token i when `tokens`
@@ -67,8 +75,9 @@ class Sampler {
   // Applies the logit bias and the penalties to scratch_; false when the request is greedy
   // without either (the raw logits are then the argmax's input, and *finite is not set).
   // Otherwise *finite tells whether every logit is finite (when not, scratch_ is a plain copy).
+  // With a non-empty mask the copy is always made and the disallowed tokens set to -inf first.
   bool Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
-               std::span<const int32_t> generated, bool* finite);
+               std::span<const int32_t> generated, std::span<const uint32_t> mask, bool* finite);
   double NextUniform();  // [0, 1)
   // Over scratch_ (the penalised logits), temperature > 0. A degenerate distribution (all -inf
   // or an infinite logit) gives an empty candidate list with `fallback` its argmax.
@@ -92,6 +101,9 @@ double LogProb(std::span<const float> logits, int32_t token, int n,
 
 // Index of the largest value; the lowest index wins ties.
 int32_t ArgMax(std::span<const float> logits);
+// The same among the tokens `mask` allows (Sampler::Sample's mask), NaN never chosen; -1 when
+// the mask allows none.
+int32_t MaskedArgMax(std::span<const float> logits, std::span<const uint32_t> mask);
 // The same, and whether every value is finite (no NaN, no infinity), in the same pass.
 int32_t ArgMax(std::span<const float> logits, bool* finite);
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace vls {
@@ -215,6 +216,62 @@ TEST(SamplerTest, PenaltiesChangeTheGreedyChoice) {
   Sampler pr(pres, 1);
   EXPECT_EQ(pr.Sample(kLogits, {}, history), 2);
   EXPECT_EQ(pr.Sample(kLogits, history, {}), 1);  // presence counts generated tokens only
+}
+
+// Structured output's token mask: only allowed tokens come out, whatever the sampling.
+std::vector<uint32_t> MaskOf(size_t V, std::initializer_list<int32_t> allowed) {
+  std::vector<uint32_t> m((V + 31) / 32, 0u);
+  for (int32_t t : allowed) m[static_cast<size_t>(t) / 32] |= 1u << (t % 32);
+  return m;
+}
+
+TEST(SamplerTest, MaskRestrictsGreedyAndSampledTokens) {
+  std::vector<float> logits(100);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 7) * 0.3f;
+  logits[50] = 9.0f;  // the unmasked argmax
+  const std::vector<uint32_t> mask = MaskOf(logits.size(), {3, 40, 77});
+  Sampler greedy(SamplingParams{}, 1);
+  EXPECT_EQ(greedy.Sample(logits, {}, {}), 50);
+  EXPECT_EQ(greedy.Sample(logits, {}, {}, mask), 40);  // 40 % 7 = 5: the largest allowed
+  EXPECT_EQ(MaskedArgMax(logits, mask), 40);
+  EXPECT_EQ(MaskedArgMax(logits, MaskOf(logits.size(), {})), -1);
+  for (int top_k : {0, 2, 50}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = top_k;
+    p.top_p = top_k == 50 ? 0.9f : 1.0f;
+    Sampler s(p, 7);
+    std::set<int32_t> seen;
+    for (int i = 0; i < 400; ++i) seen.insert(s.Sample(logits, {}, {}, mask));
+    for (int32_t t : seen) EXPECT_TRUE(t == 3 || t == 40 || t == 77) << t << " top_k " << top_k;
+    EXPECT_GE(seen.size(), 2u) << top_k;
+  }
+}
+
+TEST(SamplerTest, MaskComposesWithLogitBiasAndPenalties) {
+  std::vector<float> logits(64, 0.0f);
+  SamplingParams p;
+  p.logit_bias = {{5, 50.0f}, {9, 10.0f}};
+  p.repetition_penalty = 1.5f;
+  Sampler s(p, 1);
+  EXPECT_EQ(s.Sample(logits, {}, {}), 5);
+  EXPECT_EQ(s.Sample(logits, {}, {}, MaskOf(64, {9, 12})), 9);  // the bias of an allowed token
+  EXPECT_EQ(s.Sample(logits, {}, {}, MaskOf(64, {12, 33})), 12);
+  // Verify draws from the masked distribution: an allowed draft with all the mass is accepted.
+  bool ok = false;
+  EXPECT_EQ(s.Verify(logits, {}, {}, 9, &ok, MaskOf(64, {9, 12})), 9);
+  EXPECT_TRUE(ok);
+  SamplingParams t;
+  t.temperature = 1.0f;
+  Sampler v(t, 3);
+  for (int i = 0; i < 50; ++i) {
+    const int32_t token = v.Verify(logits, {}, {}, 12, &ok, MaskOf(64, {12, 13}));
+    EXPECT_TRUE(token == 12 || token == 13) << token;
+    EXPECT_EQ(ok, token == 12);
+  }
+  // Non-finite logits are caught even where the mask hides them.
+  logits[40] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(s.Sample(logits, {}, {}, MaskOf(64, {1})), kNonFiniteLogits);
 }
 
 TEST(SamplerTest, ValidationNamesTheField) {

@@ -25,6 +25,10 @@ struct StructuredOutput {
   // grammar::JsonSchemaOptions::strict). OpenAI's response_format json_schema with
   // "strict": true sets it; llama-server's `json_schema` field leaves it false.
   bool strict = false;
+  // The request field the format came from ("response_format", "json_schema", "grammar",
+  // "regex", or a CLI flag such as "--json-schema"): the param of a compile error. Not part of
+  // what the grammar is.
+  std::string field;
 
   // Tool calls, over ChatRequest::tools (the functions' `parameters` schemas):
   enum class Tools : uint8_t {

@@ -210,6 +210,7 @@ Status StructuredOutputFromJson(const Json& request, StructuredOutput* out) {
                                                                        : "\"required\"") +
                           ": the reply is tool calls only");
   }
+  if (given != nullptr) so.field = given;
   *out = std::move(so);
   return Status::Ok();
 }
