@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
     std::printf("%s\n", c.name.c_str());
     std::vector<double> compile_ms;
     std::vector<uint32_t> mask(vls::grammar::MaskWords(vocab->size()));
-    for (int r = 0; r < 3; ++r) {
+    std::shared_ptr<const CompiledGrammar> keep;  // holds the vocabulary's token trie
+    for (int r = 0; r < 4; ++r) {
       const auto t0 = Clock::now();
       auto cg = CompiledGrammar::Compile(c.grammar, vocab, limits);
       if (!cg.ok()) {
@@ -210,10 +211,12 @@ int main(int argc, char** argv) {
       GrammarMatcher m(*cg);
       m.FillNextTokenMask(mask);
       compile_ms.push_back(Us(t0, Clock::now()) / 1000.0);
+      keep = *cg;
     }
-    std::sort(compile_ms.begin(), compile_ms.end());
-    std::printf("  compile+first mask: best_ms=%.1f median_ms=%.1f\n", compile_ms[0],
-                compile_ms[1]);
+    std::printf("  compile+first mask: with the token trie's build ms=%.1f; trie built: ",
+                compile_ms[0]);
+    std::sort(compile_ms.begin() + 1, compile_ms.end());
+    std::printf("best_ms=%.1f median_ms=%.1f\n", compile_ms[1], compile_ms[2]);
     auto cg = CompiledGrammar::Compile(c.grammar, vocab, limits);
     for (const char* pass : {"cold", "warm"}) {
       Stats docs;

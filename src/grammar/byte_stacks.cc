@@ -19,9 +19,31 @@ uint64_t Mix(uint64_t k) {
 }  // namespace
 
 bool StackEngine::Visit(int32_t pos, int32_t parent) {
+  const uint64_t k = Key(pos, parent);
+  if (!hashed_) {
+    for (size_t i = 0; i < small_n_; ++i) {
+      if (small_[i] == k) return false;
+    }
+    if (small_n_ < kSmall) {
+      small_[small_n_++] = k;
+      return true;
+    }
+    // Past the short array: move its keys into the hashed set.
+    hashed_ = true;
+    if (stamp_ == UINT32_MAX) {
+      std::fill(stamps_.begin(), stamps_.end(), 0);
+      stamp_ = 0;
+    }
+    ++stamp_;
+    used_ = 0;
+    for (size_t i = 0; i < small_n_; ++i) HashInsert(small_[i]);
+  }
+  return HashInsert(k);
+}
+
+bool StackEngine::HashInsert(uint64_t k) {
   if (keys_.empty() || (used_ + 1) * 2 > keys_.size()) {
-    // Grow (and forget the current call's keys: re-inserting them is not needed because a
-    // grow only happens between calls or when the table is half full, see below).
+    // Grow, re-inserting this call's keys.
     const size_t cap = keys_.empty() ? 256 : keys_.size() * 2;
     std::vector<uint64_t> old_keys = std::move(keys_);
     std::vector<uint32_t> old_stamps = std::move(stamps_);
@@ -39,7 +61,6 @@ bool StackEngine::Visit(int32_t pos, int32_t parent) {
       ++used_;
     }
   }
-  const uint64_t k = Key(pos, parent);
   const size_t mask = keys_.size() - 1;
   size_t h = Mix(k) & mask;
   while (stamps_[h] == stamp_) {
@@ -80,7 +101,13 @@ void StackEngine::Closure(std::vector<Frame>* arena, StackSet* out) {
       int32_t ret = t.parent;
       if (elems[static_cast<size_t>(t.pos) + 1] != ByteGrammar::kEnd) {
         ret = static_cast<int32_t>(arena->size());
-        arena->push_back(Frame{t.pos + 1, t.parent});
+        if (interner_ != nullptr) {
+          auto [it, inserted] = interner_->emplace(Key(t.pos + 1, t.parent), ret);
+          if (inserted) arena->push_back(Frame{t.pos + 1, t.parent});
+          ret = it->second;
+        } else {
+          arena->push_back(Frame{t.pos + 1, t.parent});
+        }
       }
       const auto begin = static_cast<size_t>(g_->alt_begin[static_cast<size_t>(rule)]);
       const auto end = static_cast<size_t>(g_->alt_begin[static_cast<size_t>(rule) + 1]);
@@ -91,12 +118,8 @@ void StackEngine::Closure(std::vector<Frame>* arena, StackSet* out) {
 }
 
 void StackEngine::NewCall() {
-  if (stamp_ == UINT32_MAX) {
-    std::fill(stamps_.begin(), stamps_.end(), 0);
-    stamp_ = 0;
-  }
-  ++stamp_;
-  used_ = 0;
+  small_n_ = 0;
+  hashed_ = false;
 }
 
 void StackEngine::Start(int32_t rule, int32_t parent, std::vector<Frame>* arena, StackSet* out) {

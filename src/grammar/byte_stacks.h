@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/byte_grammar.h"
@@ -57,6 +58,9 @@ class StackEngine {
   void Start(int32_t rule, int32_t parent, std::vector<Frame>* arena, StackSet* out);
   // The stacks of `in` that take byte b, advanced and expanded into `out` (cleared first).
   void Advance(std::span<const StackTop> in, uint8_t b, std::vector<Frame>* arena, StackSet* out);
+  // With a map set, frames are hash-consed through it (key (pos << 32) | parent -> frame id),
+  // so equal stacks get equal ids; nullptr (the default) appends every frame.
+  void SetInterner(std::unordered_map<uint64_t, int32_t>* interner) { interner_ = interner; }
 
  private:
   void Closure(std::vector<Frame>* arena, StackSet* out);
@@ -64,8 +68,15 @@ class StackEngine {
   void NewCall();
 
   const ByteGrammar* g_;
+  std::unordered_map<uint64_t, int32_t>* interner_ = nullptr;
   std::vector<StackTop> work_;
-  // Open-addressing set of (pos, parent) keys, cleared by bumping the stamp.
+  // The (pos, parent) keys visited in this call: a short array scanned linearly, then (past
+  // kSmall keys) an open-addressing set cleared by bumping the stamp.
+  static constexpr size_t kSmall = 24;
+  uint64_t small_[kSmall] = {};
+  size_t small_n_ = 0;
+  bool hashed_ = false;
+  bool HashInsert(uint64_t k);
   std::vector<uint64_t> keys_;
   std::vector<uint32_t> stamps_;
   uint32_t stamp_ = 0;

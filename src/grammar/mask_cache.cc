@@ -1,7 +1,9 @@
 #include "grammar/mask_cache.h"
 
 #include <algorithm>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace vls::grammar {
 namespace {
@@ -24,53 +26,162 @@ void Reserve(MaskScratch* s, size_t depth) {
     s->depth.resize(depth + 1);
     s->context.resize(depth + 1);
     s->arena_at.resize(depth + 1);
+    s->states.resize(depth + 1);
   }
-}
-
-// The stack a context key stands for: keys[0] the top's position, keys[1..] its frames' from
-// the top down, ending in kBottomKey when the stack ends there (else in kContext).
-StackTop StartFromKeys(std::span<const int32_t> keys, std::vector<Frame>* arena) {
-  int32_t parent = kContext;
-  size_t n = keys.size();
-  if (keys[n - 1] == kBottomKey) {
-    parent = kBottom;
-    --n;
-  }
-  for (size_t i = n; i-- > 1;) {
-    arena->push_back(Frame{keys[i], parent});
-    parent = static_cast<int32_t>(arena->size()) - 1;
-  }
-  return StackTop{keys[0], parent};
 }
 
 }  // namespace
 
-void SetUncertainLimitForTesting(size_t limit) { g_uncertain_limit.store(limit); }
+namespace {
 
-MaskCache::MaskCache(const ByteGrammar* g, const TokenTrie* trie, const TokenVocab* vocab)
-    : g_(g),
-      trie_(trie),
-      vocab_(vocab),
-      uncertain_limit_(g_uncertain_limit.load()),
-      roots_(std::make_unique<std::atomic<MaskEntry*>[]>(g->elems.size())) {
-  for (size_t i = 0; i < g->elems.size(); ++i) roots_[i].store(nullptr);
+// What a walk needs of a state: whether it can take more bytes, end, or left into kContext.
+struct StateInfo {
+  bool has_tops = false;
+  bool can_end = false;
+  bool context = false;  // the step into it left into kContext (or passed a bound)
+  bool overflow = false;
+};
+
+StateInfo InfoOf(const StackSet& s) {
+  return StateInfo{!s.tops.empty(), s.can_end, s.hit_context || s.overflow, s.overflow};
 }
 
-MaskCache::~MaskCache() {
-  for (size_t i = 0; i < g_->elems.size(); ++i) delete roots_[i].load();
-}
+// States by depth on the caller's arena, dropped as the walk backs up: for short lists.
+class PlainStepper {
+ public:
+  PlainStepper(MaskScratch* s, std::vector<Frame>* arena, int max_depth) : s_(s), arena_(arena) {
+    Reserve(s, static_cast<size_t>(max_depth));
+  }
+  int32_t Start(StackTop top) {
+    s_->depth[0].Clear();
+    s_->depth[0].tops.push_back(top);
+    s_->arena_at[0] = arena_->size();
+    return 0;
+  }
+  // REQUIRES: `from` is the depth of the state being advanced, the deepest one still needed.
+  int32_t Next(int32_t from, uint8_t b) {
+    const auto d = static_cast<size_t>(from);
+    arena_->resize(s_->arena_at[d]);
+    s_->engine->Advance(s_->depth[d].tops, b, arena_, &s_->depth[d + 1]);
+    s_->arena_at[d + 1] = arena_->size();
+    return from + 1;
+  }
+  StateInfo Info(int32_t h) const { return InfoOf(s_->depth[static_cast<size_t>(h)]); }
+  void Finish() { arena_->resize(s_->arena_at[0]); }
+
+ private:
+  MaskScratch* s_;
+  std::vector<Frame>* arena_;
+};
+
+}  // namespace
+
+// A lazily built DFA over the walks' stack sets, shared by every walk of one MaskCache (under
+// its mutex): frames are hash-consed in its own arena and sets interned by content, so equal
+// stacks are one state whichever walk met them first, and each state's transitions are computed
+// once. Cleared between walks when it grows past kMaxStates.
+class WalkDfa {
+ public:
+  static constexpr size_t kMaxStates = 1 << 15;
+
+  explicit WalkDfa(const ByteGrammar* g) : engine_(g) { engine_.SetInterner(&frames_); }
+
+  void MaybeReset() {
+    if (tops_.size() <= kMaxStates && arena_.size() <= kMaxStates * 16) return;
+    arena_.clear();
+    frames_.clear();
+    ids_.clear();
+    tops_.clear();
+    info_.clear();
+    dense_.clear();
+    sparse_.clear();
+  }
+  // The top of a context key's stack (see StartFromKeys) with its frames in this DFA's arena.
+  StackTop FromKeys(std::span<const int32_t> keys) {
+    int32_t parent = kContext;
+    size_t n = keys.size();
+    if (keys[n - 1] == kBottomKey) {
+      parent = kBottom;
+      --n;
+    }
+    for (size_t i = n; i-- > 1;) {
+      const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(keys[i])) << 32) |
+                           static_cast<uint32_t>(parent);
+      auto [it, inserted] = frames_.emplace(key, static_cast<int32_t>(arena_.size()));
+      if (inserted) arena_.push_back(Frame{keys[i], parent});
+      parent = it->second;
+    }
+    return StackTop{keys[0], parent};
+  }
+  int32_t Start(StackTop top) {
+    StackSet set;
+    set.tops.push_back(top);
+    return Intern(&set);
+  }
+  int32_t Next(int32_t from, uint8_t b) {
+    const auto f = static_cast<size_t>(from);
+    if (f < kDenseStates) {
+      const int32_t to = dense_[f * 256 + b];
+      if (to >= 0) return to;
+    } else {
+      auto it = sparse_.find((static_cast<uint64_t>(from) << 8) | b);
+      if (it != sparse_.end()) return it->second;
+    }
+    engine_.Advance(tops_[f], b, &arena_, &scratch_);
+    const int32_t to = Intern(&scratch_);
+    if (f < kDenseStates) {
+      dense_[f * 256 + b] = to;
+    } else {
+      sparse_[(static_cast<uint64_t>(from) << 8) | b] = to;
+    }
+    return to;
+  }
+  StateInfo Info(int32_t h) const { return info_[static_cast<size_t>(h)]; }
+  void Finish() {}
+
+ private:
+  static constexpr size_t kDenseStates = 4096;
+
+  int32_t Intern(StackSet* set) {
+    std::sort(set->tops.begin(), set->tops.end(), [](const StackTop& x, const StackTop& y) {
+      return x.pos < y.pos || (x.pos == y.pos && x.parent < y.parent);
+    });
+    key_.assign(reinterpret_cast<const char*>(set->tops.data()),
+                set->tops.size() * sizeof(StackTop));
+    key_.push_back(static_cast<char>((set->can_end ? 1 : 0) | (set->hit_context ? 2 : 0) |
+                                     (set->overflow ? 4 : 0)));
+    auto [it, inserted] = ids_.emplace(key_, static_cast<int32_t>(tops_.size()));
+    if (inserted) {
+      tops_.push_back(set->tops);
+      info_.push_back(InfoOf(*set));
+      if (tops_.size() <= kDenseStates) dense_.resize(tops_.size() * 256, -1);
+    }
+    return it->second;
+  }
+
+  StackEngine engine_;
+  std::vector<Frame> arena_;
+  std::unordered_map<uint64_t, int32_t> frames_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<std::vector<StackTop>> tops_;
+  std::vector<StateInfo> info_;
+  std::vector<int32_t> dense_;
+  std::unordered_map<uint64_t, int32_t> sparse_;
+  StackSet scratch_;
+  std::string key_;
+};
+
+namespace {
 
 // Walks the whole trie from one stack. Tokens a path consumes are accepted; tokens no path gets
 // through are rejected unless some path left into kContext on the way (uncertain).
-template <typename OnFate>
-static void WalkTrie(const TokenTrie& trie, StackTop start, std::vector<Frame>* arena,
-                     MaskScratch* s, OnFate&& on_fate) {
-  StackEngine& engine = *s->engine;
+template <typename Stepper, typename OnFate>
+void WalkTrie(const TokenTrie& trie, StackTop start, Stepper* stepper, MaskScratch* s,
+              OnFate&& on_fate) {
   Reserve(s, static_cast<size_t>(trie.max_depth));
-  s->depth[0].Clear();
-  s->depth[0].tops.push_back(start);
+  std::vector<int32_t>& st = s->states;
+  st[0] = stepper->Start(start);
   s->context[0] = 0;
-  s->arena_at[0] = arena->size();
   const auto& nodes = trie.nodes;
   auto subtree_tokens_end = [&](size_t i) {
     const auto end = static_cast<size_t>(nodes[i].subtree_end);
@@ -80,15 +191,13 @@ static void WalkTrie(const TokenTrie& trie, StackTop start, std::vector<Frame>* 
   while (i < nodes.size()) {
     const TokenTrie::Node& n = nodes[i];
     const size_t d = n.depth;
-    arena->resize(s->arena_at[d - 1]);
-    StackSet& set = s->depth[d];
-    engine.Advance(s->depth[d - 1].tops, n.byte, arena, &set);
-    s->arena_at[d] = arena->size();
-    const bool context = s->context[d - 1] != 0 || set.hit_context || set.overflow;
+    st[d] = stepper->Next(st[d - 1], n.byte);
+    const StateInfo info = stepper->Info(st[d]);
+    const bool context = s->context[d - 1] != 0 || info.context;
     s->context[d] = context ? 1 : 0;
-    if (set.overflow || set.tops.empty()) {
+    if (info.overflow || !info.has_tops) {
       // Nothing below can be consumed here: the subtree is uncertain or rejected.
-      const bool here = !set.overflow && set.can_end;
+      const bool here = !info.overflow && info.can_end;
       for (int32_t t = n.tok_begin; t < n.tok_end; ++t) {
         on_fate(trie.token_ids[static_cast<size_t>(t)],
                 here ? Fate::kAccepted : (context ? Fate::kUncertain : Fate::kRejected));
@@ -107,21 +216,19 @@ static void WalkTrie(const TokenTrie& trie, StackTop start, std::vector<Frame>* 
     }
     ++i;
   }
-  arena->resize(s->arena_at[0]);
+  stepper->Finish();
 }
 
 // The same over a list of tokens in trie order (sharing the states of common prefixes);
 // `skip(id)` leaves a token out.
-template <typename Skip, typename OnFate>
-static void WalkList(const TokenVocab& vocab, int max_depth, StackTop start,
-                     std::span<const int32_t> tokens, std::vector<Frame>* arena, MaskScratch* s,
-                     Skip&& skip, OnFate&& on_fate) {
-  StackEngine& engine = *s->engine;
+template <typename Stepper, typename Skip, typename OnFate>
+void WalkList(const TokenVocab& vocab, int max_depth, StackTop start,
+              std::span<const int32_t> tokens, Stepper* stepper, MaskScratch* s, Skip&& skip,
+              OnFate&& on_fate) {
   Reserve(s, static_cast<size_t>(max_depth));
-  s->depth[0].Clear();
-  s->depth[0].tops.push_back(start);
+  std::vector<int32_t>& st = s->states;
+  st[0] = stepper->Start(start);
   s->context[0] = 0;
-  s->arena_at[0] = arena->size();
   std::string_view prev;
   size_t valid = 0;  // states [0, valid] hold prev's prefixes
   for (int32_t id : tokens) {
@@ -131,25 +238,40 @@ static void WalkList(const TokenVocab& vocab, int max_depth, StackTop start,
     while (lcp < valid && lcp < b.size() && prev[lcp] == b[lcp]) ++lcp;
     size_t d = lcp;
     while (d < b.size()) {
-      const StackSet& from = s->depth[d];
-      if (from.overflow || from.tops.empty()) break;
-      arena->resize(s->arena_at[d]);
-      StackSet& set = s->depth[d + 1];
-      engine.Advance(from.tops, static_cast<uint8_t>(b[d]), arena, &set);
-      s->arena_at[d + 1] = arena->size();
-      s->context[d + 1] = (s->context[d] != 0 || set.hit_context || set.overflow) ? 1 : 0;
+      const StateInfo from = stepper->Info(st[d]);
+      if (from.overflow || !from.has_tops) break;
+      st[d + 1] = stepper->Next(st[d], static_cast<uint8_t>(b[d]));
+      s->context[d + 1] = (s->context[d] != 0 || stepper->Info(st[d + 1]).context) ? 1 : 0;
       ++d;
     }
     valid = d;
     prev = b;
-    const StackSet& last = s->depth[d];
-    if (d == b.size() && !last.overflow && (!last.tops.empty() || last.can_end)) {
+    const StateInfo last = stepper->Info(st[d]);
+    if (d == b.size() && !last.overflow && (last.has_tops || last.can_end)) {
       on_fate(id, Fate::kAccepted);
     } else {
       on_fate(id, s->context[d] != 0 ? Fate::kUncertain : Fate::kRejected);
     }
   }
-  arena->resize(s->arena_at[0]);
+  stepper->Finish();
+}
+
+}  // namespace
+
+void SetUncertainLimitForTesting(size_t limit) { g_uncertain_limit.store(limit); }
+
+MaskCache::MaskCache(const ByteGrammar* g, const TokenTrie* trie, const TokenVocab* vocab)
+    : g_(g),
+      trie_(trie),
+      vocab_(vocab),
+      uncertain_limit_(g_uncertain_limit.load()),
+      dfa_(std::make_unique<WalkDfa>(g)),
+      roots_(std::make_unique<std::atomic<MaskEntry*>[]>(g->elems.size())) {
+  for (size_t i = 0; i < g->elems.size(); ++i) roots_[i].store(nullptr);
+}
+
+MaskCache::~MaskCache() {
+  for (size_t i = 0; i < g_->elems.size(); ++i) delete roots_[i].load();
 }
 
 void MaskCache::Store(std::vector<int32_t> accepted, MaskEntry* e) const {
@@ -168,10 +290,14 @@ const MaskEntry* MaskCache::Root(int32_t pos, std::vector<Frame>* arena,
   if (MaskEntry* e = slot.load(std::memory_order_acquire)) return e;
   auto fresh = std::make_unique<MaskEntry>();
   std::vector<int32_t> accepted;
-  WalkTrie(*trie_, StackTop{pos, kContext}, arena, scratch, [&](int32_t id, Fate f) {
-    if (f == Fate::kAccepted) accepted.push_back(id);
-    if (f == Fate::kUncertain) fresh->uncertain.push_back(id);
-  });
+  {
+    std::lock_guard<std::mutex> lock(dfa_mu_);
+    dfa_->MaybeReset();
+    WalkTrie(*trie_, StackTop{pos, kContext}, dfa_.get(), scratch, [&](int32_t id, Fate f) {
+      if (f == Fate::kAccepted) accepted.push_back(id);
+      if (f == Fate::kUncertain) fresh->uncertain.push_back(id);
+    });
+  }
   Store(std::move(accepted), fresh.get());
   MaskEntry* expected = nullptr;
   if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
@@ -190,16 +316,18 @@ const MaskEntry* MaskCache::Child(const MaskEntry* parent, std::vector<Frame>* a
   }
   auto fresh = std::make_unique<MaskEntry>();
   std::vector<int32_t> accepted;
-  const size_t mark = arena->size();
-  const StackTop start = StartFromKeys(scratch->keys, arena);
-  WalkList(
-      *vocab_, trie_->max_depth, start, parent->uncertain, arena, scratch,
-      [](int32_t) { return false; },
-      [&](int32_t id, Fate f) {
-        if (f == Fate::kAccepted) accepted.push_back(id);
-        if (f == Fate::kUncertain) fresh->uncertain.push_back(id);
-      });
-  arena->resize(mark);
+  {
+    std::lock_guard<std::mutex> lock(dfa_mu_);
+    dfa_->MaybeReset();
+    const StackTop start = dfa_->FromKeys(scratch->keys);
+    WalkList(
+        *vocab_, trie_->max_depth, start, parent->uncertain, dfa_.get(), scratch,
+        [](int32_t) { return false; },
+        [&](int32_t id, Fate f) {
+          if (f == Fate::kAccepted) accepted.push_back(id);
+          if (f == Fate::kUncertain) fresh->uncertain.push_back(id);
+        });
+  }
   Store(std::move(accepted), fresh.get());
   std::lock_guard<std::mutex> lock(parent->mu);
   auto [it, inserted] = parent->children.emplace(key, std::move(fresh));
@@ -234,8 +362,9 @@ void MaskCache::FillMask(std::span<const StackTop> tops, std::vector<Frame>* are
       frame = (*arena)[static_cast<size_t>(frame)].parent;
     }
     if (e->uncertain.empty()) continue;
+    PlainStepper stepper(scratch, arena, trie_->max_depth);
     WalkList(
-        *vocab_, trie_->max_depth, top, e->uncertain, arena, scratch,
+        *vocab_, trie_->max_depth, top, e->uncertain, &stepper, scratch,
         [&](int32_t id) { return HasBit(mask, id); },
         [&](int32_t id, Fate f) {
           if (f == Fate::kAccepted) SetBit(mask, id);

@@ -51,8 +51,11 @@ struct MaskScratch {
   std::vector<StackSet> depth;   // [d] the stacks after d bytes of the current token
   std::vector<uint8_t> context;  // [d] a path left the rule within d bytes
   std::vector<size_t> arena_at;  // [d] the arena's size after depth d
+  std::vector<int32_t> states;   // [d] the walk's state after d bytes
   std::vector<int32_t> keys;     // the positions of the context being looked up
 };
+
+class WalkDfa;
 
 class MaskCache {
  public:
@@ -76,6 +79,8 @@ class MaskCache {
   const TokenTrie* trie_;
   const TokenVocab* vocab_;
   size_t uncertain_limit_;
+  mutable std::mutex dfa_mu_;  // held by the walks that fill entries
+  std::unique_ptr<WalkDfa> dfa_;
   std::unique_ptr<std::atomic<MaskEntry*>[]> roots_;  // [positions]
 };
 

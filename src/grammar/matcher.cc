@@ -33,7 +33,7 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Compile(
   auto impl = std::make_unique<Impl>();
   impl->grammar = g;
   VLS_ASSIGN_OR_RETURN(impl->bytes, LowerToBytes(g, limits));
-  impl->trie = TokenTrie::Build(*vocab);
+  impl->trie = TokenTrie::ForVocab(vocab);
   impl->vocab = std::move(vocab);
   impl->cache = std::make_unique<MaskCache>(&impl->bytes, impl->trie.get(), impl->vocab.get());
   return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));

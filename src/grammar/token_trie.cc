@@ -1,6 +1,8 @@
 #include "grammar/token_trie.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string_view>
 
 namespace vls::grammar {
@@ -49,6 +51,29 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(const TokenVocab& vocab) {
   for (int32_t n : path) {
     trie->nodes[static_cast<size_t>(n)].subtree_end = static_cast<int32_t>(trie->nodes.size());
   }
+  return trie;
+}
+
+std::shared_ptr<const TokenTrie> TokenTrie::ForVocab(
+    const std::shared_ptr<const TokenVocab>& vocab) {
+  // Keyed by the vocabulary's address; the weak pointer to the vocabulary tells a live entry
+  // from one whose vocabulary is gone (and whose address may have been reused).
+  struct Slot {
+    std::weak_ptr<const TokenVocab> vocab;
+    std::weak_ptr<const TokenTrie> trie;
+  };
+  static std::mutex mu;
+  static std::map<const TokenVocab*, Slot> slots;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = slots.begin(); it != slots.end();) {
+    it = it->second.vocab.expired() || it->second.trie.expired() ? slots.erase(it) : std::next(it);
+  }
+  auto it = slots.find(vocab.get());
+  if (it != slots.end()) {
+    if (auto trie = it->second.trie.lock()) return trie;
+  }
+  std::shared_ptr<const TokenTrie> trie = Build(*vocab);
+  slots[vocab.get()] = Slot{vocab, trie};
   return trie;
 }
 

@@ -25,6 +25,9 @@ struct TokenTrie {
   int max_depth = 0;
 
   static std::shared_ptr<const TokenTrie> Build(const TokenVocab& vocab);
+  // The trie of `vocab`, built once per vocabulary object while any grammar compiled for it
+  // holds the trie (a vocabulary is immutable and shared per model). Thread-safe.
+  static std::shared_ptr<const TokenTrie> ForVocab(const std::shared_ptr<const TokenVocab>& vocab);
 };
 
 }  // namespace vls::grammar
