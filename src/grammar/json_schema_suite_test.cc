@@ -107,8 +107,9 @@ std::vector<fs::path> SuiteFiles(std::string* draft) {
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".json") files.push_back(e.path());
   }
-  if (fs::exists(dir / "optional" / "format")) {
-    for (const auto& e : fs::directory_iterator(dir / "optional" / "format")) {
+  for (const fs::path& sub : {dir / "optional", dir / "optional" / "format"}) {
+    if (!fs::exists(sub)) continue;
+    for (const auto& e : fs::directory_iterator(sub)) {
       if (e.path().extension() == ".json") files.push_back(e.path());
     }
   }
@@ -146,8 +147,9 @@ TEST(JsonSchemaSuiteTest, CompiledOrRefusedByKeywordAndHonoured) {
     std::stringstream text;
     text << in.rdbuf();
     const Json groups = Json::parse(text.str());
-    const std::string fname = file.parent_path().filename() == "format"
-                                  ? "format/" + file.filename().string()
+    const std::string parent = file.parent_path().filename().string();
+    const std::string fname = parent == "format" || parent == "optional"
+                                  ? parent + "/" + file.filename().string()
                                   : file.filename().string();
     for (const Json& group : groups) {
       const Json& schema = group["schema"];

@@ -332,6 +332,7 @@ StatusOr<int32_t> SchemaCompiler::NumberRule(const Json& s, const std::string& p
   };
   std::optional<Bound> lo;
   std::optional<Bound> hi;
+  bool bounded = false;
   auto bound = [&](const char* key, bool lower, bool exclusive) -> Status {
     if (!s.contains(key)) return Status::Ok();
     const Json& v = s[key];
@@ -341,8 +342,11 @@ StatusOr<int32_t> SchemaCompiler::NumberRule(const Json& s, const std::string& p
                              ": expected a number");
     }
     const double x = v.get<double>();
+    bounded = true;
     if (std::fabs(x) > kMaxBound) {
-      if ((lower && x < 0) || (!lower && x > 0)) return Status::Ok();
+      // Numbers with a bound are written without exponent and with at most kMaxIntDigits
+      // integer digits (below 1e20): a bound past that on the open side bounds nothing.
+      if (std::fabs(x) >= 1e20 && ((lower && x < 0) || (!lower && x > 0))) return Status::Ok();
       return InvalidArgument("unsupported \"" + std::string(key) + "\" " + At(path) +
                              ": bounds beyond 1e18 are not supported");
     }
@@ -358,7 +362,7 @@ StatusOr<int32_t> SchemaCompiler::NumberRule(const Json& s, const std::string& p
   VLS_RETURN_IF_ERROR(bound("exclusiveMinimum", true, true));
   VLS_RETURN_IF_ERROR(bound("maximum", false, false));
   VLS_RETURN_IF_ERROR(bound("exclusiveMaximum", false, true));
-  if (!lo && !hi) return integer ? AnyInteger() : AnyNumber();
+  if (!bounded) return integer ? AnyInteger() : AnyNumber();
   // The bounds rounded inward to integers (exact for integers).
   std::optional<int64_t> ilo;
   std::optional<int64_t> ihi;
