@@ -199,41 +199,39 @@ void WalkTrie(const TokenTrie& trie, StackTop start, Stepper* stepper, MaskScrat
       // Nothing below can be consumed here: the subtree is uncertain or rejected.
       const bool here = !info.overflow && info.can_end;
       for (int32_t t = n.tok_begin; t < n.tok_end; ++t) {
-        on_fate(trie.token_ids[static_cast<size_t>(t)],
-                here ? Fate::kAccepted : (context ? Fate::kUncertain : Fate::kRejected));
+        on_fate(t, here ? Fate::kAccepted : (context ? Fate::kUncertain : Fate::kRejected));
       }
       if (context) {
         const int32_t end = subtree_tokens_end(i);
         for (int32_t t = n.tok_end; t < end; ++t) {
-          on_fate(trie.token_ids[static_cast<size_t>(t)], Fate::kUncertain);
+          on_fate(t, Fate::kUncertain);
         }
       }
       i = static_cast<size_t>(n.subtree_end);
       continue;
     }
     for (int32_t t = n.tok_begin; t < n.tok_end; ++t) {
-      on_fate(trie.token_ids[static_cast<size_t>(t)], Fate::kAccepted);
+      on_fate(t, Fate::kAccepted);
     }
     ++i;
   }
   stepper->Finish();
 }
 
-// The same over a list of tokens in trie order (sharing the states of common prefixes);
-// `skip(id)` leaves a token out.
+// The same over a list of token ranks in increasing order (sharing the states of common
+// prefixes); `skip(rank)` leaves a token out.
 template <typename Stepper, typename Skip, typename OnFate>
-void WalkList(const TokenVocab& vocab, int max_depth, StackTop start,
-              std::span<const int32_t> tokens, Stepper* stepper, MaskScratch* s, Skip&& skip,
-              OnFate&& on_fate) {
-  Reserve(s, static_cast<size_t>(max_depth));
+void WalkList(const TokenTrie& trie, StackTop start, std::span<const int32_t> ranks,
+              Stepper* stepper, MaskScratch* s, Skip&& skip, OnFate&& on_fate) {
+  Reserve(s, static_cast<size_t>(trie.max_depth));
   std::vector<int32_t>& st = s->states;
   st[0] = stepper->Start(start);
   s->context[0] = 0;
   std::string_view prev;
   size_t valid = 0;  // states [0, valid] hold prev's prefixes
-  for (int32_t id : tokens) {
+  for (int32_t id : ranks) {
     if (skip(id)) continue;
-    const std::string_view b = vocab.bytes[static_cast<size_t>(id)];
+    const std::string_view b = trie.RankBytes(id);
     size_t lcp = 0;
     while (lcp < valid && lcp < b.size() && prev[lcp] == b[lcp]) ++lcp;
     size_t d = lcp;
@@ -293,9 +291,9 @@ const MaskEntry* MaskCache::Root(int32_t pos, std::vector<Frame>* arena,
   {
     std::lock_guard<std::mutex> lock(dfa_mu_);
     dfa_->MaybeReset();
-    WalkTrie(*trie_, StackTop{pos, kContext}, dfa_.get(), scratch, [&](int32_t id, Fate f) {
-      if (f == Fate::kAccepted) accepted.push_back(id);
-      if (f == Fate::kUncertain) fresh->uncertain.push_back(id);
+    WalkTrie(*trie_, StackTop{pos, kContext}, dfa_.get(), scratch, [&](int32_t rank, Fate f) {
+      if (f == Fate::kAccepted) accepted.push_back(trie_->token_ids[static_cast<size_t>(rank)]);
+      if (f == Fate::kUncertain) fresh->uncertain.push_back(rank);
     });
   }
   Store(std::move(accepted), fresh.get());
@@ -321,11 +319,12 @@ const MaskEntry* MaskCache::Child(const MaskEntry* parent, std::vector<Frame>* a
     dfa_->MaybeReset();
     const StackTop start = dfa_->FromKeys(scratch->keys);
     WalkList(
-        *vocab_, trie_->max_depth, start, parent->uncertain, dfa_.get(), scratch,
-        [](int32_t) { return false; },
-        [&](int32_t id, Fate f) {
-          if (f == Fate::kAccepted) accepted.push_back(id);
-          if (f == Fate::kUncertain) fresh->uncertain.push_back(id);
+        *trie_, start, parent->uncertain, dfa_.get(), scratch, [](int32_t) { return false; },
+        [&](int32_t rank, Fate f) {
+          if (f == Fate::kAccepted) {
+            accepted.push_back(trie_->token_ids[static_cast<size_t>(rank)]);
+          }
+          if (f == Fate::kUncertain) fresh->uncertain.push_back(rank);
         });
   }
   Store(std::move(accepted), fresh.get());
@@ -363,11 +362,12 @@ void MaskCache::FillMask(std::span<const StackTop> tops, std::vector<Frame>* are
     }
     if (e->uncertain.empty()) continue;
     PlainStepper stepper(scratch, arena, trie_->max_depth);
+    const std::vector<int32_t>& ids = trie_->token_ids;
     WalkList(
-        *vocab_, trie_->max_depth, top, e->uncertain, &stepper, scratch,
-        [&](int32_t id) { return HasBit(mask, id); },
-        [&](int32_t id, Fate f) {
-          if (f == Fate::kAccepted) SetBit(mask, id);
+        *trie_, top, e->uncertain, &stepper, scratch,
+        [&](int32_t rank) { return HasBit(mask, ids[static_cast<size_t>(rank)]); },
+        [&](int32_t rank, Fate f) {
+          if (f == Fate::kAccepted) SetBit(mask, ids[static_cast<size_t>(rank)]);
         });
   }
   arena->resize(arena_base);

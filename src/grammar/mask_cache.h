@@ -39,7 +39,7 @@ struct MaskEntry {
   // The tokens this entry accepts (beyond its parents'): ids, or a bitmask when many.
   std::vector<int32_t> accepted_ids;
   std::vector<uint32_t> accepted_bits;  // [MaskWords(V)] or empty
-  std::vector<int32_t> uncertain;       // token ids in trie order
+  std::vector<int32_t> uncertain;       // token ranks (TokenTrie::token_ids), increasing
 
   mutable std::mutex mu;
   mutable std::unordered_map<int32_t, std::unique_ptr<MaskEntry>> children;  // guarded by mu

@@ -51,6 +51,12 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(const TokenVocab& vocab) {
   for (int32_t n : path) {
     trie->nodes[static_cast<size_t>(n)].subtree_end = static_cast<int32_t>(trie->nodes.size());
   }
+  trie->blob_offset.reserve(trie->token_ids.size() + 1);
+  for (int32_t id : trie->token_ids) {
+    trie->blob_offset.push_back(static_cast<uint32_t>(trie->blob.size()));
+    trie->blob += vocab.bytes[static_cast<size_t>(id)];
+  }
+  trie->blob_offset.push_back(static_cast<uint32_t>(trie->blob.size()));
   return trie;
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "grammar/matcher.h"
@@ -22,6 +24,13 @@ struct TokenTrie {
   std::vector<Node> nodes;          // preorder; the root (the empty prefix) is not stored
   std::vector<int32_t> token_ids;   // grouped by node
   std::vector<int32_t> trie_order;  // [V] a token's rank in preorder (-1: not in the trie)
+  // The bytes of the token of each rank, back to back: [blob_offset[r], blob_offset[r + 1]).
+  std::string blob;
+  std::vector<uint32_t> blob_offset;  // [ranks + 1]
+  std::string_view RankBytes(int32_t rank) const {
+    const auto r = static_cast<size_t>(rank);
+    return std::string_view(blob).substr(blob_offset[r], blob_offset[r + 1] - blob_offset[r]);
+  }
   int max_depth = 0;
 
   static std::shared_ptr<const TokenTrie> Build(const TokenVocab& vocab);
