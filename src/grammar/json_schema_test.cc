@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grammar/gbnf.h"
 #include "grammar/json_schema_test_util.h"
 #include "grammar/matcher.h"
 
@@ -286,6 +287,23 @@ TEST(JsonSchemaTest, BoundsBeforeCompiling) {
                                       "items":{"$ref":"#/$defs/a"}}}, "$ref":"#/$defs/a"})"),
                                   JsonSchemaOptions{}, GrammarLimits{})
                   .ok());
+}
+
+TEST(JsonSchemaTest, PrintedGrammarParsesBackAsGbnf) {
+  // PrintGbnf is the cache key: the front end's rule names and classes must print and parse.
+  StatusOr<Grammar> g =
+      JsonSchemaToGrammar(std::string_view(R"({"type":"object","properties":{"a b":{"type":"string",
+        "pattern":"^[\\x00-\\x1f\"\\\\]+$"},"n":{"type":"number","minimum":-1.5},
+        "d":{"format":"date-time"},"e":{"enum":["x\"y",null]}},"additionalProperties":true})"),
+                          JsonSchemaOptions{}, GrammarLimits{});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const std::string printed = PrintGbnf(*g);
+  StatusOr<Grammar> again = ParseGbnf(printed, GrammarLimits{});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(PrintGbnf(*again), printed);
+  const auto c = CompileForBytes(*again);
+  EXPECT_TRUE(Accepts(c, R"({"a b":"\u001f\"","n":-1.25,"d":"2020-01-01T00:00:00Z","e":null})"));
+  EXPECT_FALSE(Accepts(c, R"({"a b":"x"})"));
 }
 
 TEST(JsonSchemaTest, AnyJsonObject) {
