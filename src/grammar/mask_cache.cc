@@ -11,6 +11,7 @@ namespace {
 constexpr int32_t kBottomKey = -1;
 
 std::atomic<size_t> g_uncertain_limit{kUncertainLimit};
+std::atomic<size_t> g_cache_budget{kMaxCacheBytes};
 
 enum class Fate : uint8_t { kRejected, kAccepted, kUncertain };
 
@@ -257,6 +258,7 @@ void WalkList(const TokenTrie& trie, StackTop start, std::span<const int32_t> ra
 }  // namespace
 
 void SetUncertainLimitForTesting(size_t limit) { g_uncertain_limit.store(limit); }
+void SetCacheBudgetForTesting(size_t bytes) { g_cache_budget.store(bytes); }
 
 MaskCache::MaskCache(const ByteGrammar* g, const TokenTrie* trie, const TokenVocab* vocab)
     : g_(g),
@@ -264,12 +266,24 @@ MaskCache::MaskCache(const ByteGrammar* g, const TokenTrie* trie, const TokenVoc
       vocab_(vocab),
       uncertain_limit_(g_uncertain_limit.load()),
       dfa_(std::make_unique<WalkDfa>(g)),
+      budget_(g_cache_budget.load()),
       roots_(std::make_unique<std::atomic<MaskEntry*>[]>(g->elems.size())) {
   for (size_t i = 0; i < g->elems.size(); ++i) roots_[i].store(nullptr);
 }
 
 MaskCache::~MaskCache() {
   for (size_t i = 0; i < g_->elems.size(); ++i) delete roots_[i].load();
+}
+
+bool MaskCache::FitsBudget(const MaskEntry& e) const {
+  const size_t bytes = sizeof(MaskEntry) + 64 +
+                       sizeof(int32_t) * (e.accepted_ids.size() + e.uncertain.size()) +
+                       sizeof(uint32_t) * e.accepted_bits.size();
+  size_t now = bytes_.load(std::memory_order_relaxed);
+  do {
+    if (now + bytes > budget_) return false;
+  } while (!bytes_.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+  return true;
 }
 
 void MaskCache::Store(std::vector<int32_t> accepted, MaskEntry* e) const {
@@ -297,6 +311,10 @@ const MaskEntry* MaskCache::Root(int32_t pos, std::vector<Frame>* arena,
     });
   }
   Store(std::move(accepted), fresh.get());
+  if (!FitsBudget(*fresh)) {
+    scratch->unstored.push_back(std::move(fresh));
+    return scratch->unstored.back().get();
+  }
   MaskEntry* expected = nullptr;
   if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
     return fresh.release();
@@ -328,6 +346,10 @@ const MaskEntry* MaskCache::Child(const MaskEntry* parent, std::vector<Frame>* a
         });
   }
   Store(std::move(accepted), fresh.get());
+  if (!FitsBudget(*fresh)) {
+    scratch->unstored.push_back(std::move(fresh));
+    return scratch->unstored.back().get();
+  }
   std::lock_guard<std::mutex> lock(parent->mu);
   auto [it, inserted] = parent->children.emplace(key, std::move(fresh));
   return it->second.get();
@@ -336,6 +358,7 @@ const MaskEntry* MaskCache::Child(const MaskEntry* parent, std::vector<Frame>* a
 void MaskCache::FillMask(std::span<const StackTop> tops, std::vector<Frame>* arena,
                          MaskScratch* scratch, std::span<uint32_t> mask) const {
   std::fill(mask.begin(), mask.end(), 0u);
+  scratch->unstored.clear();
   if (tops.empty()) return;
   if (scratch->engine == nullptr) scratch->engine = std::make_unique<StackEngine>(g_);
   const size_t arena_base = arena->size();

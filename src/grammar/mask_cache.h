@@ -31,9 +31,13 @@ namespace vls::grammar {
 // Uncertain tokens an entry may leave before a deeper entry is made, and the deepest context.
 inline constexpr size_t kUncertainLimit = 48;
 inline constexpr int kMaxContextDepth = 24;
+// The most memory one grammar's cache keeps; past it new entries are computed for the call that
+// needs them and dropped after it (correct, slower).
+inline constexpr size_t kMaxCacheBytes = size_t{256} << 20;
 // Tests set another limit (0: always go down to the bottom of the stack or kMaxContextDepth)
-// to exercise every path; caches made afterwards use it.
+// and budget (0: nothing kept) to exercise every path; caches made afterwards use them.
 void SetUncertainLimitForTesting(size_t limit);
+void SetCacheBudgetForTesting(size_t bytes);
 
 struct MaskEntry {
   // The tokens this entry accepts (beyond its parents'): ids, or a bitmask when many.
@@ -53,6 +57,7 @@ struct MaskScratch {
   std::vector<size_t> arena_at;  // [d] the arena's size after depth d
   std::vector<int32_t> states;   // [d] the walk's state after d bytes
   std::vector<int32_t> keys;     // the positions of the context being looked up
+  std::vector<std::unique_ptr<MaskEntry>> unstored;  // entries past the cache budget
 };
 
 class WalkDfa;
@@ -74,6 +79,8 @@ class MaskCache {
   const MaskEntry* Child(const MaskEntry* parent, std::vector<Frame>* arena,
                          MaskScratch* scratch) const;
   void Store(std::vector<int32_t> accepted, MaskEntry* e) const;
+  // Whether an entry of this size still fits the budget (then counted).
+  bool FitsBudget(const MaskEntry& e) const;
 
   const ByteGrammar* g_;
   const TokenTrie* trie_;
@@ -81,6 +88,8 @@ class MaskCache {
   size_t uncertain_limit_;
   mutable std::mutex dfa_mu_;  // held by the walks that fill entries
   std::unique_ptr<WalkDfa> dfa_;
+  size_t budget_;
+  mutable std::atomic<size_t> bytes_{0};
   std::unique_ptr<std::atomic<MaskEntry*>[]> roots_;  // [positions]
 };
 

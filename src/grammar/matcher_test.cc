@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
 #include <set>
+#include <thread>
 #include <tuple>
+#include <utility>
 
 #include "grammar/byte_grammar.h"
 #include "grammar/byte_stacks.h"
@@ -275,14 +278,24 @@ TEST(GrammarMatcherTest, AgreesWithEarleyOnRandomStrings) {
 
 // For every token: the mask bit == AcceptToken succeeds; then Rollback restores every mask.
 // Run with the mask cache's default limit on uncertain tokens, with none (every entry goes
-// down to the bottom of the stack) and with a small one.
-class MaskTest : public ::testing::TestWithParam<size_t> {
+// down to the bottom of the stack), with a small one, and with no memory for the cache.
+class MaskTest : public ::testing::TestWithParam<std::pair<size_t, size_t>> {
  protected:
-  void SetUp() override { SetUncertainLimitForTesting(GetParam()); }
-  void TearDown() override { SetUncertainLimitForTesting(kUncertainLimit); }
+  void SetUp() override {
+    SetUncertainLimitForTesting(GetParam().first);
+    SetCacheBudgetForTesting(GetParam().second);
+  }
+  void TearDown() override {
+    SetUncertainLimitForTesting(kUncertainLimit);
+    SetCacheBudgetForTesting(kMaxCacheBytes);
+  }
 };
 
-INSTANTIATE_TEST_SUITE_P(UncertainLimits, MaskTest, ::testing::Values(kUncertainLimit, 0, 3));
+INSTANTIATE_TEST_SUITE_P(CacheSettings, MaskTest,
+                         ::testing::Values(std::make_pair(kUncertainLimit, kMaxCacheBytes),
+                                           std::make_pair(size_t{0}, kMaxCacheBytes),
+                                           std::make_pair(size_t{3}, kMaxCacheBytes),
+                                           std::make_pair(size_t{0}, size_t{0})));
 
 TEST_P(MaskTest, MaskEqualsAcceptTokenOnRandomWalks) {
   std::mt19937 rng(5);
@@ -331,6 +344,58 @@ TEST_P(MaskTest, MaskEqualsAcceptTokenOnRandomWalks) {
   // The walks are not trivial: many tokens allowed, many steps taken.
   EXPECT_GT(total_allowed, 2000u);
   EXPECT_GT(total_steps, 300u);
+}
+
+// One compiled grammar shared by threads (its cache filling from all of them at once): every
+// mask equals the one a grammar compiled for a single thread gives.
+TEST(GrammarMatcherTest, SharedAcrossThreads) {
+  std::mt19937 rng(3);
+  for (int gi = 0; gi < 30; ++gi) {
+    auto vocab = RandomVocab(&rng);
+    const Grammar g = RandomGrammar(&rng);
+    auto shared = MustCompile(g, vocab);
+    auto alone = MustCompile(g, vocab);
+    ASSERT_NE(shared, nullptr);
+    ASSERT_NE(alone, nullptr);
+    constexpr int kWalks = 8;
+    std::vector<std::vector<int32_t>> walks(kWalks);
+    std::vector<std::vector<std::vector<uint32_t>>> masks(kWalks);
+    for (int w = 0; w < kWalks; ++w) {
+      GrammarMatcher m(alone);
+      for (int step = 0; step < 10; ++step) {
+        std::vector<uint32_t> mask(MaskWords(vocab->size()));
+        m.FillNextTokenMask(mask);
+        masks[static_cast<size_t>(w)].push_back(mask);
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab->size(); ++id) {
+          if (MaskAllows(mask, id)) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        const int32_t id = allowed[rng() % allowed.size()];
+        ASSERT_TRUE(m.AcceptToken(id));
+        walks[static_cast<size_t>(w)].push_back(id);
+      }
+    }
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    threads.reserve(4);
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int k = 0; k < kWalks; ++k) {
+          const auto w = static_cast<size_t>((k + 3 * t) % kWalks);
+          GrammarMatcher m(shared);
+          for (size_t step = 0; step < masks[w].size(); ++step) {
+            std::vector<uint32_t> mask(MaskWords(vocab->size()));
+            m.FillNextTokenMask(mask);
+            if (mask != masks[w][step]) mismatches.fetch_add(1);
+            if (step < walks[w].size() && !m.AcceptToken(walks[w][step])) mismatches.fetch_add(1);
+          }
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    ASSERT_EQ(mismatches.load(), 0) << PrintGbnf(g);
+  }
 }
 
 TEST(GrammarMatcherTest, TokensEndingInsideACharacter) {
