@@ -175,6 +175,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::vector<std::string> docs = json_docs;
+    // Deeper nesting than the schema allows.
+    docs.push_back(
+        R"J({"a": [[[[{"b": {"c": [1, -2.5e3, {"d": [true, false, null]}]}}]]]], "e": "\u00e9\n"})J");
     if (std::string(name) == "arithmetic") {
       docs = {"x = 1\n", "(a1 + 23) * b_2 / 4.5 = 12\ny - (z * (3 + 4)) = w\n",
               "total_price * 1.19 + shipping = 42.5\n"};

@@ -4,23 +4,26 @@
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <utility>
 
 namespace vls::grammar {
 
 std::shared_ptr<const TokenTrie> TokenTrie::Build(const TokenVocab& vocab) {
   auto trie = std::make_shared<TokenTrie>();
-  std::vector<int32_t> ids;
+  std::vector<std::pair<std::string_view, int32_t>> items;
   for (int32_t id = 0; id < vocab.size(); ++id) {
     const std::string& b = vocab.bytes[static_cast<size_t>(id)];
     const bool usable =
         static_cast<size_t>(id) < vocab.usable.size() && vocab.usable[static_cast<size_t>(id)] != 0;
-    if (usable && !b.empty() && b.size() <= 65535) ids.push_back(id);
+    if (usable && !b.empty() && b.size() <= 65535) items.emplace_back(b, id);
   }
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
-    const std::string& x = vocab.bytes[static_cast<size_t>(a)];
-    const std::string& y = vocab.bytes[static_cast<size_t>(b)];
-    return x < y || (x == y && a < b);
+  std::sort(items.begin(), items.end(), [](const auto& x, const auto& y) {
+    const int c = x.first.compare(y.first);
+    return c < 0 || (c == 0 && x.second < y.second);
   });
+  std::vector<int32_t> ids;
+  ids.reserve(items.size());
+  for (const auto& item : items) ids.push_back(item.second);
   trie->trie_order.assign(static_cast<size_t>(vocab.size()), -1);
   std::vector<int32_t> path;  // node indices of the current prefix
   std::string_view prev;
