@@ -5,7 +5,8 @@
 // For each grammar: compile = Compile (lowering, token trie) + the first FillNextTokenMask,
 // best and median of 3; then mask times per step over documents of the language tokenized by
 // the tokenizer and over random walks (uniform among allowed tokens), once on a fresh compiled
-// grammar (cold: its mask cache fills as it goes) and once more on the same one (warm).
+// grammar (cold: its mask cache fills as it goes) and once more on the same one (warm); and
+// AcceptToken's time along the documents.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,8 +50,10 @@ struct Stats {
     auto q = [&](double f) {
       return us[std::min(us.size() - 1, static_cast<size_t>(f * us.size()))];
     };
-    std::printf("  %-6s n=%zu median_us=%.1f p90_us=%.1f p99_us=%.1f max_us=%.1f mean_us=%.1f\n",
-                label, us.size(), q(0.5), q(0.9), q(0.99), us.back(), sum / us.size());
+    std::printf(
+        "  %-6s n=%zu median_us=%.1f p90_us=%.1f p99_us=%.1f max_us=%.1f mean_us=%.1f "
+        "total_ms=%.1f\n",
+        label, us.size(), q(0.5), q(0.9), q(0.99), us.back(), sum / us.size(), sum / 1000.0);
   }
 };
 
@@ -62,7 +65,7 @@ struct Case {
 
 void RunWalks(const std::shared_ptr<const CompiledGrammar>& cg, const vls::tok::Tokenizer& tok,
               const Case& c, int walks, int steps, uint32_t seed, Stats* doc_stats,
-              Stats* walk_stats) {
+              Stats* walk_stats, Stats* accept_stats) {
   const TokenVocab& v = cg->vocab();
   std::vector<uint32_t> mask(vls::grammar::MaskWords(v.size()));
   for (const std::string& doc : c.docs) {
@@ -73,7 +76,10 @@ void RunWalks(const std::shared_ptr<const CompiledGrammar>& cg, const vls::tok::
       const auto t0 = Clock::now();
       m.FillNextTokenMask(mask);
       doc_stats->us.push_back(Us(t0, Clock::now()));
-      if (!vls::grammar::MaskAllows(mask, id) || !m.AcceptToken(id)) {
+      const auto t1 = Clock::now();
+      const bool accepted = vls::grammar::MaskAllows(mask, id) && m.AcceptToken(id);
+      accept_stats->us.push_back(Us(t1, Clock::now()));
+      if (!accepted) {
         std::printf("  ERROR: %s: document token %d refused\n", c.name.c_str(), id);
         break;
       }
@@ -224,10 +230,12 @@ int main(int argc, char** argv) {
     for (const char* pass : {"cold", "warm"}) {
       Stats docs;
       Stats rand;
-      RunWalks(*cg, **tok, c, walks, steps, seed, &docs, &rand);
-      std::printf(" %s cache:\n", pass);
+      Stats accept;
+      RunWalks(*cg, **tok, c, walks, steps, seed, &docs, &rand, &accept);
+      std::printf(" %s cache: mask per token\n", pass);
       docs.Print("docs");
       rand.Print("random");
+      accept.Print("accept");
     }
   }
   return 0;

@@ -1,5 +1,13 @@
 // CompiledGrammar and GrammarMatcher (matcher.h): the byte grammar, the token trie and the mask
 // cache behind the public interface.
+//
+// Bounds (byte_stacks.h): a state holds at most kMaxStacks (2048) stacks and one byte's closure
+// takes at most kMaxClosureWork (65536) steps. A token whose bytes would pass either is refused
+// by AcceptToken / AcceptBytes, which leave the state as it was (still usable: other tokens, and
+// Rollback, work as before). Only a grammar ambiguous enough to double its stacks again and
+// again gets there; the mask is computed per stack, so near the bound it may allow a token that
+// AcceptToken then refuses, which the caller treats as the end of constrained decoding.
+// Tokens that are not usable, are empty or longer than 65535 bytes are never allowed.
 #include "grammar/matcher.h"
 
 #include <algorithm>
@@ -108,11 +116,12 @@ void GrammarMatcher::FillNextTokenMask(std::span<uint32_t> mask) {
 }
 
 bool GrammarMatcher::AcceptToken(int32_t id) {
-  const TokenVocab& v = *state_->g->vocab;
-  if (id < 0 || id >= v.size()) return false;
-  const auto i = static_cast<size_t>(id);
-  if (i >= v.usable.size() || v.usable[i] == 0 || v.bytes[i].empty()) return false;
-  return state_->Accept(v.bytes[i]);
+  const CompiledGrammar::Impl& g = *state_->g;
+  if (id < 0 || id >= g.vocab->size()) return false;
+  // Only the tokens of the trie can be produced (usable, non-empty, at most 65535 bytes), so
+  // that AcceptToken and the mask agree.
+  if (g.trie->trie_order[static_cast<size_t>(id)] < 0) return false;
+  return state_->Accept(g.vocab->bytes[static_cast<size_t>(id)]);
 }
 
 bool GrammarMatcher::AcceptBytes(std::string_view bytes) { return state_->Accept(bytes); }
