@@ -12,6 +12,7 @@ constexpr int32_t kBottomKey = -1;
 
 std::atomic<size_t> g_uncertain_limit{kUncertainLimit};
 std::atomic<size_t> g_cache_budget{kMaxCacheBytes};
+std::atomic<size_t> g_walk_budget{kMaxWalkTops};
 
 enum class Fate : uint8_t { kRejected, kAccepted, kUncertain };
 
@@ -68,6 +69,7 @@ class PlainStepper {
     return from + 1;
   }
   StateInfo Info(int32_t h) const { return InfoOf(s_->depth[static_cast<size_t>(h)]); }
+  bool Exhausted() const { return false; }
   void Finish() { arena_->resize(s_->arena_at[0]); }
 
  private:
@@ -80,15 +82,23 @@ class PlainStepper {
 // A lazily built DFA over the walks' stack sets, shared by every walk of one MaskCache (under
 // its mutex): frames are hash-consed in its own arena and sets interned by content, so equal
 // stacks are one state whichever walk met them first, and each state's transitions are computed
-// once. Cleared between walks when it grows past kMaxStates.
+// once. Cleared between walks when it grows past kMaxStates; a walk that makes it hold more than
+// kMaxWalkTops stacks stops there (Exhausted) and leaves its remaining tokens uncertain, to be
+// checked against the real stacks, so a hostile grammar costs time, not unbounded memory.
 class WalkDfa {
  public:
   static constexpr size_t kMaxStates = 1 << 15;
 
-  explicit WalkDfa(const ByteGrammar* g) : engine_(g) { engine_.SetInterner(&frames_); }
+  explicit WalkDfa(const ByteGrammar* g) : engine_(g), max_held_tops_(g_walk_budget.load()) {
+    engine_.SetInterner(&frames_);
+  }
 
   void MaybeReset() {
-    if (tops_.size() <= kMaxStates && arena_.size() <= kMaxStates * 16) return;
+    if (tops_.size() <= kMaxStates && arena_.size() <= kMaxStates * 16 &&
+        held_tops_ <= max_held_tops_ / 4) {
+      return;
+    }
+    held_tops_ = 0;
     arena_.clear();
     frames_.clear();
     ids_.clear();
@@ -139,6 +149,7 @@ class WalkDfa {
   }
   StateInfo Info(int32_t h) const { return info_[static_cast<size_t>(h)]; }
   void Finish() {}
+  bool Exhausted() const { return held_tops_ > max_held_tops_; }
 
  private:
   static constexpr size_t kDenseStates = 4096;
@@ -153,6 +164,9 @@ class WalkDfa {
                                      (set->overflow ? 4 : 0)));
     auto [it, inserted] = ids_.emplace(key_, static_cast<int32_t>(tops_.size()));
     if (inserted) {
+      // A set past a bound is never advanced: its stacks need not be kept.
+      if (set->overflow) set->tops.clear();
+      held_tops_ += set->tops.size() + 1;
       tops_.push_back(set->tops);
       info_.push_back(InfoOf(*set));
       if (tops_.size() <= kDenseStates) dense_.resize(tops_.size() * 256, -1);
@@ -170,6 +184,8 @@ class WalkDfa {
   std::unordered_map<uint64_t, int32_t> sparse_;
   StackSet scratch_;
   std::string key_;
+  size_t max_held_tops_;
+  size_t held_tops_ = 0;
 };
 
 namespace {
@@ -193,6 +209,12 @@ void WalkTrie(const TokenTrie& trie, StackTop start, Stepper* stepper, MaskScrat
     const TokenTrie::Node& n = nodes[i];
     const size_t d = n.depth;
     st[d] = stepper->Next(st[d - 1], n.byte);
+    if (stepper->Exhausted()) {
+      for (auto t = static_cast<size_t>(n.tok_begin); t < trie.token_ids.size(); ++t) {
+        on_fate(static_cast<int32_t>(t), Fate::kUncertain);
+      }
+      break;
+    }
     const StateInfo info = stepper->Info(st[d]);
     const bool context = s->context[d - 1] != 0 || info.context;
     s->context[d] = context ? 1 : 0;
@@ -230,8 +252,13 @@ void WalkList(const TokenTrie& trie, StackTop start, std::span<const int32_t> ra
   s->context[0] = 0;
   std::string_view prev;
   size_t valid = 0;  // states [0, valid] hold prev's prefixes
+  bool exhausted = false;
   for (int32_t id : ranks) {
     if (skip(id)) continue;
+    if (exhausted) {
+      on_fate(id, Fate::kUncertain);
+      continue;
+    }
     const std::string_view b = trie.RankBytes(id);
     size_t lcp = 0;
     while (lcp < valid && lcp < b.size() && prev[lcp] == b[lcp]) ++lcp;
@@ -240,8 +267,14 @@ void WalkList(const TokenTrie& trie, StackTop start, std::span<const int32_t> ra
       const StateInfo from = stepper->Info(st[d]);
       if (from.overflow || !from.has_tops) break;
       st[d + 1] = stepper->Next(st[d], static_cast<uint8_t>(b[d]));
+      if (stepper->Exhausted()) break;
       s->context[d + 1] = (s->context[d] != 0 || stepper->Info(st[d + 1]).context) ? 1 : 0;
       ++d;
+    }
+    if (stepper->Exhausted()) {
+      exhausted = true;
+      on_fate(id, Fate::kUncertain);
+      continue;
     }
     valid = d;
     prev = b;
@@ -259,6 +292,7 @@ void WalkList(const TokenTrie& trie, StackTop start, std::span<const int32_t> ra
 
 void SetUncertainLimitForTesting(size_t limit) { g_uncertain_limit.store(limit); }
 void SetCacheBudgetForTesting(size_t bytes) { g_cache_budget.store(bytes); }
+void SetWalkBudgetForTesting(size_t tops) { g_walk_budget.store(tops); }
 
 MaskCache::MaskCache(const ByteGrammar* g, const TokenTrie* trie, const TokenVocab* vocab)
     : g_(g),

@@ -34,10 +34,14 @@ inline constexpr int kMaxContextDepth = 24;
 // The most memory one grammar's cache keeps; past it new entries are computed for the call that
 // needs them and dropped after it (correct, slower).
 inline constexpr size_t kMaxCacheBytes = size_t{256} << 20;
+// The most stacks the walks' shared DFA holds (8 bytes each) before the walk filling an entry
+// stops and leaves the rest of its tokens uncertain (checked against the real stacks).
+inline constexpr size_t kMaxWalkTops = size_t{1} << 22;
 // Tests set another limit (0: always go down to the bottom of the stack or kMaxContextDepth)
-// and budget (0: nothing kept) to exercise every path; caches made afterwards use them.
+// and budgets (0: nothing kept) to exercise every path; caches made afterwards use them.
 void SetUncertainLimitForTesting(size_t limit);
 void SetCacheBudgetForTesting(size_t bytes);
+void SetWalkBudgetForTesting(size_t tops);
 
 struct MaskEntry {
   // The tokens this entry accepts (beyond its parents'): ids, or a bitmask when many.

@@ -278,24 +278,29 @@ TEST(GrammarMatcherTest, AgreesWithEarleyOnRandomStrings) {
 
 // For every token: the mask bit == AcceptToken succeeds; then Rollback restores every mask.
 // Run with the mask cache's default limit on uncertain tokens, with none (every entry goes
-// down to the bottom of the stack), with a small one, and with no memory for the cache.
-class MaskTest : public ::testing::TestWithParam<std::pair<size_t, size_t>> {
+// down to the bottom of the stack), with a small one, with no memory for the cache and with
+// walks cut short after a few states.
+class MaskTest : public ::testing::TestWithParam<std::tuple<size_t, size_t, size_t>> {
  protected:
   void SetUp() override {
-    SetUncertainLimitForTesting(GetParam().first);
-    SetCacheBudgetForTesting(GetParam().second);
+    SetUncertainLimitForTesting(std::get<0>(GetParam()));
+    SetCacheBudgetForTesting(std::get<1>(GetParam()));
+    SetWalkBudgetForTesting(std::get<2>(GetParam()));
   }
   void TearDown() override {
     SetUncertainLimitForTesting(kUncertainLimit);
     SetCacheBudgetForTesting(kMaxCacheBytes);
+    SetWalkBudgetForTesting(kMaxWalkTops);
   }
 };
 
 INSTANTIATE_TEST_SUITE_P(CacheSettings, MaskTest,
-                         ::testing::Values(std::make_pair(kUncertainLimit, kMaxCacheBytes),
-                                           std::make_pair(size_t{0}, kMaxCacheBytes),
-                                           std::make_pair(size_t{3}, kMaxCacheBytes),
-                                           std::make_pair(size_t{0}, size_t{0})));
+                         ::testing::Values(std::make_tuple(kUncertainLimit, kMaxCacheBytes,
+                                                           kMaxWalkTops),
+                                           std::make_tuple(size_t{0}, kMaxCacheBytes, kMaxWalkTops),
+                                           std::make_tuple(size_t{3}, kMaxCacheBytes, kMaxWalkTops),
+                                           std::make_tuple(size_t{0}, size_t{0}, kMaxWalkTops),
+                                           std::make_tuple(size_t{0}, kMaxCacheBytes, size_t{4})));
 
 TEST_P(MaskTest, MaskEqualsAcceptTokenOnRandomWalks) {
   std::mt19937 rng(5);
