@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "runtime/chat_json.h"
+#include "runtime/structured_output.h"
+#include "runtime/structured_output_grammar.h"
 #include "server/chat_page.h"
 #include "server/http_transport.h"
 #include "server/openai_response.h"
@@ -263,6 +265,20 @@ std::function<bool()> ClientGone(HttpExchange& ex) {
   };
 }
 
+// What a structured request asks for, counted once it is admitted (its grammar compiled).
+void CountStructured(ServerMetrics* metrics, const StructuredOutput& so) {
+  if (metrics == nullptr) return;
+  using Kind = StructuredOutput::Kind;
+  switch (so.kind) {
+    case Kind::kJsonObject: metrics->CountStructured(StructuredKind::kJsonObject); break;
+    case Kind::kJsonSchema: metrics->CountStructured(StructuredKind::kJsonSchema); break;
+    case Kind::kGbnf: metrics->CountStructured(StructuredKind::kGrammar); break;
+    case Kind::kRegex: metrics->CountStructured(StructuredKind::kRegex); break;
+    case Kind::kNone: break;
+  }
+  if (so.tools != StructuredOutput::Tools::kFree) metrics->CountStructured(StructuredKind::kTools);
+}
+
 // A request whose preparation failed: Cancelled (the client hung up during it) is logged as
 // cancelled; anything else is answered.
 void PrepareFailed(HttpExchange& ex, RequestLog& log, const Status& s) {
@@ -367,6 +383,7 @@ void HttpServer::Impl::Chat(HttpExchange& ex, RequestLog& log) {
   if (!ticket) return;
   auto prepared = pipeline->Prepare(parsed->chat, ClientGone(ex));
   if (!prepared.ok()) return PrepareFailed(ex, log, prepared.status());
+  CountStructured(metrics, parsed->chat.structured);
   ResponseMeta meta{NewId("chatcmpl-"), ResponseModelName(parsed->model, options.model_id),
                     static_cast<int64_t>(std::time(nullptr)), fingerprint};
   {
@@ -390,6 +407,7 @@ void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
   auto prepared = parsed->prompt ? pipeline->PrepareText(*parsed->prompt, parsed->params)
                                  : pipeline->PrepareTokens(*parsed->tokens, parsed->params);
   if (!prepared.ok()) return PrepareFailed(ex, log, prepared.status());
+  CountStructured(metrics, parsed->params.structured);
   ResponseMeta meta{NewId("cmpl-"), ResponseModelName(parsed->model, options.model_id),
                     static_cast<int64_t>(std::time(nullptr)), fingerprint};
   {
@@ -602,6 +620,9 @@ GaugeValues HttpServer::Impl::Gauges() const {
       g.video_preprocess_seconds = st.video_preprocess_seconds;
       g.video_encode_seconds = st.video_encode_seconds;
     }
+    const GrammarCache& grammars = pipeline->grammar_cache();
+    g.grammar_cache_hits = static_cast<int64_t>(grammars.hits());
+    g.grammar_cache_misses = static_cast<int64_t>(grammars.misses());
   }
   g.draining = draining.load() ? 1 : 0;
   return g;

@@ -174,6 +174,11 @@ void ServerMetrics::ObserveInterTokenLatency(double seconds) {
 void ServerMetrics::ObserveRequestDuration(double seconds) { request_duration_.Observe(seconds); }
 void ServerMetrics::ObserveQueueTime(double seconds) { queue_time_.Observe(seconds); }
 
+void ServerMetrics::CountStructured(StructuredKind kind) {
+  const auto i = static_cast<size_t>(kind);
+  if (i < structured_.size()) structured_[i].fetch_add(1, std::memory_order_relaxed);
+}
+
 std::string ServerMetrics::Render(const GaugeValues& g) const {
   std::string out;
   AppendHeader("vlstack_requests_total", "counter",
@@ -193,6 +198,22 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
                 prompt_tokens_cached_.load(std::memory_order_relaxed), &out);
   AppendCounter("vlstack_generation_tokens_total", "Tokens generated.",
                 generation_tokens_.load(std::memory_order_relaxed), &out);
+  AppendHeader("vlstack_structured_requests_total", "counter",
+               "Admitted requests whose reply follows a format, grammar, regex or enforced tool "
+               "calls, by kind.",
+               &out);
+  constexpr std::array<std::string_view, kStructuredKinds> kKinds = {"json_object", "json_schema",
+                                                                     "grammar", "regex", "tools"};
+  for (size_t i = 0; i < kKinds.size(); ++i) {
+    out.append("vlstack_structured_requests_total{kind=\"").append(kKinds[i]).append("\"} ");
+    out.append(std::to_string(structured_[i].load(std::memory_order_relaxed))).append("\n");
+  }
+  AppendCounter("vlstack_grammar_cache_hits_total",
+                "Structured-output grammars reused from the compiled-grammar cache.",
+                g.grammar_cache_hits, &out);
+  AppendCounter("vlstack_grammar_cache_misses_total",
+                "Structured-output grammars compiled (not found in the cache).",
+                g.grammar_cache_misses, &out);
   AppendCounter("vlstack_speculative_verify_passes_total",
                 "Decode passes that verified drafted tokens.", g.verify_passes, &out);
   AppendCounter("vlstack_speculative_draft_tokens_total", "Tokens drafted for verification.",

@@ -12,6 +12,11 @@
 //   vlstack_video_decode_seconds_total, vlstack_video_preprocess_seconds_total,
 //   vlstack_video_encode_seconds_total           counters: seconds decoding, preprocessing and
 //                                                running the vision tower on them
+//   vlstack_structured_requests_total{kind}      counter: admitted requests whose reply follows
+//                                                a json_object, json_schema, grammar or regex, or
+//                                                enforced tool calls ("tools")
+//   vlstack_grammar_cache_hits_total, vlstack_grammar_cache_misses_total   counters: compiled
+//                                                grammars reused from the cache and compiled
 //   vlstack_queue_depth, vlstack_slots_busy, vlstack_slots_total,
 //   vlstack_requests_in_flight, vlstack_draining gauges, read from the server at render time
 //   vlstack_time_to_first_token_seconds, vlstack_inter_token_latency_seconds,
@@ -22,6 +27,7 @@
 #ifndef VLSTACK_SERVER_METRICS_H_
 #define VLSTACK_SERVER_METRICS_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -77,7 +83,15 @@ struct GaugeValues {
   // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
   int64_t videos = 0, video_frames = 0;
   double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;
+  // The compiled structured-output grammars' cache (ChatPipeline::grammar_cache()), monotone: a
+  // hit reuses a compiled schema, grammar or regex; a miss compiles one.
+  int64_t grammar_cache_hits = 0, grammar_cache_misses = 0;
 };
+
+// What a structured request asked its reply to follow (vlstack_structured_requests_total's kind
+// label); a request with a reply format and enforced tool calls counts under both.
+enum class StructuredKind : uint8_t { kJsonObject, kJsonSchema, kGrammar, kRegex, kTools };
+inline constexpr size_t kStructuredKinds = 5;
 
 class ServerMetrics {
  public:
@@ -100,6 +114,7 @@ class ServerMetrics {
   void ObserveInterTokenLatency(double seconds);
   void ObserveRequestDuration(double seconds);
   void ObserveQueueTime(double seconds);
+  void CountStructured(StructuredKind kind);
 
   // The whole /metrics body.
   std::string Render(const GaugeValues& g) const;
@@ -110,6 +125,7 @@ class ServerMetrics {
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> prompt_tokens_cached_{0};
   std::atomic<int64_t> generation_tokens_{0};
+  std::array<std::atomic<int64_t>, kStructuredKinds> structured_{};
   Histogram time_to_first_token_;
   Histogram inter_token_latency_;
   Histogram request_duration_;

@@ -139,6 +139,26 @@ TEST(MetricsTest, NegativeIncrementsAreDropped) {
   EXPECT_EQ(SampleValue(text, "vlstack_prompt_tokens_total"), "0");
 }
 
+TEST(MetricsTest, CountsStructuredRequestsByKind) {
+  ServerMetrics m;
+  EXPECT_EQ(SampleValue(m.Render({}), "vlstack_structured_requests_total{kind=\"regex\"}"), "0");
+  m.CountStructured(StructuredKind::kJsonSchema);
+  m.CountStructured(StructuredKind::kJsonSchema);
+  m.CountStructured(StructuredKind::kTools);
+  const std::string text = m.Render({});
+  EXPECT_EQ(SampleValue(text, "vlstack_structured_requests_total{kind=\"json_schema\"}"), "2");
+  EXPECT_EQ(SampleValue(text, "vlstack_structured_requests_total{kind=\"tools\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "vlstack_structured_requests_total{kind=\"json_object\"}"), "0");
+  EXPECT_EQ(SampleValue(text, "vlstack_structured_requests_total{kind=\"grammar\"}"), "0");
+  EXPECT_EQ(SampleValue(text, "vlstack_structured_requests_total{kind=\"regex\"}"), "0");
+  GaugeValues g;
+  g.grammar_cache_hits = 7;
+  g.grammar_cache_misses = 3;
+  const std::string cache = m.Render(g);
+  EXPECT_EQ(SampleValue(cache, "vlstack_grammar_cache_hits_total"), "7");
+  EXPECT_EQ(SampleValue(cache, "vlstack_grammar_cache_misses_total"), "3");
+}
+
 TEST(MetricsTest, BoundsTheRequestSeries) {
   ServerMetrics m;
   for (int i = 0; i < 500; ++i) m.CountRequest("e" + std::to_string(i), "ok");
@@ -218,9 +238,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 21u);
-  // 11 request series, 11 counters, 5 gauges, 4 histograms of (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 11 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(families.size(), 24u);
+  // 11 request series, 5 structured-request series, 13 counters, 5 gauges, 4 histograms of
+  // (buckets + 1) + 2 lines each.
+  EXPECT_EQ(samples, 11 + 5 + 13 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -421,31 +421,17 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   if (top_set && !r.logprobs) return Bad("top_logprobs", "needs \"logprobs\": true");
   r.top_logprobs = static_cast<int>(top);
 
-  if (auto it = body.find("response_format"); it != body.end()) {
-    if (!it->is_null()) {
-      if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
-        return Bad("response_format", "must be an object with a \"type\"");
-      }
-      if ((*it)["type"] != "text") {
-        return Status(StatusCode::kUnimplemented,
-                      "\"response_format\" " + (*it)["type"].get<std::string>() +
-                          " is not supported (no constrained decoding); only \"text\"")
-            .WithParam("response_format");
-      }
-    }
-    body.erase(it);
-  }
+  // tools and tool_choice are checked here (the server's bounds, and what the reply's tool calls
+  // are parsed for) and stay in the body: ChatRequestFromJson reads them again, with
+  // response_format, json_schema, grammar and regex, into chat.structured
+  // (StructuredOutputFromJson, the one reader the C ABI shares).
   Json tools;
-  if (auto it = body.find("tools"); it != body.end()) {
-    if (!it->is_null()) {
-      VLS_RETURN_IF_ERROR(CheckTools(*it, limits));
-      if (!it->empty()) tools = *it;
-    }
-    body.erase(it);
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    VLS_RETURN_IF_ERROR(CheckTools(*it, limits));
+    if (!it->empty()) tools = *it;
   }
-  if (auto it = body.find("tool_choice"); it != body.end()) {
-    if (!it->is_null()) VLS_RETURN_IF_ERROR(ReadToolChoice(*it, tools, &r));
-    body.erase(it);
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    VLS_RETURN_IF_ERROR(ReadToolChoice(*it, tools, &r));
   }
   VideoSamplingOptions video;
   if (auto it = body.find("mm_processor_kwargs"); it != body.end()) {
@@ -457,7 +443,7 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   r.chat = std::move(*chat);
   r.chat.video = video;
   VLS_RETURN_IF_ERROR(CheckSampling(r.chat.sampling));
-  if (r.tool_choice != ToolChoice::kNone) r.chat.tools = tools;
+  r.chat.tools = r.tool_choice == ToolChoice::kNone ? Json() : tools;
   r.chat.logprobs = r.logprobs ? r.top_logprobs : -1;
   return r;
 }

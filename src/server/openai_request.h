@@ -2,10 +2,19 @@
 //
 // /v1/chat/completions takes OpenAI's fields and vLLM's extras; the server-level ones are read
 // here (model, stream, stream_options, n, logprobs as a boolean with top_logprobs, tool_choice,
-// max_completion_tokens, response_format, and the accepted-and-ignored user, metadata, store,
+// max_completion_tokens, and the accepted-and-ignored user, metadata, store,
 // parallel_tool_calls, service_tier), the rest by ChatRequestFromJson (runtime/chat_json.h),
 // which refuses an unknown field by name. /v1/completions takes a raw prompt (a string, a list
 // of one string, token ids or a list of one list of token ids).
+//
+// Structured output (docs/structured_output.md): response_format (text, json_object,
+// json_schema with strict), tools with "strict": true, tool_choice "required" or a named
+// function, and the extras json_schema (llama-server, vLLM), grammar (GBNF, llama-server) and
+// regex (vLLM) are read by ChatRequestFromJson through StructuredOutputFromJson
+// (runtime/structured_output_json.h), the reader the C ABI shares, into ChatRequest::structured;
+// the pipeline compiles it (ChatPipeline::Prepare), so a schema keyword outside the subset is
+// refused there, with the field as param. /v1/completions takes the same fields but tools and
+// tool_choice.
 //
 // Every refusal is a Status whose param() names the offending field ("messages[1].role"), for a
 // 400 answer (ErrorFromStatus). A message's role must be system, developer (the system prompt

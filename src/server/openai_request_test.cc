@@ -120,8 +120,7 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   ExpectRefused(u + R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
                    "tool_choice": {"type": "function", "function": {"name": "g"}}})",
                 "not in tools", "tool_choice");
-  ExpectRefused(u + R"(, "response_format": {"type": "json_object"}})", "not supported",
-                "response_format");
+  ExpectRefused(u + R"(, "response_format": {"type": "yaml"}})", "yaml", "response_format.type");
   ExpectRefused(R"({"messages": []})", "non-empty", "messages");
   ExpectRefused(R"({"messages": "hi"})", "non-empty", "messages");
   ExpectRefused(R"({"messages": [{"content": "no role"}]})", "role", "messages[0].role");
@@ -307,6 +306,81 @@ TEST(OpenAiRequest, CompletionPrompts) {
         R"({"prompt": "a", "best_of": 2})"}) {
     EXPECT_FALSE(ParseCompletionRequest(Parse(bad), SamplingParams{}, limits).ok()) << bad;
   }
+}
+
+// Issue 34: the structured-output fields reach ChatRequest::structured through the runtime's
+// reader (StructuredOutputFromJson), chat and completions alike.
+TEST(OpenAiRequest, StructuredOutputFields) {
+  using Kind = StructuredOutput::Kind;
+  using Tools = StructuredOutput::Tools;
+  const std::string u = std::string("{") + kUser;
+  auto r = Chat(u + R"(, "response_format": {"type": "json_schema", "json_schema":
+      {"name": "x", "schema": {"type": "integer"}, "strict": true}}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.kind, Kind::kJsonSchema);
+  EXPECT_EQ(Json::parse(r->chat.structured.source), Json::parse(R"({"type": "integer"})"));
+  EXPECT_TRUE(r->chat.structured.strict);
+  r = Chat(u + R"(, "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.kind, Kind::kJsonObject);
+  r = Chat(u + R"(, "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->chat.structured.active());
+  r = Chat(u + R"(, "grammar": "root ::= \"a\""})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.kind, Kind::kGbnf);
+  EXPECT_EQ(r->chat.structured.source, "root ::= \"a\"");
+  r = Chat(u + R"(, "regex": "[0-9]+"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.kind, Kind::kRegex);
+  r = Chat(u + R"(, "json_schema": {"type": "boolean"}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.kind, Kind::kJsonSchema);
+  EXPECT_FALSE(r->chat.structured.strict);
+
+  const std::string tools =
+      R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}},
+          {"type": "function", "function": {"name": "g", "strict": true}}])";
+  r = Chat(u + tools + R"(, "tool_choice": "required"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.tools, Tools::kRequired);
+  EXPECT_TRUE(r->parse_tool_calls());
+  r = Chat(u + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.tools, Tools::kNamed);
+  EXPECT_EQ(r->chat.structured.tool_name, "g");
+  r = Chat(u + tools + "}");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.tools, Tools::kStrict);  // "auto" with a strict tool
+  r = Chat(u + tools + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chat.structured.tools, Tools::kFree);
+  EXPECT_TRUE(r->chat.tools.is_null());
+
+  ExpectRefused(u + R"(, "grammar": 5})", "grammar", "grammar");
+  ExpectRefused(u + R"(, "regex": "a", "grammar": "root ::= \"a\""})", "grammar", "regex");
+  ExpectRefused(u + R"(, "response_format": {"type": "json_schema"}})", "json_schema",
+                "response_format.json_schema");
+  ExpectRefused(u + tools + R"(, "tool_choice": "required", "json_schema": {}})", "required",
+                "json_schema");
+  ExpectRefused(u + R"(, "tools": [{"type": "function", "function": {"name": "f",
+                   "strict": "yes"}}]})",
+                "strict", "tools[0].function.strict");
+
+  auto c = ParseCompletionRequest(Parse(R"({"prompt": "a", "json_schema": {"enum": [1, 2]}})"),
+                                  SamplingParams{}, RequestLimits{});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->params.structured.kind, Kind::kJsonSchema);
+  c = ParseCompletionRequest(
+      Parse(R"({"prompt": "a", "response_format": {"type": "json_schema", "json_schema":
+                {"name": "n", "schema": {"type": "null"}}}})"),
+      SamplingParams{}, RequestLimits{});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->params.structured.kind, Kind::kJsonSchema);
+  c = ParseCompletionRequest(Parse(R"({"prompt": "a", "regex": "x", "tool_choice": "required"})"),
+                             SamplingParams{}, RequestLimits{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(ErrorFromStatus(c.status()).param, "tool_choice");
 }
 
 TEST(OpenAiRequest, ErrorFromStatusMapsCodes) {
