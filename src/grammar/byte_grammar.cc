@@ -4,6 +4,56 @@
 #include <string>
 
 namespace vls::grammar {
+namespace {
+
+using Alternatives = std::vector<std::vector<int32_t>>;
+
+// Alternatives of a rule that start with the same element become one alternative: that element
+// and then a new rule holding their tails (A ::= x B | x C  =>  A ::= x A' ; A' ::= B | C),
+// repeated in the new rules. The language is the same; a large enum of literals becomes a trie,
+// so a state holds one stack per distinct next byte instead of one per member.
+void LeftFactor(std::vector<Alternatives>* rules) {
+  std::vector<size_t> work(rules->size());
+  for (size_t r = 0; r < work.size(); ++r) work[r] = r;
+  while (!work.empty()) {
+    const size_t r = work.back();
+    work.pop_back();
+    if ((*rules)[r].size() < 2) continue;
+    Alternatives in = std::move((*rules)[r]);
+    std::vector<int32_t> firsts;  // in order of first appearance
+    std::map<int32_t, std::vector<size_t>> groups;
+    for (size_t a = 0; a < in.size(); ++a) {
+      if (in[a].empty()) continue;
+      auto [it, inserted] = groups.try_emplace(in[a][0]);
+      if (inserted) firsts.push_back(in[a][0]);
+      it->second.push_back(a);
+    }
+    Alternatives out;
+    bool empty_kept = false;
+    for (const std::vector<int32_t>& alt : in) {
+      if (alt.empty() && !empty_kept) {
+        out.push_back(alt);
+        empty_kept = true;
+      }
+    }
+    for (int32_t first : firsts) {
+      const std::vector<size_t>& members = groups[first];
+      if (members.size() == 1) {
+        out.push_back(std::move(in[members[0]]));
+        continue;
+      }
+      Alternatives tails;
+      for (size_t a : members) tails.emplace_back(in[a].begin() + 1, in[a].end());
+      const size_t tail_rule = rules->size();
+      rules->push_back(std::move(tails));
+      out.push_back({first, ByteGrammar::RuleCode(static_cast<int32_t>(tail_rule))});
+      work.push_back(tail_rule);
+    }
+    (*rules)[r] = std::move(out);
+  }
+}
+
+}  // namespace
 
 StatusOr<ByteGrammar> LowerToBytes(const Grammar& g, const GrammarLimits& limits) {
   ByteGrammar out;
@@ -42,7 +92,7 @@ StatusOr<ByteGrammar> LowerToBytes(const Grammar& g, const GrammarLimits& limits
     if (class_seqs[c].size() != 1) class_rule[c] = next_rule++;
   }
   const size_t max_positions = limits.max_elements * 4 + 1024;
-  std::vector<std::vector<std::vector<int32_t>>> alts(static_cast<size_t>(next_rule));
+  std::vector<Alternatives> alts(static_cast<size_t>(next_rule));
   size_t positions = 0;
   for (int32_t r = 0; r < source_rules; ++r) {
     for (const Sequence& seq : g.rules[static_cast<size_t>(r)].alternatives) {
@@ -83,6 +133,8 @@ StatusOr<ByteGrammar> LowerToBytes(const Grammar& g, const GrammarLimits& limits
                                std::to_string(max_positions) + " positions");
     }
   }
+  LeftFactor(&alts);
+  next_rule = static_cast<int32_t>(alts.size());
   out.alt_begin.push_back(0);
   for (int32_t r = 0; r < next_rule; ++r) {
     for (const std::vector<int32_t>& codes : alts[static_cast<size_t>(r)]) {

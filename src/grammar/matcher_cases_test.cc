@@ -83,6 +83,33 @@ TEST(GrammarMatcherTest, RefusalsLeaveTheStateAlone) {
   EXPECT_EQ(after, before);
 }
 
+// A large enum is lowered to a trie of its members (left factoring), so its 9000 members do not
+// count as 9000 stacks against the bound.
+TEST(GrammarMatcherTest, LargeEnumsStayUnderTheBound) {
+  GrammarBuilder b;
+  const int32_t root = b.AddRule("root");
+  std::vector<Sequence> members;
+  for (int i = 0; i < 9000; ++i) {
+    Sequence s = b.Literal("\"w" + std::to_string(i * 7919 % 100000) + "\"");
+    members.push_back(std::move(s));
+  }
+  b.SetAlternatives(root, std::move(members));
+  auto vocab = std::make_shared<TokenVocab>();
+  vocab->bytes = {"\"", "w", "7", "9", "\"w7919\""};
+  vocab->usable.assign(vocab->bytes.size(), 1);
+  auto compiled = MustCompile(std::move(b).Build(root), vocab);
+  ASSERT_NE(compiled, nullptr);
+  GrammarMatcher m(compiled);
+  std::vector<uint32_t> mask(1);
+  m.FillNextTokenMask(mask);
+  EXPECT_EQ(mask[0], (1u << 0) | (1u << 4));
+  ASSERT_TRUE(m.AcceptToken(0));
+  ASSERT_TRUE(m.AcceptToken(1));
+  ASSERT_TRUE(m.AcceptBytes("7919"));
+  ASSERT_TRUE(m.AcceptToken(0));
+  EXPECT_TRUE(m.MustEnd());
+}
+
 TEST(GrammarMatcherTest, CanEndAndMustEnd) {
   GrammarBuilder b;
   const int32_t root = b.AddRule("root");
@@ -105,13 +132,15 @@ TEST(GrammarMatcherTest, CanEndAndMustEnd) {
   EXPECT_EQ(m.steps(), 2);
 }
 
-// x ::= "a" x "b" | "a" x "b" | "" doubles its stacks with each "a": the bound refuses the byte
-// and leaves the state as it was.
+// x ::= "a" x "b" | y, y ::= "a" x "b" | "" doubles its stacks with each "a" (the same
+// alternative twice would be merged by the lowering): the bound refuses the byte and leaves the
+// state as it was.
 TEST(GrammarMatcherTest, AmbiguityIsBounded) {
   GrammarBuilder b;
   const int32_t x = b.AddRule("x");
-  b.SetAlternatives(
-      x, {{b.Char('a'), b.Ref(x), b.Char('b')}, {b.Char('a'), b.Ref(x), b.Char('b')}, {}});
+  const int32_t y = b.AddRule("y");
+  b.SetAlternatives(x, {{b.Char('a'), b.Ref(x), b.Char('b')}, {b.Ref(y)}});
+  b.SetAlternatives(y, {{b.Char('a'), b.Ref(x), b.Char('b')}, {}});
   auto vocab = std::make_shared<TokenVocab>();
   vocab->bytes = {"a", "b"};
   vocab->usable.assign(2, 1);
