@@ -44,6 +44,14 @@ static int32_t RunChat(vls_batch* b, const vls_chat* chat, const char* json, cha
   return finished ? finish : -1;
 }
 
+/* Whether s is three digits, '-', then "yes" or "no" (the structured-output test's regex). */
+static int IsDigitsThenYesNo(const char* s) {
+  for (int i = 0; i < 3; ++i) {
+    if (s[i] < '0' || s[i] > '9') return 0;
+  }
+  return s[3] == '-' && (strcmp(s + 4, "yes") == 0 || strcmp(s + 4, "no") == 0);
+}
+
 /* s as the inside of a JSON string: quotes, backslashes and control bytes escaped, UTF-8 kept. */
 static void JsonEscape(const char* s, char* out, size_t cap) {
   size_t o = 0;
@@ -355,6 +363,29 @@ void ChatTests(const char* dir_chat) {
           "the text is cut right before the stop string '%s': got '%s'", stop, cut);
   }
 
+  /* Structured output: the reply follows the regex whatever the random model prefers. */
+  static char constrained[kTextCap];
+  const int32_t f5 = RunChat(b, chat,
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],"
+                             "\"max_tokens\":24,\"temperature\":1,\"seed\":3,"
+                             "\"regex\":\"[0-9]{3}-(yes|no)\"}",
+                             constrained);
+  CHECK(f5 == VLS_FINISH_STOP, "a regex-constrained reply ends where the regex does (finish %d)",
+        f5);
+  CHECK(IsDigitsThenYesNo(constrained), "the reply matches [0-9]{3}-(yes|no): '%s'", constrained);
+  static char object[kTextCap];
+  const int32_t f6 = RunChat(b, chat,
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],"
+                             "\"max_tokens\":40,\"response_format\":{\"type\":\"json_schema\","
+                             "\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":"
+                             "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}},"
+                             "\"required\":[\"ok\"]}}}}",
+                             object);
+  CHECK(f6 == VLS_FINISH_STOP || f6 == VLS_FINISH_LENGTH, "a schema reply finishes (finish %d)",
+        f6);
+  CHECK(object[0] == '{' && (f6 != VLS_FINISH_STOP || strstr(object, "\"ok\"") != NULL),
+        "the schema reply is the object: '%s'", object);
+
   /* An image as a data: URL: a 24 x 16 PNG (grid 1 x 4 x 4 after smart_resize: 4 tokens). */
   static const char kPng[] =
       "iVBORw0KGgoAAAANSUhEUgAAABgAAAAQCAIAAACDRijCAAAAKUlEQVR42mNkYGDgogZiYeBnoAoYUgb9xyHOOPS9NmoQ"
@@ -412,6 +443,18 @@ void ChatTests(const char* dir_chat) {
                                        "\"data:video/mp4;base64,AAAAGGZ0eXBtcDQy\"}]}]}",
                                        &id),
                  VLS_ERR_DATA_LOSS, "messages[0].content[1]", id, count0, bytes0);
+  RejectedSubmit(
+      b, "chat bad regex",
+      vls_batch_submit_chat(
+          b, chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"regex\":\"(a)\\\\1\"}",
+          &id),
+      VLS_ERR_INVALID_ARGUMENT, "regex", id, count0, bytes0);
+  RejectedSubmit(b, "chat two constraints",
+                 vls_batch_submit_chat(b, chat,
+                                       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                       "\"regex\":\"a\",\"grammar\":\"root ::= \\\"a\\\"\"}",
+                                       &id),
+                 VLS_ERR_INVALID_ARGUMENT, "cannot be combined", id, count0, bytes0);
   RejectedSubmit(
       b, "chat too long",
       vls_batch_submit_chat(

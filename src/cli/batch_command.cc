@@ -25,7 +25,9 @@
 #include "cli/speculative_flags.h"
 #include "io/untrusted_json.h"
 #include "runtime/batch_engine.h"
+#include "runtime/grammar_vocab.h"
 #include "runtime/stop_matcher.h"
+#include "runtime/structured_output_grammar.h"
 #include "runtime/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,7 +61,10 @@ CommandSpec BatchSpec() {
       "\"max_frames\", \"num_frames\" (the sampling of the line's videos: 2 frames a second\n"
       "within 4..768 by default; fps at most 60, frames at most 768; not fps with num_frames),\n"
       "\"speculative\":{\"method\": \"off\"|\"ngram\"|\"draft\", \"draft_tokens\":K} (default:\n"
-      "--speculate)}.\n"
+      "--speculate), \"json_schema\":{…} | \"grammar\":\"GBNF\" | \"regex\":\"RE\" (structured "
+      "output,\n"
+      "at most one: the tokens follow it, compiled with the model folder's tokenizer.json; add\n"
+      "\"stop\":[] for the \"text\")}.\n"
       "Each output line: {\"id\", \"tokens\", \"finish_reason\": stop|length|cancelled|error,\n"
       "\"cached_tokens\" (prompt tokens served from prefix reuse), \"text\", \"error\"}. \"text\"\n"
       "comes with \"stop\": decoded with the model folder's tokenizer.json (special tokens and\n"
@@ -268,11 +273,13 @@ Status Batch(const Args& args) {
                eo.prefill_chunk, eo.prefix_reuse ? "on" : "off", eo.speculative.draft_tokens,
                DraftSourceName(eo.speculative.source));
 
-  // The tokenizer, only when some request has stop strings; without one those requests fail.
+  // The tokenizer, only when some request has stop strings or structured output; without one
+  // those requests fail.
   std::unique_ptr<tok::Tokenizer> tokenizer;
   Status tokenizer_status = Status::Ok();
-  if (std::any_of(lines.begin(), lines.end(),
-                  [](const Line& l) { return l.error.empty() && l.req.stop.has_value(); })) {
+  if (std::any_of(lines.begin(), lines.end(), [](const Line& l) {
+        return l.error.empty() && (l.req.stop.has_value() || l.req.structured.active());
+      })) {
     auto t = tok::Tokenizer::FromFile(model_dir);
     if (t.ok()) {
       tokenizer = std::move(*t);
@@ -321,6 +328,13 @@ Status Batch(const Args& args) {
     return Status::Ok();
   };
 
+  // Structured output: the lines' grammars over the model's vocabulary, compiled once each.
+  std::unique_ptr<GrammarCache> grammars;
+  if (tokenizer) {
+    grammars = std::make_unique<GrammarCache>(BuildGrammarVocab(*tokenizer, model->config().vocab),
+                                              grammar::GrammarLimits{});
+  }
+
   std::map<uint64_t, Line*> by_id;
   BatchEngine engine(
       *model,
@@ -363,6 +377,13 @@ Status Batch(const Args& args) {
       req = std::move(*r);
       return Status::Ok();
     }));
+    if (l.req.structured.active()) {
+      if (!grammars) {
+        return FailedPrecondition("structured output needs the model folder's tokenizer: " +
+                                  tokenizer_status.ToString());
+      }
+      VLS_ASSIGN_OR_RETURN(req.grammar, grammars->Get(l.req.structured, nullptr));
+    }
     if (l.req.cancel_after && *l.req.cancel_after == 0) {
       l.finish = FinishReason::kCancelled;  // cancelled before it emitted anything
       return Status::Ok();

@@ -10,6 +10,7 @@
 #include "runtime/image_encoder.h"
 #include "runtime/session.h"
 #include "runtime/stop_matcher.h"
+#include "runtime/structured_output_json.h"
 #include "tensor/grid_thw.h"
 
 namespace vls::cli {
@@ -268,7 +269,10 @@ constexpr std::string_view kBatchFields[] = {"id",
                                              "fps",
                                              "max_frames",
                                              "num_frames",
-                                             "speculative"};
+                                             "speculative",
+                                             "json_schema",
+                                             "grammar",
+                                             "regex"};
 
 // A float sampling field: any finite JSON number a float holds.
 Status ReadFloatField(const Json& v, const char* what, float* out) {
@@ -346,7 +350,7 @@ Status ReadBatchFields(const Json& j, BatchLine* line) {
                            "max_new_tokens, ignore_eos, cancel_after_tokens, temperature, top_k, "
                            "top_p, min_p, repetition_penalty, presence_penalty, "
                            "frequency_penalty, seed, stop, images, videos, fps, max_frames, "
-                           "num_frames, speculative)");
+                           "num_frames, speculative, json_schema, grammar, regex)");
   }
   // Each present, non-null field.
   auto field = [&j](const char* key) -> const Json* {
@@ -439,7 +443,19 @@ Status ParseBatchLine(std::string_view label, std::string_view text, BatchLine* 
     return InvalidArgument(std::string(label) + ": must be a JSON object, not " + JsonTypeName(j));
   }
   if (auto it = j.find("id"); it != j.end()) line->id = std::move(*it);
-  return ReadBatchFields(j, line);
+  VLS_RETURN_IF_ERROR(ReadBatchFields(j, line));
+  // Structured output: read again in key order (a schema's properties come out in its order).
+  if (j.contains("json_schema") || j.contains("grammar") || j.contains("regex")) {
+    nlohmann::ordered_json ordered;
+    VLS_RETURN_IF_ERROR(
+        ParseUntrustedOrderedJson(label, text, &ordered, {.code = StatusCode::kInvalidArgument}));
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+    for (const char* key : {"json_schema", "grammar", "regex"}) {
+      if (auto it = ordered.find(key); it != ordered.end()) fields[key] = std::move(*it);
+    }
+    VLS_RETURN_IF_ERROR(StructuredOutputFromJson(fields, &line->structured));
+  }
+  return Status::Ok();
 }
 
 StatusOr<GenerationRequest> BatchRequestFromInput(const SafetensorsFile& in, const BatchLine& line,

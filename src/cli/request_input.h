@@ -21,6 +21,7 @@
 #include "runtime/positions.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
+#include "runtime/structured_output.h"
 #include "vision/video_preprocess.h"
 
 namespace vls::cli {
@@ -88,6 +89,9 @@ struct BatchLine {
   // {"method": "off" | "ngram" | "draft", "draft_tokens": K} (SpeculativeFromJson); unset: the
   // engine's default (--speculate).
   std::optional<SpeculativeParams> speculative;
+  // "json_schema" (an object, its key order kept), "grammar" (GBNF text) or "regex" (at most one;
+  // StructuredOutputFromJson): compiled with the model folder's tokenizer by `batch`.
+  StructuredOutput structured;
 };
 
 // Most images one batch line may list (and most videos).

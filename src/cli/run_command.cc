@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/image_request.h"
@@ -61,6 +62,14 @@ constexpr const char* kHelpHead =
     "  --top-k K            top-k sampling, 0 off (default: generation_config.json's, else off)\n"
     "  --seed S             sampling seed (default: fixed per request)\n"
     "  --stop STR           (repeatable) stop string: the reply ends right before it\n"
+    "  --json-schema FILE   the reply is JSON valid under this JSON Schema (the subset of\n"
+    "                       docs/structured_output.md; a keyword outside it is refused by name)\n"
+    "  --grammar FILE       the reply follows this GBNF grammar (llama.cpp's syntax, root rule\n"
+    "                       \"root\")\n"
+    "  --regex RE           the whole reply matches this regular expression\n"
+    "                       (at most one of the three; every turn of a chat follows it; the\n"
+    "                       reply ends where the grammar must end, and --max-tokens cuts it as\n"
+    "                       a valid prefix)\n"
     "  --capacity C         context capacity in tokens (default 4096)\n"
     "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 64; 0: the\n"
     "                       whole prompt at once)\n";
@@ -125,6 +134,52 @@ void PrintSpeculation(const BatchEngine& engine) {
                                   : 0.0);
 }
 
+// --json-schema FILE, --grammar FILE or --regex RE (at most one) as the request's structured
+// output; files are read up to the grammar source bound. Compiled by ChatPipeline::Prepare.
+Status StructuredOutputFromArgs(const Args& args, StructuredOutput* out) {
+  const char* given = nullptr;
+  for (const char* flag : {"json-schema", "grammar", "regex"}) {
+    if (!args.Has(flag)) continue;
+    if (given != nullptr) {
+      return InvalidArgument(std::string("--") + flag + " cannot be combined with --" + given +
+                             ": give at most one of --json-schema, --grammar and --regex");
+    }
+    given = flag;
+  }
+  if (given == nullptr) return Status::Ok();
+  const std::string name = std::string("--") + given;
+  std::string value = args.Get(given).value_or("");
+  if (std::string_view(given) != "regex") {
+    const size_t bound = grammar::GrammarLimits{}.max_source_bytes;
+    auto text = ReadFileAtMost(value, bound);
+    if (!text.ok()) return text.status().WithContext(name);
+    if (text->size() > bound) {
+      return InvalidArgument(name + " " + value + ": more than " + std::to_string(bound) +
+                             " bytes (the grammar source bound)");
+    }
+    value = std::move(*text);
+  }
+  out->kind = std::string_view(given) == "json-schema" ? StructuredOutput::Kind::kJsonSchema
+              : std::string_view(given) == "grammar"   ? StructuredOutput::Kind::kGbnf
+                                                       : StructuredOutput::Kind::kRegex;
+  out->source = std::move(value);
+  out->field = name;
+  return Status::Ok();
+}
+
+// The token masks' cost over the engine's life (with structured output).
+void PrintGrammar(const BatchEngine& engine) {
+  const EngineCounters c = engine.counters();
+  if (c.grammar_masks == 0) return;
+  const double n = static_cast<double>(c.grammar_masks);
+  std::fprintf(stderr,
+               "[run] structured output: %llu token masks, %.1f us each (%.1f us of it on the "
+               "critical path)\n",
+               static_cast<unsigned long long>(c.grammar_masks),
+               static_cast<double>(c.grammar_mask_ns) / n / 1e3,
+               static_cast<double>(c.grammar_mask_wait_ns) / n / 1e3);
+}
+
 struct Options {
   std::string system;
   std::vector<std::string> images;  // --image files, before the first user turn's text
@@ -164,6 +219,7 @@ StatusOr<Options> ParseOptions(const Args& args, const ChatPipeline& pipeline) {
   }
   r.stop = args.GetAll("stop");
   VLS_RETURN_IF_ERROR(ValidateStopStrings(r.stop));
+  VLS_RETURN_IF_ERROR(StructuredOutputFromArgs(args, &r.structured));
   return o;
 }
 
@@ -333,6 +389,7 @@ int Run(const Args& args) {
   std::fflush(stdout);
   PrintStats(turn);
   PrintSpeculation(engine);
+  PrintGrammar(engine);
   return 0;
 }
 
@@ -343,16 +400,19 @@ CommandSpec RunSpec() {
   spec.name = "run";
   spec.usage = std::string(kHelpHead) + SpeculativeFlagsHelp() + kHelpTail;
   spec.usage.insert(spec.usage.find("  --help "), CheckWeightsFlagsHelp());
-  spec.value_flags = {"model", "prompt",     "system",     "image",       "video",
-                      "fps",   "max-frames", "max-tokens", "temperature", "top-p",
-                      "top-k", "seed",       "stop",       "capacity",    "prefill-chunk"};
+  spec.value_flags = {"model",       "prompt",     "system",     "image",       "video",
+                      "fps",         "max-frames", "max-tokens", "temperature", "top-p",
+                      "top-k",       "seed",       "stop",       "capacity",    "prefill-chunk",
+                      "json-schema", "grammar",    "regex"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = LoadBoolFlagNames();
   spec.example =
       "  vlstack run --model Qwen/Qwen3-VL-2B-Instruct --prompt 'What is in this picture?' \\\n"
       "      --image photo.jpg --max-tokens 200\n"
-      "  echo 'Summarise: ...' | vlstack run --model ./model --temperature 0.7 --seed 1\n";
+      "  echo 'Summarise: ...' | vlstack run --model ./model --temperature 0.7 --seed 1\n"
+      "  vlstack run --model ./model --image invoice.jpg --prompt 'The invoice as JSON' \\\n"
+      "      --json-schema invoice.schema.json\n";
   return spec;
 }
 

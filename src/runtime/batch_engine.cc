@@ -360,11 +360,23 @@ bool BatchEngine::RecordToken(Slot& slot, int32_t token, std::span<const float> 
     e.logprob = static_cast<float>(LogProb(logits, token, slot.request.logprobs, &top));
     for (const auto& [t, lp] : top) e.top_logprobs.push_back({t, lp});
   }
-  if (IsEndToken(slot, token) || grammar_done) {
-    // EOS and stop ids win over the length limit, as does a grammar that admits nothing more.
-    e.finish = FinishReason::kStop;
+  if (IsEndToken(slot, token)) {
+    e.finish = FinishReason::kStop;  // EOS and stop ids win over the length limit
   } else if (static_cast<int>(slot.generated.size()) >= slot.request.max_new_tokens) {
     e.finish = FinishReason::kLength;
+  }
+  if (grammar_done) {
+    // The grammar admits nothing more. The token is content, not an end token: it goes out
+    // as an ordinary event and a finish event without a token follows (a "stop" event with a
+    // token always names the EOS or stop id that ended the request, which TextStream hides).
+    e.finish = FinishReason::kNone;
+    out->events.push_back(std::move(e));
+    TokenEvent f = MakeEvent(slot);
+    f.finish = FinishReason::kStop;
+    out->events.push_back(std::move(f));
+    out->finished.push_back(slot.id);
+    ReleaseSlot(slot);
+    return true;
   }
   const bool done = e.finish != FinishReason::kNone;
   out->events.push_back(std::move(e));

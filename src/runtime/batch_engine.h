@@ -21,11 +21,13 @@
 // Structured output (GenerationRequest::grammar): each such request has a grammar matcher; every
 // token it samples (or verifies) is drawn under the matcher's token mask, its end tokens allowed
 // only where the grammar may end, and it finishes with "stop" as soon as the grammar admits
-// nothing more. Drafts are cut at their first token the grammar refuses before the pass. The
-// mask of a row's next token is computed on a helper thread while the decode pass runs
-// (batch_engine_grammar.cc); a mask failure finishes only its request, with an error.
-// Chunks keep M-RoPE positions continuous and slice the DeepStack payload per chunk (positions
-// rebased, exactly the feature rows of the chunk), so results equal the unchunked prefill.
+// nothing more (the last token's ordinary event, then a "stop" event without a token: a "stop"
+// event that carries a token always carries the EOS or stop id that ended it). Drafts are cut at
+// their first token the grammar refuses before the pass. The mask of a row's next token is computed
+// on a helper thread while the decode pass runs (batch_engine_grammar.cc); a mask failure finishes
+// only its request, with an error. Chunks keep M-RoPE positions continuous and slice the DeepStack
+// payload per chunk (positions rebased, exactly the feature rows of the chunk), so results equal
+// the unchunked prefill.
 //
 // Thread safety: every public method may be called from any thread. Steps are serialised by
 // `step_mu_`; Submit and Cancel only touch the queue (`mu_`) and return at once while a step
