@@ -11,7 +11,9 @@ clients, half-closed connections, garbage instead of HTTP, a 100 KB path, many a
 chunked bodies (good and bad), wrong methods, unknown paths (404 JSON), pipelining, path
 traversal, local image files inside and outside the allowed folder, hostile video parts (a
 truncated clip, junk and a PNG sent as video/mp4, an empty clip, a FIFO named .mp4, a clip over
-the body limit). After every case the server
+the body limit), malformed and hostile structured-output fields (response_format, json_schema,
+grammar, regex: bad shapes, unsupported keywords, huge enums, deep nesting, recursion without
+progress; answered 400 naming the field). After every case the server
 still answers /health and a normal chat request, and no slot stays busy. A second server
 (--slots 1 --max-queue 1) answers a burst with 429 + Retry-After, then drains on SIGTERM: the
 request in flight completes with 200, new connections are refused or get 503, exit code 0. A
@@ -320,6 +322,22 @@ BAD_FIELDS = [
     ("chat_template_kwargs", "x"), ("chat_template_kwargs", 5),
     ("speculative", "ngram"), ("speculative", {"method": "eagle"}), ("speculative", {"draft_tokens": 2}),
     ("speculative", {"method": "ngram", "draft_tokens": 0}), ("speculative", {"method": "ngram", "k": 1}),
+    # Structured output (issue 34): shapes, then what only compiling the schema, grammar or regex finds.
+    ("response_format", "json"), ("response_format", {"type": 5}), ("response_format", {"type": "yaml"}),
+    ("response_format", {"type": "text", "schema": {}}), ("response_format", {"type": "json_schema"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": 5}}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": "yes"}}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "extra": 1}}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "frobnicate"}}}),
+    ("json_schema", "x"), ("json_schema", 5), ("json_schema", {"properties": {"a": {"if": {}}}}),
+    ("json_schema", {"$ref": "#/$defs/missing"}), ("json_schema", {"type": "string", "pattern": "(a)\\1"}),
+    ("json_schema", {"type": "integer", "minimum": 5, "maximum": 1}),
+    ("grammar", 5), ("grammar", ""), ("grammar", "root ::= ("), ("grammar", "root ::= undefined"),
+    ("grammar", "root ::= root \"a\""), ("grammar", "item ::= \"a\""),
+    ("regex", 5), ("regex", "(a"), ("regex", "a{5,2}"), ("regex", "a{99999}"), ("regex", "(?=a)b"),
+    ("regex", "(a)\\1"),
+    ("tool_choice", {"type": "function"}), ("tool_choice", {"type": "function", "function": {"name": 5}}),
 ]
 
 
@@ -448,6 +466,31 @@ def hostile_cases(R, port, work):
     R.run(f"{len(BAD_FIELDS)} fields with wrong types or values", bad_fields, port)
 
     R.run("an unknown field", lambda: expect_error(chat(port, frobnicate=1), 400, "unknown field", "frobnicate"), port)
+
+    def hostile_structured():
+        # Bounded before anything is built (docs/limits.md): each refusal is quick and names its field.
+        def refused(what, field, **fields):
+            t = time.time()
+            expect_error(chat(port, **fields), 400, what, field)
+            check(time.time() - t < 10, f"{what}: {time.time() - t:.1f} s to refuse")
+        refused("an enum of 20,000 members", "json_schema", json_schema={"enum": list(range(20000))})
+        # The body's own nesting bound (64) refuses it before the schema is read.
+        refused("a schema nested 200 deep", None, json_schema=json.loads('{"items":' * 200 + "{}" + "}" * 200))
+        refused("a 300 KB grammar", "grammar", grammar="root ::= " + " | ".join(f'"w{i}"' for i in range(40000)))
+        refused("a grammar nested 500 deep", "grammar", grammar="root ::= " + "(" * 500 + '"a"' + ")" * 500)
+        refused("a recursion without progress", "grammar", grammar='root ::= a\na ::= b\nb ::= a | "x" a')
+        refused("minLength over the repeat bound", "json_schema", json_schema={"type": "string", "minLength": 10**6})
+        refused("a strict tool with an unsupported keyword", "tools",
+                tools=[{"type": "function", "function": {"name": "f", "strict": True,
+                                                         "parameters": {"type": "object", "patternProperties": {"a": {}}}}}],
+                tool_choice="required")
+        # Catastrophic backtracking elsewhere; a pushdown automaton here: answered at once.
+        t = time.time()
+        st, _, b = chat(port, regex="(a+)+b", max_tokens=8, temperature=1, seed=1)
+        check(st == 200, f"(a+)+b: {st} {b[:300]!r}")
+        check(re.fullmatch(r"a*b?", json.loads(b)["choices"][0]["message"]["content"]), f"(a+)+b: {b[:300]!r}")
+        check(time.time() - t < 20, f"(a+)+b took {time.time() - t:.1f} s")
+    R.run("hostile structured-output fields: bounded, named, quick", hostile_structured, port)
     R.run("n=1 accepted", lambda: check(chat(port, n=1)[0] == 200, "n=1 refused"), port)
 
     def speculative():
