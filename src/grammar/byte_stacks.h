@@ -32,8 +32,8 @@ inline constexpr int32_t kContext = -2;
 
 // The most stacks one state may hold and the most closure steps one byte may take; past either
 // the byte is refused (overflow), so an ambiguous grammar cannot blow up.
-inline constexpr size_t kMaxStacks = 2048;
-inline constexpr size_t kMaxClosureWork = 1 << 16;
+inline constexpr size_t kMaxStacks = 16384;
+inline constexpr size_t kMaxClosureWork = size_t{1} << 18;
 
 struct StackSet {
   std::vector<StackTop> tops;

@@ -1,8 +1,8 @@
 // CompiledGrammar and GrammarMatcher (matcher.h): the byte grammar, the token trie and the mask
 // cache behind the public interface.
 //
-// Bounds (byte_stacks.h): a state holds at most kMaxStacks (2048) stacks and one byte's closure
-// takes at most kMaxClosureWork (65536) steps. A token whose bytes would pass either is refused
+// Bounds (byte_stacks.h): a state holds at most kMaxStacks (16384) stacks and one byte's closure
+// takes at most kMaxClosureWork (262144) steps. A token whose bytes would pass either is refused
 // by AcceptToken / AcceptBytes, which leave the state as it was (still usable: other tokens, and
 // Rollback, work as before). Only a grammar ambiguous enough to double its stacks again and
 // again gets there; the mask is computed per stack, so near the bound it may allow a token that
