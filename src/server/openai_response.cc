@@ -6,6 +6,7 @@
 #include <cctype>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace vls::server {
@@ -61,6 +62,11 @@ std::vector<std::string> EndPayloads(FinishReason finish, const std::string& err
                                 {"usage", UsageJson(usage)}}));
   }
   return out;
+}
+
+// Only blanks (spaces, tabs, newlines), or nothing.
+bool IsBlank(std::string_view s) {
+  return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
 // Whether a piece's token is part of the reply (the EOS or stop id that ended it is not).
@@ -177,6 +183,9 @@ ChatResponder::ChatResponder(const ChatCompletionRequest& request, ResponseMeta 
                              const tok::Tokenizer* tokenizer)
     : request_(request), meta_(std::move(meta)), tokenizer_(tokenizer), gate_(tokenizer) {
   if (request_.parse_tool_calls()) tools_ = std::make_unique<ToolCallStream>();
+  const StructuredOutput::Tools t = request_.chat.structured.tools;
+  calls_only_ =
+      tools_ && (t == StructuredOutput::Tools::kRequired || t == StructuredOutput::Tools::kNamed);
 }
 
 Json ChatResponder::Chunk(Json delta, Json finish, Json logprobs) const {
@@ -241,6 +250,8 @@ std::vector<std::string> ChatResponder::StreamPiece(const OutputPiece& piece) {
   } else {
     split.content = piece.delta.text;
   }
+  // Enforced calls: the blanks the grammar lets through between calls are not content.
+  if (calls_only_ && IsBlank(split.content)) split.content.clear();
   if (!split.content.empty() || !logprobs.is_null()) {
     out.push_back(DumpJson(Chunk(Json{{"content", split.content}}, nullptr, std::move(logprobs))));
   }
@@ -270,8 +281,9 @@ Json ChatResponder::Completion() {
   if (request_.parse_tool_calls()) {
     ToolCallSplit split = SplitToolCalls(text_);
     calls_ = split.calls;
+    // With calls, blank content (the "\n" between blocks) is none.
     message["content"] =
-        split.calls.empty() || !split.content.empty() ? Json(split.content) : Json(nullptr);
+        split.calls.empty() || !IsBlank(split.content) ? Json(split.content) : Json(nullptr);
     if (!split.calls.empty()) {
       Json calls = Json::array();
       for (size_t i = 0; i < split.calls.size(); ++i) {

@@ -9,7 +9,10 @@
 //     usage; every chunk carries "usage": null while include_usage is on;
 //   - non-streaming: one chat.completion object.
 // With tools, the text goes through ToolCallStream: `<tool_call>` blocks become tool_calls and
-// finish_reason "tool_calls" (when the model stopped by itself).
+// finish_reason "tool_calls" (when the model stopped by itself). Blank content beside calls is
+// null in the completion, and not streamed at all when the calls are enforced (tool_choice
+// "required" or a named function: the grammar writes "\n" between calls); a block cut by
+// max_tokens stays text either way.
 //
 // All model text is dumped with invalid UTF-8 replaced (U+FFFD): a token's bytes need not be
 // valid UTF-8 on their own.
@@ -138,6 +141,9 @@ class ChatResponder {
   ResponseMeta meta_;
   const tok::Tokenizer* tokenizer_;
   std::unique_ptr<ToolCallStream> tools_;  // when tool calls are parsed
+  // tool_choice "required" or a named function (enforced): the reply is calls only, so blank
+  // text between them is not streamed as content.
+  bool calls_only_ = false;
   LogprobGate gate_;
   bool started_ = false;  // the role chunk was sent
   std::string text_;      // non-streaming: the whole text

@@ -183,6 +183,52 @@ TEST(ChatResponder, WithoutToolsTagsAreText) {
   EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
 }
 
+// Issue 34: enforced calls (tool_choice "required") come separated by "\n", which is not
+// content, streamed or not; a block cut by max_tokens stays text.
+TEST(ChatResponder, EnforcedCallsHaveNoBlankContent) {
+  auto tok = Tokenizer();
+  ChatCompletionRequest req;
+  req.chat.tools = Json::array({{{"type", "function"}, {"function", {{"name", "get"}}}}});
+  req.tool_choice = ToolChoice::kRequired;
+  req.chat.structured.tools = StructuredOutput::Tools::kRequired;
+  const std::string call = "<tool_call>\n{\"name\": \"get\", \"arguments\": {}}\n</tool_call>";
+  const std::vector<OutputPiece> pieces = {Text(call, 1), Text("\n", 2), Text(call, 3),
+                                           Finish(FinishReason::kStop, 1, 4)};
+  ChatResponder n(req, Meta(), tok.get());
+  for (const OutputPiece& p : pieces) n.Collect(p);
+  Json c = n.Completion();
+  EXPECT_TRUE(c["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(c["choices"][0]["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "tool_calls");
+
+  req.stream = true;
+  ChatResponder s(req, Meta(), tok.get());
+  const std::vector<Json> chunks = StreamAll(s, pieces);
+  EXPECT_EQ(StreamedContent(chunks), "");
+  int calls = 0;
+  for (const Json& ch : chunks) {
+    if (!ch["choices"].empty() && ch["choices"][0]["delta"].contains("tool_calls")) ++calls;
+  }
+  EXPECT_EQ(calls, 2);
+
+  // Cut by max_tokens inside the second call: the partial block is the content.
+  ChatResponder cut(req, Meta(), tok.get());
+  const std::vector<Json> cut_chunks =
+      StreamAll(cut, {Text(call, 1), Text("\n", 2), Text("<tool_call>\n{\"na", 3),
+                      Finish(FinishReason::kLength, 1, 3)});
+  EXPECT_EQ(StreamedContent(cut_chunks), "<tool_call>\n{\"na");
+  EXPECT_EQ(cut_chunks.back()["choices"][0]["finish_reason"], "length");
+
+  // Free tool calls: blank text beside calls is no content in the completion either.
+  ChatCompletionRequest free_req;
+  free_req.chat.tools = req.chat.tools;
+  ChatResponder f(free_req, Meta(), tok.get());
+  for (const OutputPiece& p : pieces) f.Collect(p);
+  c = f.Completion();
+  EXPECT_TRUE(c["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(c["choices"][0]["message"]["tool_calls"].size(), 2u);
+}
+
 TEST(ChatResponder, ErrorAndCancelledEnds) {
   auto tok = Tokenizer();
   ChatCompletionRequest req;

@@ -2,8 +2,9 @@
 // (`make-test-model --script`: greedy decoding answers every chat prompt with a fixed reply that
 // holds a Qwen3 `<tool_call>` block). A random model never writes one; this one always does, so
 // the whole path is checked: the model's tokens -> text -> tool_calls, streamed and not, the
-// finish reason, usage, stop strings cut exactly in a known reply, tool_choice "none", a tool
-// result sent back, and an image beside the tools.
+// finish reason, usage, stop strings cut exactly in a known reply, tool_choice "none", enforced
+// tool_choice "required" and a named function (the call first, no content), a tool result sent
+// back, and an image beside the tools.
 //
 // usage: node tests/server/tool_call_test.mjs --vlstack PATH   (exit 0 ok, 1 failed, 77 skipped)
 import { spawnSync } from 'node:child_process';
@@ -113,13 +114,43 @@ try {
   });
 
   await R.run('streamed: the same tool call in delta.tool_calls, the same content and usage', async () => {
-    for (const tool_choice of ['auto', 'required', { type: 'function', function: { name: 'get_weather' } }]) {
-      const s = await stream({ messages: ASK, model: 'm', tools: TOOLS, tool_choice });
-      checkEq(s.content, CONTENT, `content (${JSON.stringify(tool_choice)})`);
-      checkCall(s.calls, `streamed (${JSON.stringify(tool_choice)})`);
-      checkEq(s.finish, 'tool_calls', 'finish_reason');
-      checkUsage(s.usage, 'usage chunk');
+    const s = await stream({ messages: ASK, model: 'm', tools: TOOLS, tool_choice: 'auto' });
+    checkEq(s.content, CONTENT, 'content');
+    checkCall(s.calls, 'streamed');
+    checkEq(s.finish, 'tool_calls', 'finish_reason');
+    checkUsage(s.usage, 'usage chunk');
+  });
+
+  // Enforced (issue 34): the grammar starts the reply with the call, so the script's content
+  // cannot come first; the call's name and arguments are the script's.
+  await R.run('a named function is enforced: one call and no content, streamed and not', async () => {
+    const tool_choice = { type: 'function', function: { name: 'get_weather' } };
+    const s = await stream({ messages: ASK, model: 'm', tools: TOOLS, tool_choice });
+    checkEq(s.content, '', 'streamed content');
+    checkCall(s.calls, 'streamed');
+    checkEq(s.finish, 'tool_calls', 'streamed finish_reason');
+    const r = await client.chat.completions.create({ messages: ASK, model: 'm', tools: TOOLS, tool_choice });
+    checkEq(r.choices[0].message.content, null, 'content');
+    checkCall(r.choices[0].message.tool_calls, 'not streamed');
+    checkEq(r.choices[0].finish_reason, 'tool_calls', 'finish_reason');
+  });
+
+  await R.run('"required" is enforced: calls of get_weather only, no content between them', async () => {
+    // The script does not end after its call here (the grammar moved it off its tokens), so the
+    // calls repeat until max_tokens: each one is a valid call and the blanks between are no content.
+    const r = await client.chat.completions.create({ messages: ASK, model: 'm', tools: TOOLS,
+                                                     tool_choice: 'required', max_tokens: 100 });
+    const m = r.choices[0].message;
+    check(m.tool_calls?.length >= 1, `calls: ${JSON.stringify(m)}`);
+    for (const c of m.tool_calls) {
+      checkEq(c.function.name, 'get_weather', 'name');
+      check(Number.isInteger(JSON.parse(c.function.arguments).days), `arguments ${c.function.arguments}`);
     }
+    check(m.content === null || m.content.startsWith('<tool_call>'), `content: only a cut block: ${JSON.stringify(m.content)}`);
+    const s = await stream({ messages: ASK, model: 'm', tools: TOOLS, tool_choice: 'required', max_tokens: 100 });
+    checkEq(JSON.stringify(s.calls.map((c) => c.function)), JSON.stringify(m.tool_calls.map((c) => c.function)), 'streamed calls');
+    checkEq(s.content, m.content ?? '', 'streamed content');
+    checkEq(s.finish, r.choices[0].finish_reason, 'streamed finish_reason');
   });
 
   await R.run('tool_choice none: no tools in the prompt, the block stays text', async () => {
