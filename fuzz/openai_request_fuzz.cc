@@ -3,7 +3,8 @@
 // /v1/completions request.
 //
 // Every input must give a Status or a request that keeps the documented rules (n = 1 implied,
-// top_logprobs only with logprobs and within 0..20, tools only with a tool choice other than
+// top_logprobs only with logprobs and within 0..20, the runtime's structured tool mode matching
+// the server's tool_choice, tools only with a tool choice other than
 // "none", stop strings within the limit); a refusal must map to an OpenAI error with an HTTP
 // status in 400..599 whose body serialises. Nothing may throw.
 //
@@ -61,6 +62,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Fail("tools kept with tool_choice none", "");
     }
     if (r.chat.stop.size() > limits.max_stop) Fail("stop limit", "");
+    // The server's reading of tool_choice and the runtime's (StructuredOutputFromJson) agree.
+    using Tools = vls::StructuredOutput::Tools;
+    const Tools mode = r.chat.structured.tools;
+    if ((r.tool_choice == vls::server::ToolChoice::kRequired) != (mode == Tools::kRequired) ||
+        (r.tool_choice == vls::server::ToolChoice::kNamed) != (mode == Tools::kNamed) ||
+        (mode == Tools::kNamed && r.chat.structured.tool_name != r.tool_name)) {
+      Fail("tool_choice read twice, two answers", r.tool_name);
+    }
+    if (mode != Tools::kFree && !r.parse_tool_calls()) Fail("enforced calls not parsed", "");
     if (r.include_usage && !r.stream) Fail("include_usage without stream", "");
     const vls::VideoSamplingOptions& v = r.chat.video;
     if (v.fps && !(*v.fps > 0 && *v.fps <= limits.max_video_fps)) Fail("fps out of bounds", "");
