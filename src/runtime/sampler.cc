@@ -217,9 +217,7 @@ bool Sampler::Prepare(std::span<const float> logits, std::span<const int32_t> pr
   const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                          params_.frequency_penalty != 0.0f;
   const bool bias = !params_.logit_bias.empty();
-  if (params_.temperature <= 0.0f && !penalties && !bias && mask.empty()) {
-    return false;  // no copy needed
-  }
+  if (params_.temperature <= 0.0f && !penalties && !bias) return false;  // no copy needed
   *finite = CopyFinite(logits, &scratch_);
   if (!*finite) return true;  // nothing is sampled
   if (!mask.empty()) ApplyMask(mask, scratch_);
@@ -258,8 +256,11 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
                         std::span<const int32_t> generated, std::span<const uint32_t> mask) {
   bool finite = true;
   if (!Prepare(logits, prompt, generated, mask, &finite)) {
+    // Greedy on the raw logits: the argmax when the mask allows it (it is then the masked
+    // argmax too, ties included), else the masked argmax, without copying the row.
     const int32_t token = ArgMax(logits, &finite);
-    return finite ? token : kNonFiniteLogits;
+    if (!finite) return kNonFiniteLogits;
+    return Allowed(mask, token) ? token : MaskedArgMax(logits, mask);
   }
   if (!finite) return kNonFiniteLogits;
   int32_t token = params_.temperature <= 0.0f ? ArgMax(scratch_) : SampleTemperature();

@@ -75,7 +75,8 @@ class Sampler {
   // Applies the logit bias and the penalties to scratch_; false when the request is greedy
   // without either (the raw logits are then the argmax's input, and *finite is not set).
   // Otherwise *finite tells whether every logit is finite (when not, scratch_ is a plain copy).
-  // With a non-empty mask the copy is always made and the disallowed tokens set to -inf first.
+  // When a copy is made, a non-empty mask first sets the disallowed tokens to -inf (plain greedy
+  // makes none: Sample takes the masked argmax of the raw row).
   bool Prepare(std::span<const float> logits, std::span<const int32_t> prompt,
                std::span<const int32_t> generated, std::span<const uint32_t> mask, bool* finite);
   double NextUniform();  // [0, 1)
