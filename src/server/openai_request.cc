@@ -329,6 +329,20 @@ Status CheckSampling(const SamplingParams& p) {
   return s;
 }
 
+// Stop strings cut the text wherever they match, so beside a reply format they would end a
+// reply with finish_reason "stop" that does not parse, and such a reply must always be valid
+// (docs/contracts.md §6): the pair is refused. Stop token ids stay allowed (the engine takes them
+// only where the grammar may end), and so do stop strings beside enforced tool calls (clients
+// send their stop lists with tools; a match ends the reply, the calls complete before it are
+// returned, and a cut call stays text).
+Status CheckStopWithStructure(const ChatRequest& r) {
+  if (r.structured.kind == StructuredOutput::Kind::kNone || r.stop.empty()) return Status::Ok();
+  return Bad("stop",
+             "cannot be combined with a reply format (response_format json_object or "
+             "json_schema, json_schema, grammar, regex): a stop string would cut the reply "
+             "before it is complete; the grammar ends the reply by itself");
+}
+
 // A JSON list of token ids.
 StatusOr<std::vector<int32_t>> TokenList(const Json& v) {
   std::vector<int32_t> ids;
@@ -445,6 +459,7 @@ StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body_in,
   VLS_RETURN_IF_ERROR(CheckSampling(r.chat.sampling));
   r.chat.tools = r.tool_choice == ToolChoice::kNone ? Json() : tools;
   r.chat.logprobs = r.logprobs ? r.top_logprobs : -1;
+  VLS_RETURN_IF_ERROR(CheckStopWithStructure(r.chat));
   return r;
 }
 
@@ -512,6 +527,7 @@ StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body_in,
   VLS_RETURN_IF_ERROR(CheckSampling(r.params.sampling));
   r.params.messages = Json::array();
   r.params.logprobs = r.logprobs;
+  VLS_RETURN_IF_ERROR(CheckStopWithStructure(r.params));
   return r;
 }
 

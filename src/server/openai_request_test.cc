@@ -367,6 +367,18 @@ TEST(OpenAiRequest, StructuredOutputFields) {
                    "strict": "yes"}}]})",
                 "strict", "tools[0].function.strict");
 
+  // A stop string would cut a reply format short: refused; stop ids (taken only where the
+  // grammar may end) and tool calls keep them.
+  ExpectRefused(u + R"(, "stop": ["}"], "response_format": {"type": "json_object"}})",
+                "cannot be combined", "stop");
+  EXPECT_TRUE(Chat(u + tools + R"(, "stop": "x", "tool_choice": "required"})").ok());
+  EXPECT_TRUE(Chat(u + R"(, "stop_token_ids": [5], "regex": "a+"})").ok());
+  EXPECT_TRUE(Chat(u + tools + R"(, "stop": "x"})").ok());
+  EXPECT_FALSE(
+      ParseCompletionRequest(Parse(R"({"prompt": "a", "stop": "}", "grammar": "root ::= \"a\""})"),
+                             SamplingParams{}, RequestLimits{})
+          .ok());
+
   auto c = ParseCompletionRequest(Parse(R"({"prompt": "a", "json_schema": {"enum": [1, 2]}})"),
                                   SamplingParams{}, RequestLimits{});
   ASSERT_TRUE(c.ok()) << c.status().ToString();

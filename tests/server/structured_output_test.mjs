@@ -248,6 +248,14 @@ try {
     }
   }, 60000);
 
+  await R.run('with speculative decoding (prompt lookup): replies still valid', async () => {
+    const schema = FEATURES.find(([n]) => n === '$ref / $defs with recursion')[1];
+    const body = { response_format: { type: 'json_schema', json_schema: { name: 'r', schema } },
+                   speculative: { method: 'ngram', draft_tokens: 4 } };
+    const c = checkSamples(await sample(chatReply, body), schemaValidator(schema), { what: 'speculative' });
+    report('speculative', c);
+  }, 120000);
+
   await R.run('llama-server / vLLM extras on /v1/chat/completions: json_schema', async () => {
     const schema = FEATURES.find(([n]) => n === 'anyOf')[1];
     const c = checkSamples(await sample((b) => rawReply('chat', b), { json_schema: schema }), schemaValidator(schema),
@@ -454,6 +462,9 @@ try {
     await refused('chat', { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } },
                   'response_format', ['required']);
     await refused('completions', { tools: TOOLS }, 'tools', []);
+    // A stop string would end a reply with "stop" before the grammar does.
+    await refused('chat', { stop: ['}'], response_format: { type: 'json_object' } }, 'stop', ['cannot be combined']);
+    await refused('completions', { stop: 'x', regex: 'a+' }, 'stop', ['cannot be combined']);
   });
 
   await R.run('/metrics counts structured requests by kind', async () => {
