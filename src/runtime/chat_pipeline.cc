@@ -12,6 +12,7 @@
 #include "runtime/grammar_vocab.h"
 #include "runtime/positions.h"
 #include "runtime/stop_matcher.h"
+#include "runtime/structured_output_json.h"
 #include "runtime/video_prompt.h"
 #include "tokenizer/chat_template.h"
 
@@ -405,6 +406,7 @@ Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out
   r.speculative = request.speculative;
   r.grammar = nullptr;
   if (request.structured.active()) {
+    VLS_RETURN_IF_ERROR(CheckStopWithReplyFormat(request.structured, request.stop));
     VLS_ASSIGN_OR_RETURN(r.grammar, grammars_->Get(request.structured, request.tools));
   }
   VLS_RETURN_IF_ERROR(ValidateRequest(model_, r));

@@ -27,7 +27,10 @@ Status Named(const Status& s, const std::string& field) {
   if (s.ok()) return s;
   const StatusCode code =
       s.code() == StatusCode::kInternal ? StatusCode::kInternal : StatusCode::kInvalidArgument;
-  return Status(code, field + ": " + s.message()).WithParam(field);
+  // The front ends may already name their input the same way ("regex: ...").
+  const std::string prefix = field + ": ";
+  const bool named = s.message().rfind(prefix, 0) == 0;
+  return Status(code, named ? s.message() : prefix + s.message()).WithParam(field);
 }
 
 std::string Key(const StructuredOutput& so, const nlohmann::ordered_json& tools) {

@@ -215,4 +215,12 @@ Status StructuredOutputFromJson(const Json& request, StructuredOutput* out) {
   return Status::Ok();
 }
 
+Status CheckStopWithReplyFormat(const StructuredOutput& so, const std::vector<std::string>& stop) {
+  if (so.kind == StructuredOutput::Kind::kNone || stop.empty()) return Status::Ok();
+  return Bad("stop",
+             "cannot be combined with a reply format (response_format json_object or "
+             "json_schema, json_schema, grammar, regex): a stop string would cut the reply "
+             "before it is complete; the grammar ends the reply by itself");
+}
+
 }  // namespace vls

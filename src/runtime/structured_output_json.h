@@ -29,6 +29,8 @@
 #define VLSTACK_RUNTIME_STRUCTURED_OUTPUT_JSON_H_
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "runtime/structured_output.h"
@@ -37,6 +39,13 @@ namespace vls {
 
 // Reads the fields above from `request` (an object; other fields are ignored) into *out.
 Status StructuredOutputFromJson(const nlohmann::ordered_json& request, StructuredOutput* out);
+
+// Stop strings cut the text wherever they match, so beside a reply format (json_object,
+// json_schema, grammar, regex) they could end a reply with finish_reason "stop" that does not
+// parse, and such a reply must always be valid: the pair is refused (param "stop"). Stop token ids
+// stay allowed (the engine takes them only where the grammar may end), and so do stop strings
+// beside enforced tool calls (a match ends the reply; the calls complete before it are returned).
+Status CheckStopWithReplyFormat(const StructuredOutput& so, const std::vector<std::string>& stop);
 
 // The request fields StructuredOutputFromJson reads ("response_format", "json_schema",
 // "grammar", "regex", "tools", "tool_choice"), for readers that refuse unknown fields.

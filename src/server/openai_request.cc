@@ -10,6 +10,7 @@
 #include "runtime/chat_json.h"
 #include "runtime/media_source.h"
 #include "runtime/request.h"
+#include "runtime/structured_output_json.h"
 
 namespace vls::server {
 namespace {
@@ -329,18 +330,9 @@ Status CheckSampling(const SamplingParams& p) {
   return s;
 }
 
-// Stop strings cut the text wherever they match, so beside a reply format they would end a
-// reply with finish_reason "stop" that does not parse, and such a reply must always be valid
-// (docs/contracts.md §6): the pair is refused. Stop token ids stay allowed (the engine takes them
-// only where the grammar may end), and so do stop strings beside enforced tool calls (clients
-// send their stop lists with tools; a match ends the reply, the calls complete before it are
-// returned, and a cut call stays text).
+// The runtime's rule (structured_output_json.h), checked as the request is read.
 Status CheckStopWithStructure(const ChatRequest& r) {
-  if (r.structured.kind == StructuredOutput::Kind::kNone || r.stop.empty()) return Status::Ok();
-  return Bad("stop",
-             "cannot be combined with a reply format (response_format json_object or "
-             "json_schema, json_schema, grammar, regex): a stop string would cut the reply "
-             "before it is complete; the grammar ends the reply by itself");
+  return CheckStopWithReplyFormat(r.structured, r.stop);
 }
 
 // A JSON list of token ids.
