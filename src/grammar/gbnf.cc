@@ -309,32 +309,9 @@ StatusOr<uint32_t> Parser::ParseChar() {
     return cp;
   }
   // One UTF-8 character of the source.
-  int len = 0;
   uint32_t cp = 0;
-  if (c < 0x80) {
-    len = 1;
-    cp = c;
-  } else if ((c & 0xE0) == 0xC0) {
-    len = 2;
-    cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3;
-    cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    return Error(at, "invalid UTF-8");
-  }
-  for (int k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(Peek(static_cast<size_t>(k)));
-    if ((b & 0xC0) != 0x80) return Error(at, "invalid UTF-8");
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > kMaxCodepoint || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return Error(at, "invalid UTF-8");
-  }
+  const int len = DecodeUtf8(text_, pos_, &cp);
+  if (len == 0) return Error(at, "invalid UTF-8");
   pos_ += static_cast<size_t>(len);
   return cp;
 }

@@ -12,42 +12,11 @@ constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 constexpr uint32_t kSurrogateLo = 0xD800;
 constexpr uint32_t kSurrogateHi = 0xDFFF;
 
-// Decodes one UTF-8 sequence at text[*i]; U+FFFD (one byte consumed) for anything invalid.
+// Decodes one UTF-8 character at text[*i]; U+FFFD (one byte consumed) for anything invalid.
 uint32_t NextCodepoint(std::string_view text, size_t* i) {
-  const auto b0 = static_cast<unsigned char>(text[*i]);
-  int len = 0;
   uint32_t cp = 0;
-  if (b0 < 0x80) {
-    ++*i;
-    return b0;
-  }
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2;
-    cp = b0 & 0x1F;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3;
-    cp = b0 & 0x0F;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4;
-    cp = b0 & 0x07;
-  } else {
-    ++*i;
-    return 0xFFFD;
-  }
-  if (*i + static_cast<size_t>(len) > text.size()) {
-    ++*i;
-    return 0xFFFD;
-  }
-  for (int k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(text[*i + static_cast<size_t>(k)]);
-    if ((b & 0xC0) != 0x80) {
-      ++*i;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > kMaxCodepoint || (cp >= kSurrogateLo && cp <= kSurrogateHi)) {
+  const int len = DecodeUtf8(text, *i, &cp);
+  if (len == 0) {
     ++*i;
     return 0xFFFD;
   }
@@ -56,6 +25,39 @@ uint32_t NextCodepoint(std::string_view text, size_t* i) {
 }
 
 }  // namespace
+
+int DecodeUtf8(std::string_view text, size_t at, uint32_t* cp) {
+  if (at >= text.size()) return 0;
+  const auto b0 = static_cast<unsigned char>(text[at]);
+  int len = 0;
+  uint32_t v = 0;
+  if (b0 < 0x80) {
+    *cp = b0;
+    return 1;
+  }
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2;
+    v = b0 & 0x1F;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3;
+    v = b0 & 0x0F;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4;
+    v = b0 & 0x07;
+  } else {
+    return 0;
+  }
+  if (at + static_cast<size_t>(len) > text.size()) return 0;
+  for (int k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(text[at + static_cast<size_t>(k)]);
+    if ((b & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (b & 0x3F);
+  }
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < kMin[len] || v > kMaxCodepoint || (v >= kSurrogateLo && v <= kSurrogateHi)) return 0;
+  *cp = v;
+  return len;
+}
 
 void Normalize(CharClass* c) {
   std::vector<CodepointRange> in;

@@ -45,6 +45,11 @@ void Normalize(CharClass* c);
 CharClass Complement(const CharClass& c);
 bool Contains(const CharClass& c, uint32_t cp);
 
+// Decodes the UTF-8 character at text[at]: returns its length (1 to 4) and sets *cp, or returns 0
+// when the bytes there are not the shortest encoding of a character (truncated, stray
+// continuation bytes, overlong forms, surrogates, past U+10FFFF). The front ends' one decoder.
+int DecodeUtf8(std::string_view text, size_t at, uint32_t* cp);
+
 struct Element {
   enum class Kind : uint8_t { kChars, kRule };
   Kind kind = Kind::kChars;

@@ -217,34 +217,9 @@ class Parser {
 
   // One UTF-8 encoded code point at i_.
   Status ReadCodepoint(uint32_t* cp) {
-    const auto b0 = static_cast<unsigned char>(p_[i_]);
-    int len = 0;
     uint32_t v = 0;
-    if (b0 < 0x80) {
-      len = 1;
-      v = b0;
-    } else if ((b0 & 0xE0) == 0xC0) {
-      len = 2;
-      v = b0 & 0x1F;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      len = 3;
-      v = b0 & 0x0F;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      len = 4;
-      v = b0 & 0x07;
-    } else {
-      return Error("invalid UTF-8");
-    }
-    if (i_ + static_cast<size_t>(len) > p_.size()) return Error("invalid UTF-8");
-    for (int k = 1; k < len; ++k) {
-      const auto b = static_cast<unsigned char>(p_[i_ + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
-      v = (v << 6) | (b & 0x3F);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < kMin[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
-      return Error("invalid UTF-8");
-    }
+    const int len = DecodeUtf8(p_, i_, &v);
+    if (len == 0) return Error("invalid UTF-8");
     i_ += static_cast<size_t>(len);
     *cp = v;
     return Status::Ok();
