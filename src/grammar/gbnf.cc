@@ -44,13 +44,6 @@ std::string Describe(char c) {
   return buf;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 class Parser {
  public:
   Parser(std::string_view text, const GrammarLimits& limits) : text_(text), limits_(limits) {}

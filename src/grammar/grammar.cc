@@ -59,6 +59,13 @@ int DecodeUtf8(std::string_view text, size_t at, uint32_t* cp) {
   return len;
 }
 
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 void Normalize(CharClass* c) {
   std::vector<CodepointRange> in;
   in.reserve(c->ranges.size() + 1);

@@ -49,6 +49,8 @@ bool Contains(const CharClass& c, uint32_t cp);
 // when the bytes there are not the shortest encoding of a character (truncated, stray
 // continuation bytes, overlong forms, surrogates, past U+10FFFF). The front ends' one decoder.
 int DecodeUtf8(std::string_view text, size_t at, uint32_t* cp);
+// The value of a hex digit (0-9, a-f, A-F), or -1.
+int HexValue(char c);
 
 struct Element {
   enum class Kind : uint8_t { kChars, kRule };

@@ -53,13 +53,6 @@ CharClass DotClass() {
 }
 CharClass AnyClass() { return RegexAnyClass(); }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 class Parser {
  public:
   Parser(std::string_view pattern, const GrammarLimits& limits) : p_(pattern), limits_(limits) {}
