@@ -692,6 +692,8 @@ await R.run('cancellation: aborting a non-streamed request frees the slot', asyn
 
 await R.run('SIGTERM: exit 0', async () => {
   const info = await server.stop('SIGTERM', 15000);
+  // On a failure, the server's last words (an abort names its cause on stderr).
+  if (info.code !== 0) console.log(server.log.slice(-20).join('\n'));
   checkEq(JSON.stringify(info), JSON.stringify({ code: 0, signal: null }), 'exit');
 }, 20000);
 
