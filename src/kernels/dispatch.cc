@@ -268,6 +268,12 @@ const uint16_t* Context::RoundToBf16(const float* x, int64_t M, int64_t K,
 // Q8 weights: the activations are quantized once per call (a RowPrologue) into the caller's
 // arena, then N is split in blocks of 16 (one interleaved weight group) like the other paths.
 // A variant without Q8 kernels uses the reference ones.
+void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K) const {
+  for (const GroupedProduct& p : products) {
+    if (p.M > 0) MatMul(p.x, p.M, K, *p.w, p.y);
+  }
+}
+
 void Context::MatMulQ8(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                        ScratchArena& own) const {
   Q8Activations& a = own.Q8(M, K);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,14 @@ bool IsAvx512Variant(const KernelVariant& v);
 // per process.
 const KernelVariant& DefaultVariant();
 
+// One product of Context::MatMulGrouped: y[M, w->rows] = x[M, K] · w->ᵀ (y row stride w->rows).
+struct GroupedProduct {
+  const float* x = nullptr;
+  int64_t M = 0;
+  const Matrix* w = nullptr;
+  float* y = nullptr;
+};
+
 // Thread safety: const methods may be called from any thread. Context::MatMul holds the pool
 // (a ThreadPool::Lease) while it runs, so concurrent products run one after the other, as
 // their loops would anyway.
@@ -133,6 +142,11 @@ class Context {
   // Converted activations (BF16, Q8) live in the caller's scratch arena.
   void MatMul(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
               const OneDnnPackedBf16* packed = nullptr) const;
+  // Every product of `products` (each w->cols == K), with the results MatMul gives each of them
+  // alone. Meant for the experts of a sparse layer (ADR 0027): many products of few rows, which
+  // one MatMul each would dispatch one after the other; here they share one pass over the pool,
+  // items of (product, column block) spread by cost.
+  void MatMulGrouped(std::span<const GroupedProduct> products, int64_t K) const;
   bool uses_onednn() const { return use_onednn_; }
   // Keeps every matmul on this context's own kernels (benchmarks, A/B comparisons).
   void DisableOneDnn() { use_onednn_ = false; }

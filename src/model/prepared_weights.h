@@ -63,8 +63,15 @@ uint64_t PreparedEntryBytes(const PreparedEntry& e);
 struct PreparedLayer {
   kernels::Matrix qkv;      // [nh·D + 2·nkv·D, H]: rows of q_proj, then k_proj, then v_proj
   kernels::Matrix o;        // [H, nh·D]
-  kernels::Matrix gate_up;  // [2·I, H]: rows of gate_proj, then up_proj
-  kernels::Matrix down;     // [H, I]
+  kernels::Matrix gate_up;  // [2·I, H]: rows of gate_proj, then up_proj (empty when sparse)
+  kernels::Matrix down;     // [H, I] (empty when sparse)
+  // A sparse layer (Qwen3Config::IsSparseLayer; entries "layers.<l>.router",
+  // "layers.<l>.experts.<e>.gate_up", "layers.<l>.experts.<e>.down"). The router is F32 in
+  // every precision (widened exactly from the checkpoint: routing never sees rounded weights);
+  // the experts take the precision's storage as the dense MLP does, from either layout.
+  kernels::Matrix router;                       // [E, H], F32
+  std::vector<kernels::Matrix> expert_gate_up;  // E × [2·I_e, H]: gate rows, then up rows
+  std::vector<kernels::Matrix> expert_down;     // E × [H, I_e]
 };
 
 // Called after each prepared matrix group with (done, total); may print progress.

@@ -611,4 +611,15 @@ std::string CanonicalConfigText(const Qwen3Config& c) {
   return o.str();
 }
 
+const char* MoeLayoutName(MoeLayout layout) {
+  return layout == MoeLayout::kFused ? "fused" : "per_expert";
+}
+
+bool Qwen3Config::IsSparseLayer(int l) const {
+  if (!moe.has_value() || moe->sparse_step < 1) return false;
+  const std::vector<int>& dense = moe->mlp_only_layers;
+  if (std::binary_search(dense.begin(), dense.end(), l)) return false;
+  return (l + 1) % moe->sparse_step == 0;
+}
+
 }  // namespace vls

@@ -1,8 +1,10 @@
 // Qwen3 / Qwen3-VL language-model configuration: parsing and validation of config.json.
 //
 // Accepts `Qwen3VLForConditionalGeneration` configs (model_type "qwen3_vl", nested
-// text_config/vision_config) and plain Qwen3 (model_type "qwen3"). Every rule failure names
-// the key, e.g. "text_config.num_key_value_heads: 3 does not divide num_attention_heads 8".
+// text_config/vision_config), plain Qwen3 (model_type "qwen3") and their mixture-of-experts
+// forms (`Qwen3VLMoeForConditionalGeneration`, model_type "qwen3_vl_moe";
+// `Qwen3MoeForCausalLM`, model_type "qwen3_moe"; ADR 0027). Every rule failure names the key,
+// e.g. "text_config.num_key_value_heads: 3 does not divide num_attention_heads 8".
 #ifndef VLSTACK_MODEL_QWEN3_CONFIG_H_
 #define VLSTACK_MODEL_QWEN3_CONFIG_H_
 
@@ -37,6 +39,9 @@ inline constexpr int kMaxContextPositions = 1 << 22;
 inline constexpr int64_t kMaxWeightElements = int64_t{1} << 34;   // one weight matrix
 inline constexpr int64_t kMaxModelParameters = int64_t{1} << 40;  // the language model's sum
 inline constexpr int kMaxEosTokenIds = 64;  // entries of one eos_token_id list
+// Mixture of experts (ADR 0027): num_experts and num_experts_per_tok (released: 128 and 8).
+inline constexpr int kMaxExperts = 4096;
+inline constexpr int kMaxExpertsPerToken = 64;
 
 // Carried explicitly through every API; never guessed from a tensor's rank (docs/contracts.md §3).
 enum class PositionMode : int { k1D = 0, kMrope = 1 };
@@ -54,8 +59,37 @@ struct DeepStackConfig {
   bool explicit_keys = false;  // declared with deepstack_language_layer_indices
 };
 
+// How a checkpoint stores a sparse layer's experts (ADR 0027).
+enum class MoeLayout : int {
+  // Qwen3-MoE: mlp.experts.{e}.{gate,up}_proj.weight [I_e, H], mlp.experts.{e}.down_proj.weight
+  // [H, I_e] (Linear [out, in]; F32/BF16/F16, or FP8 with block scales as the dense layout).
+  kPerExpert = 0,
+  // Qwen3-VL-MoE: mlp.experts.gate_up_proj [E, H, 2·I_e] (gate columns, then up) and
+  // mlp.experts.down_proj [E, I_e, H] (stored [in, out]: transposed when prepared).
+  kFused = 1,
+};
+const char* MoeLayoutName(MoeLayout layout);  // "per_expert" / "fused"
+
+// The sparse MLP of qwen3_moe / qwen3_vl_moe (ADR 0027). Layer l is sparse when l is not in
+// mlp_only_layers and (l + 1) % sparse_step == 0 (transformers' Qwen3MoeDecoderLayer rule);
+// the other layers keep the dense SwiGLU MLP of Qwen3Config::intermediate. A sparse layer:
+//   logits[E] = router · m                  (m = post-attention RMSNorm of the row, f32)
+//   p = softmax(logits) in f32 over all E; the k largest (ties: the lower expert id first);
+//   w = p[chosen] / Σ p[chosen] when norm_topk_prob (always for qwen3_vl_moe), else p[chosen]
+//   out = Σ_j w_j · Down_e(SiLU(Gate_e(m)) · Up_e(m)),  e = chosen[j]
+struct MoeConfig {
+  int experts = 0;                   // E: num_experts, in [1, kMaxExperts]
+  int top_k = 0;                     // k: num_experts_per_tok, in [1, min(E, kMaxExpertsPerToken)]
+  int expert_intermediate = 0;       // I_e: moe_intermediate_size
+  int sparse_step = 1;               // decoder_sparse_step, >= 1
+  std::vector<int> mlp_only_layers;  // strictly increasing, each in [0, L)
+  bool norm_topk_prob = true;
+  MoeLayout layout = MoeLayout::kPerExpert;  // kFused for qwen3_vl_moe
+};
+
 struct Qwen3Config {
-  std::string model_type;     // "qwen3" or "qwen3_vl"
+  // "qwen3", "qwen3_vl", "qwen3_moe" or "qwen3_vl_moe"
+  std::string model_type;
   std::string weight_prefix;  // "model.language_model." (qwen3_vl) or "model." (qwen3)
   int hidden = 0;             // H
   int layers = 0;             // L
@@ -87,6 +121,13 @@ struct Qwen3Config {
   // quantization_config (top level, or text_config's; both must agree when both are given):
   // set for an FP8 block-quantized checkpoint (model/quantization_config.h).
   std::optional<Fp8Quantization> fp8;
+  // Set for qwen3_moe / qwen3_vl_moe.
+  std::optional<MoeConfig> moe;
+
+  // Whether layer l's MLP is the sparse one (MoeConfig's rule; false without `moe`).
+  bool IsSparseLayer(int l) const;
+  // Whether the model has a vision tower's token ids and M-RoPE (qwen3_vl, qwen3_vl_moe).
+  bool IsVisionLanguage() const { return model_type == "qwen3_vl" || model_type == "qwen3_vl_moe"; }
 };
 
 // Parses config.json text (under ParseUntrustedJson's rules and the bounds above). `label` names

@@ -42,6 +42,13 @@ class LayerHook {
   virtual ~LayerHook() = default;
   // x: [M, H] residual rows of this pass, in row order. May modify x.
   virtual void AfterLayer(int layer, float* x, int64_t M) = 0;
+  // A sparse layer's routing (ADR 0027), before its experts run: rows [row0, row0 + n) of this
+  // pass chose experts[n, k] (descending weight) with weights[n, k]. Called once or more per
+  // sparse layer (once per chunk of rows), in row order. Default: ignored.
+  virtual void OnRouting(int layer, int64_t row0, const int32_t* experts, const float* weights,
+                         int64_t n, int k) {
+    (void)layer, (void)row0, (void)experts, (void)weights, (void)n, (void)k;
+  }
 };
 
 // How a model executes: its thread pool size and matmul precision (kernels/dispatch.h).

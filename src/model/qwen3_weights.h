@@ -16,8 +16,19 @@ namespace vls {
 // The Linear weights are as stored: float, or FP8 with block scales (model/fp8_weights.h), which
 // only PreparedWeights reads (it dequantizes them); embeddings and norms are never FP8.
 struct Qwen3LayerWeights {
-  WeightMatrix q, k, v, o;        // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
-  WeightMatrix gate, up, down;    // [I, H], [I, H], [H, I]
+  WeightMatrix q, k, v, o;      // [nh·D, H], [nkv·D, H], [nkv·D, H], [H, nh·D]
+  WeightMatrix gate, up, down;  // [I, H], [I, H], [H, I]; empty (null data) in a sparse layer
+  // A sparse layer (Qwen3Config::IsSparseLayer; empty otherwise):
+  WeightMatrix router;  // [E, H]: mlp.gate.weight (never FP8)
+  // MoeLayout::kPerExpert: E entries each, as Linear weights [out, in] (FP8 allowed).
+  std::vector<WeightMatrix> expert_gate, expert_up;  // E × [I_e, H]
+  std::vector<WeightMatrix> expert_down;             // E × [H, I_e]
+  // MoeLayout::kFused: the stored 3-D tensors viewed as 2-D (never FP8). Expert e's rows of
+  // fused_gate_up are [e·H, (e+1)·H), a [H, 2·I_e] block whose transpose is that expert's
+  // gate rows then up rows; its rows of fused_down are [e·I_e, (e+1)·I_e), a [I_e, H] block
+  // whose transpose is its down projection [H, I_e].
+  kernels::Matrix fused_gate_up;  // [E·H, 2·I_e]
+  kernels::Matrix fused_down;     // [E·I_e, H]
   std::vector<float> input_norm;  // [H]
   std::vector<float> post_norm;   // [H]
   std::vector<float> q_norm;      // [D]
