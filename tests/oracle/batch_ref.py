@@ -174,6 +174,8 @@ def main(argv=None, dtype=np.float64):
     ap.add_argument("--requests", required=True)
     ap.add_argument("--slots", type=int, default=4, help="accepted for CLI parity; the reference runs requests alone")
     ap.add_argument("--capacity", type=int, default=DEFAULT_CAPACITY)
+    ap.add_argument("--prefill-chunk", type=int, default=None,
+                    help="accepted for CLI parity; chunking must not change a request's result")
     ap.add_argument("--emulate-f32", action="store_true", help="compute in float32 (not the oracle)")
     a = ap.parse_args(argv)
     if a.emulate_f32:

@@ -55,11 +55,20 @@ def make(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--deepstack-layers", default=None, help="1-D DeepStack declaration, e.g. 0,2")
     ap.add_argument("--deepstack-nmax", type=int, default=None)
+    # mixture of experts (--arch qwen3-moe / qwen3-vl-moe)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--moe-intermediate", type=int, default=32)
+    ap.add_argument("--sparse-step", type=int, default=1)
+    ap.add_argument("--mlp-only-layers", default="")
+    ap.add_argument("--no-norm-topk", action="store_true")
     a = ap.parse_args(argv)
     sec = [int(x) for x in a.mrope_section.split(",")] if a.mrope_section else None
+    moe = testmodel.moe_keys(a.experts, a.top_k, a.moe_intermediate, a.sparse_step,
+                             [int(x) for x in a.mlp_only_layers.split(",") if x], not a.no_norm_topk)
     cfg = testmodel.make_config(a.arch, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim,
                                 a.intermediate, a.vocab, a.tied, sec, a.mrope_layout,
-                                a.rope_theta, a.deepstack)
+                                a.rope_theta, a.deepstack, moe)
     if a.deepstack_layers:
         cfg["deepstack_language_layer_indices"] = [int(x) for x in a.deepstack_layers.split(",")]
         cfg["deepstack_max_visual_positions"] = a.deepstack_nmax or 16

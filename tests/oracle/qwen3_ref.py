@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+import moe_ref
 import st
 
 
@@ -96,6 +97,11 @@ class Config:
 
         prefix = "model.language_model." if nested or self.model_type.startswith("qwen3_vl") else "model."
         self.prefix = prefix
+        # qwen3_moe / qwen3_vl_moe: the sparse MLP (moe_ref.py); None for the dense types
+        try:
+            self.moe = moe_ref.parse(cfg, tc, self.L)
+        except moe_ref.MoeError as e:
+            raise RefError(str(e))
 
     @staticmethod
     def load(model_dir):
@@ -281,7 +287,7 @@ class Model:
         self.layers = []
         for i in range(cfg.L):
             q = f"{p}layers.{i}."
-            self.layers.append(dict(
+            lw = dict(
                 ln_in=get(q + "input_layernorm.weight", (H,)),
                 ln_post=get(q + "post_attention_layernorm.weight", (H,)),
                 wq=get(q + "self_attn.q_proj.weight", (nh * D, H)),
@@ -290,10 +296,14 @@ class Model:
                 wo=get(q + "self_attn.o_proj.weight", (H, nh * D)),
                 qn=get(q + "self_attn.q_norm.weight", (D,)),
                 kn=get(q + "self_attn.k_norm.weight", (D,)),
-                wg=get(q + "mlp.gate_proj.weight", (I, H)),
-                wu=get(q + "mlp.up_proj.weight", (I, H)),
-                wd=get(q + "mlp.down_proj.weight", (H, I)),
-            ))
+            )
+            if cfg.moe is not None and cfg.moe.is_sparse(i):
+                lw["moe"] = moe_ref.load_layer(get, q, cfg.moe, H)
+            else:
+                lw.update(wg=get(q + "mlp.gate_proj.weight", (I, H)),
+                          wu=get(q + "mlp.up_proj.weight", (I, H)),
+                          wd=get(q + "mlp.down_proj.weight", (H, I)))
+            self.layers.append(lw)
         self.norm = get(p + "norm.weight", (H,))
         if "lm_head.weight" in weights and not cfg.tied:
             self.lm_head = get("lm_head.weight", (V, H))
@@ -319,12 +329,14 @@ class Model:
         return {"k": [np.zeros((0, c.nkv, c.D), self.dt) for _ in range(c.L)],
                 "v": [np.zeros((0, c.nkv, c.D), self.dt) for _ in range(c.L)]}
 
-    def run(self, x, coords, cache, deepstack=None, collect=False):
+    def run(self, x, coords, cache, deepstack=None, collect=False, routing=None):
         """Process new rows x [T,H] (float64) appended after the rows already in cache.
 
         coords: RoPE coordinates of the new rows ([3,T] or [T]).
         The causal mask uses the physical index (cache length + row).
         deepstack: None or (positions [Nv] (relative to these rows), features [K,Nv,H], layers [K]).
+        routing: None or a dict that receives, per sparse layer l, (experts [T,k], weights [T,k],
+        probs [T,E]) of these rows (moe_ref.route).
         Returns (final_hidden [T,H], logits [T,V], per-layer hidden list or None).
         """
         c = self.cfg
@@ -364,7 +376,13 @@ class Model:
                 o[:, h, :] = pr @ Vv[:, kh, :]
             x = x + o.reshape(T, c.nh * c.D) @ lw["wo"].T
             m = rmsnorm(x, lw["ln_post"], c.eps)
-            x = x + (silu(m @ lw["wg"].T) * (m @ lw["wu"].T)) @ lw["wd"].T
+            if "moe" in lw:
+                y, r = moe_ref.sparse_mlp(m, lw["moe"], c.moe)
+                x = x + y
+                if routing is not None:
+                    routing[li] = r
+            else:
+                x = x + (silu(m @ lw["wg"].T) * (m @ lw["wu"].T)) @ lw["wd"].T
             if deepstack is not None:
                 dpos, dfeat, dlayers = deepstack
                 for kk, tl in enumerate(dlayers):
@@ -450,7 +468,8 @@ def forward(model, inp, diagnostics=False, all_logits=False):
         ds = (dpos, feats, dl)
 
     cache = model.new_cache()
-    h, logits, hid = model.run(x, pos, cache, deepstack=ds, collect=diagnostics)
+    routing = {}
+    h, logits, hid = model.run(x, pos, cache, deepstack=ds, collect=diagnostics, routing=routing)
     out = {"logits": (logits if all_logits else logits[-1:]).astype(np.float32)}
 
     if "decode_tokens" in inp:
@@ -473,6 +492,12 @@ def forward(model, inp, diagnostics=False, all_logits=False):
         for i in range(c.L):
             out[f"k_cache.{i}"] = cache["k"][i].astype(np.float32)
             out[f"v_cache.{i}"] = cache["v"][i].astype(np.float32)
+        # MoE (moe_ref.py): each sparse layer's routing of the prefill rows
+        for li, (top, w, _) in sorted(routing.items()):
+            out[f"router_experts.{li}"] = top.astype(np.int32)
+            out[f"router_weights.{li}"] = w.astype(np.float32)
+    # float64 router probabilities [S,E] per sparse layer (compare.py's near-tie rule)
+    out["_routing"] = {li: r[2].astype(np.float64) for li, r in routing.items()}
     # keep float64 copies for tight self-checks
     out["_positions"] = pos
     out["_delta"] = delta

@@ -2,13 +2,13 @@
 """End-to-end oracle check of `vlstack forward` against the NumPy float64 reference.
 
 usage: /usr/bin/python3 tests/oracle/run_cases.py --vlstack PATH_TO_vlstack --work WORKDIR
-                                                  [--filter SUBSTR] [--deepstack] [--list] [-v]
+                                                  [--filter SUBSTR] [--deepstack] [--moe] [--list] [-v]
 
 For every case: (a) `vlstack make-test-model --out DIR ...`, (b) random inputs with fixed
 seeds, (c) `vlstack forward --model DIR --input IN --output OUT [--diagnostics] [--all-logits]`,
 (d) the reference (qwen3_ref.forward), (e) compare.py tolerances. Prints "PASS name" or
 "FAIL name: reason" per case, then "<n> passed, <m> failed"; exit status 1 if any failed.
-DeepStack cases run only with --deepstack.
+DeepStack cases run only with --deepstack, mixture-of-experts cases (moe_*) only with --moe.
 """
 
 import argparse
@@ -24,7 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import batch_ref  # noqa: E402
 import compare  # noqa: E402
+import moe_ref  # noqa: E402
 
 # The BF16 path (`--precision bf16`) rounds every matmul input activation to BF16 and stores
 # every weight matrix and the KV cache in BF16 (unit roundoff u = 2^-9 ~ 2e-3 each),
@@ -51,6 +53,7 @@ import st  # noqa: E402
 import testmodel  # noqa: E402
 
 TIMEOUT = 600
+TIE_REL = 1e-3   # greedy near-tie: top-2 gap below TIE_REL·max(1,|top|) (image_cases.py, batch_cases.py)
 
 
 class CaseFail(Exception):
@@ -114,7 +117,8 @@ def i32(*vals):
 
 class Case:
     def __init__(self, name, make, build, flags=(), deepstack=False, expect_error=False,
-                 consistency=None, expect_model=None, config_patch=None, own=None, mentions=()):
+                 consistency=None, expect_model=None, config_patch=None, own=None, mentions=(),
+                 moe=False, generate=0):
         self.name = name
         self.make = list(make)
         self.build = build            # fn(cfg, rng) -> dict of input tensors
@@ -123,9 +127,12 @@ class Case:
         self.expect_error = expect_error
         self.consistency = consistency  # fn(cfg, rng) -> (decode-input, prefill-input, split S)
         self.expect_model = expect_model or {}
-        self.config_patch = config_patch  # top-level keys merged into config.json after make-test-model
+        self.config_patch = config_patch  # keys merged into config.json after make-test-model (dicts
+        # such as text_config are merged key by key)
         self.mentions = tuple(mentions)  # stderr of a rejected request must name one of these
         self.own = own  # dict(cfg=..., zero=, dtype=, shards=, seed=): checkpoint written by the oracle itself
+        self.moe = moe  # a mixture-of-experts case (only with --moe)
+        self.generate = generate  # > 0: `forward --generate N`, tokens against the greedy reference
 
 
 def _text(S, N=0, **extra):
@@ -415,6 +422,100 @@ def cases():
                   deepstack=True, expect_error=True, mentions=["deepstack_positions", "visual_positions"]))
     C.append(Case("ds_neg_layers_mismatch", VL + ["--deepstack", "3"], _bad_ds_layers,
                   deepstack=True, expect_error=True, mentions=["deepstack_layers", "layer_indices"]))
+    C += moe_cases()
+    return C
+
+
+QWEN3_MOE = ["--arch", "qwen3-moe"]
+VL_MOE = ["--arch", "qwen3-vl-moe"]
+
+
+def _moe(experts, top_k, inter, *extra):
+    return ["--experts", str(experts), "--top-k", str(top_k), "--moe-intermediate", str(inter)] + list(extra)
+
+
+def moe_cases():
+    """Mixture of experts (issue 32; moe_ref.py), only with --moe. Every case compares f32 logits,
+    every post-layer state (hidden_after_layer.{l}), K/V and the routing (router_experts.{l},
+    router_weights.{l}) of every sparse layer at the f32 tolerances of the dense cases: the sparse
+    MLP adds one more softmax (over E, here <= 32 experts) and a sum of k weighted expert outputs,
+    the same dot-product lengths (H, I_e) as the dense MLP, so the dense argument holds unchanged;
+    the FAKE_VLSTACK_F32 emulation uses ~1% of it here as well. Expert sizes are chosen with
+    2·I_e != H and I_e != H so that a transposed fused tensor cannot load by accident."""
+    C = []
+    # ---- Qwen3-MoE: per-expert layout ------------------------------------------------------
+    C.append(Case("moe_qwen3_norm_f32_untied_diag",
+                  QWEN3_MOE + _moe(8, 2, 24, "--dtype", "f32", "--untied", "--seed", "50"),
+                  _text(12, 3), DIAG + ALL, moe=True,
+                  expect_model={"dtype": "F32", "tied": False, "normalize": True, "sparse_layers": [0, 1, 2]}))
+    C.append(Case("moe_qwen3_no_norm_bf16", QWEN3_MOE + _moe(8, 3, 40, "--no-norm-topk", "--seed", "51"),
+                  _text(10, 2), DIAG + ALL, moe=True,
+                  expect_model={"dtype": "BF16", "normalize": False}))
+    C.append(Case("moe_qwen3_mixed_step2_mlp_only",
+                  QWEN3_MOE + _moe(6, 2, 24, "--layers", "6", "--sparse-step", "2", "--mlp-only-layers", "3",
+                                   "--seed", "52"),
+                  _text(9, 2), DIAG, moe=True, expect_model={"sparse_layers": [1, 5]}))
+    C.append(Case("moe_qwen3_mlp_only_first_last_no_norm",
+                  QWEN3_MOE + _moe(16, 4, 20, "--layers", "4", "--mlp-only-layers", "0,3", "--no-norm-topk",
+                                   "--dtype", "f16", "--seed", "53"),
+                  _text(11, 2), DIAG + ALL, moe=True,
+                  expect_model={"dtype": "F16", "sparse_layers": [1, 2], "normalize": False}))
+    C.append(Case("moe_qwen3_top1_no_norm", QWEN3_MOE + _moe(16, 1, 24, "--no-norm-topk", "--seed", "54"),
+                  _text(10, 2), DIAG, moe=True, expect_model={"normalize": False}))
+    C.append(Case("moe_qwen3_topk_equals_experts", QWEN3_MOE + _moe(4, 4, 24, "--seed", "55"),
+                  _text(8, 2), DIAG, moe=True))
+    C.append(Case("moe_qwen3_explicit_positions_embeds", QWEN3_MOE + _moe(8, 2, 24, "--seed", "56"),
+                  _embeds(7, 2, positions=True, delta=3), DIAG, moe=True))
+    C.append(Case("moe_qwen3_bigger",
+                  QWEN3_MOE + _moe(32, 4, 48, "--hidden", "128", "--intermediate", "256", "--heads", "4",
+                                   "--kv-heads", "2", "--head-dim", "32", "--layers", "4", "--vocab", "1024",
+                                   "--sparse-step", "2", "--seed", "57"),
+                  _text(40, 3), DIAG + ALL, moe=True, expect_model={"sparse_layers": [1, 3]}))
+    C.append(Case("moe_qwen3_decode_equals_prefill", QWEN3_MOE + _moe(8, 2, 24, "--seed", "58"), None,
+                  consistency=_consistency(6, 5), moe=True))
+    C.append(Case("moe_qwen3_greedy_chain_untied",
+                  QWEN3_MOE + _moe(8, 2, 24, "--untied", "--dtype", "f32", "--vocab", "96", "--seed", "59"),
+                  _text(6), ALL, moe=True, generate=10))
+    # ---- Qwen3-VL-MoE: fused layout ----------------------------------------------------------
+    C.append(Case("moe_vl_fused_text_diag", VL_MOE + _moe(8, 2, 24, "--seed", "60"), _text(8, 3), DIAG + ALL,
+                  moe=True, expect_model={"normalize": True, "sparse_layers": [0, 1, 2]}))
+    C.append(Case("moe_vl_fused_two_images_step2_f32",
+                  VL_MOE + _moe(8, 2, 20, "--layers", "4", "--sparse-step", "2", "--dtype", "f32", "--untied",
+                                "--seed", "61"),
+                  _image([(1, 4, 6), (1, 6, 4)], N=2, visual=True), DIAG + ALL, moe=True,
+                  expect_model={"dtype": "F32", "sparse_layers": [1, 3]}))
+    # Qwen3VLMoeTextSparseMoeBlock renormalises whatever text_config.norm_topk_prob says
+    C.append(Case("moe_vl_norm_key_false_still_renormalises", VL_MOE + _moe(8, 3, 24, "--seed", "62"),
+                  _image([(1, 4, 4)], N=2), DIAG, moe=True,
+                  config_patch={"text_config": {"norm_topk_prob": False}}, expect_model={"normalize": True}))
+    C.append(Case("moe_vl_decode_equals_prefill", VL_MOE + _moe(8, 2, 24, "--seed", "63"), None,
+                  consistency=_consistency(7, 4), moe=True))
+    # DeepStack on the MoE decoder (dense layer 0 via mlp_only_layers, sparse 1..3)
+    C.append(Case("moe_vl_ds_k3_image_decode_mixed",
+                  VL_MOE + _moe(8, 2, 24, "--deepstack", "3", "--layers", "4", "--mlp-only-layers", "0",
+                                "--seed", "64"),
+                  _ds_image([(1, 4, 6)], 3, N=2), DIAG + ALL, deepstack=True, moe=True,
+                  expect_model={"sparse_layers": [1, 2, 3]}))
+    C.append(Case("moe_vl_ds_k2_embeds_explicit_pos",
+                  VL_MOE + _moe(6, 2, 20, "--deepstack", "2", "--layers", "3", "--seed", "65"),
+                  _ds_embeds(9, [2, 3, 4, 5], 2, N=2, delta=-2, explicit_pos=True), DIAG, deepstack=True, moe=True))
+    C.append(Case("moe_vl_ds_greedy_chain_untied",
+                  VL_MOE + _moe(8, 2, 24, "--deepstack", "3", "--layers", "4", "--untied", "--dtype", "f32",
+                                "--vocab", "128", "--seed", "66"),
+                  _ds_image([(1, 4, 4)], 3), ALL, deepstack=True, moe=True, generate=10))
+    # checkpoints written by the oracle's own testmodel.py (the engine's loader against an
+    # independent writer of both layouts)
+    C.append(Case("moe_own_qwen3_per_expert_bf16_sharded", [], _text(9, 2), DIAG + ALL, moe=True,
+                  own=dict(cfg=testmodel.make_config("qwen3-moe", hidden=40, heads=5, kv_heads=1, head_dim=8,
+                                                     layers=3, intermediate=56, vocab=200, tied=False,
+                                                     moe=testmodel.moe_keys(6, 2, 12, 1, [1], True)),
+                           dtype="bf16", shards=2, seed=67)))
+    C.append(Case("moe_own_vl_fused_f32_image", [], _image([(1, 4, 6)], N=2), DIAG + ALL, moe=True,
+                  own=dict(cfg=testmodel.make_config("qwen3-vl-moe", hidden=40, heads=4, kv_heads=2, head_dim=10,
+                                                     layers=3, intermediate=56, vocab=300, deepstack=0,
+                                                     mrope_section=[1, 2, 2],
+                                                     moe=testmodel.moe_keys(6, 2, 12, 2, [], True)),
+                           dtype="f32", seed=68)))
     return C
 
 
@@ -452,6 +553,8 @@ class Runner:
         self.tol = {"bf16": (BF16_RTOL, BF16_ATOL_SCALE), "int8": (INT8_RTOL, INT8_ATOL_SCALE)}.get(
             precision, (compare.RTOL, compare.ATOL_SCALE))
         self.models = {}
+        self.aux = {}     # reference path -> MoE router probabilities (ref_forward)
+        self.notes = []   # near-ties accepted in the current case (printed with its PASS line)
 
     def exe(self):
         v = self.vlstack
@@ -488,7 +591,11 @@ class Runner:
             cp = os.path.join(d, "config.json")
             with open(cp) as f:
                 conf = json.load(f)
-            conf.update(patch)
+            for k, v in patch.items():
+                if isinstance(v, dict) and isinstance(conf.get(k), dict):
+                    conf[k].update(v)
+                else:
+                    conf[k] = v
             with open(cp, "w") as f:
                 json.dump(conf, f, indent=2)
         try:
@@ -523,9 +630,44 @@ class Runner:
             if flag in args and int(args[args.index(flag) + 1]) != val:
                 raise CaseFail(f"config has {flag[2:]}={val}, asked for {args[args.index(flag) + 1]}")
         arch = args[args.index("--arch") + 1] if "--arch" in args else "qwen3-vl"
-        want_mode = "1d" if arch == "qwen3" else "mrope"
+        want_mode = "1d" if arch in ("qwen3", "qwen3-moe") else "mrope"
         if c.mode != want_mode:
             raise CaseFail(f"config position mode {c.mode}, expected {want_mode}")
+        if arch in ("qwen3-moe", "qwen3-vl-moe"):
+            self.check_moe_model(case, d, c, arch)
+        elif c.moe is not None:
+            raise CaseFail(f"make-test-model --arch {arch} wrote a {c.model_type} config")
+
+    def check_moe_model(self, case, d, c, arch):
+        """The MoE options given are what config.json and the checkpoint's layout say."""
+        args = case.make
+        want_type = {"qwen3-moe": "qwen3_moe", "qwen3-vl-moe": "qwen3_vl_moe"}[arch]
+        if c.model_type != want_type or c.moe is None:
+            raise CaseFail(f"make-test-model --arch {arch} wrote model_type {c.model_type!r}, expected {want_type}")
+        mc = c.moe
+        for flag, val in (("--experts", mc.experts), ("--top-k", mc.top_k), ("--moe-intermediate", mc.I),
+                          ("--sparse-step", mc.sparse_step)):
+            if flag in args and int(args[args.index(flag) + 1]) != val:
+                raise CaseFail(f"config has {flag[2:]}={val}, asked for {args[args.index(flag) + 1]}")
+        if "--mlp-only-layers" in args:
+            want = [int(x) for x in args[args.index("--mlp-only-layers") + 1].split(",") if x]
+            if sorted(mc.mlp_only_layers) != want:
+                raise CaseFail(f"config has mlp_only_layers={mc.mlp_only_layers}, asked for {want}")
+        if "--no-norm-topk" in args and mc.norm_topk_prob_declared:
+            raise CaseFail("config has norm_topk_prob true, asked for --no-norm-topk")
+        if "sparse_layers" in case.expect_model and mc.sparse_layers != case.expect_model["sparse_layers"]:
+            raise CaseFail(f"sparse layers {mc.sparse_layers}, the case expects {case.expect_model['sparse_layers']}")
+        if "normalize" in case.expect_model and mc.normalize != case.expect_model["normalize"]:
+            raise CaseFail(f"routing renormalises={mc.normalize}, the case expects {case.expect_model['normalize']}")
+        names = set()
+        for fn in os.listdir(d):
+            if fn.endswith(".safetensors"):
+                names |= set(st.load_dtypes(os.path.join(d, fn)))
+        fused = any(n.endswith("mlp.experts.gate_up_proj") for n in names)
+        per = any(".mlp.experts.0.gate_proj.weight" in n for n in names)
+        want_layout = "fused" if arch == "qwen3-vl-moe" else "per_expert"
+        if mc.sparse_layers and (fused, per) != (want_layout == "fused", want_layout == "per_expert"):
+            raise CaseFail(f"checkpoint expert layout is not {want_layout} (fused tensors: {fused}, per-expert: {per})")
 
     def engine_forward(self, d, inp, flags, cdir, tag):
         ip = os.path.join(cdir, f"{tag}in.safetensors")
@@ -546,16 +688,40 @@ class Runner:
                                 diagnostics="--diagnostics" in flags, all_logits="--all-logits" in flags)
         rp = os.path.join(cdir, f"{tag}ref.safetensors")
         st.save_file({k: v for k, v in out.items() if not k.startswith("_")}, rp)
+        # MoE: the float64 router probabilities for compare.py's near-tie rule
+        self.aux[rp] = {f"router_probs.{li}": p for li, p in out["_routing"].items()}
+        if m.cfg.moe is not None:
+            self.aux[rp]["norm_topk_prob"] = m.cfg.moe.normalize
+            if self.aux[rp].keys() - {"norm_topk_prob"}:
+                st.save_file({k: v for k, v in self.aux[rp].items() if k != "norm_topk_prob"},
+                             os.path.join(cdir, f"{tag}ref_aux.safetensors"))
         return rp, out
 
-    def compare(self, op, rp, cdir, tag):
+    def compare(self, op, rp, cdir, tag, ignore=()):
         logp = os.path.join(cdir, f"{tag}compare.txt")
+        notes = []
         with open(logp, "w") as f:
-            ok, fails = compare.compare_files(op, rp, *self.tol, out=f)
+            ok, fails = compare.compare_files(op, rp, *self.tol, ignore=ignore, out=f, aux=self.aux.get(rp),
+                                              notes=notes)
         if self.verbose:
             with open(logp) as f:
                 sys.stdout.write(f.read())
+        self.notes += [f"{tag}{n}" for n in notes]
         return ok, fails
+
+    def check_routing(self, out):
+        """A MoE case must route informatively: the oracle's chosen expert sets differ across rows in
+        every sparse layer (a degenerate router init would hide routing bugs)."""
+        for li in sorted(out["_routing"]):
+            e = out[f"router_experts.{li}"] if f"router_experts.{li}" in out else None
+            if e is None or e.shape[0] < 4:
+                continue
+            sets, firsts = moe_ref.routing_stats(e)
+            full = e.shape[1] == out["_routing"][li].shape[1]   # k == E: every row has every expert
+            if firsts < 2 or (not full and sets < 2):
+                raise CaseFail(f"degenerate routing in the model (make-test-model's router init): layer {li} gives "
+                               f"{sets} distinct expert set(s) and {firsts} distinct first choice(s) over "
+                               f"{e.shape[0]} rows")
 
     def run(self, case, seed):
         cdir = os.path.join(self.work, "cases", case.name)
@@ -566,8 +732,11 @@ class Runner:
         if case.own is None:
             self.check_model(case, d, m)
         rng = np.random.default_rng(seed)
+        self.notes = []
         if case.consistency is not None:
             return self.run_consistency(case, d, m, rng, cdir)
+        if case.generate:
+            return self.run_generate(case, d, m, rng, cdir)
         inp = case.build(m.cfg, rng)
         if case.expect_error:
             p, _, op = self.engine_forward(d, inp, case.flags, cdir, "")
@@ -584,9 +753,11 @@ class Runner:
                                f"{tail(p.stderr, 200)}")
             return f"rejected (exit {p.returncode}): {tail(p.stderr, 120)}"
         try:
-            rp, _ = self.ref_forward(m, inp, case.flags, cdir, "")
+            rp, rout = self.ref_forward(m, inp, case.flags, cdir, "")
         except qwen3_ref.RefError as e:
             raise CaseFail(f"oracle rejected the case input: {e}")
+        if m.cfg.moe is not None:
+            self.check_routing(rout)
         p, _, op = self.engine_forward(d, inp, case.flags, cdir, "")
         if p.returncode != 0:
             raise CaseFail(f"engine forward exited {p.returncode}: {tail(p.stderr)}")
@@ -608,6 +779,40 @@ class Runner:
                 if n.startswith(("k_cache.", "v_cache.")) and np.any(a[n] != 0):
                     raise CaseFail(f"fixture: {n} not all zero")
         return ""
+
+    def run_generate(self, case, d, m, rng, cdir):
+        """`forward --generate N`: the prompt's logits within tolerance, the greedy tokens equal to the
+        reference's (batch_ref.greedy, stopping after an EOS id), up to a near-tie (image_cases.py's
+        rule: a reference step whose top-2 gap is below TIE_REL·max(1,|top|) ends the comparison)."""
+        inp = case.build(m.cfg, rng)
+        try:
+            rp, _ = self.ref_forward(m, inp, case.flags, cdir, "")
+            g = batch_ref.greedy(m, inp, case.generate, batch_ref.eos_ids(d))
+        except qwen3_ref.RefError as e:
+            raise CaseFail(f"oracle rejected the case input: {e}")
+        toks = g["tokens"]
+        if len(set(toks)) < 3:
+            raise CaseFail(f"uninformative reference chain {toks} (fewer than 3 distinct tokens): pick another seed")
+        p, _, op = self.engine_forward(d, inp, case.flags + ["--generate", str(case.generate)], cdir, "")
+        if p.returncode != 0:
+            raise CaseFail(f"engine forward --generate exited {p.returncode}: {tail(p.stderr)}")
+        a = st.load_file(op)
+        if "generated_tokens" not in a:
+            raise CaseFail("engine output has no generated_tokens")
+        eg = [int(x) for x in np.asarray(a["generated_tokens"]).reshape(-1)]
+        ok, fails = self.compare(op, rp, cdir, "", ignore=("generated_tokens",))
+        if not ok:
+            raise CaseFail("; ".join(fails[:3]))
+        for j in range(max(len(toks), len(eg))):
+            if j < len(toks) and g["gaps"][j] < TIE_REL * max(1.0, g["tops"][j]):
+                if eg[:j] != toks[:j]:
+                    raise CaseFail(f"generated {eg} != reference {toks} before a near-tie at step {j}")
+                self.notes.append(f"reference step {j} is a near-tie (gap {g['gaps'][j]:.3g}): tokens compared "
+                                  f"up to it")
+                return f"tokens {toks[:j]} equal up to a tie"
+            if j >= len(toks) or j >= len(eg) or eg[j] != toks[j]:
+                raise CaseFail(f"generated {eg} != reference {toks}")
+        return f"tokens {toks} equal"
 
     def run_consistency(self, case, d, m, rng, cdir):
         dec_in, pre_in, S = case.consistency(m.cfg, rng)
@@ -655,12 +860,13 @@ def main(argv=None):
     ap.add_argument("--work", required=True, help="scratch directory (models, inputs, outputs, logs)")
     ap.add_argument("--filter", default=None, help="run only cases whose name contains SUBSTR")
     ap.add_argument("--deepstack", action="store_true", help="also run the DeepStack cases")
+    ap.add_argument("--moe", action="store_true", help="also run the mixture-of-experts cases (moe_*)")
     ap.add_argument("--list", action="store_true", help="list the selected cases and exit")
     ap.add_argument("--precision", choices=("f32", "bf16", "int8"), default="f32",
                     help="engine matmul precision (bf16: compared at the bf16 tolerance)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print per-tensor comparisons")
     a = ap.parse_args(argv)
-    sel = [c for c in cases() if (a.deepstack or not c.deepstack)
+    sel = [c for c in cases() if (a.deepstack or not c.deepstack) and (a.moe or not c.moe)
            and (a.filter is None or a.filter in c.name)]
     if a.list:
         for c in sel:
@@ -675,6 +881,8 @@ def main(argv=None):
         try:
             note = r.run(c, seed)
             print(f"PASS {c.name}" + (f" ({note})" if note and a.verbose else ""), flush=True)
+            for n in r.notes:
+                print(f"  NOTE {c.name}: {n}", flush=True)
             passed += 1
         except CaseFail as e:
             print(f"FAIL {c.name}: {e}", flush=True)

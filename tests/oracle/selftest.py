@@ -9,6 +9,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import compare  # noqa: E402
+import moe_ref  # noqa: E402
 import qwen3_ref as R  # noqa: E402
 import st  # noqa: E402
 import testmodel  # noqa: E402
@@ -245,6 +247,193 @@ def test_gqa_naive():
     check("GQA layer vs naive repeat_kv", np.abs(y - hid[0]).max() < 1e-12)
 
 
+def _moe_cfg(arch, layers=3, experts=6, top_k=2, step=1, mlp_only=(), norm=True, tied=False):
+    return testmodel.make_config(arch, hidden=24, heads=2, kv_heads=1, head_dim=8, layers=layers,
+                                 intermediate=40, vocab=48, tied=tied, deepstack=0,
+                                 moe=testmodel.moe_keys(experts, top_k, 10, step, mlp_only, norm))
+
+
+def test_moe_config():
+    c = R.Config(_moe_cfg("qwen3-moe", layers=6, step=2, mlp_only=[3]))
+    check("moe: sparse layers step 2, mlp_only [3] -> [1, 5]", c.moe.sparse_layers == [1, 5], c.moe.sparse_layers)
+    c = R.Config(_moe_cfg("qwen3-moe", layers=4, mlp_only=[0, 2]))
+    check("moe: step 1, mlp_only [0, 2] -> [1, 3]", c.moe.sparse_layers == [1, 3], c.moe.sparse_layers)
+    c = R.Config(_moe_cfg("qwen3-moe", layers=4, step=3))
+    check("moe: step 3 -> [2]", c.moe.sparse_layers == [2], c.moe.sparse_layers)
+    c = R.Config(_moe_cfg("qwen3-moe", layers=4, experts=0, top_k=0))
+    check("moe: num_experts 0 -> every layer dense", c.moe.sparse_layers == [])
+    raw = _moe_cfg("qwen3-moe")
+    del raw["norm_topk_prob"]
+    check("moe: qwen3_moe without norm_topk_prob does not renormalise (transformers default False)",
+          R.Config(raw).moe.normalize is False)
+    raw = _moe_cfg("qwen3-vl-moe", norm=False)
+    c = R.Config(raw)
+    check("moe: qwen3_vl_moe renormalises even with norm_topk_prob false",
+          c.moe.normalize is True and c.moe.layout == "fused" and c.mode == "mrope"
+          and c.prefix == "model.language_model.")
+    check("moe: dense types have no moe", R.Config(testmodel.make_config("qwen3")).moe is None
+          and R.Config(testmodel.make_config("qwen3-vl")).moe is None)
+    for bad, what in ((dict(num_experts_per_tok=7), "top_k > experts"), (dict(num_experts_per_tok=0), "top_k 0"),
+                      (dict(decoder_sparse_step=0), "sparse step 0"), (dict(moe_intermediate_size=0), "I_e 0"),
+                      (dict(norm_topk_prob="yes"), "norm not bool"), (dict(num_experts=-1), "negative E")):
+        raw = _moe_cfg("qwen3-moe")
+        raw.update(bad)
+        try:
+            R.Config(raw)
+            check(f"moe: refuses {what}", False, "accepted")
+        except R.RefError as e:
+            check(f"moe: refuses {what}", any(k in str(e) for k in bad), str(e))
+    for l in range(6):
+        tc = _moe_cfg("qwen3-moe", layers=6, step=2, mlp_only=[3])
+        if moe_ref.MoeConfig(tc, "qwen3_moe", 6).is_sparse(l) != testmodel.is_sparse(tc, l):
+            check(f"moe: writer and oracle agree on layer {l}", False)
+
+
+def test_moe_routing():
+    m = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    router = np.array([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0], [1.0, 0.0]])   # logits rows: [2,1,0,1] [0,1,3,0] [2,2,3,1]
+    top, w, p = moe_ref.route(m, router, 2, normalize=False)
+    check("route: top-2 descending, tie to the lower id", top.tolist() == [[0, 1], [2, 1], [2, 0]], top.tolist())
+    e = np.exp([2.0, 1.0, 0.0, 1.0])
+    check("route: softmax weights", np.allclose(w[0], e[[0, 1]] / e.sum(), rtol=1e-15), w[0])
+    top, wn, _ = moe_ref.route(m, router, 2, normalize=True)
+    check("route: renormalised", np.allclose(wn[0], e[[0, 1]] / e[[0, 1]].sum(), rtol=1e-15)
+          and np.allclose(wn.sum(1), 1.0))
+    top, _, _ = moe_ref.route(np.zeros((2, 2)), router, 3, normalize=True)
+    check("route: all equal -> ids 0..k-1", top.tolist() == [[0, 1, 2]] * 2, top.tolist())
+
+
+def _moe_block(rng, E=5, H=12, I=7, fused=False):
+    gate = [rng.standard_normal((I, H)) for _ in range(E)]
+    up = [rng.standard_normal((I, H)) for _ in range(E)]
+    down = [rng.standard_normal((H, I)) for _ in range(E)]
+    lw = {"router": rng.standard_normal((E, H)), "layout": "per_expert",
+          "gate": np.stack(gate), "up": np.stack(up), "down": np.stack(down)}
+    gu, dn = testmodel.fused_experts([g.astype(np.float32) for g in gate], [u.astype(np.float32) for u in up],
+                                     [d.astype(np.float32) for d in down])
+    lf = {"router": lw["router"], "layout": "fused", "gate_up": gu.astype(np.float64), "down": dn.astype(np.float64)}
+    for k in ("gate", "up", "down"):
+        lw[k] = lw[k].astype(np.float32).astype(np.float64)   # same values as the fused copy
+    return lw, lf
+
+
+def test_moe_block():
+    rng = np.random.default_rng(11)
+    lw, lf = _moe_block(rng)
+    m = rng.standard_normal((9, 12))
+    for k, norm in ((2, True), (2, False), (1, True), (5, True), (3, False)):
+        moe = type("M", (), dict(top_k=k, normalize=norm))()
+        for name, l in (("per-expert", lw), ("fused", lf)):
+            a, (top, w, p) = moe_ref.sparse_mlp(m, l, moe)
+            b = moe_ref.dense_all_experts(m, l, moe)
+            check(f"moe block {name} k={k} norm={norm}: sparse == dense loop with top-k mask",
+                  np.abs(a - b).max() < 1e-12, np.abs(a - b).max())
+        a, _ = moe_ref.sparse_mlp(m, lw, moe)
+        b, _ = moe_ref.sparse_mlp(m, lf, moe)
+        check(f"moe block k={k} norm={norm}: fused layout == per-expert layout", np.abs(a - b).max() < 1e-12,
+              np.abs(a - b).max())
+    # literal per-row formula for one row
+    moe = type("M", (), dict(top_k=2, normalize=True))()
+    a, (top, w, p) = moe_ref.sparse_mlp(m, lw, moe)
+    r = 4
+    want = np.zeros(12)
+    for j in range(2):
+        e = top[r, j]
+        want += w[r, j] * (lw["down"][e] @ (R.silu(lw["gate"][e] @ m[r]) * (lw["up"][e] @ m[r])))
+    check("moe block: row 4 by hand", np.abs(a[r] - want).max() < 1e-12)
+    # k = E with renormalisation: the full softmax mixture
+    moe = type("M", (), dict(top_k=5, normalize=True))()
+    a, (top, w, p) = moe_ref.sparse_mlp(m, lw, moe)
+    full = sum(p[:, e:e + 1] * moe_ref.expert_forward(lw, e, m) for e in range(5))
+    check("moe block: k = E is the full softmax mixture", np.abs(a - full).max() < 1e-12)
+
+
+def test_moe_models(tmp):
+    # one model, both layouts: qwen3_moe (per-expert, 1-D) vs qwen3_vl_moe (fused, chunked M-RoPE
+    # text-only, which equals 1-D RoPE), the same logical weights
+    c1 = _moe_cfg("qwen3-moe", layers=4, step=2, mlp_only=[], norm=True)
+    c3 = _moe_cfg("qwen3-vl-moe", layers=4, step=2, mlp_only=[], norm=True)
+    c3["text_config"]["rope_scaling"]["mrope_interleaved"] = False
+    w1 = testmodel.random_weights(c1, seed=21)
+    w3 = {}
+    for k, v in w1.items():
+        if ".mlp.experts." in k:
+            continue
+        w3[k.replace("model.", "model.language_model.", 1)] = v
+    for l in (1, 3):
+        q = f"model.layers.{l}.mlp.experts."
+        gu, dn = testmodel.fused_experts([w1[f"{q}{e}.gate_proj.weight"] for e in range(6)],
+                                         [w1[f"{q}{e}.up_proj.weight"] for e in range(6)],
+                                         [w1[f"{q}{e}.down_proj.weight"] for e in range(6)])
+        w3[f"model.language_model.layers.{l}.mlp.experts.gate_up_proj"] = gu
+        w3[f"model.language_model.layers.{l}.mlp.experts.down_proj"] = dn
+    d1, d3 = os.path.join(tmp, "moe1"), os.path.join(tmp, "moe3")
+    testmodel.write_model(d1, c1, w1, "f32")
+    testmodel.write_model(d3, c3, w3, "f32", shards=2)
+    m1, m3 = R.Model.load(d1), R.Model.load(d3)
+    ids = (np.arange(11, dtype=np.int32) * 7) % 40
+    o1 = R.forward(m1, {"input_ids": ids, "decode_tokens": ids[:3]}, all_logits=True, diagnostics=True)
+    o3 = R.forward(m3, {"input_ids": ids, "decode_tokens": ids[:3]}, all_logits=True, diagnostics=True)
+    check("moe model: per-expert (qwen3_moe) == fused (qwen3_vl_moe) for the same weights",
+          np.abs(o1["logits"] - o3["logits"]).max() < 1e-6
+          and np.abs(o1["decode_logits"] - o3["decode_logits"]).max() < 1e-6
+          and all(np.array_equal(o1[f"router_experts.{l}"], o3[f"router_experts.{l}"]) for l in (1, 3)))
+    names = sorted(k for k in o1 if k.startswith("router_"))
+    check("moe diagnostics: router_* for sparse layers 1, 3 only",
+          names == ["router_experts.1", "router_experts.3", "router_weights.1", "router_weights.3"], names)
+    check("moe diagnostics: int32 experts [S,k], f32 weights [S,k]",
+          o1["router_experts.1"].dtype == np.int32 and o1["router_experts.1"].shape == (11, 2)
+          and o1["router_weights.3"].dtype == np.float32 and o1["router_weights.3"].shape == (11, 2)
+          and np.allclose(o1["router_weights.1"].sum(1), 1.0, atol=1e-6))
+    check("moe routing not degenerate on the writer's init", moe_ref.routing_stats(o1["router_experts.1"])[0] > 3,
+          moe_ref.routing_stats(o1["router_experts.1"]))
+    # the MoE layers change the result (a model whose experts were ignored would not)
+    w0 = dict(w1)
+    w0["model.layers.1.mlp.experts.2.down_proj.weight"] = w0["model.layers.1.mlp.experts.2.down_proj.weight"] * 0
+    o0 = R.forward(R.Model(R.Config(c1), w0), {"input_ids": ids}, all_logits=True)
+    hit = (o1["router_experts.1"] == 2).any(axis=1)
+    diff = np.abs(o0["logits"] - o1["logits"]).max(axis=1)
+    check("moe model: an expert's weights reach exactly the rows routed to it (and later rows)",
+          hit.any() and diff[np.argmax(hit)] > 1e-6 and np.all(diff[:np.argmax(hit)] == 0), (hit, diff))
+    # decode == longer prefill (drafted/decoded rows route independently)
+    a = R.forward(m1, {"input_ids": ids[:6], "decode_tokens": ids[6:]}, diagnostics=True)
+    b = R.forward(m1, {"input_ids": ids}, all_logits=True, diagnostics=True)
+    err = np.abs(a["decode_logits"] - b["logits"][6:]).max()
+    check("moe model: decode == longer prefill", err < 1e-5, err)
+    check("moe model: prefill routing is a prefix of the longer prefill's",
+          np.array_equal(a["router_experts.1"], b["router_experts.1"][:6]))
+    # float32 emulation stays within the tolerance and (almost always) routes identically
+    m32 = R.Model.load(d3, np.float32)
+    o32 = R.forward(m32, {"input_ids": ids}, all_logits=True, diagnostics=True)
+    ok, msg = compare.compare_arrays("logits", o32["logits"], o3["logits"])
+    check("moe model: f32 emulation within tolerance", ok, msg)
+
+
+def test_moe_compare():
+    probs = np.array([[0.5, 0.2, 0.19995, 0.10005], [0.4, 0.3, 0.2, 0.1]])
+    ref_e = np.array([[0, 1], [0, 1]], np.int32)
+    ref_w = np.array([[0.5, 0.2], [0.4, 0.3]], np.float32)
+    ok, msgs, notes = moe_ref.compare_routing(1, ref_e, ref_w, ref_e, ref_w, probs, False)
+    check("compare_routing: equal passes without notes", ok and not notes, msgs)
+    eng = np.array([[0, 2], [0, 1]], np.int32)
+    ok, msgs, notes = moe_ref.compare_routing(1, eng, np.array([[0.5, 0.19995], [0.4, 0.3]], np.float32),
+                                              ref_e, ref_w, probs, False)
+    check("compare_routing: k-th vs (k+1)-th near-tie accepted and reported", ok and len(notes) == 1, (msgs, notes))
+    ok, msgs, notes = moe_ref.compare_routing(1, eng, np.array([[0.5, 0.2], [0.4, 0.3]], np.float32),
+                                              ref_e, ref_w, probs, True)
+    check("compare_routing: weights checked against the engine's set (renormalised)", not ok, msgs)
+    eng = np.array([[0, 1], [0, 2]], np.int32)
+    ok, msgs, notes = moe_ref.compare_routing(1, eng, ref_w, ref_e, ref_w, probs, False)
+    check("compare_routing: a real expert mismatch fails", not ok and "row 1 slot 1" in msgs[0][1], msgs)
+    ok, msgs, notes = moe_ref.compare_routing(1, np.array([[0, 0], [0, 1]], np.int32), ref_w, ref_e, ref_w, probs, False)
+    check("compare_routing: repeated expert fails", not ok, msgs)
+    ok, msgs, notes = moe_ref.compare_routing(1, ref_e, ref_w * 1.01, ref_e, ref_w, probs, False)
+    check("compare_routing: weights off by 1% fail", not ok, msgs)
+    eng = np.array([[0, 2], [0, 1]], np.int32)
+    ok, msgs, notes = moe_ref.compare_routing(1, eng, ref_w, ref_e, ref_w, None, False)
+    check("compare_routing: without probabilities experts must be equal", not ok, msgs)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_rope_index_examples()
@@ -253,6 +442,11 @@ def main():
         test_fixture(tmp)
         test_decode_equals_prefill(tmp)
         test_gqa_naive()
+        test_moe_config()
+        test_moe_routing()
+        test_moe_block()
+        test_moe_models(tmp)
+        test_moe_compare()
     print(f"selftest: {len(FAILS)} failure(s)")
     return 1 if FAILS else 0
 
