@@ -5,7 +5,6 @@
 #endif
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +15,7 @@
 #include "kernels/onednn_matmul.h"
 #include "kernels/q4.h"
 #include "kernels/q6.h"
+#include "kernels/row_prologue.h"
 
 namespace vls::kernels {
 
@@ -148,38 +148,6 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
-// A per-call transform of a product's input rows (quantizing, rounding to BF16) run inside the
-// product's own parallel loop rather than as a serial pass or a separate one before it: each
-// participant first claims groups of rows and transforms them, then waits for groups that others
-// are still working on, then takes its share of the product. At 8-row batched decode a serial
-// pass cost 3-6 µs per product (the rows were just written by both cores) while the other thread
-// waited. The wait ends: a group is only claimed by a running participant, which finishes it
-// before it takes anything else.
-class RowPrologue {
- public:
-  // Up to 16 rows a group; below 16 rows × threads, one group per thread.
-  RowPrologue(int64_t rows, int64_t threads)
-      : rows_(rows),
-        per_group_(std::clamp<int64_t>((rows + threads - 1) / threads, 1, 16)),
-        groups_((rows + per_group_ - 1) / per_group_) {}
-
-  // Called at the start of every chunk of the loop: fn(r0, r1) transforms rows [r0, r1).
-  template <typename Fn>
-  void Run(const Fn& fn) {
-    if (done_.load(std::memory_order_acquire) >= groups_) return;
-    for (int64_t g = next_.fetch_add(1, std::memory_order_relaxed); g < groups_;
-         g = next_.fetch_add(1, std::memory_order_relaxed)) {
-      fn(g * per_group_, std::min(rows_, (g + 1) * per_group_));
-      done_.fetch_add(1, std::memory_order_release);
-    }
-    while (done_.load(std::memory_order_acquire) < groups_) CpuRelax();
-  }
-
- private:
-  const int64_t rows_, per_group_, groups_;
-  std::atomic<int64_t> next_{0}, done_{0};
-};
-
 const KernelVariant& ChooseDefault() {
   const std::vector<const KernelVariant*> all = SupportedVariants();
   if (const char* env = std::getenv("VLS_KERNELS"); env != nullptr && *env != '\0') {
@@ -268,12 +236,6 @@ const uint16_t* Context::RoundToBf16(const float* x, int64_t M, int64_t K,
 // Q8 weights: the activations are quantized once per call (a RowPrologue) into the caller's
 // arena, then N is split in blocks of 16 (one interleaved weight group) like the other paths.
 // A variant without Q8 kernels uses the reference ones.
-void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K) const {
-  for (const GroupedProduct& p : products) {
-    if (p.M > 0) MatMul(p.x, p.M, K, *p.w, p.y);
-  }
-}
-
 void Context::MatMulQ8(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                        ScratchArena& own) const {
   Q8Activations& a = own.Q8(M, K);

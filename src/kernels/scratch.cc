@@ -31,10 +31,22 @@ Q8Activations& ScratchArena::Q8(int64_t rows, int64_t cols) {
   return q8_;
 }
 
+Q8Activations* ScratchArena::GroupedQ8(std::span<const int64_t> rows, int64_t cols) {
+  if (grouped_q8_.size() < rows.size()) grouped_q8_.resize(rows.size());
+  size_t held = 0;
+  for (size_t i = 0; i < grouped_q8_.size(); ++i) {
+    if (i < rows.size()) grouped_q8_[i].Resize(rows[i], cols);
+    held += grouped_q8_[i].q.capacity() + grouped_q8_[i].scales.capacity() * sizeof(float);
+  }
+  grouped_q8_bytes_.store(held, std::memory_order_relaxed);
+  return grouped_q8_.data();
+}
+
 size_t ScratchArena::bytes() const {
   return matmul_x.bytes() + attention.bytes() + onednn.bytes() + onednn_x.bytes() + layer.bytes() +
          embed_row.bytes() + head.bytes() + rope.bytes() +
-         q8_bytes_.load(std::memory_order_relaxed);
+         q8_bytes_.load(std::memory_order_relaxed) +
+         grouped_q8_bytes_.load(std::memory_order_relaxed);
 }
 
 }  // namespace vls::kernels

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "kernels/quant.h"
 
@@ -60,6 +62,9 @@ struct ScratchArena {
   // Context::MatMul with Q8 weights: the activations quantized per call, sized for [rows, cols]
   // (Q8Activations::Resize).
   Q8Activations& Q8(int64_t rows, int64_t cols);
+  // Context::MatMulGrouped with Q8 weights: one set of activations per product, entry i sized
+  // for [rows[i], cols] (0 rows for a product that needs none). Valid until the next call.
+  Q8Activations* GroupedQ8(std::span<const int64_t> rows, int64_t cols);
 
   // Bytes held now. Callable from any thread, also while the arena is in use.
   size_t bytes() const;
@@ -67,6 +72,8 @@ struct ScratchArena {
  private:
   Q8Activations q8_;
   std::atomic<size_t> q8_bytes_{0};
+  std::vector<Q8Activations> grouped_q8_;
+  std::atomic<size_t> grouped_q8_bytes_{0};
 };
 
 }  // namespace vls::kernels
