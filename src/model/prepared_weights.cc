@@ -5,6 +5,8 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 
 #include "kernels/bf16_blocked.h"
 #include "kernels/q4.h"
@@ -23,6 +25,17 @@ struct Group {
   PreparedEntry entry;
   std::vector<WeightMatrix> sources;
   std::vector<std::string> names;
+  // An expert of the fused layout: the one source is a [K, N] block of rows of the stored
+  // tensor (starting at its row `source_row0`, for errors) and the entry [N, K] its transpose.
+  bool transpose = false;
+  int64_t source_row0 = 0;
+};
+
+// How Plan's `add` reads its sources.
+enum class SourceKind {
+  kStacked,     // the sources' rows, stacked, in the precision's storage
+  kTransposed,  // one fused-layout block, transposed (Group::transpose)
+  kF32,         // the sources' rows widened to dense F32 in every precision (the router)
 };
 
 // The dtype a source is stored in at kF32: its own, except FP8, which is dequantized to F32
@@ -41,10 +54,18 @@ DType StorageDType(kernels::Precision p, const std::vector<WeightMatrix>& source
   return DenseDType(sources.front());
 }
 
+// The address of row `r` of `m` (a dense matrix; null when m is unbound).
+const void* BlockRows(const kernels::Matrix& m, int64_t r) {
+  if (m.data == nullptr) return nullptr;
+  return static_cast<const std::byte*>(m.data) +
+         static_cast<size_t>(r) * static_cast<size_t>(m.cols) * DTypeSize(m.dtype);
+}
+
 std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::Precision p) {
   std::vector<Group> groups;
   auto add = [&](std::string name, std::vector<WeightMatrix> sources,
-                 std::vector<std::string> names) {
+                 std::vector<std::string> names, SourceKind kind = SourceKind::kStacked,
+                 int64_t source_row0 = 0) {
     Group g;
     g.entry.name = std::move(name);
     g.entry.dtype = StorageDType(p, sources);
@@ -52,7 +73,16 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
     if (p == kernels::Precision::kBF16) g.entry.format = kernels::MatrixFormat::kBf16Blocked;
     g.entry.cols = sources.front().m.cols;
     for (const WeightMatrix& m : sources) g.entry.rows += m.m.rows;
-    if (p == kernels::Precision::kInt4) {
+    if (kind == SourceKind::kTransposed) {
+      g.entry.rows = sources.front().m.cols;
+      g.entry.cols = sources.front().m.rows;
+      g.transpose = true;
+      g.source_row0 = source_row0;
+    }
+    if (kind == SourceKind::kF32) {
+      g.entry.dtype = DType::kF32;
+      g.entry.format = kernels::MatrixFormat::kDense;
+    } else if (p == kernels::Precision::kInt4) {
       // The LM head at 6 bits (ADR 0021: measured KL), any matrix Q4 or Q6 cannot hold at 8.
       const bool head = g.entry.name == "lm_head";
       const bool fits = head ? kernels::Q6Supports(g.entry.rows, g.entry.cols)
@@ -74,8 +104,32 @@ std::vector<Group> Plan(const Qwen3Config& cfg, const Qwen3Weights& w, kernels::
         {tp + "self_attn.q_proj.weight", tp + "self_attn.k_proj.weight",
          tp + "self_attn.v_proj.weight"});
     add(lp + "o", {L.o}, {tp + "self_attn.o_proj.weight"});
-    add(lp + "gate_up", {L.gate, L.up}, {tp + "mlp.gate_proj.weight", tp + "mlp.up_proj.weight"});
-    add(lp + "down", {L.down}, {tp + "mlp.down_proj.weight"});
+    if (!cfg.IsSparseLayer(l)) {
+      add(lp + "gate_up", {L.gate, L.up}, {tp + "mlp.gate_proj.weight", tp + "mlp.up_proj.weight"});
+      add(lp + "down", {L.down}, {tp + "mlp.down_proj.weight"});
+      continue;
+    }
+    add(lp + "router", {L.router}, {tp + "mlp.gate.weight"}, SourceKind::kF32);
+    const int64_t E = cfg.moe->experts, H = cfg.hidden, I = cfg.moe->expert_intermediate;
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = lp + "experts." + std::to_string(e) + ".";
+      if (cfg.moe->layout == MoeLayout::kPerExpert) {
+        const auto i = static_cast<size_t>(e);
+        const std::string te = tp + "mlp.experts." + std::to_string(e) + ".";
+        add(ep + "gate_up", {L.expert_gate[i], L.expert_up[i]},
+            {te + "gate_proj.weight", te + "up_proj.weight"});
+        add(ep + "down", {L.expert_down[i]}, {te + "down_proj.weight"});
+        continue;
+      }
+      // Expert e's blocks of the fused tensors: rows [e·H, (e+1)·H) of gate_up [E·H, 2·I],
+      // rows [e·I, (e+1)·I) of down [E·I, H] (qwen3_weights.h).
+      const kernels::Matrix& fgu = L.fused_gate_up;
+      const kernels::Matrix& fd = L.fused_down;
+      const WeightMatrix gu{{fgu.dtype, BlockRows(fgu, e * H), H, 2 * I}, {}};
+      const WeightMatrix dn{{fd.dtype, BlockRows(fd, e * I), I, H}, {}};
+      add(ep + "gate_up", {gu}, {tp + "mlp.experts.gate_up_proj"}, SourceKind::kTransposed, e * H);
+      add(ep + "down", {dn}, {tp + "mlp.experts.down_proj"}, SourceKind::kTransposed, e * I);
+    }
   }
   add("lm_head", {w.lm_head}, {cfg.tied ? wp + "embed_tokens.weight" : "lm_head.weight"});
   uint64_t offset = 0;
@@ -137,8 +191,66 @@ void FillRows(const PreparedEntry& e, const kernels::Matrix& src, int64_t r0, in
 // no whole dequantized matrix ever exists; DataLoss for a NaN code. With `check_finite`, each
 // chunk (dequantized, for FP8) is scanned for NaN and infinite weights right before it is
 // converted, while its pages are resident: the check adds no pass over the file.
+// out[(n1 - n0), K] = columns [n0, n1) of src[K, N], transposed, widened to f32. Read in
+// tiles of kTileRows source rows, each a contiguous run of each row, so both sides stay in
+// cache (a column-at-a-time read would touch one cache line per element).
+void TransposeColumns(const kernels::Matrix& src, int64_t n0, int64_t n1, float* out) {
+  constexpr int64_t kTileRows = 32;
+  const int64_t K = src.rows, W = n1 - n0;
+  const size_t src_row = static_cast<size_t>(src.cols) * DTypeSize(src.dtype);
+  std::vector<float> tile(static_cast<size_t>(kTileRows * W));  // [kTileRows, W]
+  for (int64_t k0 = 0; k0 < K; k0 += kTileRows) {
+    const int64_t k1 = std::min(K, k0 + kTileRows);
+    for (int64_t k = k0; k < k1; ++k) {
+      const kernels::Matrix run{src.dtype,
+                                static_cast<const std::byte*>(src.data) +
+                                    static_cast<size_t>(k) * src_row +
+                                    static_cast<size_t>(n0) * DTypeSize(src.dtype),
+                                1, W};
+      kernels::LoadRow(run, 0, tile.data() + (k - k0) * W);
+    }
+    for (int64_t n = 0; n < W; ++n) {
+      float* o = out + n * K;
+      for (int64_t k = k0; k < k1; ++k) o[k] = tile[static_cast<size_t>((k - k0) * W + n)];
+    }
+  }
+}
+
+// FillEntry for a transposed group (one expert of the fused layout): output rows in chunks of
+// about 4 MiB of f32, each transposed into the participant's buffer and then converted as a
+// dense source; the block's file pages are released once the whole expert is done (every
+// chunk reads all of its rows). With `check_finite` the block is scanned first.
+Status FillTransposed(const Group& g, std::byte* dst, const kernels::Context& ctx,
+                      std::vector<std::vector<float>>& buffers, bool check_finite) {
+  const kernels::Matrix& src = g.sources.front().m;  // [K, N]; the entry is [N, K]
+  const int64_t K = src.rows, N = src.cols;
+  const size_t src_row = static_cast<size_t>(N) * DTypeSize(src.dtype);
+  if (check_finite) {
+    if (auto bad = FindNonFinite(src.dtype, src.data, K * N)) {
+      bad->index += g.source_row0 * N;
+      return NonFiniteWeightError(g.names.front(), *bad, N);
+    }
+  }
+  const int64_t rows_per_chunk =
+      std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / (static_cast<size_t>(K) * 4)));
+  const int64_t chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+  ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1, int thread) {
+    std::vector<float>& t = buffers[static_cast<size_t>(thread)];
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t n0 = c * rows_per_chunk, n1 = std::min(N, n0 + rows_per_chunk);
+      t.resize(static_cast<size_t>((n1 - n0) * K));
+      TransposeColumns(src, n0, n1, t.data());
+      const kernels::Matrix part{DType::kF32, t.data(), n1 - n0, K};
+      FillRows(g.entry, part, 0, n1 - n0, n0, dst);
+    }
+  });
+  ReleaseFilePages(src.data, static_cast<size_t>(K) * src_row);
+  return Status::Ok();
+}
+
 Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
                  std::vector<std::vector<float>>& buffers, bool check_finite) {
+  if (g.transpose) return FillTransposed(g, dst, ctx, buffers, check_finite);
   int64_t row = 0;  // the first stacked row of the current source
   for (size_t i = 0; i < g.sources.size(); ++i) {
     const kernels::Matrix& src = g.sources[i].m;
@@ -287,9 +399,13 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(const Qwen3C
 }
 
 Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
-  auto find = [this](const std::string& name, kernels::Matrix* out) -> Status {
-    for (const PreparedEntry& e : entries_) {
-      if (e.name != name) continue;
+  // A MoE model has thousands of entries (48 layers × 128 experts × 2): look them up by name.
+  std::unordered_map<std::string_view, const PreparedEntry*> by_name;
+  by_name.reserve(entries_.size());
+  for (const PreparedEntry& e : entries_) by_name.emplace(e.name, &e);
+  auto find = [this, &by_name](const std::string& name, kernels::Matrix* out) -> Status {
+    if (const auto it = by_name.find(name); it != by_name.end()) {
+      const PreparedEntry& e = *it->second;
       if (e.offset % kPreparedAlign != 0 || e.offset > size_ || e.bytes > size_ - e.offset ||
           e.rows <= 0 || e.cols <= 0 || e.bytes != PreparedEntryBytes(e)) {
         return InvalidArgument("prepared weight '" + name + "' lies outside its region");
@@ -321,8 +437,20 @@ Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {
     PreparedLayer& L = layers_[static_cast<size_t>(l)];
     VLS_RETURN_IF_ERROR(find(lp + "qkv", &L.qkv));
     VLS_RETURN_IF_ERROR(find(lp + "o", &L.o));
-    VLS_RETURN_IF_ERROR(find(lp + "gate_up", &L.gate_up));
-    VLS_RETURN_IF_ERROR(find(lp + "down", &L.down));
+    if (!cfg.IsSparseLayer(l)) {
+      VLS_RETURN_IF_ERROR(find(lp + "gate_up", &L.gate_up));
+      VLS_RETURN_IF_ERROR(find(lp + "down", &L.down));
+      continue;
+    }
+    VLS_RETURN_IF_ERROR(find(lp + "router", &L.router));
+    const auto E = static_cast<size_t>(cfg.moe->experts);
+    L.expert_gate_up.resize(E);
+    L.expert_down.resize(E);
+    for (size_t e = 0; e < E; ++e) {
+      const std::string ep = lp + "experts." + std::to_string(e) + ".";
+      VLS_RETURN_IF_ERROR(find(ep + "gate_up", &L.expert_gate_up[e]));
+      VLS_RETURN_IF_ERROR(find(ep + "down", &L.expert_down[e]));
+    }
   }
   return find("lm_head", &lm_head_);
 }

@@ -5,6 +5,13 @@
 // projections; O, down and the LM head are copied as they are. Every matrix starts on a
 // 4 KiB boundary of a 2 MiB-aligned huge-page region (base/memory.h).
 //
+// A sparse layer (ADR 0027) has, in place of gate_up and down, its router (dense F32 in every
+// precision) and per expert e a gate_up [2·I_e, H] and a down [H, I_e] stored as the dense
+// MLP's. From the per-expert layout they are prepared as the dense MLP is; from the fused
+// layout each expert's block is transposed (in tiles, a few MiB at a time, into f32) and then
+// converted, one expert at a time, its file pages released after it: no whole layer's experts
+// are ever held twice.
+//
 // Storage dtype by precision:
 //   kF32:  the checkpoint's dtype, bytes unchanged (the f32 path stays exact); a stacked matrix
 //          whose parts differ in dtype is widened to F32 (exact).
@@ -38,7 +45,9 @@ namespace vls {
 // One prepared matrix: its name, storage and place in the region.
 struct PreparedEntry {
   std::string name;           // "layers.<l>.qkv", "layers.<l>.o", "layers.<l>.gate_up",
-                              // "layers.<l>.down", "lm_head"
+                              // "layers.<l>.down", "lm_head"; sparse layers:
+                              // "layers.<l>.router", "layers.<l>.experts.<e>.gate_up",
+                              // "layers.<l>.experts.<e>.down"
   DType dtype = DType::kF32;  // the storage dtype (kBF16 for BF16 blocked; kF32, unused, for kQ8)
   kernels::MatrixFormat format = kernels::MatrixFormat::kDense;
   int64_t rows = 0;
@@ -74,7 +83,8 @@ struct PreparedLayer {
   std::vector<kernels::Matrix> expert_down;     // E × [H, I_e]
 };
 
-// Called after each prepared matrix group with (done, total); may print progress.
+// Called after each prepared matrix group (an expert's gate_up or down counts as one) with
+// (done, total); may print progress.
 using PrepareProgress = std::function<void(int done, int total)>;
 
 inline constexpr uint64_t kPreparedAlign = 4096;
