@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
+#include "model/moe_mlp.h"
 #include "model/weight_check.h"
 
 namespace vls {
@@ -64,7 +65,19 @@ StatusOr<ServingMemory> PlanServingMemory(const Qwen3Config& cfg, KvDType kv_dty
   const uint64_t chunk = std::min<uint64_t>(C, kChunkRows);
   const uint64_t layer_floats =
       std::max(std::max(H, qd) + std::max(qd + 2 * kvd, H) + qd, H + 3 * I);
-  uint64_t working = chunk * (layer_floats * 4 + std::max(H, I) * 4) + V * 4;
+  uint64_t layer_bytes = chunk * (layer_floats * 4 + std::max(H, I) * 4);
+  if (cfg.moe) {
+    // A sparse layer (MoeMlp): the normed rows [chunk, H], the router logits [chunk, E], the
+    // routing, and the chunk·k gathered rows [chunk·k, H + 3·I_e], whose BF16 / Q8
+    // activations the expert matmuls convert as well.
+    const auto rk = chunk * static_cast<uint64_t>(cfg.moe->top_k);
+    const auto Ie = static_cast<uint64_t>(cfg.moe->expert_intermediate);
+    const auto moe_floats =
+        static_cast<uint64_t>(MoeScratchFloats(*cfg.moe, cfg.hidden, static_cast<int64_t>(chunk)));
+    layer_bytes =
+        std::max(layer_bytes, (chunk * H + 16 + moe_floats) * 4 + rk * std::max(H, Ie) * 4);
+  }
+  uint64_t working = layer_bytes + V * 4;
   const std::optional<uint64_t> rows = CheckedMul(C, 2 * H * 4);
   const std::optional<uint64_t> scores = CheckedMul(C, 8 * static_cast<uint64_t>(threads) + 8);
   if (!rows || !scores) return overflow("the working memory");
@@ -98,6 +111,19 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
                        SafetensorsCheckpoint::Open(dir));
   auto w = BindQwen3Weights(cfg, *ckpt);
   if (!w.ok()) return w.status().WithContext(dir);
+  auto model = FromWeights(std::move(cfg), std::move(ckpt), std::move(*w), options);
+  if (!model.ok()) return model.status().WithContext(dir);
+  return model;
+}
+
+StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromWeights(
+    Qwen3Config cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, Qwen3Weights w,
+    const ModelOptions& options) {
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    return InvalidArgument("model options: threads " + std::to_string(options.threads) +
+                           " is outside [0, " + std::to_string(kMaxThreads) +
+                           "] (0: all hardware threads)");
+  }
   // The context starts the thread pool: a thread the system refuses is an error, not an abort.
   std::unique_ptr<kernels::Context> ctx;
   try {
@@ -112,16 +138,15 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(const std::string& dir,
     return InvalidArgument(e.what());
   }
   const bool check = options.check_weights && options.artifact.empty();
-  if (check) {
-    if (Status s = CheckUnpreparedWeights(cfg, *w, *ctx); !s.ok()) return s.WithContext(dir);
-  }
-  auto prepared = options.artifact.empty()
-                      ? PreparedWeights::Prepare(cfg, *w, *ctx, options.progress, check)
-                      : PreparedWeights::FromArtifact(options.artifact, cfg, *w, options.precision);
-  if (!prepared.ok()) return prepared.status().WithContext(dir);
+  if (check) VLS_RETURN_IF_ERROR(CheckUnpreparedWeights(cfg, w, *ctx));
+  VLS_ASSIGN_OR_RETURN(
+      std::unique_ptr<PreparedWeights> prepared,
+      options.artifact.empty()
+          ? PreparedWeights::Prepare(cfg, w, *ctx, options.progress, check)
+          : PreparedWeights::FromArtifact(options.artifact, cfg, w, options.precision));
   std::unique_ptr<Qwen3Model> model(
-      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(*w), std::move(ctx)));
-  model->prepared_ = std::move(*prepared);
+      new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(w), std::move(ctx)));
+  model->prepared_ = std::move(prepared);
   model->kv_dtype_ = options.kv_dtype.value_or(DefaultKvDType(options.precision));
   return model;
 }
@@ -219,7 +244,8 @@ void Qwen3Model::Attention(int layer, const float* a, std::span<const ForwardRow
   ctx_->MatMul(ctx, M, nh * D, P.o, out);
 }
 
-void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) const {
+void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows,
+                          LayerHook* hook) const {
   // Every row's output is computed by the same per-row operations whatever the chunking
   // (matmul rows, Q8 activation scales and attention queries are independent), and chunk c
   // attends to the K/V that chunks before it wrote. Equal chunks rather than a short tail
@@ -230,11 +256,12 @@ void Qwen3Model::RunLayer(int l, float* x, std::span<const ForwardRow> rows) con
   for (int64_t m0 = 0; m0 < M; m0 += per_chunk) {
     const int64_t n = std::min(per_chunk, M - m0);
     RunLayerChunk(l, x + m0 * cfg_.hidden,
-                  rows.subspan(static_cast<size_t>(m0), static_cast<size_t>(n)));
+                  rows.subspan(static_cast<size_t>(m0), static_cast<size_t>(n)), hook, m0);
   }
 }
 
-void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows) const {
+void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows, LayerHook* hook,
+                               int64_t row0) const {
   const int64_t M = static_cast<int64_t>(rows.size());
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
   const int64_t qd = cfg_.heads * cfg_.head_dim, kvd = cfg_.kv_heads * cfg_.head_dim;
@@ -248,10 +275,14 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
   // buffer takes the place of one that is dead by then (ctx of a, the output of qkv, the MLP
   // output of its input).
   const int64_t slot0 = std::max(H, qd), slot1 = std::max(qd + 2 * kvd, H);
-  const int64_t attention_floats = slot0 + slot1 + qd, mlp_floats = H + 3 * I;
+  // A sparse layer's MLP scratch (MoeMlp's) follows a, from a 64-byte boundary.
+  const bool sparse = cfg_.IsSparseLayer(l);
+  const int64_t moe_at = (M * H + 15) / 16 * 16;
+  const int64_t attention_floats = M * (slot0 + slot1 + qd);
+  const int64_t mlp_floats = sparse ? moe_at + MoeScratchFloats(*cfg_.moe, H, M) : M * (H + 3 * I);
   float* base =
       ctx_->scratch(lease.thread())
-          .layer.Reserve<float>(static_cast<size_t>(M * std::max(attention_floats, mlp_floats)));
+          .layer.Reserve<float>(static_cast<size_t>(std::max(attention_floats, mlp_floats)));
   AttentionScratch t;
   float* a = base;                   // [M, H] normed input
   t.ctx = base;                      // [M, nh, D], after a is consumed
@@ -266,6 +297,18 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
   Attention(l, a, rows, t, attn_out);
   // x = x + Down(SiLU(Gate(m)) * Up(m)),  m = RmsNorm(x)
   AddNorm(x, attn_out, M, L.post_norm.data(), a);
+  if (sparse) {
+    // x = x + Σ_j w_j · Expert_j(m) over the routed experts (model/moe_mlp.h).
+    MoeRoutingCallback on_routing;
+    if (hook != nullptr) {
+      on_routing = [&](const int32_t* experts, const float* weights) {
+        hook->OnRouting(l, row0, experts, weights, M, cfg_.moe->top_k);
+      };
+    }
+    MoeMlp(*ctx_, *cfg_.moe, P, a, M, H, base + moe_at, mlp_out, on_routing);
+    for (int64_t i = 0; i < M * H; ++i) x[i] += mlp_out[i];
+    return;
+  }
   ctx_->MatMul(a, M, H, P.gate_up, gate_up);
   // Items of kSiluCols columns of one row, so one row (decode) splits over the threads too.
   constexpr int64_t kSiluCols = 512;
@@ -297,7 +340,7 @@ void Qwen3Model::AddNorm(float* x, const float* add, int64_t M, const float* wei
 
 void Qwen3Model::RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const {
   for (int l = 0; l < cfg_.layers; ++l) {
-    RunLayer(l, x, rows);
+    RunLayer(l, x, rows, hook);
     if (hook != nullptr) hook->AfterLayer(l, x, static_cast<int64_t>(rows.size()));
   }
 }

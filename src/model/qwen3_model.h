@@ -3,7 +3,8 @@
 //   x = Embed[ids]                               (or caller-supplied embeddings)
 //   for each layer l:
 //     x = x + Attention(RmsNorm(x))              q/k per-head RMSNorm, then RoPE, GQA, causal
-//     x = x + Mlp(RmsNorm(x))                    SwiGLU
+//     x = x + Mlp(RmsNorm(x))                    SwiGLU; in a sparse layer of a MoE model the
+//                                                routed experts' SwiGLUs (model/moe_mlp.h)
 //     hook(l, x)                                 DeepStack add / diagnostics
 //   logits = RmsNorm(x) · W_lmᵀ
 #ifndef VLSTACK_MODEL_QWEN3_MODEL_H_
@@ -98,6 +99,12 @@ class Qwen3Model {
   static StatusOr<std::unique_ptr<Qwen3Model>> Load(const std::string& dir);
   static StatusOr<std::unique_ptr<Qwen3Model>> Load(const std::string& dir,
                                                     const ModelOptions& options);
+  // A model over weights the caller bound (tests: a hand-made config and checkpoint). `w`
+  // points into `ckpt`'s mappings (file-backed: preparing releases their pages); `cfg` must
+  // be one LoadQwen3Config would accept. Load is this after reading and binding `dir`.
+  static StatusOr<std::unique_ptr<Qwen3Model>> FromWeights(
+      Qwen3Config cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, Qwen3Weights w,
+      const ModelOptions& options);
 
   const Qwen3Config& config() const { return cfg_; }
   // Checkpoint views: embeddings and norms are used from here, the matrices from prepared().
@@ -123,8 +130,10 @@ class Qwen3Model {
   // cache in increasing index order with all earlier indices already written).
   void RunLayers(float* x, std::span<const ForwardRow> rows, LayerHook* hook) const;
   // One decoder layer (attention and MLP residuals) over x[M, H]; RunLayers is this for
-  // l = 0..L-1 with the hook after each.
-  void RunLayer(int layer, float* x, std::span<const ForwardRow> rows) const;
+  // l = 0..L-1 with the hook after each. `hook`, when given, sees a sparse layer's routing
+  // (LayerHook::OnRouting, once per chunk of rows); its AfterLayer is not called here.
+  void RunLayer(int layer, float* x, std::span<const ForwardRow> rows,
+                LayerHook* hook = nullptr) const;
 
   // out[M, H] = final RMSNorm of x[M, H].
   void FinalNorm(const float* x, int64_t M, float* out) const;
@@ -140,8 +149,9 @@ class Qwen3Model {
         rope_(cfg_),
         ctx_(std::move(ctx)) {}
 
-  // RunLayer over one chunk of rows (x: the chunk's [M, H]).
-  void RunLayerChunk(int layer, float* x, std::span<const ForwardRow> rows) const;
+  // RunLayer over one chunk of rows (x: the chunk's [M, H]), rows [row0, row0 + M) of the pass.
+  void RunLayerChunk(int layer, float* x, std::span<const ForwardRow> rows, LayerHook* hook,
+                     int64_t row0) const;
   // Scratch of Attention for M rows; ctx may alias its input a, and out its qkv.
   struct AttentionScratch {
     float* qkv = nullptr;  // [M, nh·D + 2·nkv·D]
