@@ -37,14 +37,65 @@ StatusOr<std::vector<int>> ParseIntList(const std::string& flag, const std::stri
   return out;
 }
 
+// --experts, --top-k, --moe-intermediate, --sparse-step, --mlp-only-layers, --no-norm-topk:
+// only with a mixture-of-experts arch (a named MoE shape or --arch qwen3-moe / qwen3-vl-moe).
+Status ParseMoeFlags(const Args& a, TestModelSpec* s) {
+  const char* flags[] = {"experts",     "top-k",           "moe-intermediate",
+                         "sparse-step", "mlp-only-layers", "no-norm-topk"};
+  if (!TestArchIsMoe(s->arch)) {
+    for (const char* f : flags) {
+      if (a.Has(f)) {
+        return InvalidArgument("--" + std::string(f) + " needs a mixture-of-experts model " +
+                               "(--arch qwen3-moe or qwen3-vl-moe)");
+      }
+    }
+    return Status::Ok();
+  }
+  auto get = [&a](const char* n, int def, int lo, int hi) -> StatusOr<int> {
+    VLS_ASSIGN_OR_RETURN(long long v, a.Int(n, def, lo, hi));
+    return static_cast<int>(v);
+  };
+  VLS_ASSIGN_OR_RETURN(s->experts, get("experts", s->experts, 1, 4096));
+  VLS_ASSIGN_OR_RETURN(s->top_k, get("top-k", s->top_k, 1, 64));
+  VLS_ASSIGN_OR_RETURN(s->moe_intermediate,
+                       get("moe-intermediate", s->moe_intermediate, 1, 1 << 18));
+  VLS_ASSIGN_OR_RETURN(s->sparse_step, get("sparse-step", s->sparse_step, 1, 256));
+  if (s->top_k > s->experts) {
+    return InvalidArgument("--top-k " + std::to_string(s->top_k) + " exceeds --experts " +
+                           std::to_string(s->experts));
+  }
+  if (s->sparse_step > s->layers) {
+    return InvalidArgument("--sparse-step " + std::to_string(s->sparse_step) +
+                           " exceeds --layers " + std::to_string(s->layers));
+  }
+  if (auto l = a.Get("mlp-only-layers")) {
+    VLS_ASSIGN_OR_RETURN(s->mlp_only_layers, ParseIntList("mlp-only-layers", *l));
+    for (int layer : s->mlp_only_layers) {
+      if (layer >= s->layers) {
+        return InvalidArgument("--mlp-only-layers: layer " + std::to_string(layer) +
+                               " is outside the model's " + std::to_string(s->layers) + " layers");
+      }
+    }
+  }
+  if (a.Has("no-norm-topk")) {
+    if (s->arch != "qwen3-moe") {
+      return InvalidArgument(
+          "--no-norm-topk needs --arch qwen3-moe (qwen3-vl-moe always renormalises)");
+    }
+    s->norm_topk_prob = false;
+  }
+  return Status::Ok();
+}
+
 StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   TestModelSpec s;
   if (auto shape = a.Get("shape")) {
     VLS_ASSIGN_OR_RETURN(s, NamedTestShape(*shape));
   }
   if (auto arch = a.Get("arch")) {
-    if (*arch != "qwen3-vl" && *arch != "qwen3") {
-      return InvalidArgument("--arch: '" + *arch + "' (expected qwen3-vl or qwen3)");
+    if (*arch != "qwen3-vl" && *arch != "qwen3" && !TestArchIsMoe(*arch)) {
+      return InvalidArgument("--arch: '" + *arch +
+                             "' (expected qwen3-vl, qwen3, qwen3-vl-moe or qwen3-moe)");
     }
     s.arch = *arch;
   }
@@ -60,7 +111,15 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   VLS_ASSIGN_OR_RETURN(s.intermediate, get("intermediate", s.intermediate, 1, 1 << 18));
   VLS_ASSIGN_OR_RETURN(s.vocab, get("vocab", s.vocab, 16, 1 << 20));
   VLS_ASSIGN_OR_RETURN(s.deepstack,
-                       get("deepstack", s.arch == "qwen3-vl" ? s.deepstack : 0, 0, 64));
+                       get("deepstack", TestArchIsText(s.arch) ? 0 : s.deepstack, 0, 64));
+  // A named shape cut to fewer layers than its DeepStack taps keeps the first taps (the
+  // vision tower's deepstack_visual_indexes with them), so --layers 1 works on every shape.
+  if (a.Has("layers") && !a.Has("deepstack") && s.deepstack > s.layers) {
+    s.deepstack = s.layers;
+    if (s.vision_ds_indexes.size() > static_cast<size_t>(s.layers)) {
+      s.vision_ds_indexes.resize(static_cast<size_t>(s.layers));
+    }
+  }
   VLS_ASSIGN_OR_RETURN(s.shards, get("shards", 0, 0, 64));
   VLS_ASSIGN_OR_RETURN(long long seed, a.Int("seed", 0, 0, (1ll << 62)));
   s.seed = static_cast<uint64_t>(seed);
@@ -130,9 +189,11 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   } else if (a.Has("deepstack-nmax")) {
     return InvalidArgument("--deepstack-nmax needs --deepstack-layers");
   }
-  if (s.arch == "qwen3" && ((a.Has("deepstack") && s.deepstack > 0) || a.Has("mrope-section"))) {
+  if (TestArchIsText(s.arch) &&
+      ((a.Has("deepstack") && s.deepstack > 0) || a.Has("mrope-section"))) {
     return InvalidArgument(
-        "--arch qwen3 is a 1-D text model without a vision tower: no --deepstack or "
+        "--arch " + s.arch +
+        " is a 1-D text model without a vision tower: no --deepstack or "
         "--mrope-section "
         "(use --deepstack-layers/--deepstack-nmax to declare DeepStack explicitly)");
   }
@@ -142,6 +203,7 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
                            " needs at least that many --layers (DeepStack targets layers 0..K-1)");
   }
   if (s.head_dim % 2 != 0) return InvalidArgument("--head-dim must be even");
+  VLS_RETURN_IF_ERROR(ParseMoeFlags(a, &s));
   s.fp8 = a.Has("fp8");
   s.fp8_vision = a.Has("fp8-vision");
   s.fp8_lm_head = a.Has("fp8-lm-head");
@@ -154,6 +216,11 @@ StatusOr<TestModelSpec> ParseSpec(const Args& a) {
   }
   if (!s.fp8 && (a.Has("fp8-block") || s.fp8_vision || s.fp8_lm_head)) {
     return InvalidArgument("--fp8-block, --fp8-vision and --fp8-lm-head need --fp8");
+  }
+  if (s.fp8 && s.arch == "qwen3-vl-moe") {
+    return InvalidArgument(
+        "--fp8: FP8 checkpoints of the fused expert layout (qwen3-vl-moe) are not supported "
+        "(--arch qwen3-moe writes FP8 experts)");
   }
   if (s.fp8_lm_head && s.tied) {
     return InvalidArgument("--fp8-lm-head needs --untied (a tied head is the embedding table)");
@@ -172,9 +239,13 @@ constexpr const char* kHelp =
     "\n"
     "  --out DIR            the folder to write\n"
     "  --shape NAME         tiny (default; vocab 512: no tokenizer), qwen3-vl-2b (the\n"
-    "                       released 2B with its vision tower), qwen3-vl-2b-text, qwen3-0.6b\n"
-    "                       (vocab 151936)\n"
-    "  --arch A             qwen3-vl (default) or qwen3\n"
+    "                       released 2B with its vision tower), qwen3-vl-2b-text, qwen3-0.6b,\n"
+    "                       qwen3-vl-30b-a3b (the released Qwen3-VL-30B-A3B with its vision\n"
+    "                       tower: 48 layers of 128 experts, top 8), qwen3-30b-a3b (the\n"
+    "                       released Qwen3-30B-A3B) (vocab 151936). --layers N cuts a shape's\n"
+    "                       depth (and its DeepStack taps to N when N < 3)\n"
+    "  --arch A             qwen3-vl (default), qwen3, qwen3-vl-moe (experts fused as\n"
+    "                       Qwen3-VL-MoE stores them) or qwen3-moe (experts one by one)\n"
     "  --hidden N --layers N --heads N --kv-heads N --head-dim N --intermediate N --vocab N\n"
     "  --dtype D            bf16 (default), f16 or f32\n"
     "  --tied | --untied    tie the LM head to the embeddings (untied models vary their output)\n"
@@ -187,7 +258,14 @@ constexpr const char* kHelp =
     "  --fp8-block R,C      the FP8 block size (default 128,128)\n"
     "  --fp8-vision         also the vision tower's Linear weights (blocks and mergers)\n"
     "  --fp8-lm-head        also lm_head (needs --untied; the releases keep it in BF16)\n"
-    "Vision tower (qwen3-vl; also writes preprocessor_config.json):\n"
+    "Mixture of experts (qwen3-moe, qwen3-vl-moe):\n"
+    "  --experts N (8) --top-k K (2) --moe-intermediate N (48: each expert's width)\n"
+    "  --sparse-step S (1: layer l is sparse when (l+1) % S == 0)\n"
+    "  --mlp-only-layers a,b  layers that keep the dense MLP of --intermediate\n"
+    "  --no-norm-topk       qwen3-moe: norm_topk_prob false (the top-k weights are not\n"
+    "                       renormalised; qwen3-vl-moe always renormalises)\n"
+    "  --fp8 with qwen3-moe quantizes every expert's projections (the router stays)\n"
+    "Vision tower (qwen3-vl, qwen3-vl-moe; also writes preprocessor_config.json):\n"
     "  --vision-depth N (default max(2, K+1)) --vision-hidden N (32) --vision-heads N (2)\n"
     "  --vision-intermediate N (64) --vision-pos-grid G (4: a G x G position table)\n"
     "  --vision-deepstack-indexes a,b,c (default 0..K-1)\n"
@@ -401,8 +479,14 @@ CommandSpec MakeTestModelSpec() {
                          "min-pixels",
                          "max-pixels",
                          "script",
-                         "fp8-block"};
-  command.bool_flags = {"tied", "untied", "no-vision", "fp8", "fp8-vision", "fp8-lm-head"};
+                         "fp8-block",
+                         "experts",
+                         "top-k",
+                         "moe-intermediate",
+                         "sparse-step",
+                         "mlp-only-layers"};
+  command.bool_flags = {"tied",       "untied",      "no-vision",   "fp8",
+                        "fp8-vision", "fp8-lm-head", "no-norm-topk"};
   command.example =
       "  vlstack make-test-model --out /tmp/m --vocab 151936 --untied\n"
       "  vlstack run --model /tmp/m --prompt 'Hello' --max-tokens 8\n";

@@ -133,33 +133,61 @@ StatusOr<int64_t> Product(const std::string& what, std::initializer_list<int64_t
 }
 
 // The weight shapes the sizes imply, each against kMaxWeightElements, and the parameter sum
-// against kMaxModelParameters, before anything is allocated from them.
+// (the experts of every sparse layer included) against kMaxModelParameters, in overflow-checked
+// int64, before anything is allocated from them. REQUIRES: cfg.moe parsed (ParseMoe).
 Status CheckWeightSizes(const Obj& text, const Qwen3Config& c) {
   const int64_t H = c.hidden, I = c.intermediate, D = c.head_dim, V = c.vocab;
-  struct Matrix {
-    const char* name;
-    std::initializer_list<int64_t> dims;
-  };
   const std::string t = text.label + ": " + text.path;
-  const Matrix matrices[] = {
-      {"vocab_size x hidden_size (embed_tokens)", {V, H}},
-      {"num_attention_heads x head_dim x hidden_size (q_proj)", {c.heads, D, H}},
-      {"num_key_value_heads x head_dim x hidden_size (k_proj)", {c.kv_heads, D, H}},
-      {"intermediate_size x hidden_size (gate_proj)", {I, H}},
-  };
-  for (const Matrix& m : matrices) {
-    VLS_ASSIGN_OR_RETURN(int64_t n, Product(t + m.name, m.dims));
+  auto check = [&t](const char* name, std::initializer_list<int64_t> dims) -> Status {
+    VLS_ASSIGN_OR_RETURN(int64_t n, Product(t + name, dims));
     if (n > kMaxWeightElements) {
-      return InvalidArgument(t + m.name + " = " + std::to_string(n) +
+      return InvalidArgument(t + name + " = " + std::to_string(n) +
                              " elements in one weight matrix exceeds the bound " +
                              std::to_string(kMaxWeightElements) + " (kMaxWeightElements)");
     }
+    return Status::Ok();
+  };
+  VLS_RETURN_IF_ERROR(check("vocab_size x hidden_size (embed_tokens)", {V, H}));
+  VLS_RETURN_IF_ERROR(
+      check("num_attention_heads x head_dim x hidden_size (q_proj)", {c.heads, D, H}));
+  VLS_RETURN_IF_ERROR(
+      check("num_key_value_heads x head_dim x hidden_size (k_proj)", {c.kv_heads, D, H}));
+  VLS_RETURN_IF_ERROR(check("intermediate_size x hidden_size (gate_proj)", {I, H}));
+  int64_t sparse_layers = 0, sparse_mlp = 0;
+  if (c.moe) {
+    const int64_t E = c.moe->experts, Ie = c.moe->expert_intermediate;
+    VLS_RETURN_IF_ERROR(check("num_experts x hidden_size (mlp.gate)", {E, H}));
+    // The fused layout stores all of a layer's experts in one tensor.
+    if (c.moe->layout == MoeLayout::kFused) {
+      VLS_RETURN_IF_ERROR(
+          check("num_experts x hidden_size x 2 x moe_intermediate_size (mlp.experts.gate_up_proj)",
+                {E, H, 2, Ie}));
+    } else {
+      VLS_RETURN_IF_ERROR(
+          check("moe_intermediate_size x hidden_size (experts.*.gate_proj)", {Ie, H}));
+    }
+    for (int l = 0; l < c.layers; ++l) sparse_layers += c.IsSparseLayer(l) ? 1 : 0;
+    // Router, then gate, up and down of every expert.
+    VLS_ASSIGN_OR_RETURN(int64_t experts, Product(t + "num_experts x 3 x moe_intermediate_size "
+                                                      "x hidden_size (experts)",
+                                                  {E, 3, Ie, H}));
+    sparse_mlp = experts + E * H;
   }
   const int64_t q = int64_t{c.heads} * D, kv = int64_t{c.kv_heads} * D;
-  // Per layer: q, k, v, o projections, three MLP matrices, four norms.
-  const int64_t per_layer = H * (2 * q + 2 * kv) + 3 * H * I + 2 * H + 2 * D;
-  VLS_ASSIGN_OR_RETURN(int64_t layers, Product(t + "parameters", {per_layer, c.layers}));
-  const int64_t total = layers + V * H * (c.tied ? 1 : 2) + H;
+  // Per layer: q, k, v, o projections, four norms, and the dense MLP's three matrices or the
+  // sparse MLP's router and experts.
+  const int64_t attention = H * (2 * q + 2 * kv) + 2 * H + 2 * D;
+  VLS_ASSIGN_OR_RETURN(
+      int64_t dense, Product(t + "parameters", {attention + 3 * H * I, c.layers - sparse_layers}));
+  VLS_ASSIGN_OR_RETURN(int64_t sparse, Product(t + "parameters", {sparse_mlp, sparse_layers}));
+  VLS_ASSIGN_OR_RETURN(int64_t sparse_attention,
+                       Product(t + "parameters", {attention, sparse_layers}));
+  int64_t total = V * H * (c.tied ? 1 : 2) + H;
+  for (int64_t part : {dense, sparse, sparse_attention}) {
+    if (__builtin_add_overflow(total, part, &total)) {
+      return InvalidArgument(t + "parameters overflow int64");
+    }
+  }
   if (total > kMaxModelParameters) {
     return InvalidArgument(text.label + ": the sizes declare " + std::to_string(total) +
                            " language-model parameters, over the bound " +
@@ -338,11 +366,12 @@ Status ParseRope(const Obj& text, Qwen3Config& cfg) {
     return text.Get("rope_theta") ? text.Err("rope_theta", "must be positive")
                                   : text.Err("rope_theta", "required key is missing");
   }
-  if (cfg.model_type == "qwen3_vl" && cfg.position_mode != PositionMode::kMrope) {
-    return text.Err("rope_scaling", "qwen3_vl requires rope_scaling.mrope_section");
+  if (cfg.IsVisionLanguage() && cfg.position_mode != PositionMode::kMrope) {
+    return text.Err("rope_scaling", cfg.model_type + " requires rope_scaling.mrope_section");
   }
-  if (cfg.model_type == "qwen3" && cfg.position_mode == PositionMode::kMrope) {
-    return text.Err("rope_scaling", "model_type qwen3 uses 1-D RoPE but mrope_section is given");
+  if (!cfg.IsVisionLanguage() && cfg.position_mode == PositionMode::kMrope) {
+    return text.Err("rope_scaling",
+                    "model_type " + cfg.model_type + " uses 1-D RoPE but mrope_section is given");
   }
   return Status::Ok();
 }
@@ -408,6 +437,114 @@ Status ParseDeepStack(const Obj& root, const Obj& text, const Obj* vision, Qwen3
   return Status::Ok();
 }
 
+// Keys of other mixture-of-experts families that would change the math if honoured; a MoE
+// config that sets one to anything but its neutral value is refused by name (ADR 0027).
+// router_aux_loss_coef and output_router_logits are training-only and ignored.
+struct ForeignMoeKey {
+  const char* key;
+  double neutral;  // the value that leaves Qwen3-MoE's math unchanged
+  const char* what;
+};
+constexpr ForeignMoeKey kForeignMoeKeys[] = {
+    {"shared_expert_intermediate_size", 0, "a shared expert (Qwen2-MoE)"},
+    {"n_shared_experts", 0, "shared experts (DeepSeek)"},
+    {"num_shared_experts", 0, "shared experts"},
+    {"routed_scaling_factor", 1, "a scaled routing weight (DeepSeek)"},
+    {"first_k_dense_replace", 0, "leading dense layers (DeepSeek; Qwen uses mlp_only_layers)"},
+    {"n_group", 0, "grouped routing (DeepSeek)"},
+    {"topk_group", 0, "grouped routing (DeepSeek)"},
+};
+
+// num_experts and the keys beside it (ADR 0027: transformers' Qwen3MoeConfig,
+// Qwen3VLMoeTextConfig, and the rules of Qwen3MoeSparseMoeBlock / Qwen3VLMoeTextTopKRouter).
+// Every size is bounded before use; a refusal names the key.
+Status ParseMoe(const Obj& text, Qwen3Config& cfg) {
+  const bool moe_type = cfg.model_type == "qwen3_moe" || cfg.model_type == "qwen3_vl_moe";
+  if (!moe_type) {
+    // A dense model_type never builds experts; num_experts > 0 means the file and the type
+    // disagree (a MoE checkpoint under the wrong architecture).
+    if (const Json* ne = text.Get("num_experts")) {
+      VLS_ASSIGN_OR_RETURN(
+          int n, ReadInt(*ne, text, "num_experts", 0, std::numeric_limits<int32_t>::max()));
+      if (n > 0) {
+        return text.Err("num_experts", std::to_string(n) + " experts, but model_type " +
+                                           cfg.model_type + " is dense (use " + cfg.model_type +
+                                           "_moe)");
+      }
+    }
+    return Status::Ok();
+  }
+  MoeConfig m;
+  m.layout = cfg.model_type == "qwen3_vl_moe" ? MoeLayout::kFused : MoeLayout::kPerExpert;
+  // Required although transformers has defaults: the defaults differ between the two classes
+  // (128 / 60 experts, top 8 / 4, 768 / 1408 wide) and a released config always writes them.
+  VLS_ASSIGN_OR_RETURN(m.experts, RequireInt(text, "num_experts", 1, kMaxExperts));
+  const Json* tk = text.Get("num_experts_per_tok");
+  if (!tk) return text.Err("num_experts_per_tok", "required key is missing");
+  VLS_ASSIGN_OR_RETURN(
+      m.top_k, ReadInt(*tk, text, "num_experts_per_tok", 1, std::numeric_limits<int32_t>::max()));
+  if (m.top_k > m.experts) {
+    return text.Err("num_experts_per_tok",
+                    std::to_string(m.top_k) + " exceeds num_experts " + std::to_string(m.experts));
+  }
+  if (m.top_k > kMaxExpertsPerToken) {
+    return text.Err("num_experts_per_tok", std::to_string(m.top_k) + " is over the bound " +
+                                               std::to_string(kMaxExpertsPerToken) +
+                                               " (kMaxExpertsPerToken)");
+  }
+  VLS_ASSIGN_OR_RETURN(m.expert_intermediate,
+                       RequireInt(text, "moe_intermediate_size", 1, kMaxIntermediateSize));
+  VLS_ASSIGN_OR_RETURN(m.sparse_step, OptionalInt(text, "decoder_sparse_step", 1, 1, cfg.layers));
+  if (const Json* dense = text.Get("mlp_only_layers")) {
+    // transformers tests membership (`layer_idx not in config.mlp_only_layers`), so order and
+    // repeats do not matter there: the list is sorted and deduplicated here.
+    if (!dense->is_array()) return text.Err("mlp_only_layers", "expected a list of layer indices");
+    if (dense->size() > static_cast<size_t>(kMaxHiddenLayers)) {
+      return text.Err("mlp_only_layers", "lists " + std::to_string(dense->size()) +
+                                             " layers; at most " +
+                                             std::to_string(kMaxHiddenLayers) + " are allowed");
+    }
+    for (const Json& e : *dense) {
+      VLS_ASSIGN_OR_RETURN(int l, ReadInt(e, text, "mlp_only_layers", 0, cfg.layers - 1));
+      m.mlp_only_layers.push_back(l);
+    }
+    std::sort(m.mlp_only_layers.begin(), m.mlp_only_layers.end());
+    m.mlp_only_layers.erase(std::unique(m.mlp_only_layers.begin(), m.mlp_only_layers.end()),
+                            m.mlp_only_layers.end());
+  }
+  VLS_ASSIGN_OR_RETURN(std::optional<bool> norm, OptionalBool(text, "norm_topk_prob"));
+  if (m.layout == MoeLayout::kFused) {
+    // Qwen3VLMoeTextTopKRouter always renormalises ("since all the models use norm_topk_prob,
+    // we don't need to have a extra check for it"): false would be silently ignored there.
+    if (norm.has_value() && !*norm) {
+      return Status(StatusCode::kUnimplemented,
+                    text.label + ": " + text.Key("norm_topk_prob") +
+                        ": false is not supported for qwen3_vl_moe (transformers always "
+                        "renormalises the top-k weights of this model)");
+    }
+    m.norm_topk_prob = true;
+  } else {
+    m.norm_topk_prob = norm.value_or(false);  // Qwen3MoeConfig's default
+  }
+  for (const ForeignMoeKey& f : kForeignMoeKeys) {
+    const Json* v = text.Get(f.key);
+    if (!v) continue;
+    double x = 0;
+    const Status read = ReadJsonNumber(*v, text.label + ": " + text.Key(f.key), -1e300, 1e300, &x);
+    if (read.ok() && x == f.neutral) continue;
+    return Status(StatusCode::kUnimplemented, text.label + ": " + text.Key(f.key) + ": " +
+                                                  JsonSnippet(*v) + " (" + f.what +
+                                                  ") is not supported by " + cfg.model_type);
+  }
+  if (const Json* v = text.Get("scoring_func"); v && *v != "softmax") {
+    return Status(StatusCode::kUnimplemented,
+                  text.label + ": " + text.Key("scoring_func") + ": " + JsonSnippet(*v) +
+                      " is not supported (Qwen3-MoE routes with softmax)");
+  }
+  cfg.moe = std::move(m);
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* PositionModeName(PositionMode mode) {
@@ -427,22 +564,32 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
   VLS_ASSIGN_OR_RETURN(cfg.model_type, RequireString(root, "model_type"));
   Obj text = root;
   std::optional<Obj> vision;
-  if (cfg.model_type == "qwen3_vl") {
+  if (cfg.model_type == "qwen3_vl" || cfg.model_type == "qwen3_vl_moe") {
     const Json* tc = root.Get("text_config");
     if (!tc || !tc->is_object())
-      return root.Err("text_config", "qwen3_vl requires a text_config object");
+      return root.Err("text_config", cfg.model_type + " requires a text_config object");
     text = Obj{tc, "text_config.", label};
+    // transformers' Qwen3VLTextConfig / Qwen3VLMoeTextConfig: "qwen3_vl_text" /
+    // "qwen3_vl_moe_text". Another (a dense text config under a MoE model) is inconsistent.
+    if (const Json* tt = text.Get("model_type")) {
+      const std::string want = cfg.model_type + "_text";
+      if (!tt->is_string() || *tt != want) {
+        return text.Err("model_type", JsonSnippet(*tt) + " contradicts model_type " +
+                                          JsonSnippet(Json(cfg.model_type)) + " (expected " +
+                                          JsonSnippet(Json(want)) + ")");
+      }
+    }
     if (const Json* vc = root.Get("vision_config")) {
       if (!vc->is_object()) return root.Err("vision_config", "expected an object");
       vision = Obj{vc, "vision_config.", label};
     }
     cfg.weight_prefix = "model.language_model.";
-  } else if (cfg.model_type == "qwen3") {
+  } else if (cfg.model_type == "qwen3" || cfg.model_type == "qwen3_moe") {
     cfg.weight_prefix = "model.";
   } else {
-    return Status(StatusCode::kUnimplemented, label + ": model_type " +
-                                                  JsonSnippet(Json(cfg.model_type)) +
-                                                  " is not supported (qwen3, qwen3_vl)");
+    return Status(StatusCode::kUnimplemented,
+                  label + ": model_type " + JsonSnippet(Json(cfg.model_type)) +
+                      " is not supported (qwen3, qwen3_vl, qwen3_moe, qwen3_vl_moe)");
   }
 
   VLS_ASSIGN_OR_RETURN(cfg.hidden, RequireInt(text, "hidden_size", 1, kMaxHiddenSize));
@@ -485,6 +632,7 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
     VLS_RETURN_IF_ERROR(
         ReadJsonBool(*tie, label + ": " + text.Key("tie_word_embeddings"), &cfg.tied));
   }
+  VLS_RETURN_IF_ERROR(ParseMoe(text, cfg));
   VLS_RETURN_IF_ERROR(CheckWeightSizes(text, cfg));
 
   // Token ids: top level for qwen3_vl (text_config may repeat bos/eos).
@@ -526,6 +674,14 @@ StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text, const std::
     const Obj& where = text.Get("quantization_config") ? text : root;
     VLS_ASSIGN_OR_RETURN(
         cfg.fp8, ParseQuantizationConfig(*quant, label + ": " + where.Key("quantization_config")));
+    if (cfg.fp8 && cfg.moe && cfg.moe->layout == MoeLayout::kFused) {
+      // The fused [E, H, 2·I_e] tensors have no block-scale layout in model/fp8_weights.h
+      // (ADR 0027); refused before any tensor is read.
+      return Status(StatusCode::kUnimplemented,
+                    label + ": " + where.Key("quantization_config") +
+                        ": FP8 checkpoints of the fused expert layout (" + cfg.model_type +
+                        ") are not supported");
+    }
   }
   return cfg;
 }
@@ -608,6 +764,16 @@ std::string CanonicalConfigText(const Qwen3Config& c) {
   o << "\n";
   // Only a quantized model has this line, so other models' identities stay what they were.
   if (c.fp8) o << CanonicalQuantizationText(*c.fp8);
+  // Likewise only a mixture-of-experts model has this one.
+  if (c.moe) {
+    o << "moe=experts " << c.moe->experts << " top_k " << c.moe->top_k << " intermediate "
+      << c.moe->expert_intermediate << " sparse_step " << c.moe->sparse_step << " mlp_only_layers ";
+    for (size_t i = 0; i < c.moe->mlp_only_layers.size(); ++i) {
+      o << (i ? "," : "") << c.moe->mlp_only_layers[i];
+    }
+    o << " norm_topk_prob " << (c.moe->norm_topk_prob ? 1 : 0) << " layout "
+      << MoeLayoutName(c.moe->layout) << "\n";
+  }
   return o.str();
 }
 

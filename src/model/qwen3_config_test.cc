@@ -311,6 +311,235 @@ TEST(Qwen3ConfigHostileTest, SizesAreBoundedBeforeUse) {
   ExpectError(j, "only 4 language layers");
 }
 
+// Mixture of experts (ADR 0027). The keys of a qwen3_vl_moe text_config / a qwen3_moe root.
+Json MoeKeys() {
+  return Json::parse(R"({"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true})");
+}
+
+Json VlMoeConfig() {
+  Json j = VlConfig();
+  j["model_type"] = "qwen3_vl_moe";
+  j["text_config"]["model_type"] = "qwen3_vl_moe_text";
+  j["text_config"].update(MoeKeys());
+  return j;
+}
+
+Json Qwen3MoeConfig() {
+  Json j = VlConfig()["text_config"];
+  j["model_type"] = "qwen3_moe";
+  j.erase("rope_scaling");
+  j.update(MoeKeys());
+  return j;
+}
+
+TEST(Qwen3MoeConfigTest, ParsesBothModelTypes) {
+  auto vl = Parse(VlMoeConfig());
+  ASSERT_TRUE(vl.ok()) << vl.status().ToString();
+  EXPECT_TRUE(vl->IsVisionLanguage());
+  EXPECT_EQ(vl->position_mode, PositionMode::kMrope);
+  EXPECT_EQ(vl->weight_prefix, "model.language_model.");
+  ASSERT_TRUE(vl->moe.has_value());
+  EXPECT_EQ(vl->moe->experts, 8);
+  EXPECT_EQ(vl->moe->top_k, 2);
+  EXPECT_EQ(vl->moe->expert_intermediate, 24);
+  EXPECT_EQ(vl->moe->layout, MoeLayout::kFused);
+  EXPECT_TRUE(vl->moe->norm_topk_prob);
+  for (int l = 0; l < vl->layers; ++l) EXPECT_TRUE(vl->IsSparseLayer(l)) << l;
+
+  auto t = Parse(Qwen3MoeConfig());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->IsVisionLanguage());
+  EXPECT_EQ(t->weight_prefix, "model.");
+  ASSERT_TRUE(t->moe.has_value());
+  EXPECT_EQ(t->moe->layout, MoeLayout::kPerExpert);
+  EXPECT_TRUE(t->moe->norm_topk_prob);
+
+  // Dense models keep moe unset and no sparse layer.
+  auto dense = Parse(VlConfig());
+  ASSERT_TRUE(dense.ok());
+  EXPECT_FALSE(dense->moe.has_value());
+  EXPECT_FALSE(dense->IsSparseLayer(0));
+  EXPECT_TRUE(dense->IsVisionLanguage());
+}
+
+TEST(Qwen3MoeConfigTest, SparseLayersFollowTransformersRule) {
+  // 4 layers, step 2 -> sparse 1 and 3; mlp_only_layers [3, 0, 3] -> {0, 3}: sparse 1 only.
+  Json j = Qwen3MoeConfig();
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3, 0, 3};
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->moe->mlp_only_layers, (std::vector<int>{0, 3}));  // sorted, deduplicated
+  EXPECT_FALSE(c->IsSparseLayer(0));
+  EXPECT_TRUE(c->IsSparseLayer(1));
+  EXPECT_FALSE(c->IsSparseLayer(2));
+  EXPECT_FALSE(c->IsSparseLayer(3));
+}
+
+TEST(Qwen3MoeConfigTest, NormTopkDefaultsAreTransformers) {
+  // Qwen3MoeConfig: norm_topk_prob defaults to false.
+  Json j = Qwen3MoeConfig();
+  j.erase("norm_topk_prob");
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->moe->norm_topk_prob);
+  j["norm_topk_prob"] = false;
+  c = Parse(j);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->moe->norm_topk_prob);
+  // Qwen3-VL-MoE always renormalises: absent is true, false is refused by name.
+  j = VlMoeConfig();
+  j["text_config"].erase("norm_topk_prob");
+  c = Parse(j);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->moe->norm_topk_prob);
+  j["text_config"]["norm_topk_prob"] = false;
+  ExpectError(j, "text_config.norm_topk_prob: false is not supported for qwen3_vl_moe");
+}
+
+TEST(Qwen3MoeConfigTest, CanonicalTextCarriesEveryMoeField) {
+  auto base = Parse(Qwen3MoeConfig());
+  ASSERT_TRUE(base.ok());
+  const std::string text = CanonicalConfigText(*base);
+  EXPECT_NE(text.find("moe=experts 8 top_k 2 intermediate 24 sparse_step 1 mlp_only_layers  "
+                      "norm_topk_prob 1 layout per_expert"),
+            std::string::npos)
+      << text;
+  auto dense = Parse(VlConfig());
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(CanonicalConfigText(*dense).find("moe="), std::string::npos);
+  const std::pair<const char*, Json> changes[] = {
+      {"num_experts", 16},        {"num_experts_per_tok", 1}, {"moe_intermediate_size", 32},
+      {"decoder_sparse_step", 2}, {"mlp_only_layers", {1}},   {"norm_topk_prob", false}};
+  for (const auto& [k, v] : changes) {
+    Json j = Qwen3MoeConfig();
+    j[k] = v;
+    auto c = Parse(j);
+    ASSERT_TRUE(c.ok()) << k << ": " << c.status().ToString();
+    EXPECT_NE(CanonicalConfigText(*c), text) << k;
+  }
+}
+
+TEST(Qwen3MoeConfigHostileTest, RefusalsNameTheKey) {
+  struct Case {
+    const char* key;
+    Json value;  // null: erase the key
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"num_experts", 0, "num_experts must be an integer in [1, 4096], not 0"},
+      {"num_experts", 1 << 20, "num_experts must be an integer in [1, 4096]"},
+      {"num_experts", -3, "num_experts"},
+      {"num_experts", nullptr, "num_experts: required key is missing"},
+      {"num_experts_per_tok", 9, "num_experts_per_tok: 9 exceeds num_experts 8"},
+      {"num_experts_per_tok", 0, "num_experts_per_tok must be an integer in [1,"},
+      {"num_experts_per_tok", 2.5, "num_experts_per_tok"},
+      {"num_experts_per_tok", nullptr, "num_experts_per_tok: required key is missing"},
+      {"moe_intermediate_size", 0, "moe_intermediate_size must be an integer in [1, 262144]"},
+      {"moe_intermediate_size", nullptr, "moe_intermediate_size: required key is missing"},
+      {"decoder_sparse_step", 0, "decoder_sparse_step must be an integer in [1, 4], not 0"},
+      {"decoder_sparse_step", -1, "decoder_sparse_step must be an integer in [1, 4]"},
+      {"decoder_sparse_step", 5, "decoder_sparse_step must be an integer in [1, 4], not 5"},
+      {"mlp_only_layers", {0, 4}, "mlp_only_layers must be an integer in [0, 3], not 4"},
+      {"mlp_only_layers", {-1}, "mlp_only_layers must be an integer in [0, 3]"},
+      {"mlp_only_layers", 2, "mlp_only_layers: expected a list"},
+      {"norm_topk_prob", "yes", "norm_topk_prob"},
+      {"shared_expert_intermediate_size", 5632, "shared_expert_intermediate_size: 5632"},
+      {"routed_scaling_factor", 2.5, "routed_scaling_factor"},
+      {"scoring_func", "sigmoid", "scoring_func"},
+  };
+  for (const Case& c : cases) {
+    for (bool vl : {false, true}) {
+      Json j = vl ? VlMoeConfig() : Qwen3MoeConfig();
+      Json& t = vl ? j["text_config"] : j;
+      if (c.value.is_null()) {
+        t.erase(c.key);
+      } else {
+        t[c.key] = c.value;
+      }
+      SCOPED_TRACE(std::string(c.key) + (vl ? " (qwen3_vl_moe)" : " (qwen3_moe)"));
+      ExpectError(j, (vl ? std::string("text_config.") : std::string()) + c.needle);
+    }
+  }
+  // Training-only keys and neutral values of foreign keys are accepted.
+  Json j = Qwen3MoeConfig();
+  j["router_aux_loss_coef"] = 0.001;
+  j["output_router_logits"] = true;
+  j["shared_expert_intermediate_size"] = 0;
+  j["routed_scaling_factor"] = 1.0;
+  EXPECT_TRUE(Parse(j).ok());
+  // num_experts_per_tok above kMaxExpertsPerToken while below num_experts.
+  j = Qwen3MoeConfig();
+  j["num_experts"] = 128;
+  j["num_experts_per_tok"] = kMaxExpertsPerToken + 1;
+  ExpectError(j, "kMaxExpertsPerToken");
+}
+
+TEST(Qwen3MoeConfigHostileTest, InconsistentTypesAreRefused) {
+  // A dense model_type carrying experts.
+  Json j = VlConfig();
+  j["text_config"]["num_experts"] = 8;
+  ExpectError(j, "text_config.num_experts: 8 experts, but model_type qwen3_vl is dense");
+  j = VlConfig()["text_config"];
+  j["model_type"] = "qwen3";
+  j.erase("rope_scaling");
+  j["num_experts"] = 128;
+  ExpectError(j, "num_experts: 128 experts, but model_type qwen3 is dense");
+  j["num_experts"] = 0;  // Qwen3's num_experts 0 builds no experts: fine
+  EXPECT_TRUE(Parse(j).ok());
+  // The text config of another architecture.
+  j = VlMoeConfig();
+  j["text_config"]["model_type"] = "qwen3_vl_text";
+  ExpectError(j, "text_config.model_type: \"qwen3_vl_text\" contradicts model_type");
+  j = VlConfig();
+  j["text_config"]["model_type"] = "qwen3_vl_moe_text";
+  ExpectError(j, "text_config.model_type");
+  // qwen3_moe is 1-D; qwen3_vl_moe needs M-RoPE.
+  j = Qwen3MoeConfig();
+  j["rope_scaling"] = VlConfig()["text_config"]["rope_scaling"];
+  ExpectError(j, "model_type qwen3_moe uses 1-D RoPE");
+  j = VlMoeConfig();
+  j["text_config"].erase("rope_scaling");
+  ExpectError(j, "qwen3_vl_moe requires rope_scaling.mrope_section");
+  // FP8 of the fused layout.
+  j = VlMoeConfig();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  ExpectError(j, "FP8 checkpoints of the fused expert layout (qwen3_vl_moe) are not supported");
+  j = Qwen3MoeConfig();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  EXPECT_TRUE(Parse(j).ok());
+}
+
+TEST(Qwen3MoeConfigHostileTest, ExpertSizesAreBoundedBeforeUse) {
+  // The fused tensor [E, H, 2·I_e] over kMaxWeightElements.
+  Json j = VlMoeConfig();
+  j["text_config"]["num_experts"] = kMaxExperts;
+  j["text_config"]["moe_intermediate_size"] = kMaxIntermediateSize;
+  ExpectError(j, "(mlp.experts.gate_up_proj) = ");
+  // Per expert each matrix fits, but E·3·H·I_e over all layers exceeds kMaxModelParameters.
+  j = Qwen3MoeConfig();
+  j["hidden_size"] = 1 << 14;
+  j["num_experts"] = kMaxExperts;
+  j["moe_intermediate_size"] = 1 << 16;
+  ExpectError(j, "language-model parameters, over the bound");
+  // The released 30B-A3B shape fits.
+  j = Qwen3MoeConfig();
+  j.update(Json{{"hidden_size", 2048},
+                {"num_hidden_layers", 48},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 4},
+                {"head_dim", 128},
+                {"intermediate_size", 6144},
+                {"vocab_size", 151936},
+                {"num_experts", 128},
+                {"num_experts_per_tok", 8},
+                {"moe_intermediate_size", 768}});
+  j.erase("eos_token_id");
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+}
+
 TEST(Qwen3ConfigHostileTest, OversizedTextIsRefusedUnparsed) {
   std::string big = VlConfig().dump();
   big.insert(big.size() - 1, ", \"pad\": \"" + std::string(kMaxConfigJsonBytes, 'x') + "\"");

@@ -64,6 +64,18 @@ class Binder {
     return {{t->view.dtype, t->view.data, rows, cols}, *fp8};
   }
 
+  // A stored tensor of any rank, viewed as the 2-D matrix [rows, cols] (the fused expert
+  // tensors; never FP8).
+  kernels::Matrix TakeAs2D(const std::string& name, const Shape& shape, int64_t rows,
+                           int64_t cols) {
+    const auto* t = Take(name, shape);
+    if (!t) return {};
+    return {t->view.dtype, t->view.data, rows, cols};
+  }
+
+  // A problem that is not one tensor's (a layout mismatch), listed with the bad tensors.
+  void Problem(std::string what) { problems_.push_back(std::move(what)); }
+
   std::vector<float> TakeVector(const std::string& name, int64_t n) {
     const auto* t = Take(name, {n});
     if (!t) return std::vector<float>(static_cast<size_t>(n), 0.0f);
@@ -106,6 +118,41 @@ bool SameBytes(const TensorView& a, const TensorView& b) {
          (a.nbytes == 0 || std::memcmp(a.data, b.data, a.nbytes) == 0);
 }
 
+// A sparse layer's router and experts (ADR 0027), under `mp` ("model.layers.3.mlp.").
+void BindExperts(const Qwen3Config& cfg, const SafetensorsCheckpoint& ckpt, const std::string& mp,
+                 Binder* b, Qwen3LayerWeights* L) {
+  const MoeConfig& m = *cfg.moe;
+  const int64_t E = m.experts, H = cfg.hidden, Ie = m.expert_intermediate;
+  L->router = {b->TakeMatrix(mp + "gate.weight", E, H), {}};  // [E, H], never FP8
+  const std::string xp = mp + "experts.";
+  if (m.layout == MoeLayout::kFused) {
+    // [E, H, 2·I_e] viewed as [E·H, 2·I_e]; [E, I_e, H] as [E·I_e, H].
+    L->fused_gate_up = b->TakeAs2D(xp + "gate_up_proj", {E, H, 2 * Ie}, E * H, 2 * Ie);
+    L->fused_down = b->TakeAs2D(xp + "down_proj", {E, Ie, H}, E * Ie, H);
+    if (L->fused_gate_up.data == nullptr && ckpt.Find(xp + "0.gate_proj.weight") != nullptr) {
+      b->Problem(xp + "*: the checkpoint stores this layer's experts one by one (" + xp +
+                 "{e}.gate_proj.weight), but model_type " + cfg.model_type +
+                 " stores them fused (" + xp + "gate_up_proj)");
+    }
+    return;
+  }
+  L->expert_gate.resize(static_cast<size_t>(E));
+  L->expert_up.resize(static_cast<size_t>(E));
+  L->expert_down.resize(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ep = xp + std::to_string(e) + ".";
+    const size_t i = static_cast<size_t>(e);
+    L->expert_gate[i] = b->TakeLinear(ep + "gate_proj.weight", Ie, H);
+    L->expert_up[i] = b->TakeLinear(ep + "up_proj.weight", Ie, H);
+    L->expert_down[i] = b->TakeLinear(ep + "down_proj.weight", H, Ie);
+  }
+  if (L->expert_gate[0].m.data == nullptr && ckpt.Find(xp + "gate_up_proj") != nullptr) {
+    b->Problem(xp + "*: the checkpoint stores this layer's experts fused (" + xp +
+               "gate_up_proj), but model_type " + cfg.model_type + " stores them one by one (" +
+               xp + "{e}.gate_proj.weight)");
+  }
+}
+
 }  // namespace
 
 StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const SafetensorsCheckpoint& ckpt) {
@@ -132,9 +179,13 @@ StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const Safetensor
     L.q_norm = b.TakeVector(lp + "self_attn.q_norm.weight", D);
     L.k_norm = b.TakeVector(lp + "self_attn.k_norm.weight", D);
     L.post_norm = b.TakeVector(lp + "post_attention_layernorm.weight", H);
-    L.gate = b.TakeLinear(lp + "mlp.gate_proj.weight", I, H);
-    L.up = b.TakeLinear(lp + "mlp.up_proj.weight", I, H);
-    L.down = b.TakeLinear(lp + "mlp.down_proj.weight", H, I);
+    if (!cfg.IsSparseLayer(l)) {
+      L.gate = b.TakeLinear(lp + "mlp.gate_proj.weight", I, H);
+      L.up = b.TakeLinear(lp + "mlp.up_proj.weight", I, H);
+      L.down = b.TakeLinear(lp + "mlp.down_proj.weight", H, I);
+    } else {
+      BindExperts(cfg, ckpt, lp + "mlp.", &b, &L);
+    }
   }
   const SafetensorsCheckpoint::Tensor* head = ckpt.Find("lm_head.weight");
   if (cfg.tied) {
@@ -151,7 +202,7 @@ StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const Safetensor
   } else {
     w.lm_head = b.TakeLinear("lm_head.weight", V, H);
   }
-  VLS_RETURN_IF_ERROR(b.Finish(cfg.model_type == "qwen3_vl" ? "model.visual." : ""));
+  VLS_RETURN_IF_ERROR(b.Finish(cfg.IsVisionLanguage() ? "model.visual." : ""));
   w.bound_names = b.bound();
   return w;
 }

@@ -1,4 +1,5 @@
-// Binds the Hugging Face tensor names of a Qwen3 / Qwen3-VL checkpoint to the decoder.
+// Binds the Hugging Face tensor names of a Qwen3 / Qwen3-VL checkpoint (and their
+// mixture-of-experts forms) to the decoder.
 #ifndef VLSTACK_MODEL_QWEN3_WEIGHTS_H_
 #define VLSTACK_MODEL_QWEN3_WEIGHTS_H_
 
@@ -51,7 +52,13 @@ struct Qwen3Weights {
 // Linear weights q/k/v/o/gate/up/down_proj and lm_head under the rules of
 // model/fp8_weights.h, their `.weight_scale_inv` tensors bound with them), exact shape,
 // missing tensors and unexpected tensors are all reported by name (up to the first 20 each).
-// `model.visual.*` tensors of a qwen3_vl checkpoint belong to the vision tower and are allowed.
+// A sparse layer (Qwen3Config::IsSparseLayer; ADR 0027) binds mlp.gate.weight [E, H] and its
+// experts in cfg.moe->layout instead of the dense MLP: per expert,
+// mlp.experts.{e}.{gate,up,down}_proj.weight (Linear weights, FP8 allowed); fused,
+// mlp.experts.gate_up_proj [E, H, 2·I_e] and mlp.experts.down_proj [E, I_e, H] (never FP8). A
+// checkpoint in the other layout is named as such. bound_names lists every expert tensor.
+// `model.visual.*` tensors of a qwen3_vl / qwen3_vl_moe checkpoint belong to the vision tower
+// and are allowed.
 // Matrices are views into the checkpoint: it must outlive the returned weights.
 StatusOr<Qwen3Weights> BindQwen3Weights(const Qwen3Config& cfg, const SafetensorsCheckpoint& ckpt);
 

@@ -111,10 +111,22 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
   text["eos_token_id"] = ids.im_end;
   text["tie_word_embeddings"] = s.tied;
   text["torch_dtype"] = dtype_name;
-  if (s.arch == "qwen3") {
+  const bool moe = TestArchIsMoe(s.arch);
+  if (moe) {
+    // The keys of transformers' Qwen3MoeConfig / Qwen3VLMoeTextConfig (ADR 0027).
+    text["num_experts"] = s.experts;
+    text["num_experts_per_tok"] = s.top_k;
+    text["moe_intermediate_size"] = s.moe_intermediate;
+    text["decoder_sparse_step"] = s.sparse_step;
+    text["mlp_only_layers"] = s.mlp_only_layers;
+    text["norm_topk_prob"] = s.arch == "qwen3-moe" ? s.norm_topk_prob : true;
+    text["router_aux_loss_coef"] = 0.001;
+    text["output_router_logits"] = false;
+  }
+  if (TestArchIsText(s.arch)) {
     Json c;
-    c["architectures"] = {"Qwen3ForCausalLM"};
-    c["model_type"] = "qwen3";
+    c["architectures"] = {moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
+    c["model_type"] = moe ? "qwen3_moe" : "qwen3";
     for (auto& [k, v] : text.items()) c[k] = v;
     c["rope_theta"] = s.rope_theta > 0 ? s.rope_theta : 1000000.0;
     c["rope_scaling"] = nullptr;
@@ -126,13 +138,14 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
     c["transformers_version"] = "4.57.0";
     return c;
   }
-  text["model_type"] = "qwen3_vl_text";
+  text["model_type"] = moe ? "qwen3_vl_moe_text" : "qwen3_vl_text";
   text["rope_theta"] = s.rope_theta > 0 ? s.rope_theta : 5000000.0;
   text["rope_scaling"] = {
       {"rope_type", "default"}, {"mrope_section", mrope}, {"mrope_interleaved", !s.chunked}};
   Json c;
-  c["architectures"] = {"Qwen3VLForConditionalGeneration"};
-  c["model_type"] = "qwen3_vl";
+  c["architectures"] = {moe ? "Qwen3VLMoeForConditionalGeneration"
+                            : "Qwen3VLForConditionalGeneration"};
+  c["model_type"] = moe ? "qwen3_vl_moe" : "qwen3_vl";
   c["image_token_id"] = ids.image_pad;
   c["video_token_id"] = ids.video_pad;
   c["vision_start_token_id"] = ids.vision_start;
@@ -140,7 +153,7 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
   c["tie_word_embeddings"] = s.tied;
   c["text_config"] = text;
   Json vis;
-  vis["model_type"] = "qwen3_vl";
+  vis["model_type"] = moe ? "qwen3_vl_moe" : "qwen3_vl";
   vis["depth"] = VisionDepth(s);
   vis["hidden_size"] = s.vision_hidden;
   vis["intermediate_size"] = s.vision_intermediate;
@@ -168,7 +181,7 @@ Json MakeConfig(const TestModelSpec& s, const Ids& ids, const std::vector<int>& 
 Json MakeQuantizationConfig(const TestModelSpec& s) {
   Json excluded = Json::array();
   if (!s.fp8_lm_head) excluded.push_back("lm_head");
-  if (s.arch == "qwen3-vl" && !s.fp8_vision) excluded.push_back("model.visual");
+  if (!TestArchIsText(s.arch) && !s.fp8_vision) excluded.push_back("model.visual");
   Json q;
   q["activation_scheme"] = "dynamic";
   q["fmt"] = "e4m3";
@@ -231,6 +244,13 @@ struct Gen {
     for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
     if (edit) edit(v);
     Store(name, {rows, cols}, v, fp8);
+  }
+  // Like Matrix, for a tensor of any rank (the fused expert tensors [E, ., .]); never FP8.
+  void Scaled(const std::string& name, Shape shape, double stddev, const Edit& edit = nullptr) {
+    std::vector<float> v(static_cast<size_t>(NumElements(shape)));
+    for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
+    if (edit) edit(v);
+    Store(name, std::move(shape), v, false);
   }
   void Tensor(const std::string& name, Shape shape, double stddev, double mean = 0.0,
               const Edit& edit = nullptr, bool fp8 = false) {
@@ -344,6 +364,19 @@ Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
 
 }  // namespace
 
+bool TestArchIsText(const std::string& arch) { return arch == "qwen3" || arch == "qwen3-moe"; }
+bool TestArchIsMoe(const std::string& arch) {
+  return arch == "qwen3-moe" || arch == "qwen3-vl-moe";
+}
+
+bool TestLayerIsSparse(const TestModelSpec& s, int l) {
+  if (!TestArchIsMoe(s.arch) || s.sparse_step < 1) return false;
+  if (std::find(s.mlp_only_layers.begin(), s.mlp_only_layers.end(), l) != s.mlp_only_layers.end()) {
+    return false;
+  }
+  return (l + 1) % s.sparse_step == 0;
+}
+
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
   TestModelSpec s;
   if (name == "qwen3-vl-2b") {
@@ -362,9 +395,31 @@ StatusOr<TestModelSpec> NamedTestShape(const std::string& name) {
     s.deepstack = 0;
     s.hidden = 1024, s.layers = 28, s.heads = 16, s.kv_heads = 8, s.head_dim = 128;
     s.intermediate = 3072, s.vocab = 151936;
+  } else if (name == "qwen3-vl-30b-a3b") {
+    // Qwen/Qwen3-VL-30B-A3B-Instruct's config.json: the text decoder (48 layers, all sparse:
+    // 128 experts of width 768, top 8; rope_theta 5e6, mrope_section [24, 20, 20] as derived
+    // from head_dim 128, untied) and its 27-block vision tower (hidden 1152, 16 heads,
+    // intermediate 4304, 2304 position embeddings, deepstack_visual_indexes [8, 16, 24]).
+    s.arch = "qwen3-vl-moe";
+    s.hidden = 2048, s.layers = 48, s.heads = 32, s.kv_heads = 4, s.head_dim = 128;
+    s.intermediate = 6144, s.vocab = 151936, s.tied = false;
+    s.experts = 128, s.top_k = 8, s.moe_intermediate = 768;
+    s.vision_depth = 27, s.vision_hidden = 1152, s.vision_heads = 16;
+    s.vision_intermediate = 4304, s.vision_pos_grid = 48;
+    s.vision_ds_indexes = {8, 16, 24};
+    s.min_pixels = 65536, s.max_pixels = 16777216;
+  } else if (name == "qwen3-30b-a3b") {
+    // Qwen/Qwen3-30B-A3B's config.json: 48 sparse layers, 128 experts of width 768, top 8,
+    // norm_topk_prob true, rope_theta 1e6, untied.
+    s.arch = "qwen3-moe";
+    s.deepstack = 0, s.vision = false;
+    s.hidden = 2048, s.layers = 48, s.heads = 32, s.kv_heads = 4, s.head_dim = 128;
+    s.intermediate = 6144, s.vocab = 151936, s.tied = false;
+    s.experts = 128, s.top_k = 8, s.moe_intermediate = 768, s.norm_topk_prob = true;
   } else if (name != "tiny") {
     return InvalidArgument("unknown model shape '" + name +
-                           "' (known: tiny, qwen3-vl-2b, qwen3-vl-2b-text, qwen3-0.6b)");
+                           "' (known: tiny, qwen3-vl-2b, qwen3-vl-2b-text, qwen3-0.6b, "
+                           "qwen3-vl-30b-a3b, qwen3-30b-a3b)");
   }
   return s;
 }
@@ -373,6 +428,33 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   std::vector<int> mrope =
       s.mrope_section.empty() ? DefaultMropeSection(s.head_dim) : s.mrope_section;
   VLS_ASSIGN_OR_RETURN(const Script script, Script::Make(s));  // before anything is written
+  if (s.arch != "qwen3-vl" && s.arch != "qwen3" && !TestArchIsMoe(s.arch)) {
+    return InvalidArgument("unknown arch '" + s.arch +
+                           "' (qwen3-vl, qwen3, qwen3-vl-moe or qwen3-moe)");
+  }
+  if (TestArchIsMoe(s.arch)) {
+    if (s.experts < 1 || s.top_k < 1 || s.top_k > s.experts || s.moe_intermediate < 1 ||
+        s.sparse_step < 1) {
+      return InvalidArgument(
+          "a mixture of experts needs experts >= 1, 1 <= top_k <= experts, "
+          "moe_intermediate >= 1 and sparse_step >= 1");
+    }
+    for (int l : s.mlp_only_layers) {
+      if (l < 0 || l >= s.layers) {
+        return InvalidArgument("mlp_only_layers: layer " + std::to_string(l) +
+                               " is outside the model's " + std::to_string(s.layers) + " layers");
+      }
+    }
+    if (s.fp8 && s.arch == "qwen3-vl-moe") {
+      return InvalidArgument(
+          "FP8 checkpoints of the fused expert layout (qwen3-vl-moe) are not supported; "
+          "use qwen3-moe for an FP8 mixture of experts");
+    }
+    if (s.arch == "qwen3-vl-moe" && !s.norm_topk_prob) {
+      return InvalidArgument(
+          "qwen3-vl-moe always renormalises the top-k weights (no norm_topk_prob false)");
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("cannot create folder '" + dir + "': " + ec.message());
@@ -385,8 +467,9 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   const Gen::Edit none = nullptr;
   Gen g{{}, Rng(s.seed), s.dtype, s.init_scale, s.fp8_block_rows, s.fp8_block_cols};
   const bool q = s.fp8, qv = s.fp8 && s.fp8_vision;  // quantize the text / vision Linears
-  const std::string p = s.arch == "qwen3" ? "model." : "model.language_model.";
+  const std::string p = TestArchIsText(s.arch) ? "model." : "model.language_model.";
   const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate, V = s.vocab;
+  const int64_t E = s.experts, Ie = s.moe_intermediate;
   const double sh = 1.0 / std::sqrt(static_cast<double>(H));
   if (verbose)
     std::fprintf(stderr,
@@ -398,6 +481,14 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
                              .c_str()
                        : "",
                  s.tied ? "tied" : "untied");
+  if (verbose && TestArchIsMoe(s.arch))
+    std::fprintf(
+        stderr,
+        "[make-test-model] experts: %d of width %d, top %d, sparse step %d, %zu dense-only "
+        "layers, %s layout%s\n",
+        s.experts, s.moe_intermediate, s.top_k, s.sparse_step, s.mlp_only_layers.size(),
+        s.arch == "qwen3-vl-moe" ? "fused" : "per-expert",
+        s.norm_topk_prob ? ", renormalised" : "");
   g.Matrix(p + "embed_tokens.weight", V, H, 1.0,
            script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Embeddings(w); }) : none);
   for (int l = 0; l < s.layers; ++l) {
@@ -411,10 +502,29 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     g.Norm(lp + "self_attn.q_norm.weight", D);
     g.Norm(lp + "self_attn.k_norm.weight", D);
     g.Norm(lp + "post_attention_layernorm.weight", H);
-    g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh, none, q);
-    g.Matrix(lp + "mlp.up_proj.weight", I, H, sh, none, q);
-    g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)),
-             script.on() ? zero : none, q);
+    if (!TestLayerIsSparse(s, l)) {
+      g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh, none, q);
+      g.Matrix(lp + "mlp.up_proj.weight", I, H, sh, none, q);
+      g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)),
+               script.on() ? zero : none, q);
+    } else {
+      // Router [E, H] at N(0, 1/H): logits N(0, 1) on a normed row (|m|² ≈ H), so routing
+      // differs from row to row. Never FP8 (the releases keep mlp.gate in BF16).
+      g.Matrix(lp + "mlp.gate.weight", E, H, sh);
+      const double sd = 1.0 / std::sqrt(static_cast<double>(Ie));
+      if (s.arch == "qwen3-vl-moe") {
+        // Fused, as stored by Qwen3-VL-MoE: [E, H, 2·I_e] (gate columns, then up), [E, I_e, H].
+        g.Scaled(lp + "mlp.experts.gate_up_proj", {E, H, 2 * Ie}, sh);
+        g.Scaled(lp + "mlp.experts.down_proj", {E, Ie, H}, sd, script.on() ? zero : none);
+      } else {
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string ep = lp + "mlp.experts." + std::to_string(e) + ".";
+          g.Matrix(ep + "gate_proj.weight", Ie, H, sh, none, q);
+          g.Matrix(ep + "up_proj.weight", Ie, H, sh, none, q);
+          g.Matrix(ep + "down_proj.weight", H, Ie, sd, script.on() ? zero : none, q);
+        }
+      }
+    }
     if (s.layers >= 8 && (l + 1) % 4 == 0)
       if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
   }
@@ -424,7 +534,7 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
              script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Head(w); }) : none,
              q && s.fp8_lm_head);
   }
-  if (s.arch == "qwen3-vl" && s.vision) {
+  if (!TestArchIsText(s.arch) && s.vision) {
     // The vision tower in the real layout (docs/contracts.md §A.3, §D); the text decoder ignores
     // it. Matrices are N(0, 1/fan_in) so every block and merger output stays O(1) and an
     // image visibly steers the text decoder; norms near 1, biases small.
@@ -474,7 +584,7 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     gen["do_sample"] = false;
     st = WriteStringToFile(JoinPath(dir, "generation_config.json"), gen.dump(2) + "\n");
   }
-  if (st.ok() && s.arch == "qwen3-vl" && s.vision) {
+  if (st.ok() && !TestArchIsText(s.arch) && s.vision) {
     st = WriteStringToFile(JoinPath(dir, "preprocessor_config.json"),
                            MakePreprocessorConfig(s).dump(2) + "\n");
   }

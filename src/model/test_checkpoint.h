@@ -13,6 +13,8 @@ namespace vls {
 
 // What `vlstack make-test-model` writes. Defaults: a tiny Qwen3-VL (M-RoPE, DeepStack 3).
 struct TestModelSpec {
+  // "qwen3-vl" (qwen3_vl), "qwen3" (qwen3), and their mixture-of-experts forms "qwen3-vl-moe"
+  // (qwen3_vl_moe: experts in the fused layout) and "qwen3-moe" (qwen3_moe: per expert).
   std::string arch = "qwen3-vl";
   int hidden = 64, layers = 3, heads = 4, kv_heads = 2, head_dim = 16, intermediate = 128;
   int vocab = 512;
@@ -50,6 +52,15 @@ struct TestModelSpec {
   int fp8_block_rows = 128, fp8_block_cols = 128;
   bool fp8_lm_head = false;
   bool fp8_vision = false;
+  // Mixture of experts (qwen3-moe / qwen3-vl-moe; ADR 0027): num_experts, num_experts_per_tok,
+  // moe_intermediate_size, decoder_sparse_step, mlp_only_layers (dense layers) and, for
+  // qwen3-moe, norm_topk_prob (qwen3-vl-moe always renormalises and writes true). A sparse
+  // layer's router is N(0, 1/H), so its logits on a normed row are O(1) and rows choose
+  // different experts; experts are initialised like the dense MLP. With `fp8` (qwen3-moe only)
+  // every expert's gate/up/down_proj is quantized like the dense Linears; the router is not.
+  int experts = 8, top_k = 2, moe_intermediate = 48, sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+  bool norm_topk_prob = true;
   // A scripted model (untied only): for each (token, next) pair, greedy decoding after `token`
   // gives `next`, whatever came before. The layers' output projections (o_proj, down_proj) are
   // zero, so each position's final hidden state is its own embedding; the pairs' tokens get
@@ -59,8 +70,15 @@ struct TestModelSpec {
   std::vector<std::pair<int32_t, int32_t>> successors;
 };
 
+// Whether `arch` is a 1-D text model ("qwen3", "qwen3-moe") / has experts ("*-moe").
+bool TestArchIsText(const std::string& arch);
+bool TestArchIsMoe(const std::string& arch);
+// Whether layer l of `spec` is sparse (Qwen3Config::IsSparseLayer's rule on the spec).
+bool TestLayerIsSparse(const TestModelSpec& spec, int l);
+
 // A named shape: "tiny", "qwen3-vl-2b" (the released 2B with its vision tower),
-// "qwen3-vl-2b-text" or "qwen3-0.6b" (docs/contracts.md §6).
+// "qwen3-vl-2b-text", "qwen3-0.6b" (docs/contracts.md §6), "qwen3-vl-30b-a3b" (the released
+// Qwen3-VL-30B-A3B with its vision tower) or "qwen3-30b-a3b" (the released Qwen3-30B-A3B).
 StatusOr<TestModelSpec> NamedTestShape(const std::string& name);
 
 // Writes config.json, generation_config.json (and preprocessor_config.json with a vision

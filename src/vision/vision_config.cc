@@ -183,7 +183,8 @@ StatusOr<std::optional<VisionConfig>> ParseVisionConfig(const std::string& json_
   VLS_RETURN_IF_ERROR(ParseUntrustedJson(label, json_text, &root));
   if (!root.is_object()) return InvalidArgument(label + ": top level must be a JSON object");
   auto mt = root.find("model_type");
-  if (mt == root.end() || !mt->is_string() || *mt != "qwen3_vl") {
+  // qwen3_vl_moe has the same vision tower and DeepStack as qwen3_vl (ADR 0027).
+  if (mt == root.end() || !mt->is_string() || (*mt != "qwen3_vl" && *mt != "qwen3_vl_moe")) {
     return std::optional<VisionConfig>();
   }
   auto vc = root.find("vision_config");

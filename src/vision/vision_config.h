@@ -43,7 +43,8 @@ struct VisionConfig {
 };
 
 // Parses config.json's vision_config (`label` names the file in errors). nullopt when the
-// config declares no vision tower (model_type other than "qwen3_vl", or no vision_config).
+// config declares no vision tower (model_type other than "qwen3_vl" or "qwen3_vl_moe", or no
+// vision_config).
 // Rules: depth, hidden_size, intermediate_size, num_heads, num_position_embeddings and
 // out_hidden_size required and within the model/qwen3_config.h bounds; hidden_size divisible
 // by num_heads with a head_dim divisible by 4 (2-D rotary); hidden_act "gelu_pytorch_tanh";
