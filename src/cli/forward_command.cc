@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -19,15 +20,32 @@
 namespace vls::cli {
 namespace {
 
-// Records the residual after every layer (post-hook) for --diagnostics.
+// Records for --diagnostics the residual after every layer (post-hook; unless the DeepStack
+// diagnostics entry returns them) and each sparse layer's routing of the prompt rows.
 class CaptureHook : public LayerHook {
  public:
   void AfterLayer(int layer, float* x, int64_t M) override {
     (void)layer;
-    states.emplace_back(x, x + M * hidden);
+    if (capture_states) states.emplace_back(x, x + M * hidden);
   }
+  void OnRouting(int layer, int64_t row0, const int32_t* e, const float* w, int64_t n,
+                 int k) override {
+    Routing& r = routing[layer];
+    r.experts.resize(static_cast<size_t>(rows * k));
+    r.weights.resize(r.experts.size());
+    if (row0 < 0 || row0 + n > rows) return;  // not a prompt row (never, in one prefill)
+    std::copy_n(e, n * k, r.experts.begin() + row0 * k);
+    std::copy_n(w, n * k, r.weights.begin() + row0 * k);
+  }
+  struct Routing {
+    std::vector<int32_t> experts;  // [S, k]
+    std::vector<float> weights;    // [S, k]
+  };
   int64_t hidden = 0;
+  int64_t rows = 0;  // S
+  bool capture_states = true;
   std::vector<std::vector<float>> states;
+  std::map<int, Routing> routing;  // by sparse layer
 };
 
 }  // namespace
@@ -49,7 +67,8 @@ CommandSpec ForwardSpec() {
       "  --input FILE         the request's tensors (required)\n"
       "  --output FILE        where the output tensors go (required)\n"
       "  --diagnostics        also write hidden_after_layer.{i}, final_hidden, k_cache.{i} and\n"
-      "                       v_cache.{i} (default off)\n"
+      "                       v_cache.{i}, and for each sparse (mixture-of-experts) layer\n"
+      "                       router_experts.{i} and router_weights.{i} (default off)\n"
       "  --all-logits         the logits of every prompt row, [S, V] (default: the last row,\n"
       "                       [1, V])\n"
       "  --capacity C         context capacity in tokens (default: the prompt plus the decode\n"
@@ -149,6 +168,8 @@ Status Forward(const Args& args) {
   Session session(*loaded);
   CaptureHook capture;
   capture.hidden = H;
+  capture.rows = req.length;
+  capture.capture_states = !req.deepstack;
   PrefillOptions opts;
   opts.all_logits = all_logits;
   std::vector<float> logits;
@@ -160,7 +181,8 @@ Status Forward(const Args& args) {
   if (!req.token_only) prompt.embeddings = req.embeddings;
   if (req.deepstack) prompt.deepstack = &*req.deepstack;
   opts.hidden_states = req.deepstack && diagnostics ? &capture.states : nullptr;
-  opts.observer = !req.deepstack && diagnostics ? &capture : nullptr;
+  // The observer also records the routing, with or without DeepStack.
+  opts.observer = diagnostics ? &capture : nullptr;
   VLS_RETURN_IF_ERROR(RenameDeepStackTensors(session.Prefill(prompt, opts, &logits)));
   std::vector<float> decode_logits;
   std::vector<float> step;
@@ -192,7 +214,7 @@ Status Forward(const Args& args) {
     keep.push_back(std::move(t));
     out.push_back({name, keep.back().view()});
   };
-  keep.reserve(8 + 4 * static_cast<size_t>(cfg.layers));
+  keep.reserve(8 + 6 * static_cast<size_t>(cfg.layers));
   add("logits", HostTensor::FromF32({all_logits ? S : 1, V}, logits));
   if (generate > 0) {
     add("generated_tokens",
@@ -228,6 +250,11 @@ Status Forward(const Args& args) {
       session.cache().ReadRows(l, 0, static_cast<int>(T), k.data(), v.data());
       add("k_cache." + std::to_string(l), HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim}, k));
       add("v_cache." + std::to_string(l), HostTensor::FromF32({T, cfg.kv_heads, cfg.head_dim}, v));
+    }
+    for (const auto& [l, r] : capture.routing) {
+      const int64_t top_k = cfg.moe->top_k;
+      add("router_experts." + std::to_string(l), HostTensor::FromI32({S, top_k}, r.experts));
+      add("router_weights." + std::to_string(l), HostTensor::FromF32({S, top_k}, r.weights));
     }
   }
   VLS_RETURN_IF_ERROR(WriteSafetensors(out_path, out));

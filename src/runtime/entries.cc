@@ -25,7 +25,7 @@ struct Builder {
 
   int64_t H() const { return model.config().hidden; }
 
-  std::string LayerText(const char* rows) const {
+  std::string LayerText(const char* rows, int layer) const {
     const Qwen3Config& c = model.config();
     std::ostringstream o;
     o << "f32[" << rows << ",H] -> f32[" << rows << ",H] (rmsnorm, q/k/v proj, q/k rmsnorm, rope "
@@ -35,7 +35,17 @@ struct Builder {
         << c.mrope_section[0] << "," << c.mrope_section[1] << "," << c.mrope_section[2] << "]";
     }
     o << ", gqa " << c.heads << "/" << c.kv_heads << " causal on cache index, o proj, residual, "
-      << "rmsnorm, swiglu mlp, residual)";
+      << "rmsnorm, ";
+    if (c.IsSparseLayer(layer)) {
+      // The routing goes to the run's observer (LayerHook::OnRouting), as forward --diagnostics
+      // records it.
+      o << "moe mlp (router f32, softmax top-" << c.moe->top_k << "/" << c.moe->experts
+        << (c.moe->norm_topk_prob ? " renormalised" : "") << ", swiglu experts I_e "
+        << c.moe->expert_intermediate << ", routing to observer)";
+    } else {
+      o << "swiglu mlp";
+    }
+    o << ", residual)";
     return o.str();
   }
 
@@ -59,8 +69,8 @@ struct Builder {
     const std::vector<int> targets =
         deepstack ? model.config().deepstack->target_layers : std::vector<int>();
     for (int l = 0; l < model.config().layers; ++l) {
-      out.push_back({"layer." + std::to_string(l), LayerText(rows),
-                     [m, l](EntryRun& r) { m->RunLayer(l, r.x.data(), r.rows); }});
+      out.push_back({"layer." + std::to_string(l), LayerText(rows, l),
+                     [m, l](EntryRun& r) { m->RunLayer(l, r.x.data(), r.rows, r.observer); }});
       for (size_t k = 0; k < targets.size(); ++k) {
         if (targets[k] != l) continue;
         out.push_back({"deepstack_add." + std::to_string(k),

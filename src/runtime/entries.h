@@ -38,10 +38,12 @@ struct EntryRun {
   std::span<const int32_t> tokens;    // prefill.main: [S]; decode_step.main: [B]
   std::span<const float> embeddings;  // embeddings entries: [S, H]
   const DeepStackPayload* deepstack = nullptr;
-  std::vector<ForwardRow> rows;   // [M]
-  bool all_logits = false;        // prefill: logits for every row (forward --all-logits)
-  bool skip_logits = false;       // prefill chunk that does not end the prompt: no logits
-  LayerHook* observer = nullptr;  // tooling: sees each layer's output (after any hook)
+  std::vector<ForwardRow> rows;  // [M]
+  bool all_logits = false;       // prefill: logits for every row (forward --all-logits)
+  bool skip_logits = false;      // prefill chunk that does not end the prompt: no logits
+  // Tooling: sees each layer's output (after any hook) and a sparse layer's routing
+  // (LayerHook::OnRouting, from inside the layer stage).
+  LayerHook* observer = nullptr;
 
   std::vector<float> x;                           // [M, H] residual stream
   std::vector<float> logits;                      // [V], [S, V] (all_logits) or [B, V] (decode)
