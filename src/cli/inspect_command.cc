@@ -80,6 +80,17 @@ Status Inspect(const Args& args) {
   } else {
     std::printf("vision tower none\n");
   }
+  // The decoder's prepared bytes; for a mixture-of-experts model the experts' share and what
+  // one token reads (its k experts of E per sparse layer, and every other matrix).
+  const PreparedBytes pb = CountPreparedBytes(m.config(), m.model().prepared().entries());
+  std::printf("decoder prepared %llu bytes (%s)", static_cast<unsigned long long>(pb.total),
+              kernels::PrecisionName(m.model().context().precision()));
+  if (m.config().moe) {
+    std::printf(", experts %llu bytes, active per token %llu bytes",
+                static_cast<unsigned long long>(pb.experts),
+                static_cast<unsigned long long>(pb.active_per_token));
+  }
+  std::printf("\n");
   std::printf("entries %zu\n", m.entries().entries().size());
   for (const Entry& e : m.entries().entries()) std::fputs(e.Manifest().c_str(), stdout);
   std::printf("identity sha256:%s\n", m.Identity().c_str());

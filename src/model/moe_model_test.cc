@@ -280,6 +280,26 @@ TEST(MoeModelTest, PreparedArtifactRoundTrips) {
   }
 }
 
+// inspect's figures: the experts' bytes, and a token reads k/E of them plus everything else.
+TEST(MoeModelTest, PreparedBytesCountTheActiveExperts) {
+  MoeTestSpec spec;
+  const MoeTestModel tm(spec);
+  auto model = tm.Load(Dir("bytes"), MoeLayout::kPerExpert, Options(kernels::Precision::kInt8));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<PreparedEntry>& entries = (*model)->prepared().entries();
+  uint64_t total = 0, experts = 0;
+  for (const PreparedEntry& e : entries) {
+    total += e.bytes;
+    if (e.name.find(".experts.") != std::string::npos) experts += e.bytes;
+  }
+  const PreparedBytes b = CountPreparedBytes((*model)->config(), entries);
+  EXPECT_EQ(b.total, total);
+  EXPECT_EQ(b.experts, experts);
+  // Every expert matrix of one shape has the same bytes: exactly k/E of them, here 3/8.
+  EXPECT_EQ(b.active_per_token, total - experts + experts * 3 / 8);
+  EXPECT_GT(experts, total / 2);
+}
+
 // The serving plan counts a sparse layer's gathered rows.
 TEST(MoeModelTest, ServingMemoryCountsTheGatheredRows) {
   MoeTestSpec spec;

@@ -374,6 +374,25 @@ std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwe
   return out;
 }
 
+PreparedBytes CountPreparedBytes(const Qwen3Config& cfg,
+                                 const std::vector<PreparedEntry>& entries) {
+  PreparedBytes b;
+  for (const PreparedEntry& e : entries) {
+    b.total += e.bytes;
+    if (e.name.find(".experts.") == std::string::npos) {
+      b.active_per_token += e.bytes;
+      continue;
+    }
+    b.experts += e.bytes;
+    if (cfg.moe) {
+      // A share of one expert matrix, rounded down (bytes < 2^37, k <= 64: no overflow).
+      b.active_per_token +=
+          e.bytes * static_cast<uint64_t>(cfg.moe->top_k) / static_cast<uint64_t>(cfg.moe->experts);
+    }
+  }
+  return b;
+}
+
 StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(const Qwen3Config& cfg,
                                                                     const Qwen3Weights& w,
                                                                     const kernels::Context& ctx,

@@ -102,6 +102,16 @@ struct PreparedRegion {
 std::vector<PreparedEntry> PlanPreparedEntries(const Qwen3Config& cfg, const Qwen3Weights& w,
                                                kernels::Precision precision);
 
+// What the prepared text weights weigh (vlstack inspect, bench): every entry; the experts'
+// entries of the sparse layers; and the bytes one token's forward reads, the non-expert
+// entries plus k/E of each sparse layer's experts (a token reads its k experts of E).
+struct PreparedBytes {
+  uint64_t total = 0;
+  uint64_t experts = 0;
+  uint64_t active_per_token = 0;
+};
+PreparedBytes CountPreparedBytes(const Qwen3Config& cfg, const std::vector<PreparedEntry>& entries);
+
 // Thread safety: immutable after construction.
 class PreparedWeights {
  public:
