@@ -19,6 +19,12 @@
 // calls them (OneDnnMatMulRoundingX), at every M; "bf16/onednn_cols<C>" runs one-thread oneDNN
 // calls per block of C output columns over vlstack's pool (what Context::MatMul routes) (the
 // crossover sweep M 8…128 sets kOneDnnMinRows).
+//
+// Prepare/<format> times weight preparation (ADR 0019) of a BF16 source at the 30B-A3B expert
+// shapes (down [2048, 768], gate_up [1536, 2048]): "q4/<quantizer>" for every Q4 quantizer
+// (reference = the scalar search), "q8", "bf16blocked". chunks=0 splits rows as PreparedWeights
+// does (~4 MiB of source per chunk, so one chunk for a 3 MiB expert), chunks=1 in 16-row chunks
+// over the pool. Counter weights/s.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -31,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "kernels/bf16_blocked.h"
 #include "kernels/dispatch.h"
 #include "kernels/onednn_matmul.h"
@@ -311,7 +318,69 @@ void Crossover(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+using FillFn = void (*)(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
+                        int64_t dst_row);
+using BytesFn = int64_t (*)(int64_t rows, int64_t cols);
+
+const Q4Quantizer* bench_q4 = nullptr;  // the quantizer Prepare/q4 runs (one at a time)
+void FillQ4(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
+            int64_t dst_row) {
+  QuantizeQ4With(*bench_q4, src, r0, r1, dst, dst_rows, dst_row);
+}
+int64_t Q8PreparedBytes(int64_t rows, int64_t cols) { return Q8LayoutFor(rows, cols).bytes; }
+
+void BM_Prepare(benchmark::State& state, const Q4Quantizer* q4, FillFn fill, BytesFn bytes) {
+  const int64_t N = state.range(0), K = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const bool small_chunks = state.range(3) != 0;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::vector<uint16_t> w(static_cast<size_t>(N * K));
+  for (uint16_t& h : w) h = F32ToBf16(d(rng));
+  const Matrix src{DType::kBF16, w.data(), N, K};
+  std::vector<uint8_t> out(static_cast<size_t>(bytes(N, K)));
+  ThreadPool pool(threads);
+  const int64_t rows_per_chunk =
+      small_chunks ? 16 : std::max<int64_t>(1, (int64_t{4} << 20) / (K * 2));
+  const int64_t chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+  for (auto _ : state) {
+    bench_q4 = q4;
+    pool.ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1, int) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * rows_per_chunk, r1 = std::min(N, r0 + rows_per_chunk);
+        fill(src, r0, r1, out.data(), N, 0);
+      }
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["weights/s"] =
+      benchmark::Counter(static_cast<double>(N * K) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
+void PrepareShapes(benchmark::internal::Benchmark* b) {
+  for (int64_t threads : {1, 2}) {
+    for (int64_t chunks : {0, 1}) {
+      if (threads == 1 && chunks == 1) continue;
+      b->Args({2048, 768, threads, chunks});
+      b->Args({1536, 2048, threads, chunks});
+    }
+  }
+  b->ArgNames({"N", "K", "threads", "chunks"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 int Register() {
+  for (const Q4Quantizer* q : SupportedQ4Quantizers()) {
+    benchmark::RegisterBenchmark((std::string("Prepare/q4/") + q->name).c_str(), BM_Prepare, q,
+                                 FillQ4, Q4Bytes)
+        ->Apply(PrepareShapes);
+  }
+  benchmark::RegisterBenchmark("Prepare/q8", BM_Prepare, nullptr, static_cast<FillFn>(QuantizeQ8),
+                               Q8PreparedBytes)
+      ->Apply(PrepareShapes);
+  benchmark::RegisterBenchmark("Prepare/bf16blocked", BM_Prepare, nullptr, PackBf16Blocked,
+                               Bf16BlockedBytes)
+      ->Apply(PrepareShapes);
   for (const KernelVariant* v : SupportedVariants()) {
     benchmark::RegisterBenchmark((std::string("MatMul/q4/") + v->name).c_str(), BM_MatMulPacked, v,
                                  Q4Weights, Q4Bytes)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +13,10 @@
 #include "tensor/dtype.h"
 
 namespace vls::kernels {
+
+// q4_quantize_avx512.cc, q4_quantize_avx2.cc (x86-64 builds; called only on CPUs with them).
+void QuantizeQ4GroupsAvx512(const float* const* x, int64_t n, uint16_t* d, uint16_t* m, uint8_t* q);
+void QuantizeQ4GroupsAvx2(const float* const* x, int64_t n, uint16_t* d, uint16_t* m, uint8_t* q);
 
 namespace {
 
@@ -128,11 +134,48 @@ void QuantizeQ4Group(const float* x, uint16_t* dh, uint16_t* mh, uint8_t* q) {
   }
 }
 
+void RefQuantizeQ4Groups(const float* const* x, int64_t n, uint16_t* d, uint16_t* m, uint8_t* q) {
+  for (int64_t j = 0; j < n; ++j) QuantizeQ4Group(x[j], d + j, m + j, q + j * kQ4Group);
+}
+
+std::vector<const Q4Quantizer*> SupportedQ4Quantizers() {
+  static const Q4Quantizer reference = {"reference", RefQuantizeQ4Groups};
+  std::vector<const Q4Quantizer*> all = {&reference};
+#if defined(__x86_64__)
+  static const Q4Quantizer avx2 = {"avx2", QuantizeQ4GroupsAvx2};
+  static const Q4Quantizer avx512 = {"avx512", QuantizeQ4GroupsAvx512};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) all.push_back(&avx2);
+  if (__builtin_cpu_supports("avx512f")) all.push_back(&avx512);
+#endif
+  return all;
+}
+
+const Q4Quantizer& DefaultQ4Quantizer() {
+  static const Q4Quantizer* const q = [] {
+    const std::vector<const Q4Quantizer*> all = SupportedQ4Quantizers();
+    // VLS_Q4_QUANTIZER=<name> picks another supported one (A/B timing of preparation).
+    if (const char* env = std::getenv("VLS_Q4_QUANTIZER"); env != nullptr && *env != '\0') {
+      for (const Q4Quantizer* c : all) {
+        if (std::strcmp(c->name, env) == 0) return c;
+      }
+      std::fprintf(stderr, "vlstack: VLS_Q4_QUANTIZER=%s is not a supported quantizer; using %s\n",
+                   env, all.back()->name);
+    }
+    return all.back();
+  }();
+  return *q;
+}
+
 void QuantizeQ4(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
                 int64_t dst_row) {
+  QuantizeQ4With(DefaultQ4Quantizer(), src, r0, r1, dst, dst_rows, dst_row);
+}
+
+void QuantizeQ4With(const Q4Quantizer& quantizer, const Matrix& src, int64_t r0, int64_t r1,
+                    void* dst, int64_t dst_rows, int64_t dst_row) {
   const int64_t K = src.cols, groups = Q4Groups(K);
   auto* base = static_cast<uint8_t*>(dst);
-  std::vector<float> row(static_cast<size_t>(K));
   auto put = [&](int64_t d, int64_t g, uint16_t dh, uint16_t mh, const uint8_t* q) {
     uint8_t* b = base + Q4BlockOffset(K, d, g * kQ4Group);
     for (int64_t i = 0; i < 16; ++i) {
@@ -141,20 +184,31 @@ void QuantizeQ4(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
     std::memcpy(b + kQ4ScalesOffset + 2 * (d % kQ4Rows), &dh, 2);
     std::memcpy(b + kQ4MinsOffset + 2 * (d % kQ4Rows), &mh, 2);
   };
-  const uint8_t zeros[kQ4Group] = {};
-  for (int64_t r = r0; r < r1; ++r) {
-    LoadRow(src, r, row.data());
-    const int64_t d = dst_row + r;  // the row in dst
-    for (int64_t g = 0; g < groups; ++g) {
-      uint16_t dh = 0, mh = 0;
-      uint8_t q[kQ4Group];
-      QuantizeQ4Group(row.data() + g * kQ4Group, &dh, &mh, q);
-      put(d, g, dh, mh, q);
-    }
-    if (d == dst_rows - 1) {  // the padding rows of the last group, written with the last row
-      for (int64_t p = d + 1; p < Q4RowGroups(dst_rows) * kQ4Rows; ++p) {
-        for (int64_t g = 0; g < groups; ++g) put(p, g, 0, 0, zeros);
+  // Rows in chunks of kQ4Rows, their groups handed to the quantizer kBatch at a time (so a
+  // SIMD quantizer's lanes stay full whatever the row's group count).
+  constexpr int64_t kBatch = 64;
+  std::vector<float> rows(static_cast<size_t>(kQ4Rows * K));  // [kQ4Rows, K]
+  const float* x[kBatch];
+  uint16_t dh[kBatch], mh[kBatch];
+  uint8_t q[kBatch * kQ4Group];
+  for (int64_t c0 = r0; c0 < r1; c0 += kQ4Rows) {
+    const int64_t c1 = std::min(r1, c0 + kQ4Rows), total = (c1 - c0) * groups;
+    for (int64_t r = c0; r < c1; ++r) LoadRow(src, r, rows.data() + (r - c0) * K);
+    for (int64_t f0 = 0; f0 < total; f0 += kBatch) {
+      const int64_t n = std::min(kBatch, total - f0);
+      for (int64_t j = 0; j < n; ++j) x[j] = rows.data() + (f0 + j) * kQ4Group;
+      quantizer.groups(x, n, dh, mh, q);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t f = f0 + j;
+        put(dst_row + c0 + f / groups, f % groups, dh[j], mh[j], q + j * kQ4Group);
       }
+    }
+  }
+  // The padding rows of the last row group, written with the last row.
+  const uint8_t zeros[kQ4Group] = {};
+  if (r1 > r0 && dst_row + r1 == dst_rows) {
+    for (int64_t p = dst_rows; p < Q4RowGroups(dst_rows) * kQ4Rows; ++p) {
+      for (int64_t g = 0; g < groups; ++g) put(p, g, 0, 0, zeros);
     }
   }
 }

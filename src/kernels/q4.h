@@ -24,6 +24,7 @@
 #define VLSTACK_KERNELS_Q4_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -73,6 +74,23 @@ void QuantizeQ4(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
                 int64_t dst_row);
 // The (d, m) and codes of one group of kQ4Group values (the quantizer's core, for tests).
 void QuantizeQ4Group(const float* x, uint16_t* d, uint16_t* m, uint8_t* q);
+
+// The quantizer's core over n groups at once: group j's kQ4Group values at x[j] give d[j], m[j]
+// and the codes q[j·kQ4Group, (j+1)·kQ4Group), bit for bit as QuantizeQ4Group gives them. The
+// SIMD ones run one group per lane (q4_quantize_impl.h), the scalar operations in their order.
+struct Q4Quantizer {
+  const char* name = nullptr;
+  void (*groups)(const float* const* x, int64_t n, uint16_t* d, uint16_t* m, uint8_t* q) = nullptr;
+};
+// "reference" (QuantizeQ4Group per group) first, then "avx2" and "avx512" where the build and
+// the CPU have them.
+std::vector<const Q4Quantizer*> SupportedQ4Quantizers();
+// The last of those, or the one named by the environment variable VLS_Q4_QUANTIZER (A/B timing;
+// every one gives the same bytes): the one QuantizeQ4 runs.
+const Q4Quantizer& DefaultQ4Quantizer();
+// QuantizeQ4 with the given quantizer (tests, benchmarks); the same bytes for every one.
+void QuantizeQ4With(const Q4Quantizer& quantizer, const Matrix& src, int64_t r0, int64_t r1,
+                    void* dst, int64_t dst_rows, int64_t dst_row);
 
 // Activations quantized for a Q4 matmul: views into one buffer (Q4ActivationsAt).
 struct Q4Activations {

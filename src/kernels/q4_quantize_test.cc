@@ -1,0 +1,133 @@
+// The Q4 weight quantizers (q4.h: SupportedQ4Quantizers) against the scalar QuantizeQ4Group bit
+// for bit: random groups over the whole f32 range (subnormals to near FLT_MAX, whose ranges
+// overflow), constant, zero, one-signed, single-outlier and F16-grid groups, batch sizes that
+// leave lanes empty, and whole matrices through QuantizeQ4With in row ranges.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/q4.h"
+
+namespace vls::kernels {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Groups of kQ4Group values, many kinds, `count` of them.
+std::vector<float> EdgeGroups(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> kind_of(0, 11), exp_of(-149, 127), idx(0, kQ4Group - 1);
+  std::vector<float> v(static_cast<size_t>(count * kQ4Group));
+  for (int64_t g = 0; g < count; ++g) {
+    float* x = v.data() + g * kQ4Group;
+    const int kind = kind_of(rng);
+    const float scale = std::ldexp(1.0f, exp_of(rng));  // 2^-149 (the least subnormal) .. 2^127
+    for (int64_t i = 0; i < kQ4Group; ++i) x[i] = normal(rng) * scale;
+    switch (kind) {
+      case 0: std::fill_n(x, kQ4Group, 0.0f); break;  // zeros
+      case 1: std::fill_n(x, kQ4Group, x[0]); break;  // constant
+      case 2:
+        for (int64_t i = 0; i < kQ4Group; ++i) x[i] = -std::fabs(x[i]);
+        break;
+      case 3:
+        for (int64_t i = 0; i < kQ4Group; ++i) x[i] = std::fabs(x[i]);
+        break;
+      case 4:  // one outlier
+        std::fill_n(x, kQ4Group, x[1] * 1e-3f);
+        x[idx(rng)] = x[0];
+        break;
+      case 5:  // ±near FLT_MAX
+        for (int64_t i = 0; i < kQ4Group; ++i) {
+          x[i] = std::numeric_limits<float>::max() * (normal(rng) > 0 ? 0.9f : -0.9f);
+        }
+        break;
+      case 6:  // an F16 grid
+        for (int64_t i = 0; i < kQ4Group; ++i) x[i] = 0.25f * float(idx(rng) % 16) - 1.0f;
+        break;
+      case 7:  // a few subnormals
+        for (int64_t i = 0; i < kQ4Group; ++i) x[i] = float(idx(rng) - 16) * 1e-45f;
+        break;
+      case 8:  // ±0 mixed with values
+        for (int64_t i = 0; i < kQ4Group; i += 2) x[i] = (i % 4 == 0) ? 0.0f : -0.0f;
+        break;
+      case 9: std::fill_n(x, kQ4Group, -0.0f); break;
+      default: break;  // plain normal
+    }
+  }
+  return v;
+}
+
+TEST(Q4QuantizeTest, EveryQuantizerEqualsTheScalarGroupBitForBit) {
+  constexpr int64_t kCount = 20000;
+  const std::vector<float> v = EdgeGroups(kCount, 17);
+  std::vector<uint16_t> rd(kCount), rm(kCount);
+  std::vector<uint8_t> rq(kCount * kQ4Group);
+  for (int64_t g = 0; g < kCount; ++g) {
+    QuantizeQ4Group(v.data() + g * kQ4Group, &rd[size_t(g)], &rm[size_t(g)],
+                    rq.data() + g * kQ4Group);
+  }
+  for (const Q4Quantizer* quantizer : SupportedQ4Quantizers()) {
+    std::vector<uint16_t> d(kCount), m(kCount);
+    std::vector<uint8_t> q(kCount * kQ4Group);
+    // Batches of 1 .. 40 groups (lanes left empty, several vectors per call), pointers out of
+    // order so that lanes do not read contiguous memory.
+    int64_t g0 = 0;
+    for (int64_t n = 1; g0 < kCount; n = n % 40 + 1) {
+      const int64_t cnt = std::min(n, kCount - g0);
+      std::vector<const float*> x(static_cast<size_t>(cnt));
+      for (int64_t j = 0; j < cnt; ++j) x[size_t(j)] = v.data() + (g0 + cnt - 1 - j) * kQ4Group;
+      std::vector<uint16_t> bd(static_cast<size_t>(cnt)), bm(static_cast<size_t>(cnt));
+      std::vector<uint8_t> bq(static_cast<size_t>(cnt * kQ4Group));
+      quantizer->groups(x.data(), cnt, bd.data(), bm.data(), bq.data());
+      for (int64_t j = 0; j < cnt; ++j) {
+        const int64_t g = g0 + cnt - 1 - j;
+        d[size_t(g)] = bd[size_t(j)];
+        m[size_t(g)] = bm[size_t(j)];
+        std::copy_n(bq.data() + j * kQ4Group, kQ4Group, q.data() + g * kQ4Group);
+      }
+      g0 += cnt;
+    }
+    int64_t mismatches = 0;
+    for (int64_t g = 0; g < kCount && mismatches < 5; ++g) {
+      const bool same = d[size_t(g)] == rd[size_t(g)] && m[size_t(g)] == rm[size_t(g)] &&
+                        std::equal(q.begin() + g * kQ4Group, q.begin() + (g + 1) * kQ4Group,
+                                   rq.begin() + g * kQ4Group);
+      if (!same) {
+        ++mismatches;
+        ADD_FAILURE() << quantizer->name << " group " << g << " first value "
+                      << v[size_t(g * kQ4Group)] << " (bits " << Bits(v[size_t(g * kQ4Group)])
+                      << "): d " << d[size_t(g)] << " vs " << rd[size_t(g)] << ", m "
+                      << m[size_t(g)] << " vs " << rm[size_t(g)];
+      }
+    }
+  }
+}
+
+TEST(Q4QuantizeTest, EveryQuantizerGivesTheSameMatrixBytes) {
+  // 37 rows (a partial last row group), 3 groups a row (batches span rows), in three ranges.
+  constexpr int64_t N = 37, K = 96;
+  const std::vector<float> v = EdgeGroups(N * K / kQ4Group, 23);
+  const Matrix src{DType::kF32, v.data(), N, K};
+  std::vector<uint8_t> ref(size_t(Q4Bytes(N, K)), 0xAA);
+  QuantizeQ4With(*SupportedQ4Quantizers().front(), src, 0, N, ref.data(), N, 0);
+  for (const Q4Quantizer* quantizer : SupportedQ4Quantizers()) {
+    std::vector<uint8_t> out(ref.size(), 0x55);
+    QuantizeQ4With(*quantizer, src, 20, N, out.data(), N, 0);
+    QuantizeQ4With(*quantizer, src, 3, 20, out.data(), N, 0);
+    QuantizeQ4With(*quantizer, src, 0, 3, out.data(), N, 0);
+    EXPECT_EQ(out, ref) << quantizer->name;
+  }
+  EXPECT_EQ(DefaultQ4Quantizer().name, SupportedQ4Quantizers().back()->name);
+}
+
+}  // namespace
+}  // namespace vls::kernels
