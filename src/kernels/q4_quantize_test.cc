@@ -1,9 +1,12 @@
 // The Q4 weight quantizers (q4.h: SupportedQ4Quantizers) against the scalar QuantizeQ4Group bit
 // for bit: random groups over the whole f32 range (subnormals to near FLT_MAX, whose ranges
 // overflow), constant, zero, one-signed, single-outlier and F16-grid groups, batch sizes that
-// leave lanes empty, and whole matrices through QuantizeQ4With in row ranges.
+// leave lanes empty, and whole matrices through QuantizeQ4With in row ranges. Also the Q8 weight
+// quantizer (quant.h) against its definition with std::nearbyint, ties and subnormal scales
+// included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "kernels/q4.h"
+#include "kernels/quant.h"
 
 namespace vls::kernels {
 namespace {
@@ -127,6 +131,46 @@ TEST(Q4QuantizeTest, EveryQuantizerGivesTheSameMatrixBytes) {
     EXPECT_EQ(out, ref) << quantizer->name;
   }
   EXPECT_EQ(DefaultQ4Quantizer().name, SupportedQ4Quantizers().back()->name);
+}
+
+TEST(Q8QuantizeTest, CodesEqualNearbyintOfTheScaledValues) {
+  constexpr int64_t N = 40, K = 64;  // one 64-column row in each of two blocks
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exp_of(-149, 120);
+  std::vector<float> v(static_cast<size_t>(N * K));
+  for (int64_t r = 0; r < N; ++r) {
+    float* x = v.data() + r * K;
+    const float scale = std::ldexp(1.0f, exp_of(rng));
+    for (int64_t k = 0; k < K; ++k) x[k] = normal(rng) * scale;
+    if (r % 4 == 0) {  // amax 127: scale 1, every x.5 a tie, both signs
+      for (int64_t k = 0; k < K; ++k) x[k] = 0.5f * static_cast<float>(k % 32 - 16) + 0.5f;
+      x[0] = x[32] = 127.0f;
+    }
+    if (r % 4 == 1) {  // subnormal amax: a scale with few bits, |x / scale| above 127
+      for (int64_t k = 0; k < K; ++k) x[k] = static_cast<float>(k % 9 - 4) * 1e-44f;
+    }
+  }
+  Q8Layout l = Q8LayoutFor(N, K);
+  std::vector<uint8_t> buf(static_cast<size_t>(l.bytes));
+  QuantizeQ8(Matrix{DType::kF32, v.data(), N, K}, 0, N, buf.data());
+  const auto* q = reinterpret_cast<const int8_t*>(buf.data() + l.q_offset);
+  const auto* scales = reinterpret_cast<const float*>(buf.data() + l.scales_offset);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t b = 0; b < K / kQ8Block; ++b) {
+      float amax = 0.0f;
+      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; ++k) {
+        amax = std::max(amax, std::fabs(v[size_t(r * K + k)]));
+      }
+      const float scale = amax / 127.0f;
+      ASSERT_EQ(Bits(scales[Q8BlockIndex(K, r, b)]), Bits(scale)) << r << " " << b;
+      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; ++k) {
+        const float t = scale > 0.0f ? std::nearbyint(v[size_t(r * K + k)] / scale) : 0.0f;
+        ASSERT_EQ(q[Q8WeightIndex(K, r, k)], static_cast<int8_t>(std::clamp(t, -127.0f, 127.0f)))
+            << r << " " << k;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,12 @@ namespace {
 
 constexpr int64_t AlignUp64(int64_t n) { return (n + 63) / 64 * 64; }
 
+// std::nearbyint(v) in the default rounding mode (to nearest even) for |v| < 2²², without its
+// library call on baseline x86-64: v + 1.5 · 2²³ lies in [2²³, 2²⁴), whose spacing is 1, so
+// the sum rounds v to an integer and the subtraction is exact. (-0.0 for a small negative v
+// becomes +0.0; the callers only convert the result to an integer.)
+float RoundToNearestEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
 }  // namespace
 
 Q8Layout Q8LayoutFor(int64_t rows, int64_t cols) {
@@ -63,7 +69,8 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
       int32_t sum = 0;
       for (int64_t k = k0; k < k1; ++k) {
         // A scale that underflows to 0 (amax below 127 · FLT_TRUE_MIN) stores the block as 0.
-        const float v = scale > 0.0f ? std::nearbyint(row[size_t(k)] / scale) : 0.0f;
+        // |x / scale| stays below a few hundred (127 but for the rounding of a subnormal scale).
+        const float v = scale > 0.0f ? RoundToNearestEven(row[size_t(k)] / scale) : 0.0f;
         const auto qi = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
         q[Q8WeightIndex(K, d, k)] = qi;
         sum += qi;
