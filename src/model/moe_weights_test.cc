@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "model/fp8_test_util.h"
@@ -200,6 +202,40 @@ TEST(MoeWeightsTest, Fp8PerExpertCheckpointBinds) {
   Status st = WriteTestCheckpoint(test::ScratchPath("vls_moe_weights_test_", "fp8f"), f, false);
   EXPECT_NE(st.message().find("FP8 checkpoints of the fused expert layout"), std::string::npos)
       << st.ToString();
+}
+
+// Shards are written while the tensors are generated (one shard in memory at a time): the
+// same tensors, bytes and order as one file, and an index whose total_size is their sum.
+TEST(MoeWeightsTest, ShardedWriterMatchesOneFile) {
+  for (const std::string arch : {"qwen3-moe", "qwen3-vl-moe"}) {
+    TestModelSpec s = MoeSpec(arch);
+    s.shards = 4;
+    if (arch == "qwen3-moe") s.fp8 = true, s.fp8_block_rows = 16, s.fp8_block_cols = 16;
+    const std::string one = test::ScratchPath("vls_moe_weights_test_", arch + "_one");
+    const std::string four = test::ScratchPath("vls_moe_weights_test_", arch + "_four");
+    ASSERT_TRUE(WriteTestCheckpoint(four, s, false).ok());
+    s.shards = 1;
+    ASSERT_TRUE(WriteTestCheckpoint(one, s, false).ok());
+    auto a = SafetensorsCheckpoint::Open(one);
+    auto b = SafetensorsCheckpoint::Open(four);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    ASSERT_EQ((*a)->Names(), (*b)->Names());
+    uint64_t total = 0;
+    for (const std::string& n : (*a)->Names()) {
+      const TensorView& x = (*a)->Find(n)->view;
+      const TensorView& y = (*b)->Find(n)->view;
+      ASSERT_EQ(x.nbytes, y.nbytes) << n;
+      EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << n;
+      total += x.nbytes;
+    }
+    auto index = ReadFileAtMost(JoinPath(four, "model.safetensors.index.json"), 1 << 20);
+    ASSERT_TRUE(index.ok());
+    const Json j = Json::parse(*index);
+    EXPECT_EQ(j["metadata"]["total_size"].get<uint64_t>(), total) << arch;
+    EXPECT_TRUE(std::filesystem::exists(JoinPath(four, "model-00004-of-00004.safetensors")));
+    Loaded l = Load(four);
+    EXPECT_TRUE(l.weights.ok()) << l.weights.status().ToString();
+  }
 }
 
 TEST(MoeWeightsHostileTest, MissingExpertTensorIsNamed) {

@@ -446,13 +446,13 @@ struct ForeignMoeKey {
   const char* what;
 };
 constexpr ForeignMoeKey kForeignMoeKeys[] = {
-    {"shared_expert_intermediate_size", 0, "a shared expert (Qwen2-MoE)"},
-    {"n_shared_experts", 0, "shared experts (DeepSeek)"},
+    {"shared_expert_intermediate_size", 0, "a shared expert, Qwen2-MoE"},
+    {"n_shared_experts", 0, "shared experts, DeepSeek"},
     {"num_shared_experts", 0, "shared experts"},
-    {"routed_scaling_factor", 1, "a scaled routing weight (DeepSeek)"},
-    {"first_k_dense_replace", 0, "leading dense layers (DeepSeek; Qwen uses mlp_only_layers)"},
-    {"n_group", 0, "grouped routing (DeepSeek)"},
-    {"topk_group", 0, "grouped routing (DeepSeek)"},
+    {"routed_scaling_factor", 1, "a scaled routing weight, DeepSeek"},
+    {"first_k_dense_replace", 0, "leading dense layers, DeepSeek; Qwen uses mlp_only_layers"},
+    {"n_group", 0, "grouped routing, DeepSeek"},
+    {"topk_group", 0, "grouped routing, DeepSeek"},
 };
 
 // num_experts and the keys beside it (ADR 0027: transformers' Qwen3MoeConfig,
@@ -533,8 +533,8 @@ Status ParseMoe(const Obj& text, Qwen3Config& cfg) {
     const Status read = ReadJsonNumber(*v, text.label + ": " + text.Key(f.key), -1e300, 1e300, &x);
     if (read.ok() && x == f.neutral) continue;
     return Status(StatusCode::kUnimplemented, text.label + ": " + text.Key(f.key) + ": " +
-                                                  JsonSnippet(*v) + " (" + f.what +
-                                                  ") is not supported by " + cfg.model_type);
+                                                  JsonSnippet(*v) + " is not supported by " +
+                                                  cfg.model_type + " (" + f.what + ")");
   }
   if (const Json* v = text.Get("scoring_func"); v && *v != "softmax") {
     return Status(StatusCode::kUnimplemented,

@@ -223,23 +223,50 @@ struct Gen {
   DType dtype;
   double scale;
   int64_t fp8_block_rows = 0, fp8_block_cols = 0;  // for Store's `fp8`
+  // A dry run draws no value: it counts the tensors and their bytes (the shard plan).
+  bool dry = false;
+  size_t count = 0;
+  uint64_t bytes = 0;
+  // Called after each tensor a real run stores (ShardWriter::Flush: full shards leave memory).
+  std::function<Status(Gen&)> flush;
+  Status status;  // the first error of `flush`; later tensors are dropped
+
+  void Add(std::string name, HostTensor t) {
+    if (!status.ok()) return;
+    tensors.emplace_back(std::move(name), std::move(t));
+    if (flush) status = flush(*this);
+  }
+  // In a dry run, counts the tensor (and its FP8 scales) and returns true.
+  bool Skip(const Shape& shape, bool fp8) {
+    if (!dry) return false;
+    ++count;
+    bytes += static_cast<uint64_t>(NumElements(shape)) * (fp8 ? 1 : DTypeSize(dtype));
+    if (fp8) {
+      ++count;
+      const int64_t gr = (shape[0] + fp8_block_rows - 1) / fp8_block_rows;
+      const int64_t gc = (shape[1] + fp8_block_cols - 1) / fp8_block_cols;
+      bytes += static_cast<uint64_t>(gr * gc) * DTypeSize(DType::kBF16);
+    }
+    return true;
+  }
 
   // Stores w[rows, cols] as `name`: in `dtype`, or with `fp8` as E4M3 codes plus its
   // `_scale_inv` tensor.
   void Store(const std::string& name, Shape shape, const std::vector<float>& v, bool fp8) {
     if (!fp8) {
-      tensors.emplace_back(name, FromF32As(dtype, std::move(shape), v));
+      Add(name, FromF32As(dtype, std::move(shape), v));
       return;
     }
     auto [codes, scales] = QuantizeFp8(v, shape[0], shape[1], fp8_block_rows, fp8_block_cols);
-    tensors.emplace_back(name, std::move(codes));
-    tensors.emplace_back(name + "_scale_inv", std::move(scales));
+    Add(name, std::move(codes));
+    Add(name + "_scale_inv", std::move(scales));
   }
 
   // `edit`, when set, changes the values before they are stored (a scripted model).
   using Edit = std::function<void(std::vector<float>&)>;
   void Matrix(const std::string& name, int64_t rows, int64_t cols, double stddev,
               const Edit& edit = nullptr, bool fp8 = false) {
+    if (Skip({rows, cols}, fp8)) return;
     std::vector<float> v(static_cast<size_t>(rows * cols));
     for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
     if (edit) edit(v);
@@ -247,6 +274,7 @@ struct Gen {
   }
   // Like Matrix, for a tensor of any rank (the fused expert tensors [E, ., .]); never FP8.
   void Scaled(const std::string& name, Shape shape, double stddev, const Edit& edit = nullptr) {
+    if (Skip(shape, false)) return;
     std::vector<float> v(static_cast<size_t>(NumElements(shape)));
     for (float& x : v) x = static_cast<float>(rng.Normal() * stddev * scale);
     if (edit) edit(v);
@@ -254,6 +282,7 @@ struct Gen {
   }
   void Tensor(const std::string& name, Shape shape, double stddev, double mean = 0.0,
               const Edit& edit = nullptr, bool fp8 = false) {
+    if (Skip(shape, fp8)) return;
     std::vector<float> v(static_cast<size_t>(NumElements(shape)));
     for (float& x : v) x = static_cast<float>(mean + rng.Normal() * stddev);
     if (edit) edit(v);
@@ -263,6 +292,11 @@ struct Gen {
     Tensor(name, {n}, 0.1, 1.0, edit);
   }
 };
+
+Gen NewGen(const TestModelSpec& s, bool dry, std::function<Status(Gen&)> flush) {
+  return Gen{{},  Rng(s.seed), s.dtype, s.init_scale,     s.fp8_block_rows, s.fp8_block_cols,
+             dry, 0,           0,       std::move(flush), Status::Ok()};
+}
 
 // The scripted model's edits (TestModelSpec::successors): orthonormal embeddings for the pairs'
 // first tokens, LM head rows of the successors along them, zero layer outputs, unit final norm.
@@ -330,37 +364,63 @@ struct Script {
   }
 };
 
-Status WriteCheckpoint(const std::string& dir, const TestModelSpec& s, Gen& g) {
-  size_t total = 0;
-  for (auto& [n, t] : g.tensors) total += t.nbytes();
-  int shards = s.shards > 0
-                   ? s.shards
-                   : static_cast<int>(std::max<size_t>(1, (total + (2ull << 30) - 1) >> 31));
-  shards = std::min<int>(shards, static_cast<int>(g.tensors.size()));
-  const std::map<std::string, std::string> meta = {{"format", "pt"}};
-  if (shards == 1) {
-    std::vector<NamedTensor> all;
-    for (auto& [n, t] : g.tensors) all.push_back({n, t.view()});
-    return WriteSafetensors(JoinPath(dir, "model.safetensors"), all, meta);
+// Writes model.safetensors, or the shards and model.safetensors.index.json, from the dry run's
+// plan: `shards` files (TestModelSpec::shards, else one per 2 GiB), each of `per` consecutive
+// tensors. Full shards are written while the real run generates (Flush), so at most one shard
+// is in memory: a full-depth 30B-A3B shape is written on a machine far smaller than it.
+class ShardWriter {
+ public:
+  ShardWriter(const std::string& dir, const TestModelSpec& s, const Gen& dry) : dir_(dir) {
+    total_ = dry.bytes;
+    const size_t n = std::max<size_t>(1, dry.count);
+    shards_ = s.shards > 0
+                  ? s.shards
+                  : static_cast<int>(std::max<uint64_t>(1, (total_ + (2ull << 30) - 1) >> 31));
+    shards_ = std::min<int>(shards_, static_cast<int>(n));
+    per_ = (n + static_cast<size_t>(shards_) - 1) / static_cast<size_t>(shards_);
   }
-  Json index;
-  index["metadata"] = {{"total_size", total}};
-  Json map = Json::object();
-  const size_t per =
-      (g.tensors.size() + static_cast<size_t>(shards) - 1) / static_cast<size_t>(shards);
-  for (int k = 0; k < shards; ++k) {
-    char name[64];
-    std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", k + 1, shards);
-    std::vector<NamedTensor> part;
-    for (size_t i = k * per; i < std::min(g.tensors.size(), (k + 1) * per); ++i) {
-      part.push_back({g.tensors[i].first, g.tensors[i].second.view()});
-      map[g.tensors[i].first] = name;
+
+  // After each stored tensor: a full shard (all but the single-file case) goes to disk.
+  Status Flush(Gen& g) {
+    if (shards_ == 1 || g.tensors.size() < per_) return Status::Ok();
+    return WriteShard(g);
+  }
+
+  Status Finish(Gen& g) {
+    const std::map<std::string, std::string> meta = {{"format", "pt"}};
+    if (shards_ == 1) {
+      std::vector<NamedTensor> all;
+      for (auto& [n, t] : g.tensors) all.push_back({n, t.view()});
+      return WriteSafetensors(JoinPath(dir_, "model.safetensors"), all, meta);
     }
-    VLS_RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir, name), part, meta));
+    while (next_ < shards_) VLS_RETURN_IF_ERROR(WriteShard(g));  // the rest (maybe empty)
+    Json index;
+    index["metadata"] = {{"total_size", total_}};
+    index["weight_map"] = map_;
+    return WriteStringToFile(JoinPath(dir_, "model.safetensors.index.json"), index.dump(2) + "\n");
   }
-  index["weight_map"] = map;
-  return WriteStringToFile(JoinPath(dir, "model.safetensors.index.json"), index.dump(2) + "\n");
-}
+
+ private:
+  Status WriteShard(Gen& g) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", next_ + 1, shards_);
+    std::vector<NamedTensor> part;
+    for (auto& [n, t] : g.tensors) {
+      part.push_back({n, t.view()});
+      map_[n] = name;
+    }
+    ++next_;
+    VLS_RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir_, name), part, {{"format", "pt"}}));
+    g.tensors.clear();
+    return Status::Ok();
+  }
+
+  std::string dir_;
+  uint64_t total_ = 0;
+  int shards_ = 1, next_ = 0;
+  size_t per_ = 1;
+  Json map_ = Json::object();
+};
 
 }  // namespace
 
@@ -465,7 +525,6 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
   const Gen::Edit zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   const Gen::Edit one = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 1.0f); };
   const Gen::Edit none = nullptr;
-  Gen g{{}, Rng(s.seed), s.dtype, s.init_scale, s.fp8_block_rows, s.fp8_block_cols};
   const bool q = s.fp8, qv = s.fp8 && s.fp8_vision;  // quantize the text / vision Linears
   const std::string p = TestArchIsText(s.arch) ? "model." : "model.language_model.";
   const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate, V = s.vocab;
@@ -489,92 +548,102 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
         s.experts, s.moe_intermediate, s.top_k, s.sparse_step, s.mlp_only_layers.size(),
         s.arch == "qwen3-vl-moe" ? "fused" : "per-expert",
         s.norm_topk_prob ? ", renormalised" : "");
-  g.Matrix(p + "embed_tokens.weight", V, H, 1.0,
-           script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Embeddings(w); }) : none);
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string lp = p + "layers." + std::to_string(l) + ".";
-    g.Norm(lp + "input_layernorm.weight", H);
-    g.Matrix(lp + "self_attn.q_proj.weight", s.heads * D, H, sh, none, q);
-    g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh, none, q);
-    g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh, none, q);
-    g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D,
-             1.0 / std::sqrt(static_cast<double>(s.heads * D)), script.on() ? zero : none, q);
-    g.Norm(lp + "self_attn.q_norm.weight", D);
-    g.Norm(lp + "self_attn.k_norm.weight", D);
-    g.Norm(lp + "post_attention_layernorm.weight", H);
-    if (!TestLayerIsSparse(s, l)) {
-      g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh, none, q);
-      g.Matrix(lp + "mlp.up_proj.weight", I, H, sh, none, q);
-      g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)),
-               script.on() ? zero : none, q);
-    } else {
-      // Router [E, H] at N(0, 1/H): logits N(0, 1) on a normed row (|m|² ≈ H), so routing
-      // differs from row to row. Never FP8 (the releases keep mlp.gate in BF16).
-      g.Matrix(lp + "mlp.gate.weight", E, H, sh);
-      const double sd = 1.0 / std::sqrt(static_cast<double>(Ie));
-      if (s.arch == "qwen3-vl-moe") {
-        // Fused, as stored by Qwen3-VL-MoE: [E, H, 2·I_e] (gate columns, then up), [E, I_e, H].
-        g.Scaled(lp + "mlp.experts.gate_up_proj", {E, H, 2 * Ie}, sh);
-        g.Scaled(lp + "mlp.experts.down_proj", {E, Ie, H}, sd, script.on() ? zero : none);
+  // Every tensor in file order; run twice: dry (the shard plan), then for real.
+  auto generate = [&](Gen& g) {
+    g.Matrix(p + "embed_tokens.weight", V, H, 1.0,
+             script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Embeddings(w); }) : none);
+    for (int l = 0; l < s.layers; ++l) {
+      const std::string lp = p + "layers." + std::to_string(l) + ".";
+      g.Norm(lp + "input_layernorm.weight", H);
+      g.Matrix(lp + "self_attn.q_proj.weight", s.heads * D, H, sh, none, q);
+      g.Matrix(lp + "self_attn.k_proj.weight", s.kv_heads * D, H, sh, none, q);
+      g.Matrix(lp + "self_attn.v_proj.weight", s.kv_heads * D, H, sh, none, q);
+      g.Matrix(lp + "self_attn.o_proj.weight", H, s.heads * D,
+               1.0 / std::sqrt(static_cast<double>(s.heads * D)), script.on() ? zero : none, q);
+      g.Norm(lp + "self_attn.q_norm.weight", D);
+      g.Norm(lp + "self_attn.k_norm.weight", D);
+      g.Norm(lp + "post_attention_layernorm.weight", H);
+      if (!TestLayerIsSparse(s, l)) {
+        g.Matrix(lp + "mlp.gate_proj.weight", I, H, sh, none, q);
+        g.Matrix(lp + "mlp.up_proj.weight", I, H, sh, none, q);
+        g.Matrix(lp + "mlp.down_proj.weight", H, I, 1.0 / std::sqrt(static_cast<double>(I)),
+                 script.on() ? zero : none, q);
       } else {
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string ep = lp + "mlp.experts." + std::to_string(e) + ".";
-          g.Matrix(ep + "gate_proj.weight", Ie, H, sh, none, q);
-          g.Matrix(ep + "up_proj.weight", Ie, H, sh, none, q);
-          g.Matrix(ep + "down_proj.weight", H, Ie, sd, script.on() ? zero : none, q);
+        // Router [E, H] at N(0, 1/H): logits N(0, 1) on a normed row (|m|² ≈ H), so routing
+        // differs from row to row. Never FP8 (the releases keep mlp.gate in BF16).
+        g.Matrix(lp + "mlp.gate.weight", E, H, sh);
+        const double sd = 1.0 / std::sqrt(static_cast<double>(Ie));
+        if (s.arch == "qwen3-vl-moe") {
+          // Fused, as stored by Qwen3-VL-MoE: [E, H, 2·I_e] (gate columns, then up), [E, I_e, H].
+          g.Scaled(lp + "mlp.experts.gate_up_proj", {E, H, 2 * Ie}, sh);
+          g.Scaled(lp + "mlp.experts.down_proj", {E, Ie, H}, sd, script.on() ? zero : none);
+        } else {
+          for (int64_t e = 0; e < E; ++e) {
+            const std::string ep = lp + "mlp.experts." + std::to_string(e) + ".";
+            g.Matrix(ep + "gate_proj.weight", Ie, H, sh, none, q);
+            g.Matrix(ep + "up_proj.weight", Ie, H, sh, none, q);
+            g.Matrix(ep + "down_proj.weight", H, Ie, sd, script.on() ? zero : none, q);
+          }
         }
       }
+      if (s.layers >= 8 && (l + 1) % 4 == 0)
+        if (verbose && !g.dry)
+          std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
     }
-    if (s.layers >= 8 && (l + 1) % 4 == 0)
-      if (verbose) std::fprintf(stderr, "[make-test-model] layer %d/%d\n", l + 1, s.layers);
-  }
-  g.Norm(p + "norm.weight", H, script.on() ? one : none);
-  if (!s.tied) {
-    g.Matrix("lm_head.weight", V, H, sh,
-             script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Head(w); }) : none,
-             q && s.fp8_lm_head);
-  }
-  if (!TestArchIsText(s.arch) && s.vision) {
-    // The vision tower in the real layout (docs/contracts.md §A.3, §D); the text decoder ignores
-    // it. Matrices are N(0, 1/fan_in) so every block and merger output stays O(1) and an
-    // image visibly steers the text decoder; norms near 1, biases small.
-    const auto& vc = cfg["vision_config"];
-    const int64_t Dv = vc["hidden_size"], Iv = vc["intermediate_size"], depth = vc["depth"];
-    const std::string vp = "model.visual.";
-    auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
-    g.Tensor(vp + "patch_embed.proj.weight", {Dv, 3, 2, 16, 16}, inv_sqrt(3 * 2 * 16 * 16));
-    g.Tensor(vp + "patch_embed.proj.bias", {Dv}, 0.02);
-    g.Tensor(vp + "pos_embed.weight", {vc["num_position_embeddings"].get<int64_t>(), Dv}, 0.5);
-    for (int64_t b = 0; b < depth; ++b) {
-      const std::string bp = vp + "blocks." + std::to_string(b) + ".";
-      for (const char* n : {"norm1", "norm2"}) {
-        g.Norm(bp + n + ".weight", Dv);
-        g.Tensor(bp + n + ".bias", {Dv}, 0.02);
+    g.Norm(p + "norm.weight", H, script.on() ? one : none);
+    if (!s.tied) {
+      g.Matrix("lm_head.weight", V, H, sh,
+               script.on() ? Gen::Edit([&](std::vector<float>& w) { script.Head(w); }) : none,
+               q && s.fp8_lm_head);
+    }
+    if (!TestArchIsText(s.arch) && s.vision) {
+      // The vision tower in the real layout (docs/contracts.md §A.3, §D); the text decoder ignores
+      // it. Matrices are N(0, 1/fan_in) so every block and merger output stays O(1) and an
+      // image visibly steers the text decoder; norms near 1, biases small.
+      const auto& vc = cfg["vision_config"];
+      const int64_t Dv = vc["hidden_size"], Iv = vc["intermediate_size"], depth = vc["depth"];
+      const std::string vp = "model.visual.";
+      auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+      g.Tensor(vp + "patch_embed.proj.weight", {Dv, 3, 2, 16, 16}, inv_sqrt(3 * 2 * 16 * 16));
+      g.Tensor(vp + "patch_embed.proj.bias", {Dv}, 0.02);
+      g.Tensor(vp + "pos_embed.weight", {vc["num_position_embeddings"].get<int64_t>(), Dv}, 0.5);
+      for (int64_t b = 0; b < depth; ++b) {
+        const std::string bp = vp + "blocks." + std::to_string(b) + ".";
+        for (const char* n : {"norm1", "norm2"}) {
+          g.Norm(bp + n + ".weight", Dv);
+          g.Tensor(bp + n + ".bias", {Dv}, 0.02);
+        }
+        g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
+        g.Tensor(bp + "attn.qkv.bias", {3 * Dv}, 0.02);
+        g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
+        g.Tensor(bp + "attn.proj.bias", {Dv}, 0.02);
+        g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
+        g.Tensor(bp + "mlp.linear_fc1.bias", {Iv}, 0.02);
+        g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, inv_sqrt(Iv), 0.0, none, qv);
+        g.Tensor(bp + "mlp.linear_fc2.bias", {Dv}, 0.02);
+        if (verbose && !g.dry && depth >= 8 && (b + 1) % 8 == 0)
+          std::fprintf(stderr, "[make-test-model] vision block %s/%s\n",
+                       std::to_string(b + 1).c_str(), std::to_string(depth).c_str());
       }
-      g.Tensor(bp + "attn.qkv.weight", {3 * Dv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
-      g.Tensor(bp + "attn.qkv.bias", {3 * Dv}, 0.02);
-      g.Tensor(bp + "attn.proj.weight", {Dv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
-      g.Tensor(bp + "attn.proj.bias", {Dv}, 0.02);
-      g.Tensor(bp + "mlp.linear_fc1.weight", {Iv, Dv}, inv_sqrt(Dv), 0.0, none, qv);
-      g.Tensor(bp + "mlp.linear_fc1.bias", {Iv}, 0.02);
-      g.Tensor(bp + "mlp.linear_fc2.weight", {Dv, Iv}, inv_sqrt(Iv), 0.0, none, qv);
-      g.Tensor(bp + "mlp.linear_fc2.bias", {Dv}, 0.02);
-      if (verbose && depth >= 8 && (b + 1) % 8 == 0)
-        std::fprintf(stderr, "[make-test-model] vision block %s/%s\n",
-                     std::to_string(b + 1).c_str(), std::to_string(depth).c_str());
+      auto merger = [&](const std::string& mp, int64_t norm_dim) {
+        g.Norm(mp + "norm.weight", norm_dim);
+        g.Tensor(mp + "norm.bias", {norm_dim}, 0.02);
+        g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, inv_sqrt(4 * Dv), 0.0, none, qv);
+        g.Tensor(mp + "linear_fc1.bias", {4 * Dv}, 0.02);
+        g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, inv_sqrt(4 * Dv), 0.0, none, qv);
+        g.Tensor(mp + "linear_fc2.bias", {H}, 0.02);
+      };
+      merger(vp + "merger.", Dv);
+      for (int k = 0; k < s.deepstack; ++k)
+        merger(vp + "deepstack_merger_list." + std::to_string(k) + ".", 4 * Dv);
     }
-    auto merger = [&](const std::string& mp, int64_t norm_dim) {
-      g.Norm(mp + "norm.weight", norm_dim);
-      g.Tensor(mp + "norm.bias", {norm_dim}, 0.02);
-      g.Tensor(mp + "linear_fc1.weight", {4 * Dv, 4 * Dv}, inv_sqrt(4 * Dv), 0.0, none, qv);
-      g.Tensor(mp + "linear_fc1.bias", {4 * Dv}, 0.02);
-      g.Tensor(mp + "linear_fc2.weight", {H, 4 * Dv}, inv_sqrt(4 * Dv), 0.0, none, qv);
-      g.Tensor(mp + "linear_fc2.bias", {H}, 0.02);
-    };
-    merger(vp + "merger.", Dv);
-    for (int k = 0; k < s.deepstack; ++k)
-      merger(vp + "deepstack_merger_list." + std::to_string(k) + ".", 4 * Dv);
-  }
+  };
+  Gen dry = NewGen(s, /*dry=*/true, nullptr);
+  generate(dry);
+  ShardWriter writer(dir, s, dry);
+  Gen g = NewGen(s, /*dry=*/false, [&writer](Gen& gen) { return writer.Flush(gen); });
+  generate(g);
+  VLS_RETURN_IF_ERROR(g.status);
   Status st = WriteStringToFile(JoinPath(dir, "config.json"), cfg.dump(2) + "\n");
   if (st.ok()) {
     Json gen;
@@ -588,11 +657,10 @@ Status WriteTestCheckpoint(const std::string& dir, const TestModelSpec& s, bool 
     st = WriteStringToFile(JoinPath(dir, "preprocessor_config.json"),
                            MakePreprocessorConfig(s).dump(2) + "\n");
   }
-  if (st.ok()) st = WriteCheckpoint(dir, s, g);
+  if (st.ok()) st = writer.Finish(g);
   if (!st.ok()) return st;
   if (verbose)
-    std::fprintf(stderr, "[make-test-model] wrote %zu tensors to %s\n", g.tensors.size(),
-                 dir.c_str());
+    std::fprintf(stderr, "[make-test-model] wrote %zu tensors to %s\n", dry.count, dir.c_str());
   return Status::Ok();
 }
 
