@@ -161,9 +161,17 @@ def expert_forward(lw, e, x):
     return (up * _silu(gate)) @ lw["down"][e]
 
 
-def sparse_mlp(m, lw, moe):
-    """Qwen3MoeSparseMoeBlock.forward on m [T, H]. Returns (out [T, H], (experts, weights, probs))."""
+def sparse_mlp(m, lw, moe, force=None):
+    """Qwen3MoeSparseMoeBlock.forward on m [T, H]. Returns (out [T, H], (experts, weights, probs)).
+
+    force: None or {row: k expert ids}: those rows use the given experts instead of their top k
+    (ordered and weighted by p as usual). Only for re-running the reference with an engine's
+    choice at an accepted near-tie of the k-th and (k+1)-th expert (see compare_routing)."""
     top, w, p = route(m, lw["router"], moe.top_k, moe.normalize)
+    for r, ex in (force or {}).items():
+        ex = sorted((int(e) for e in ex), key=lambda e: (-p[r, e], e))
+        top[r] = ex
+        w[r] = p[r, ex] / (p[r, ex].sum() if moe.normalize else 1.0)
     out = np.zeros_like(m)
     for e in np.unique(top):
         rows, slot = np.nonzero(top == e)   # a row picks an expert at most once
@@ -183,6 +191,13 @@ def dense_all_experts(m, lw, moe):
 # ----------------------------------------------------------------------------
 # Comparison of the routing diagnostics
 # ----------------------------------------------------------------------------
+
+def boundary_flips(eng_e, ref_e):
+    """{row: engine experts} where the engine's expert SET differs from the oracle's (a k-th vs
+    (k+1)-th flip; a swap inside the top k keeps the set and changes nothing downstream)."""
+    return {r: [int(x) for x in eng_e[r]] for r in range(ref_e.shape[0])
+            if set(int(x) for x in eng_e[r]) != set(int(x) for x in ref_e[r])}
+
 
 def routing_stats(experts):
     """(distinct expert sets over rows, distinct first choices) of an [S, k] array."""

@@ -329,7 +329,7 @@ class Model:
         return {"k": [np.zeros((0, c.nkv, c.D), self.dt) for _ in range(c.L)],
                 "v": [np.zeros((0, c.nkv, c.D), self.dt) for _ in range(c.L)]}
 
-    def run(self, x, coords, cache, deepstack=None, collect=False, routing=None):
+    def run(self, x, coords, cache, deepstack=None, collect=False, routing=None, force_routing=None):
         """Process new rows x [T,H] (float64) appended after the rows already in cache.
 
         coords: RoPE coordinates of the new rows ([3,T] or [T]).
@@ -337,6 +337,7 @@ class Model:
         deepstack: None or (positions [Nv] (relative to these rows), features [K,Nv,H], layers [K]).
         routing: None or a dict that receives, per sparse layer l, (experts [T,k], weights [T,k],
         probs [T,E]) of these rows (moe_ref.route).
+        force_routing: None or {layer: {row: experts}} (moe_ref.sparse_mlp's force).
         Returns (final_hidden [T,H], logits [T,V], per-layer hidden list or None).
         """
         c = self.cfg
@@ -377,7 +378,7 @@ class Model:
             x = x + o.reshape(T, c.nh * c.D) @ lw["wo"].T
             m = rmsnorm(x, lw["ln_post"], c.eps)
             if "moe" in lw:
-                y, r = moe_ref.sparse_mlp(m, lw["moe"], c.moe)
+                y, r = moe_ref.sparse_mlp(m, lw["moe"], c.moe, (force_routing or {}).get(li))
                 x = x + y
                 if routing is not None:
                     routing[li] = r
@@ -400,8 +401,9 @@ class Model:
 # Full forward per docs/contracts.md §6
 # ----------------------------------------------------------------------------
 
-def forward(model, inp, diagnostics=False, all_logits=False):
-    """inp: dict of input tensors (docs/contracts.md §6). Returns dict of output arrays."""
+def forward(model, inp, diagnostics=False, all_logits=False, force_routing=None):
+    """inp: dict of input tensors (docs/contracts.md §6). Returns dict of output arrays.
+    force_routing: {layer: {row: experts}} for the prefill rows (moe_ref.sparse_mlp's force)."""
     c = model.cfg
     ids = inp.get("input_ids")
     if ids is not None:
@@ -469,7 +471,8 @@ def forward(model, inp, diagnostics=False, all_logits=False):
 
     cache = model.new_cache()
     routing = {}
-    h, logits, hid = model.run(x, pos, cache, deepstack=ds, collect=diagnostics, routing=routing)
+    h, logits, hid = model.run(x, pos, cache, deepstack=ds, collect=diagnostics, routing=routing,
+                               force_routing=force_routing)
     out = {"logits": (logits if all_logits else logits[-1:]).astype(np.float32)}
 
     if "decode_tokens" in inp:

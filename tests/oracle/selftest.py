@@ -341,6 +341,17 @@ def test_moe_block():
         e = top[r, j]
         want += w[r, j] * (lw["down"][e] @ (R.silu(lw["gate"][e] @ m[r]) * (lw["up"][e] @ m[r])))
     check("moe block: row 4 by hand", np.abs(a[r] - want).max() < 1e-12)
+    # forcing a row's experts (the runner's re-run after a boundary near-tie flip)
+    moe = type("M", (), dict(top_k=2, normalize=True))()
+    a, (top, w, p) = moe_ref.sparse_mlp(m, lw, moe)
+    other = [e for e in range(5) if e not in top[4]][:1] + [int(top[4, 0])]
+    b, (tb, wb, _) = moe_ref.sparse_mlp(m, lw, moe, force={4: other})
+    want = sum(p[4, e] / p[4, other].sum() * moe_ref.expert_forward(lw, e, m[4:5])[0] for e in other)
+    check("moe block: forced experts on one row, the others unchanged",
+          np.abs(b[4] - want).max() < 1e-12 and np.array_equal(np.delete(a, 4, 0), np.delete(b, 4, 0))
+          and sorted(tb[4].tolist()) == sorted(other) and p[4, tb[4, 0]] >= p[4, tb[4, 1]])
+    check("moe: boundary_flips finds set changes only",
+          moe_ref.boundary_flips(np.array([[1, 0], [2, 3]]), np.array([[0, 1], [2, 4]])) == {1: [2, 3]})
     # k = E with renormalisation: the full softmax mixture
     moe = type("M", (), dict(top_k=5, normalize=True))()
     a, (top, w, p) = moe_ref.sparse_mlp(m, lw, moe)
