@@ -81,6 +81,47 @@ def make(argv):
     return 0
 
 
+def inject_moe_bug(bug):
+    """FAKE_VLSTACK_MOE_BUG: one engine-like MoE bug, which run_cases.py --moe must catch:
+      norm      renormalisation inverted (qwen3_moe), or dropped (qwen3_vl_moe)
+      kplus1    the (k+1)-th expert instead of the k-th
+      gateup    the fused gate_up_proj halves read up-then-gate
+      step      the sparse-layer rule off by one ((l % step == 0))"""
+    import moe_ref
+    if bug == "norm":
+        orig = moe_ref.route
+        moe_ref.route = lambda m, r, k, n: orig(m, r, k, not n)
+    elif bug == "kplus1":
+        orig = moe_ref.route
+
+        def route(m, r, k, n):
+            top, w, p = orig(m, r, min(k + 1, r.shape[0]), n)
+            if top.shape[1] > k:
+                top = np.concatenate([top[:, :k - 1], top[:, k:]], axis=1)
+                w = np.take_along_axis(p, top, axis=1)
+                if n:
+                    w = w / w.sum(axis=1, keepdims=True)
+            return top, w, p
+        import numpy as np
+        moe_ref.route = route
+    elif bug == "gateup":
+        orig = moe_ref.expert_forward
+
+        def expert_forward(lw, e, x):
+            if lw["layout"] == "fused":
+                gu = lw["gate_up"][e]
+                I = gu.shape[1] // 2
+                lw = dict(lw, gate_up=gu[None][:, :, list(range(I, 2 * I)) + list(range(I))].repeat(
+                    lw["gate_up"].shape[0], axis=0))
+            return orig(lw, e, x)
+        moe_ref.expert_forward = expert_forward
+    elif bug == "step":
+        moe_ref.MoeConfig.is_sparse = lambda self, l: (l not in self.mlp_only_layers) and (
+            self.experts > 0 and l % self.sparse_step == 0)
+    else:
+        raise SystemExit(f"fake_vlstack: unknown FAKE_VLSTACK_MOE_BUG {bug}")
+
+
 def batch_via_forward(exe, argv):
     import argparse
     import subprocess
@@ -195,6 +236,8 @@ if __name__ == "__main__":
     if cmd == "forward":
         if os.environ.get("FAKE_VLSTACK_F32"):
             rest = rest + ["--emulate-f32"]
+        if os.environ.get("FAKE_VLSTACK_MOE_BUG"):
+            inject_moe_bug(os.environ["FAKE_VLSTACK_MOE_BUG"])
         sys.exit(forward_ref.main(rest))
     if cmd == "batch":
         sys.exit(batch(rest))
