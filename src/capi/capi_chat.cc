@@ -1,5 +1,5 @@
 // The C ABI's chat entry points (vls_chat_*, vls_batch_submit_chat, vls_batch_take_text) over
-// the runtime's request pipeline (runtime/chat_pipeline.h, chat_json.h, text_stream.h), and the
+// the runtime's request pipeline (runtime/chat_pipeline.h, chat_json.h, reply_text.h), and the
 // front end's tokenizer and template on their own (vls_chat_tokenize, _detokenize, _render), and
 // vls_resolve_model (a folder or a Hugging Face repository id in the local cache: io/hf_cache.h).
 #include <algorithm>
@@ -61,7 +61,7 @@ Status SubmitChat(vls_batch* b, const vls_chat* chat, const char* request_json, 
   // of the request (a running engine thread waits for the lock in OnEvent).
   std::lock_guard<std::mutex> lock(b->events_mu);
   VLS_ASSIGN_OR_RETURN(uint64_t id, b->engine->Submit(std::move(prepared.request)));
-  b->chats.emplace(id, vls_batch::ChatText{std::move(stream), std::string(), false});
+  b->chats.emplace(id, ReplyText(std::move(stream)));
   *out_id = id;
   return Status::Ok();
 }
@@ -76,13 +76,13 @@ Status TakeText(vls_batch* b, uint64_t id, char* buf, size_t len, size_t* needed
     return NotFound("request " + std::to_string(id) +
                     " is not a chat request of this batch, or its text was all taken");
   }
-  VLS_RETURN_IF_ERROR(WriteText(it->second.text, buf, len, needed));
-  const bool done = it->second.finished;
+  VLS_RETURN_IF_ERROR(WriteText(it->second.text(), buf, len, needed));
+  const bool done = it->second.finished();
   if (finished != nullptr) *finished = done ? 1 : 0;
   if (done) {
     b->chats.erase(it);
   } else {
-    it->second.text.clear();
+    (void)it->second.TakeText();
   }
   return Status::Ok();
 }

@@ -36,8 +36,8 @@
 #include "runtime/image_encoder.h"
 #include "runtime/loaded_model.h"
 #include "runtime/positions.h"
+#include "runtime/reply_text.h"
 #include "runtime/session.h"
-#include "runtime/text_stream.h"
 #include "vlstack/vlstack.h"
 
 struct vls_model {
@@ -71,12 +71,8 @@ struct vls_batch {
   std::deque<vls_token_event> events;                // guarded by events_mu
   std::unordered_map<uint64_t, std::string> errors;  // guarded by events_mu
   // The text side of chat requests (vls_batch_submit_chat); guarded by events_mu.
-  struct ChatText {
-    vls::TextStream stream;
-    std::string text;  // produced, not yet taken
-    bool finished = false;
-  };
-  std::unordered_map<uint64_t, ChatText> chats;
+  // Each one's text produced and not yet taken is the ReplyText's (TakeText).
+  std::unordered_map<uint64_t, vls::ReplyText> chats;
 
   // Serialises synchronous stepping with vls_batch_start/stop.
   std::mutex run_mu;
@@ -97,15 +93,10 @@ struct vls_batch {
     auto finish = static_cast<int32_t>(e.finish);
     bool keep = true;
     if (auto it = chats.find(e.request_id); it != chats.end()) {
-      ChatText& c = it->second;
-      if (c.finished) return true;
-      const vls::TextDelta d = c.stream.Next(e);
-      c.text += d.text;
-      if (d.finish != vls::FinishReason::kNone) {
-        c.finished = true;
-        finish = static_cast<int32_t>(d.finish);
-      }
-      keep = !d.cancel_request;
+      vls::ReplyText& reply = it->second;
+      if (reply.finished()) return true;
+      keep = reply.Feed(e);
+      if (reply.finished()) finish = static_cast<int32_t>(reply.finish());
     }
     if (e.finish == vls::FinishReason::kError) errors[e.request_id] = e.error;
     events.push_back({e.request_id, e.token, finish});

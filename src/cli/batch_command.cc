@@ -3,7 +3,7 @@
 //
 // Requests are submitted in input order before the first step, so the engine's FIFO admits
 // them in that order and a later request can reuse what an earlier one left in a free slot.
-// A request with stop strings has a TextStream (UTF-8-safe decoding, special tokens left out,
+// A request with stop strings has a ReplyText (UTF-8-safe decoding, special tokens left out,
 // stop strings matched across token boundaries): it is cancelled at the token that completes a
 // stop string, its text cut where the match begins, and it finishes with "stop".
 #include <algorithm>
@@ -26,9 +26,9 @@
 #include "io/untrusted_json.h"
 #include "runtime/batch_engine.h"
 #include "runtime/grammar_vocab.h"
+#include "runtime/reply_text.h"
 #include "runtime/stop_matcher.h"
 #include "runtime/structured_output_grammar.h"
-#include "runtime/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vls::cli {
@@ -103,9 +103,7 @@ struct Line {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kNone;
   int32_t cached_tokens = 0;
-  std::unique_ptr<TextStream> stream;  // with stop strings
-  std::string text;
-  FinishReason text_finish = FinishReason::kNone;  // the stream's (kStop when one matched)
+  std::unique_ptr<ReplyText> reply;  // with stop strings (kStop once one matched)
 };
 
 // Runs `fn` and turns whatever escapes it (out of memory, a bug's exception) into a Status, so
@@ -170,10 +168,10 @@ std::string OutputLine(const Line& l) {
   out["id"] = l.req.id;
   const bool failed = !l.error.empty();
   out["tokens"] = failed ? std::vector<int32_t>() : l.tokens;
-  const FinishReason finish = l.text_finish != FinishReason::kNone ? l.text_finish : l.finish;
+  const FinishReason finish = l.reply && l.reply->finished() ? l.reply->finish() : l.finish;
   out["finish_reason"] = failed ? "error" : FinishReasonName(finish);
   out["cached_tokens"] = failed ? 0 : l.cached_tokens;
-  if (l.req.stop && !failed) out["text"] = l.text;
+  if (l.req.stop && !failed) out["text"] = l.reply ? l.reply->text() : std::string();
   if (failed) out["error"] = l.error;
   return DumpJsonSafe(out);
 }
@@ -342,13 +340,7 @@ Status Batch(const Args& args) {
         Line* l = by_id[e.request_id];
         l->cached_tokens = e.cached_tokens;
         if (e.token >= 0) l->tokens.push_back(e.token);
-        bool stop_string = false;
-        if (l->stream) {
-          TextDelta d = l->stream->Next(e);
-          l->text += d.text;
-          if (d.finish != FinishReason::kNone) l->text_finish = d.finish;
-          stop_string = d.cancel_request;
-        }
+        const bool stop_string = l->reply && !l->reply->Feed(e);
         if (e.finish != FinishReason::kNone) {
           l->finish = e.finish;
           if (!e.error.empty()) l->error = e.error;
@@ -367,7 +359,7 @@ Status Batch(const Args& args) {
         return FailedPrecondition("stop strings need the model folder's tokenizer: " +
                                   tokenizer_status.ToString());
       }
-      l.stream = std::make_unique<TextStream>(tokenizer.get(), *l.req.stop);
+      l.reply = std::make_unique<ReplyText>(TextStream(tokenizer.get(), *l.req.stop));
     }
     GenerationRequest req;
     VLS_RETURN_IF_ERROR(WithInput(base, l.req, [&](const SafetensorsFile& f) -> Status {

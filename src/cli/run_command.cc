@@ -1,5 +1,5 @@
 // `vlstack run`: chat with a model from the command line. The request goes through the same
-// pipeline as the server and the C ABI (ChatPipeline -> BatchEngine -> TextStream), the reply
+// pipeline as the server and the C ABI (ChatPipeline -> BatchEngine -> ReplyText), the reply
 // streams to stdout as it is generated, the speeds go to stderr.
 #include <unistd.h>
 
@@ -23,7 +23,7 @@
 #include "cli/speculative_flags.h"
 #include "runtime/batch_engine.h"
 #include "runtime/chat_pipeline.h"
-#include "runtime/text_stream.h"
+#include "runtime/reply_text.h"
 
 namespace vls::cli {
 namespace {
@@ -90,11 +90,8 @@ int RunFail(const Status& s) { return Fail("run", s); }
 
 // One turn's stream and timings, filled by the engine callback.
 struct Turn {
-  std::optional<TextStream> stream;
-  std::string text;
-  FinishReason finish = FinishReason::kNone;
-  std::string error;
-  Usage usage;
+  std::optional<ReplyText> reply;  // its finish, error and usage once the turn ended
+  std::string text;                // the whole reply, as written to stdout
   int tokens = 0;
   Clock::time_point start, first, last;
 };
@@ -104,20 +101,21 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 }
 
 void PrintStats(const Turn& t) {
-  const int computed = t.usage.prompt_tokens - t.usage.cached_tokens;
+  const Usage& usage = t.reply->usage();
+  const char* finish = FinishReasonName(t.reply->finish());
+  const int computed = usage.prompt_tokens - usage.cached_tokens;
   if (t.tokens == 0) {
     std::fprintf(stderr, "[run] prompt: %d tokens (%d cached); no token generated (%s)\n",
-                 t.usage.prompt_tokens, t.usage.cached_tokens, FinishReasonName(t.finish));
+                 usage.prompt_tokens, usage.cached_tokens, finish);
     return;
   }
   const double ttft = Ms(t.start, t.first);
   std::fprintf(
       stderr, "[run] prompt: %d tokens (%d cached), %.1f tokens/s; time to first token %.1f ms\n",
-      t.usage.prompt_tokens, t.usage.cached_tokens, ttft > 0 ? 1e3 * computed / ttft : 0.0, ttft);
+      usage.prompt_tokens, usage.cached_tokens, ttft > 0 ? 1e3 * computed / ttft : 0.0, ttft);
   const double gen_ms = Ms(t.first, t.last);
   std::fprintf(stderr, "[run] generation: %d tokens, %.1f tokens/s; finish: %s\n", t.tokens,
-               t.tokens > 1 && gen_ms > 0 ? 1e3 * (t.tokens - 1) / gen_ms : 0.0,
-               FinishReasonName(t.finish));
+               t.tokens > 1 && gen_ms > 0 ? 1e3 * (t.tokens - 1) / gen_ms : 0.0, finish);
 }
 
 // Speculation's totals over the engine's life (with --speculate).
@@ -227,7 +225,7 @@ StatusOr<Options> ParseOptions(const Args& args, const ChatPipeline& pipeline) {
 Status RunTurn(BatchEngine& engine, const ChatPipeline& pipeline, const ChatRequest& request,
                Turn*& current, Turn* turn) {
   VLS_ASSIGN_OR_RETURN(PreparedChat chat, pipeline.Prepare(request));
-  turn->stream.emplace(pipeline.NewTextStream(chat));
+  turn->reply.emplace(pipeline.NewTextStream(chat));
   turn->start = Clock::now();
   current = turn;
   auto id = engine.Submit(std::move(chat.request));
@@ -237,7 +235,9 @@ Status RunTurn(BatchEngine& engine, const ChatPipeline& pipeline, const ChatRequ
   }
   engine.RunUntilIdle();
   current = nullptr;
-  if (turn->finish == FinishReason::kError) return Internal("generation failed: " + turn->error);
+  if (turn->reply->finish() == FinishReason::kError) {
+    return Internal("generation failed: " + turn->reply->error());
+  }
   return Status::Ok();
 }
 
@@ -347,24 +347,20 @@ int Run(const Args& args) {
       **model,
       [&current](const TokenEvent& e) {
         Turn* t = current;
-        if (t == nullptr || !t->stream) return true;
+        if (t == nullptr || !t->reply) return true;
         const Clock::time_point now = Clock::now();
         if (e.token >= 0) {
           if (t->tokens++ == 0) t->first = now;
           t->last = now;
         }
-        TextDelta d = t->stream->Next(e);
-        if (!d.text.empty()) {
-          std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+        const bool keep = t->reply->Feed(e);
+        const std::string text = t->reply->TakeText();
+        if (!text.empty()) {
+          std::fwrite(text.data(), 1, text.size(), stdout);
           std::fflush(stdout);
-          t->text += d.text;
+          t->text += text;
         }
-        if (d.finish != FinishReason::kNone) {
-          t->finish = d.finish;
-          t->error = d.error;
-          t->usage = d.usage;
-        }
-        return !d.cancel_request;
+        return keep;
       },
       eo);
 

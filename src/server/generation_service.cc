@@ -17,13 +17,13 @@ bool RequestHandle::Take(std::vector<OutputPiece>* out, std::chrono::millisecond
     out->push_back(std::move(pieces_.front()));
     pieces_.pop_front();
   }
-  if (finished_) taken_end_ = true;
+  if (reply_.finished()) taken_end_ = true;
   return taken_end_;
 }
 
 bool RequestHandle::finished() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return finished_;
+  return reply_.finished();
 }
 
 std::optional<Clock::time_point> RequestHandle::first_token() const {
@@ -33,9 +33,9 @@ std::optional<Clock::time_point> RequestHandle::first_token() const {
 
 bool RequestHandle::Push(const TokenEvent& e, Clock::time_point now, ServerMetrics* metrics) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (finished_) return true;  // the engine's cancelled event after a stop string
+  if (reply_.finished()) return true;  // the engine's cancelled event after a stop string
   OutputPiece p;
-  p.delta = stream_.Next(e);
+  const bool keep = reply_.Feed(e, &p.delta);
   p.token = e.token;
   p.logprob = e.logprob;
   p.top_logprobs = e.top_logprobs;
@@ -49,16 +49,14 @@ bool RequestHandle::Push(const TokenEvent& e, Clock::time_point now, ServerMetri
     }
     last_ = now;
   }
-  const bool cancel = p.delta.cancel_request;
   if (p.delta.finish != FinishReason::kNone) {
-    finished_ = true;
     if (metrics != nullptr) {
       metrics->AddPromptTokens(p.delta.usage.prompt_tokens, p.delta.usage.cached_tokens);
     }
   }
   pieces_.push_back(std::move(p));
   cv_.notify_all();
-  return !cancel;
+  return keep;
 }
 
 StatusOr<std::unique_ptr<GenerationService>> GenerationService::Create(const LoadedModel& model,

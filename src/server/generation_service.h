@@ -2,8 +2,9 @@
 // hands each request's output to the HTTP thread serving it.
 //
 //   Submit(prepared chat) -> RequestHandle; the engine's events for that request go through its
-//   TextStream (detokenization, stop strings) into the handle's queue of OutputPieces, which the
-//   HTTP thread drains with Take(). Cancel() (a client that went away) frees the slot at once.
+//   ReplyText (runtime/reply_text.h: detokenization, stop strings, the cancel a stop string asks
+//   for) into the handle's queue of OutputPieces, which the HTTP thread drains with Take().
+//   Cancel() (a client that went away) frees the slot at once.
 //
 // Admission control: at most `max_queue` requests wait for a slot (ResourceExhausted beyond,
 // answered 429); while draining nothing new is taken (FailedPrecondition, answered 503).
@@ -31,6 +32,7 @@
 #include "runtime/batch_engine.h"
 #include "runtime/chat_pipeline.h"
 #include "runtime/loaded_model.h"
+#include "runtime/reply_text.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
 
@@ -42,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 class RequestHandle {
  public:
   RequestHandle(uint64_t id, TextStream stream, Clock::time_point submitted)
-      : id_(id), stream_(std::move(stream)), submitted_(submitted) {}
+      : id_(id), reply_(std::move(stream)), submitted_(submitted) {}
 
   uint64_t id() const { return id_; }
   // Moves the pieces that arrived into *out, waiting up to `timeout` for at least one. Returns
@@ -55,16 +57,15 @@ class RequestHandle {
 
  private:
   friend class GenerationService;
-  // Runs an engine event through the text stream into the queue. Returns false when the text
-  // stream finished the request (a stop string) while the engine still runs it.
+  // Runs an engine event through the reply's text (ReplyText) into the queue. Returns false when
+  // a stop string finished the reply while the engine still runs the request.
   bool Push(const TokenEvent& e, Clock::time_point now, ServerMetrics* metrics);
 
   const uint64_t id_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  TextStream stream_ VLS_GUARDED_BY(mu_);
+  ReplyText reply_ VLS_GUARDED_BY(mu_);  // finished once the last piece was queued
   std::deque<OutputPiece> pieces_ VLS_GUARDED_BY(mu_);
-  bool finished_ VLS_GUARDED_BY(mu_) = false;   // the last piece was queued
   bool taken_end_ VLS_GUARDED_BY(mu_) = false;  // ... and taken
   const Clock::time_point submitted_;
   std::optional<Clock::time_point> first_ VLS_GUARDED_BY(mu_);
