@@ -116,7 +116,17 @@ BatchEngine::~BatchEngine() { Stop(); }
 // Submission and cancellation: the queue only.
 
 StatusOr<uint64_t> BatchEngine::Submit(GenerationRequest request) {
-  VLS_RETURN_IF_ERROR(ValidateRequest(model_, request));  // no engine state is read or changed
+  // No engine state is read or changed before the request is queued.
+  VLS_ASSIGN_OR_RETURN(ValidatedRequest checked,
+                       ValidatedRequest::Validate(model_, std::move(request)));
+  return Submit(std::move(checked));
+}
+
+StatusOr<uint64_t> BatchEngine::Submit(ValidatedRequest checked) {
+  if (checked.model() != &model_) {
+    return Submit(std::move(checked).Release());  // validated for another model, or not at all
+  }
+  GenerationRequest request = std::move(checked).Release();
   if (request.speculative && request.speculative->draft_tokens > 0 &&
       request.speculative->source == DraftSource::kModel && options_.draft_model == nullptr) {
     return InvalidArgument("speculative: this engine has no draft model to draft from");

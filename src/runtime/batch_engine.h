@@ -148,6 +148,10 @@ class BatchEngine {
   // Validates everything (ValidateRequest) and queues the request. A rejected submit changes
   // nothing. Never waits for a running step.
   StatusOr<uint64_t> Submit(GenerationRequest request) VLS_EXCLUDES(mu_);
+  // The same for a request already validated against this engine's model (ChatPipeline::Prepare
+  // makes them): queued without validating it again. One validated for another model (or not
+  // at all) is validated here in full.
+  StatusOr<uint64_t> Submit(ValidatedRequest request) VLS_EXCLUDES(mu_);
   // Cancels a queued (buffers freed now) or admitted request (its slot is freed before the next
   // step computes anything) and delivers its cancelled event before returning. NotFound when
   // the id is unknown or already finished. Never waits for a running step.

@@ -316,7 +316,7 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request,
   VLS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(out.prompt));
   if (ids.empty()) return InvalidArgument("the chat template rendered an empty prompt");
   VLS_RETURN_IF_ERROR(ValidateTokenIds(ids, cfg.vocab, "prompt"));
-  GenerationRequest& r = out.request;
+  GenerationRequest r;
   if (!media.empty()) {
     VLS_ASSIGN_OR_RETURN(std::vector<int32_t> expanded,
                          ExpandVisualPads(cfg, ids, out.images.grids, out.images.kinds));
@@ -336,7 +336,7 @@ StatusOr<PreparedChat> ChatPipeline::Prepare(const ChatRequest& request,
     r.rope_delta = 0;
   }
 
-  VLS_RETURN_IF_ERROR(FinishRequest(request, &out));
+  VLS_RETURN_IF_ERROR(FinishRequest(request, std::move(r), &out));
   out.media = std::move(media);
   return out;
 }
@@ -361,8 +361,8 @@ Status ChatPipeline::CheckTextFits(const ChatRequest& request) const {
   return Status::Ok();
 }
 
-Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out) const {
-  GenerationRequest& r = out->request;
+Status ChatPipeline::FinishRequest(const ChatRequest& request, GenerationRequest r,
+                                   PreparedChat* out) const {
   const Qwen3Config& cfg = model_.config();
   const int64_t S = static_cast<int64_t>(r.tokens.size());
   const int64_t capacity = model_.bounds().capacity;
@@ -409,7 +409,9 @@ Status ChatPipeline::FinishRequest(const ChatRequest& request, PreparedChat* out
     VLS_RETURN_IF_ERROR(CheckStopWithReplyFormat(request.structured, request.stop));
     VLS_ASSIGN_OR_RETURN(r.grammar, grammars_->Get(request.structured, request.tools));
   }
-  VLS_RETURN_IF_ERROR(ValidateRequest(model_, r));
+  // The one validation of the request's prompt (BuildImagePrompt leaves it here); the engine
+  // takes the result without another.
+  VLS_ASSIGN_OR_RETURN(out->request, ValidatedRequest::Validate(model_, std::move(r)));
   out->stop = request.stop;
   return Status::Ok();
 }
@@ -443,11 +445,11 @@ StatusOr<PreparedChat> ChatPipeline::PrepareTokens(std::vector<int32_t> ids,
                              std::to_string(s) + ": images go in chat requests as image parts");
     }
   }
-  GenerationRequest& r = out.request;
+  GenerationRequest r;
   r.positions = SequentialPositions(cfg.position_mode, static_cast<int64_t>(ids.size()));
   r.tokens = std::move(ids);
   r.rope_delta = 0;
-  VLS_RETURN_IF_ERROR(FinishRequest(request, &out));
+  VLS_RETURN_IF_ERROR(FinishRequest(request, std::move(r), &out));
   return out;
 }
 

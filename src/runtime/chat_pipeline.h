@@ -2,8 +2,10 @@
 // request (messages, tools, sampling, limits, stop strings) -> the model's chat template ->
 // token ids -> images (decoded, preprocessed and encoded by an ImageEncoder; each pad expanded
 // to its image's tokens, DeepStack payload built: image_prompt.h) -> positions -> one
-// GenerationRequest, validated once (ValidateRequest) before the engine sees it. The back half
-// is TextStream (text_stream.h), made by NewTextStream for each prepared chat.
+// GenerationRequest, validated once (ValidatedRequest::Validate) and handed to the engine as
+// such (BatchEngine::Submit does not validate it again). The back half is TextStream
+// (text_stream.h), made by NewTextStream for each prepared chat and consumed through ReplyText
+// (reply_text.h).
 //
 // Loaded from a model folder: tokenizer.json, the chat template (chat_template.jinja,
 // chat_template.json or tokenizer_config.json), and the end-of-turn ids: the union of
@@ -79,7 +81,7 @@ struct MediaItem {
 
 struct PreparedChat {
   std::string prompt;             // the rendered template
-  GenerationRequest request;      // validated against the model
+  ValidatedRequest request;       // validated against the model, once (BatchEngine::Submit)
   std::vector<std::string> stop;  // for the TextStream (NewTextStream)
   std::vector<MediaItem> media;   // the image parts, in prompt order
   VisualFeatures images;          // their grids and features (empty without images or videos)
@@ -170,9 +172,9 @@ class ChatPipeline {
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   jinja::Template template_;
   // The pixels of the request's image parts, as a prompt's features.
-  // Limits, end-of-turn ids, sampling and stop strings onto out->request (whose tokens and
-  // positions are set), then ValidateRequest.
-  Status FinishRequest(const ChatRequest& request, PreparedChat* out) const;
+  // Limits, end-of-turn ids, sampling and stop strings onto `r` (whose prompt is set), then the
+  // request's one validation into out->request (ValidatedRequest::Validate).
+  Status FinishRequest(const ChatRequest& request, GenerationRequest r, PreparedChat* out) const;
   // Refuses before rendering messages whose text cannot fit (OutOfRange naming "messages"):
   // more than the template may render, or more tokens than the context holds.
   Status CheckTextFits(const ChatRequest& request) const;

@@ -112,7 +112,7 @@ TEST_F(ChatPipelineTest, RendersTokenizesAndBuildsASequentialMropeRequest) {
       "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
       "<|im_start|>assistant\n";
   EXPECT_EQ(chat->prompt, want);
-  const GenerationRequest& r = chat->request;
+  const GenerationRequest& r = *chat->request;
   EXPECT_EQ(r.tokens, pipeline_->tokenizer().Encode(want).value());
   EXPECT_EQ(r.tokens.front(), kVocab - 3);  // <|im_start|> as one special token
   const auto S = static_cast<int64_t>(r.tokens.size());
@@ -135,20 +135,20 @@ TEST_F(ChatPipelineTest, StructuredOutputIsCompiledThroughTheCache) {
   ChatRequest req = UserSays("a number please");
   auto plain = pipeline_->Prepare(req);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-  EXPECT_EQ(plain->request.grammar, nullptr);
+  EXPECT_EQ(plain->request->grammar, nullptr);
   req.structured.kind = StructuredOutput::Kind::kRegex;
   req.structured.source = "[0-9]{1,4}";
   auto a = pipeline_->Prepare(req);
   auto b = pipeline_->Prepare(req);
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
-  ASSERT_NE(a->request.grammar, nullptr);
-  EXPECT_EQ(a->request.grammar, b->request.grammar);  // compiled once
+  ASSERT_NE(a->request->grammar, nullptr);
+  EXPECT_EQ(a->request->grammar, b->request->grammar);  // compiled once
   EXPECT_EQ(pipeline_->grammar_cache().misses(), 1u);
   EXPECT_EQ(pipeline_->grammar_cache().hits(), 1u);
   // Raw prompts take it too.
   auto text = pipeline_->PrepareText("12", req);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
-  EXPECT_EQ(text->request.grammar, a->request.grammar);
+  EXPECT_EQ(text->request->grammar, a->request->grammar);
   // The front end's refusal, about the field the format came from.
   req.structured.source = "(a)\\1";
   req.structured.field = "regex";
@@ -187,7 +187,7 @@ TEST_F(ChatPipelineTest, AConstrainedReplyMatchesItsRegex) {
     if (e.finish != FinishReason::kNone) finish = e.finish;
     return true;
   });
-  ASSERT_TRUE(engine.Submit(chat->request).ok());
+  ASSERT_TRUE(engine.Submit(std::move(chat->request)).ok());
   engine.RunUntilIdle();
   EXPECT_EQ(finish, FinishReason::kStop);
   const std::string text = pipeline_->tokenizer().Decode(tokens);
@@ -203,8 +203,8 @@ TEST_F(ChatPipelineTest, OneDimensionalModelGetsOneDimensionalPositions) {
   Open(Write("one_d", "qwen3"));
   auto chat = pipeline_->Prepare(UserSays("hi"));
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-  EXPECT_EQ(chat->request.positions.mode, PositionMode::k1D);
-  EXPECT_EQ(chat->request.positions.data.size(), chat->request.tokens.size());
+  EXPECT_EQ(chat->request->positions.mode, PositionMode::k1D);
+  EXPECT_EQ(chat->request->positions.data.size(), chat->request->tokens.size());
 }
 
 TEST_F(ChatPipelineTest, TemplateVariablesToolsThinkingAndNoGenerationPrompt) {
@@ -304,9 +304,9 @@ TEST_F(ChatPipelineTest, LimitsStopStringsAndRequestFieldsAreValidated) {
   req.sampling.seed = 42;
   auto chat = pipeline_->Prepare(req);
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-  EXPECT_EQ(chat->request.max_new_tokens, 5);
-  EXPECT_EQ(chat->request.logprobs, 3);
-  EXPECT_EQ(chat->request.sampling.seed, std::optional<uint64_t>(42));
+  EXPECT_EQ(chat->request->max_new_tokens, 5);
+  EXPECT_EQ(chat->request->logprobs, 3);
+  EXPECT_EQ(chat->request->sampling.seed, std::optional<uint64_t>(42));
   EXPECT_EQ(chat->stop, std::vector<std::string>{"\n"});
 
   req.max_tokens = kCapacity;
@@ -405,13 +405,13 @@ TEST_F(ChatPipelineTest, EndOfTurnIdsJoinTheStopIdsUnlessIgnoreEos) {
   req.stop_token_ids = {5};
   auto chat = pipeline_->Prepare(req);
   ASSERT_TRUE(chat.ok());
-  EXPECT_EQ(chat->request.stop_token_ids, (std::vector<int32_t>{5, kEndOfText}));
-  EXPECT_FALSE(chat->request.ignore_eos);
+  EXPECT_EQ(chat->request->stop_token_ids, (std::vector<int32_t>{5, kEndOfText}));
+  EXPECT_FALSE(chat->request->ignore_eos);
   req.ignore_eos = true;
   chat = pipeline_->Prepare(req);
   ASSERT_TRUE(chat.ok());
-  EXPECT_EQ(chat->request.stop_token_ids, std::vector<int32_t>{5});
-  EXPECT_TRUE(chat->request.ignore_eos);
+  EXPECT_EQ(chat->request->stop_token_ids, std::vector<int32_t>{5});
+  EXPECT_TRUE(chat->request->ignore_eos);
 }
 
 TEST_F(ChatPipelineTest, GenerationConfigGivesTheSamplingDefaults) {

@@ -108,7 +108,7 @@ TEST_F(ImagePipelineTest, AnImagePartBecomesADeepStackRequest) {
   // png_rgb.png is 37 x 23: smart_resize -> 32 x 32 is below min_pixels 4096 -> 64 x 64.
   auto chat = pipeline_->Prepare(WithParts({Image(DataUrl(Fixture("png_rgb.png"))), Text("hi")}));
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-  const GenerationRequest& r = chat->request;
+  const GenerationRequest& r = *chat->request;
   ASSERT_EQ(chat->images.grids.size(), 1u);
   const GridThw g = chat->images.grids[0];
   const int64_t n = MergedTokens(g, 2);
@@ -145,8 +145,8 @@ TEST_F(ImagePipelineTest, TheEncoderCacheEncodesAPictureOnceAcrossTurns) {
   EXPECT_EQ(s.entries, 1u);
   EXPECT_EQ(a->images.embeds, b->images.embeds);
   // The second turn's prompt starts with the first's rows: the batch engine reuses its prefix.
-  EXPECT_TRUE(std::equal(a->request.embeddings.begin(), a->request.embeddings.end() - 64 * 3,
-                         b->request.embeddings.begin()));
+  EXPECT_TRUE(std::equal(a->request->embeddings.begin(), a->request->embeddings.end() - 64 * 3,
+                         b->request->embeddings.begin()));
   // Another picture is a miss; a budget smaller than one image caches nothing.
   ASSERT_TRUE(pipeline_->Prepare(WithParts({Image(DataUrl(Fixture("png_grey.png")))})).ok());
   EXPECT_EQ(encoder_->stats().misses, 2u);
@@ -167,7 +167,7 @@ TEST_F(ImagePipelineTest, TwoImagesKeepTheirOrder) {
   ASSERT_TRUE(ab.ok() && ba.ok());
   ASSERT_EQ(ab->images.grids.size(), 2u);
   EXPECT_EQ(ab->images.grids[0], ba->images.grids[1]);
-  EXPECT_NE(ab->request.embeddings, ba->request.embeddings);
+  EXPECT_NE(ab->request->embeddings, ba->request->embeddings);
 }
 
 TEST_F(ImagePipelineTest, WhatWouldDropOrInventAnImageIsRefused) {

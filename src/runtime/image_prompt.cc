@@ -198,7 +198,11 @@ Status BuildImagePrompt(const LoadedModel& model, std::vector<int32_t> expanded_
   r.embeddings = std::move(emb);
   r.positions = std::move(rope.positions);
   r.rope_delta = rope.rope_delta;
-  return ValidatePrompt(model, model.bounds().capacity, r.prompt());
+  // The length only, so that a prompt the images made too long is named here as before; the
+  // full prompt rules (a scan of every embedding and feature) run once, where the request is
+  // validated (ValidatedRequest::Validate, Session::Prefill, BatchEngine::Submit).
+  return ValidateLengthAndPositions(model, model.bounds().capacity, r.positions.length,
+                                    r.positions);
 }
 
 }  // namespace vls

@@ -71,8 +71,9 @@ StatusOr<std::vector<int32_t>> ExpandImagePads(const Qwen3Config& cfg, std::span
                                                std::span<const GridThw> grids);
 
 // Fills the prompt of `request` (tokens, embeddings, positions, rope_delta, deepstack) from
-// ids already expanded (ExpandVisualPads) and the items' features. Validates the result with
-// ValidatePrompt at the model's capacity.
+// ids already expanded (ExpandVisualPads) and the items' features. Checks only its length
+// against the model's capacity (ValidateLengthAndPositions): the caller validates the request
+// once (ValidatedRequest::Validate, Session::Prefill or BatchEngine::Submit) before it runs.
 Status BuildImagePrompt(const LoadedModel& model, std::vector<int32_t> expanded_ids,
                         const VisualFeatures& features, GenerationRequest* request);
 

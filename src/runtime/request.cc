@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 namespace vls {
 
@@ -137,6 +138,12 @@ Status ValidateRequest(const LoadedModel& lm, const GenerationRequest& r) {
                            std::to_string(vocab));
   }
   return ValidateSamplingParams(r.sampling);
+}
+
+StatusOr<ValidatedRequest> ValidatedRequest::Validate(const LoadedModel& model,
+                                                      GenerationRequest request) {
+  VLS_RETURN_IF_ERROR(ValidateRequest(model, request));
+  return ValidatedRequest(&model, std::move(request));
 }
 
 }  // namespace vls

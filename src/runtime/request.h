@@ -5,7 +5,9 @@
 // model's position mode with a signed rope_delta) plus what to generate. `ValidatePrompt` holds
 // every prompt rule (docs/contracts.md §2 layers 2 and 3, §3), `ValidateRequest` adds the
 // generation limits; Session::Prefill* and BatchEngine::Submit both call them, so there is no
-// second copy.
+// second copy. A request checked once on its way in is handed on as a `ValidatedRequest`, which
+// only the validator makes, so that the engine does not scan its embeddings and DeepStack
+// features again.
 #ifndef VLSTACK_RUNTIME_REQUEST_H_
 #define VLSTACK_RUNTIME_REQUEST_H_
 
@@ -80,6 +82,47 @@ Status ValidatePrompt(const LoadedModel& model, int capacity, const PromptView& 
 // <= C, sampling parameters, stop token ids in [0, V), logprobs in [-1, kMaxTopLogprobs],
 // speculative parameters, a grammar compiled for a vocabulary of V ids.
 Status ValidateRequest(const LoadedModel& model, const GenerationRequest& request);
+
+// A request that passed ValidateRequest against one loaded model. Only Validate makes one, and
+// it gives the request out read-only, so what was checked cannot change afterwards: the
+// batch engine of that same model queues it without validating again (BatchEngine::Submit).
+// A default-constructed or moved-from one names no model and is validated in full by whoever
+// receives it. Movable, not copyable (it owns the request's buffers).
+class ValidatedRequest {
+ public:
+  ValidatedRequest() = default;
+  ValidatedRequest(ValidatedRequest&& o) noexcept
+      : model_(std::exchange(o.model_, nullptr)), request_(std::move(o.request_)) {}
+  ValidatedRequest& operator=(ValidatedRequest&& o) noexcept {
+    model_ = std::exchange(o.model_, nullptr);
+    request_ = std::move(o.request_);
+    return *this;
+  }
+  ValidatedRequest(const ValidatedRequest&) = delete;
+  ValidatedRequest& operator=(const ValidatedRequest&) = delete;
+
+  // ValidateRequest(model, request); on success the request, marked as checked for `model`
+  // (which must outlive the mark's use: the engine compares addresses).
+  static StatusOr<ValidatedRequest> Validate(const LoadedModel& model, GenerationRequest request);
+
+  const GenerationRequest& get() const { return request_; }
+  const GenerationRequest& operator*() const { return request_; }
+  const GenerationRequest* operator->() const { return &request_; }
+  // The model it was validated against; null when it was not.
+  const LoadedModel* model() const { return model_; }
+  // Gives the request up: from then on it is an ordinary, unchecked GenerationRequest.
+  GenerationRequest Release() && {
+    model_ = nullptr;
+    return std::move(request_);
+  }
+
+ private:
+  ValidatedRequest(const LoadedModel* model, GenerationRequest request)
+      : model_(model), request_(std::move(request)) {}
+
+  const LoadedModel* model_ = nullptr;
+  GenerationRequest request_;
+};
 
 // Pieces of ValidatePrompt for callers that check a prompt before building it (the C ABI):
 // 0 < S <= capacity and positions in the model's mode with length S; embeddings [S, H], finite.
