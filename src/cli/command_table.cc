@@ -4,8 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/text_commands.h"
-#include "kernels/dispatch.h"
-#include "kernels/onednn_matmul.h"
+#include "runtime/kernel_info.h"
 #include "runtime/loaded_model.h"
 
 #ifndef VLS_VERSION_STRING
@@ -43,13 +42,12 @@ std::string VersionText() {
   std::string text = "vlstack " VLS_VERSION_STRING "\n";
   text += "C ABI version " + std::to_string(kAbiVersion) + " (libvlstack.so." +
           std::to_string(kAbiVersion) + ", include/vlstack/vlstack.h)\n";
-  text += "kernels: " + std::string(kernels::DefaultVariant().name) + " (this CPU supports:";
-  for (const kernels::KernelVariant* v : kernels::SupportedVariants()) {
-    text += std::string(" ") + v->name;
-  }
+  const KernelInfo info = DescribeKernels();
+  text += "kernels: " + info.chosen + " (this CPU supports:";
+  for (const std::string& name : info.supported) text += " " + name;
   text += "; VLS_KERNELS chooses another)\n";
   text += std::string("oneDNN BF16 prefill: ") +
-          (kernels::OneDnnBf16Available() ? "yes" : "no (not built in, or no AVX512_BF16)") + "\n";
+          (info.onednn_bf16 ? "yes" : "no (not built in, or no AVX512_BF16)") + "\n";
   text += "built with " +
 #if defined(__clang__)
           std::string("clang ") + __clang_version__ +

@@ -16,7 +16,6 @@
 #include "runtime/image_prompt.h"
 #include "runtime/loaded_model.h"
 #include "tokenizer/tokenizer.h"
-#include "vision/video_preprocess.h"
 
 namespace vls::cli {
 

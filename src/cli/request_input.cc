@@ -11,7 +11,6 @@
 #include "runtime/session.h"
 #include "runtime/stop_matcher.h"
 #include "runtime/structured_output_json.h"
-#include "tensor/grid_thw.h"
 
 namespace vls::cli {
 namespace {

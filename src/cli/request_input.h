@@ -18,11 +18,11 @@
 
 #include "io/safetensors.h"
 #include "runtime/deepstack.h"
+#include "runtime/image_encoder.h"
 #include "runtime/positions.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
 #include "runtime/structured_output.h"
-#include "vision/video_preprocess.h"
 
 namespace vls::cli {
 

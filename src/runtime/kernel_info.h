@@ -1,0 +1,24 @@
+// What the kernels layer chose on this machine, for the frontends that report it (`vlstack
+// --version`) without reaching past the runtime into the kernels layer (docs/style.md §1).
+//
+// Thread safety: DescribeKernels() may be called from any thread (the kernels layer chooses its
+// variant once per process).
+#ifndef VLSTACK_RUNTIME_KERNEL_INFO_H_
+#define VLSTACK_RUNTIME_KERNEL_INFO_H_
+
+#include <string>
+#include <vector>
+
+namespace vls {
+
+struct KernelInfo {
+  std::string chosen;  // the variant every operation runs (VLS_KERNELS may name another)
+  std::vector<std::string> supported;  // every variant this CPU runs, the reference first
+  bool onednn_bf16 = false;  // oneDNN's BF16 prefill GEMM is built in and a JIT kernel here
+};
+
+KernelInfo DescribeKernels();
+
+}  // namespace vls
+
+#endif  // VLSTACK_RUNTIME_KERNEL_INFO_H_
