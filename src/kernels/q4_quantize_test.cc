@@ -133,8 +133,7 @@ TEST(Q4QuantizeTest, EveryQuantizerGivesTheSameMatrixBytes) {
   EXPECT_EQ(DefaultQ4Quantizer().name, SupportedQ4Quantizers().back()->name);
 }
 
-TEST(Q8QuantizeTest, CodesEqualNearbyintOfTheScaledValues) {
-  constexpr int64_t N = 40, K = 64;  // one 64-column row in each of two blocks
+void CheckQ8AgainstNearbyint(int64_t N, int64_t K) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> exp_of(-149, 120);
@@ -146,6 +145,7 @@ TEST(Q8QuantizeTest, CodesEqualNearbyintOfTheScaledValues) {
     if (r % 4 == 0) {  // amax 127: scale 1, every x.5 a tie, both signs
       for (int64_t k = 0; k < K; ++k) x[k] = 0.5f * static_cast<float>(k % 32 - 16) + 0.5f;
       x[0] = x[32] = 127.0f;
+      if (K > 64) x[64] = 127.0f;
     }
     if (r % 4 == 1) {  // subnormal amax: a scale with few bits, |x / scale| above 127
       for (int64_t k = 0; k < K; ++k) x[k] = static_cast<float>(k % 9 - 4) * 1e-44f;
@@ -156,20 +156,32 @@ TEST(Q8QuantizeTest, CodesEqualNearbyintOfTheScaledValues) {
   QuantizeQ8(Matrix{DType::kF32, v.data(), N, K}, 0, N, buf.data());
   const auto* q = reinterpret_cast<const int8_t*>(buf.data() + l.q_offset);
   const auto* scales = reinterpret_cast<const float*>(buf.data() + l.scales_offset);
+  const auto* sums = reinterpret_cast<const int32_t*>(buf.data() + l.sums_offset);
   for (int64_t r = 0; r < N; ++r) {
-    for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    for (int64_t k = K; k < 4 * l.steps; ++k) ASSERT_EQ(q[Q8WeightIndex(K, r, k)], 0) << K;
+    for (int64_t b = 0; b < Q8Blocks(K); ++b) {
       float amax = 0.0f;
-      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; ++k) {
+      for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
         amax = std::max(amax, std::fabs(v[size_t(r * K + k)]));
       }
       const float scale = amax / 127.0f;
-      ASSERT_EQ(Bits(scales[Q8BlockIndex(K, r, b)]), Bits(scale)) << r << " " << b;
-      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; ++k) {
+      ASSERT_EQ(Bits(scales[Q8BlockIndex(K, r, b)]), Bits(scale)) << K << " " << r << " " << b;
+      int32_t sum = 0;
+      for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
         const float t = scale > 0.0f ? std::nearbyint(v[size_t(r * K + k)] / scale) : 0.0f;
-        ASSERT_EQ(q[Q8WeightIndex(K, r, k)], static_cast<int8_t>(std::clamp(t, -127.0f, 127.0f)))
-            << r << " " << k;
+        const auto code = static_cast<int8_t>(std::clamp(t, -127.0f, 127.0f));
+        ASSERT_EQ(q[Q8WeightIndex(K, r, k)], code) << K << " " << r << " " << k;
+        sum += code;
       }
+      ASSERT_EQ(sums[Q8BlockIndex(K, r, b)], sum) << K << " " << r << " " << b;
     }
+  }
+}
+
+TEST(Q8QuantizeTest, CodesEqualNearbyintOfTheScaledValues) {
+  // Two full blocks; and two full blocks, a short one of 6 and 2 padding columns.
+  for (const int64_t K : {64, 70}) {
+    CheckQ8AgainstNearbyint(40, K);
   }
 }
 

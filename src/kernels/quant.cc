@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace vls::kernels {
 
@@ -62,18 +63,35 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
     LoadRow(src, r, row.data());
     const int64_t d = dst_row + r;  // the row in dst
     for (int64_t blk = 0; blk < l.blocks; ++blk) {
-      const int64_t k0 = blk * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
+      const int64_t k0 = blk * kQ8Block, n = std::min(K, k0 + kQ8Block) - k0;
+      const float* x = row.data() + k0;
       float amax = 0.0f;
-      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(row[size_t(k)]));
+      for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
       const float scale = amax / 127.0f;
+      // The block's codes first (a loop the compiler can keep in vector registers), then stored
+      // 4 columns (one 4-byte run of the layout) at a time.
+      int8_t codes[kQ8Block] = {};
       int32_t sum = 0;
-      for (int64_t k = k0; k < k1; ++k) {
-        // A scale that underflows to 0 (amax below 127 · FLT_TRUE_MIN) stores the block as 0.
-        // |x / scale| stays below a few hundred (127 but for the rounding of a subnormal scale).
-        const float v = scale > 0.0f ? RoundToNearestEven(row[size_t(k)] / scale) : 0.0f;
-        const auto qi = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        q[Q8WeightIndex(K, d, k)] = qi;
-        sum += qi;
+      if (scale > 0.0f) {  // a scale that underflows to 0 (amax < 127 · FLT_TRUE_MIN): all 0
+        // |x / scale| stays below a few hundred (127 but for a subnormal scale's rounding).
+        auto code = [&](int64_t k) {
+          codes[k] =
+              static_cast<int8_t>(std::clamp(RoundToNearestEven(x[k] / scale), -127.0f, 127.0f));
+        };
+        if (n == kQ8Block) {  // a fixed trip count: the compiler vectorizes it
+          for (int64_t k = 0; k < kQ8Block; ++k) code(k);
+          for (int64_t k = 0; k < kQ8Block; ++k) sum += codes[k];
+        } else {
+          for (int64_t k = 0; k < n; ++k) code(k);
+          for (int64_t k = 0; k < n; ++k) sum += codes[k];
+        }
+      }
+      for (int64_t k = 0; k < n; k += 4) {
+        if (k + 4 <= n) {
+          std::memcpy(q + Q8WeightIndex(K, d, k0 + k), codes + k, 4);
+        } else {
+          for (int64_t t = k; t < n; ++t) q[Q8WeightIndex(K, d, k0 + t)] = codes[t];
+        }
       }
       scales[Q8BlockIndex(K, d, blk)] = scale;
       sums[Q8BlockIndex(K, d, blk)] = sum;
