@@ -299,6 +299,7 @@ int main(int argc, char** argv) {
     if (vls_test_write_chat_model(dir_chat, 7) != 0) return 2;
     ChatTests(dir_chat);
   }
+  MoeTests(root, opts);
 
   vls_model_free(ds);
   vls_model_free(plain);

@@ -37,10 +37,21 @@ extern "C" int vls_test_write_checkpoint(const char* dir, const char* arch, int3
   }
 }
 
-extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
+namespace {
+
+// The chat model of vls_test_write_chat_model; `moe`: a qwen3-vl-moe (fused experts, layer 0
+// sparse with 8 experts of width 32 and top 2, layer 1 dense).
+int WriteChatModel(const char* dir, uint64_t seed, bool moe) {
+  const char* what = moe ? "vls_test_write_moe_chat_model" : "vls_test_write_chat_model";
   try {
     vls::TestModelSpec spec;
-    spec.arch = "qwen3-vl";
+    spec.arch = moe ? "qwen3-vl-moe" : "qwen3-vl";
+    if (moe) {
+      spec.experts = 8;
+      spec.top_k = 2;
+      spec.moe_intermediate = 32;
+      spec.mlp_only_layers = {1};
+    }
     spec.hidden = 32;
     spec.layers = 2;
     spec.deepstack = 2;
@@ -68,14 +79,24 @@ extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
       s = vls::WriteStringToFile(vls::JoinPath(dir, "tokenizer_config.json"), cfg.dump(2));
     }
     if (!s.ok()) {
-      std::fprintf(stderr, "vls_test_write_chat_model(%s): %s\n", dir, s.ToString().c_str());
+      std::fprintf(stderr, "%s(%s): %s\n", what, dir, s.ToString().c_str());
       return 1;
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vls_test_write_chat_model(%s): %s\n", dir, e.what());
+    std::fprintf(stderr, "%s(%s): %s\n", what, dir, e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+extern "C" int vls_test_write_chat_model(const char* dir, uint64_t seed) {
+  return WriteChatModel(dir, seed, false);
+}
+
+extern "C" int vls_test_write_moe_chat_model(const char* dir, uint64_t seed) {
+  return WriteChatModel(dir, seed, true);
 }
 
 extern "C" char* vls_test_video_data_url(void) {

@@ -21,6 +21,8 @@ int vls_test_write_checkpoint(const char* dir, const char* arch, int32_t hidden,
  * tokenizer_config.json holding a ChatML chat template, for the chat requests. Returns 0 on
  * success; prints the error and returns 1 otherwise. */
 int vls_test_write_chat_model(const char* dir, uint64_t seed);
+/* The same as a mixture-of-experts model (qwen3-vl-moe: layer 0 sparse, 8 experts, top 2). */
+int vls_test_write_moe_chat_model(const char* dir, uint64_t seed);
 
 /* A small H.264 MP4 clip (tests/video/fixtures/h264_yuv420p.mp4: 64 x 48, 12 frames at 10 fps)
  * as a `data:video/mp4;base64,` URL, malloc'd (the caller frees it); NULL (error printed) when

@@ -91,5 +91,8 @@ void BatchParityTests(const vls_model* m, vls_batch* b);
 void ChatTests(const char* dir_chat);
 /* A 1-D model with two slots: text parity with deltas; DeepStack is refused. */
 void BatchPlainTests(const char* dir_plain, vls_model_options opts);
+/* A mixture-of-experts model (capi_test_moe.c): batch parity with sessions, a chat; writes its
+ * checkpoints under `root`. */
+void MoeTests(const char* root, vls_model_options opts);
 
 #endif /* VLSTACK_CAPI_CAPI_TEST_UTIL_H_ */
