@@ -8,7 +8,14 @@ Why not llama.cpp's convert_hf_to_gguf.py: it needs `transformers` (for the toke
 Debian does not package; this script needs only NumPy and llama.cpp's own `gguf` Python package
 (gguf-py in its source tree), and reads the checkpoint's tokenizer.json itself.
 
-The text decoder is written as llama.cpp's `qwen3` architecture. For Qwen3-VL checkpoints that
+The text decoder is written as llama.cpp's `qwen3` architecture, or `qwen3moe` for the
+mixture-of-experts models (qwen3_moe and qwen3_vl_moe, ADR 0027): the router becomes
+`blk.N.ffn_gate_inp`, the experts are stacked into `blk.N.ffn_{gate,up,down}_exps` ([E, I_e, H],
+[E, I_e, H], [E, H, I_e] in NumPy order) from either checkpoint layout (per expert, or
+Qwen3-VL-MoE's fused `gate_up_proj` [E, H, 2·I_e] and `down_proj` [E, I_e, H], transposed here).
+llama.cpp's qwen3moe has every layer sparse and always renormalises the top-k weights, so a
+checkpoint with dense layers (decoder_sparse_step > 1, mlp_only_layers) or norm_topk_prob false
+is refused. For Qwen3-VL checkpoints that
 is exact for text: with no image, M-RoPE's three position axes are equal and its rotation is
 1-D RoPE (docs/contracts.md §B.1), so only `model.language_model.*` and `lm_head` are kept (the
 vision tower and DeepStack need no GGUF for text benchmarks). Tensors keep the checkpoint's values:
@@ -78,8 +85,14 @@ GGUF_NAMES = {
 }
 
 
+MOE_NAMES = {
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+}
+
+
 def gguf_name(hf):
-    """The GGUF name of a text-decoder tensor, or None for tensors the text model lacks."""
+    """The GGUF name of a text-decoder tensor, or None for tensors the text model lacks (and
+    for expert tensors, which moe_tensors() stacks)."""
     for prefix in ("model.language_model.", "model."):
         if hf.startswith(prefix):
             rest = hf[len(prefix):]
@@ -94,7 +107,65 @@ def gguf_name(hf):
         _, layer, sub = rest.split(".", 2)
         if sub in GGUF_NAMES:
             return f"blk.{layer}.{GGUF_NAMES[sub]}"
-    return None  # the vision tower (model.visual.*) and anything else
+        if sub in MOE_NAMES:
+            return f"blk.{layer}.{MOE_NAMES[sub]}"
+    return None  # the vision tower (model.visual.*), experts and anything else
+
+
+def expert_part(hf):
+    """(layer, key, expert) for an expert tensor: key "gate_up"/"down" (fused, expert None) or
+    "gate"/"up"/"down" (per expert); None otherwise."""
+    for prefix in ("model.language_model.", "model."):
+        if hf.startswith(prefix + "layers."):
+            rest = hf[len(prefix) + len("layers."):]
+            break
+    else:
+        return None
+    layer, sub = rest.split(".", 1)
+    if sub == "mlp.experts.gate_up_proj":
+        return int(layer), "gate_up", None
+    if sub == "mlp.experts.down_proj":
+        return int(layer), "down", None
+    if sub.startswith("mlp.experts.") and sub.endswith("_proj.weight"):
+        _, _, e, proj = sub.split(".", 3)
+        return int(layer), proj[: -len("_proj.weight")], int(e)
+    return None
+
+
+class ExpertStacker:
+    """Collects a layer's expert tensors and yields the three stacked GGUF tensors once the
+    layer is complete (a layer's experts only are held, not the model's)."""
+
+    def __init__(self, experts, inter):
+        self.E, self.I = experts, inter
+        self.parts = {}
+
+    def add(self, hf, a):
+        layer, key, e = expert_part(hf)
+        d = self.parts.setdefault(layer, {})
+        if e is None:  # fused: gate_up [E, H, 2I], down [E, I, H]
+            if key == "gate_up":
+                d["gate"] = np.ascontiguousarray(a[:, :, : self.I].transpose(0, 2, 1))
+                d["up"] = np.ascontiguousarray(a[:, :, self.I:].transpose(0, 2, 1))
+            else:
+                d["down"] = np.ascontiguousarray(a.transpose(0, 2, 1))
+        else:
+            d.setdefault(key, [None] * self.E)[e] = a
+        done = all(isinstance(d.get(k), np.ndarray) or
+                   (isinstance(d.get(k), list) and all(x is not None for x in d[k]))
+                   for k in ("gate", "up", "down"))
+        if not done:
+            return []
+        del self.parts[layer]
+        out = []
+        for k in ("gate", "up", "down"):
+            t = d[k] if isinstance(d[k], np.ndarray) else np.stack(d[k])
+            out.append((f"blk.{layer}.ffn_{k}_exps.weight", t))
+        return out
+
+    def check_done(self):
+        if self.parts:
+            sys.exit(f"hf_to_gguf.py: incomplete experts in layers {sorted(self.parts)}")
 
 
 def add_vocab(w, model_dir, cfg, vocab_size):
@@ -137,12 +208,26 @@ def main():
     V = cfg["vocab_size"]
     rope = cfg.get("rope_theta") or (cfg.get("rope_scaling") or {}).get("rope_theta", 1e6)
 
-    w = gguf.GGUFWriter(args.out, "qwen3")
+    moe = full.get("model_type") in ("qwen3_moe", "qwen3_vl_moe")
+    if moe:
+        if cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers"):
+            sys.exit("hf_to_gguf.py: llama.cpp's qwen3moe has no dense layers: "
+                     "decoder_sparse_step must be 1 and mlp_only_layers empty")
+        if not cfg.get("norm_topk_prob", True):
+            sys.exit("hf_to_gguf.py: llama.cpp's qwen3moe always renormalises the top-k "
+                     "weights: norm_topk_prob false is not representable")
+        stacker = ExpertStacker(cfg["num_experts"], cfg["moe_intermediate_size"])
+
+    w = gguf.GGUFWriter(args.out, "qwen3moe" if moe else "qwen3")
     w.add_name(os.path.basename(os.path.normpath(args.model_dir)))
     w.add_context_length(cfg.get("max_position_embeddings", 40960))
     w.add_embedding_length(H)
     w.add_block_count(L)
     w.add_feed_forward_length(cfg["intermediate_size"])
+    if moe:
+        w.add_expert_count(cfg["num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     w.add_head_count(heads)
     w.add_head_count_kv(kv)
     w.add_key_length(D)
@@ -153,19 +238,30 @@ def main():
                     else gguf.LlamaFileType.MOSTLY_BF16)
     add_vocab(w, args.model_dir, full, V)
 
+    def add(name, a):
+        if a.ndim >= 2 and args.type == "bf16" and not name.endswith("ffn_gate_inp.weight"):
+            q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:  # the router stays F32, as llama.cpp's converter keeps it
+            w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+
     seen = 0
     for hf, a in checkpoint_tensors(args.model_dir):
+        if moe and expert_part(hf) is not None:
+            for name, t in stacker.add(hf, a):
+                seen += 1
+                add(name, t)
+            continue
         name = gguf_name(hf)
         if name is None:
             continue
         seen += 1
-        if a.ndim == 2 and args.type == "bf16":
-            q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16)
-            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
-    expected = 2 + 11 * L + (0 if cfg.get("tie_word_embeddings", full.get("tie_word_embeddings"))
-                             else 1)
+        add(name, a)
+    if moe:
+        stacker.check_done()
+    # Per layer: 2 norms, q/k/v/o, q/k norms, then gate/up/down or router + 3 stacked experts.
+    expected = 2 + (12 if moe else 11) * L + (
+        0 if cfg.get("tie_word_embeddings", full.get("tie_word_embeddings")) else 1)
     if seen != expected:
         sys.exit(f"hf_to_gguf.py: found {seen} text tensors, expected {expected}")
     w.write_header_to_file()

@@ -12,6 +12,8 @@
 #
 #   [IK=DIR] [LLAMA=DIR] [PARTS="speed kl depth"] [SHAPES=qwen3-0.6b] [PRECISIONS="bf16 int8 int4"]
 #   [THREADS=2] [REPS=3] [PROMPT=512] [GEN=64] [DEPTHS="4096 16384"] [KL_TOKENS=2048]
+#   [MODEL_ARGS="--layers 8"]  (more make-test-model options, e.g. a cut depth for the
+#                               mixture-of-experts shapes qwen3-30b-a3b: ADR 0027)
 #   bash bench/anchors/run.sh VLSTACK_BUILD_DIR [WORK]
 #
 # IK and LLAMA are source trees (from `fetch`ed snapshots) built with
@@ -20,7 +22,7 @@
 # (bench/anchors/build_anchor.sh SRC does that). A tree whose source has no qwen3 architecture is
 # skipped with a note. The GGUF files are written by hf_to_gguf.py with the tree's own gguf-py
 # and quantized by its own llama-quantize. ik_llama.cpp runs with its best CPU options
-# (-rtr 1 -fa 1: weights repacked at load, flash attention).
+# (-rtr 1 -fa 1 -fmoe 1: weights repacked at load, flash attention, fused MoE).
 #
 # Output: one JSON line per measurement on stderr and in WORK/results.jsonl, a table on stdout.
 # Run on a quiet machine: nothing else may compete for the cores.
@@ -68,14 +70,17 @@ done
 
 # GGUF types standing beside each vlstack precision.
 ggufs_for() {
-  case $1 in bf16) echo bf16 ;; int8) echo q8_0 ;; int4) echo "q4_0 q4_k_m" ;; f32) echo f32 ;; esac
+  case $1 in bf16) echo bf16 ;; int8) echo q8_0 ;; int4) echo "q4_0 q4_k_m iq4_xs" ;; f32) echo f32 ;; esac
 }
 # (Not `| grep -q`: under pipefail, grep quitting early can fail the pipeline with SIGPIPE.)
 supports() { local h; h=$("$vlstack" bench --help); [[ $h == *"$1"* ]]; }
 
+model_args=${MODEL_ARGS:-}
 make_model() {  # shape -> model dir
-  local m=$work/$1
-  [ -f "$m/config.json" ] || "$vlstack" make-test-model --shape "$1" --untied --out "$m" >&2
+  local m=$work/$1$(echo "$model_args" | tr -d ' -')
+  # shellcheck disable=SC2086 # MODEL_ARGS is a list of options
+  [ -f "$m/config.json" ] || "$vlstack" make-test-model --shape "$1" --untied $model_args \
+    --out "$m" >&2
   echo "$m"
 }
 gguf_of() {  # anchor_dir model_dir type -> path (written once per anchor tree and type)
@@ -108,7 +113,8 @@ vls_artifact() {  # model precision -> path
 anchor_bench() {  # name dir gguf args... -> json array
   local name=$1 dir=$2 f=$3; shift 3
   local extra=()
-  [ "$name" = ik ] && extra=(-rtr 1 -fa 1)
+  # ik_llama.cpp's best CPU options; -fmoe 1 fuses the expert ops of a MoE model (a no-op else).
+  [ "$name" = ik ] && extra=(-rtr 1 -fa 1 -fmoe 1)
   "$dir/build/bin/llama-bench" -m "$f" -t "$threads" -r 1 -o json "${extra[@]}" "$@" 2>/dev/null
 }
 summ() {  # engine shape precision test value

@@ -216,6 +216,16 @@ void TransposeColumns(const kernels::Matrix& src, int64_t n0, int64_t n1, float*
   }
 }
 
+// Rows per conversion chunk of a source of `rows` rows: at most `max_rows` (about 4 MiB) and
+// at most a quarter of the rows per pool participant, so that a source of a few MiB (one
+// expert of a MoE model, ADR 0027) still spreads over every thread; a multiple of 64 rows (the
+// BF16 blocked tile height, and a whole number of Q4 row groups) unless it is the whole source.
+int64_t BalancedChunkRows(int64_t rows, int64_t max_rows, const kernels::Context& ctx) {
+  const int64_t parts = 4 * static_cast<int64_t>(ctx.pool().threads());
+  const int64_t balanced = ((rows + parts - 1) / parts + 63) / 64 * 64;
+  return std::max<int64_t>(1, std::min(max_rows, balanced));
+}
+
 // FillEntry for a transposed group (one expert of the fused layout): output rows in chunks of
 // about 4 MiB of f32, each transposed into the participant's buffer and then converted as a
 // dense source; the block's file pages are released once the whole expert is done (every
@@ -231,8 +241,8 @@ Status FillTransposed(const Group& g, std::byte* dst, const kernels::Context& ct
       return NonFiniteWeightError(g.names.front(), *bad, N);
     }
   }
-  const int64_t rows_per_chunk =
-      std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / (static_cast<size_t>(K) * 4)));
+  const int64_t rows_per_chunk = BalancedChunkRows(
+      N, static_cast<int64_t>((size_t{4} << 20) / (static_cast<size_t>(K) * 4)), ctx);
   const int64_t chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
   ctx.pool().ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1, int thread) {
     std::vector<float>& t = buffers[static_cast<size_t>(thread)];
@@ -261,8 +271,8 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
     // resident beside the prepared copy. (Each release is a TLB shootdown across cores, so not
     // per row.) The embedding rows of a tied head are faulted back in on lookup.
     const size_t chunk_row = fp8.fp8() ? static_cast<size_t>(src.cols) * 4 : src_row;
-    const int64_t rows_per_chunk = std::max<int64_t>(
-        1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, chunk_row)));
+    const int64_t rows_per_chunk = BalancedChunkRows(
+        src.rows, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(1, chunk_row)), ctx);
     const int64_t chunks = (src.rows + rows_per_chunk - 1) / rows_per_chunk;
     std::mutex mu;
     std::optional<Status> failure;               // the first NaN code found

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "base/memory.h"
@@ -46,12 +48,8 @@ Status CheckServingMemory(const std::string& dir, const Qwen3Config& cfg, KvDTyp
                            ": lower the capacity or the slots");
 }
 
-}  // namespace
-
-std::string Sha256Hex(const void* data, size_t size) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data, size, md, &len, EVP_sha256(), nullptr);
+// Hex of a SHA-256 digest.
+std::string DigestHex(const unsigned char* md, unsigned int len) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
   for (unsigned int i = 0; i < len; ++i) {
@@ -59,6 +57,44 @@ std::string Sha256Hex(const void* data, size_t size) {
     out += kHex[md[i] & 15];
   }
   return out;
+}
+
+// Sha256Hex of a checkpoint tensor's mapped bytes, dropping its file pages as the hash passes
+// them (kHashChunk at a time): a fused expert tensor holds a whole layer's experts (0.6 GiB at
+// the 30B-A3B shape), which must not become resident at once (ADR 0027).
+std::string Sha256HexReleasing(const void* data, size_t size) {
+  constexpr size_t kHashChunk = size_t{64} << 20;
+  constexpr uintptr_t kPage = 4096;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  const auto* p = static_cast<const unsigned char*>(data);
+  const unsigned char* released = p;
+  for (size_t done = 0; done < size;) {
+    const size_t n = std::min(kHashChunk, size - done);
+    EVP_DigestUpdate(ctx, p + done, n);
+    done += n;
+    // Pages fully inside [released, p + done); the one the chunk ends in goes with the next.
+    const auto end = reinterpret_cast<uintptr_t>(p + done);
+    const uintptr_t cut = done == size ? end : end / kPage * kPage;
+    if (cut > reinterpret_cast<uintptr_t>(released)) {
+      ReleaseFilePages(released, cut - reinterpret_cast<uintptr_t>(released));
+      released = p + (cut - reinterpret_cast<uintptr_t>(p));
+    }
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  return DigestHex(md, len);
+}
+
+}  // namespace
+
+std::string Sha256Hex(const void* data, size_t size) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data, size, md, &len, EVP_sha256(), nullptr);
+  return DigestHex(md, len);
 }
 
 StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
@@ -150,9 +186,9 @@ std::string LoadedModel::IdentityText() const {
   for (const std::string& name : ck.Names()) {
     const SafetensorsCheckpoint::Tensor* t = ck.Find(name);
     o << name << " " << DTypeName(t->view.dtype) << " " << ShapeToString(t->view.shape)
-      << " sha256:" << Sha256Hex(t->view.data, t->view.nbytes) << "\n";
-    // Hashing faulted the tensor's file pages in; the model computes from its prepared copy.
-    ReleaseFilePages(t->view.data, t->view.nbytes);
+      << " sha256:" << Sha256HexReleasing(t->view.data, t->view.nbytes) << "\n";
+    // Hashing faulted the tensor's file pages in and dropped them as it went: the model
+    // computes from its prepared copy.
   }
   o << "[entries]\n";
   for (const Entry& e : entries_.entries()) o << e.Manifest();
