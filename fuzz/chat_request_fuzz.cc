@@ -99,11 +99,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (vls::DumpJsonSafe(r->messages).empty()) Fail("messages do not serialise", "");
   auto chat = p.pipeline->Prepare(*r);
   if (!chat.ok()) return 0;
-  const int64_t S = static_cast<int64_t>(chat->request.tokens.size());
-  if (S < 1 || S + chat->request.max_new_tokens > kCapacity) {
+  const int64_t S = static_cast<int64_t>(chat->request->tokens.size());
+  if (S < 1 || S + chat->request->max_new_tokens > kCapacity) {
     Fail("prepared a request over the capacity", std::to_string(S));
   }
-  for (int32_t t : chat->request.tokens) {
+  for (int32_t t : chat->request->tokens) {
     if (t < 0 || t >= kVocab) Fail("token outside the vocabulary", std::to_string(t));
   }
   return 0;

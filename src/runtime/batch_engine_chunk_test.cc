@@ -12,43 +12,7 @@
 namespace vls {
 namespace {
 
-struct Stream {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  FinishReason finish = FinishReason::kNone;
-  int32_t cached = -1;
-};
-
-// Runs `reqs` through an engine with `options` (logprobs on, so each token's log-probability
-// under the model is compared too) and returns each request's stream.
-std::vector<Stream> RunAll(const LoadedModel& lm, std::vector<GenerationRequest> reqs,
-                           EngineOptions options) {
-  std::map<uint64_t, Stream> got;
-  BatchEngine e(
-      lm,
-      [&](const TokenEvent& ev) {
-        Stream& s = got[ev.request_id];
-        if (ev.token >= 0) {
-          s.tokens.push_back(ev.token);
-          s.logprobs.push_back(ev.logprob);
-        }
-        if (ev.finish != FinishReason::kNone) s.finish = ev.finish;
-        s.cached = ev.cached_tokens;
-        return true;
-      },
-      options);
-  std::vector<uint64_t> ids;
-  for (auto& r : reqs) {
-    r.logprobs = 0;
-    auto id = e.Submit(std::move(r));
-    EXPECT_TRUE(id.ok()) << id.status().ToString();
-    ids.push_back(id.ok() ? *id : 0);
-  }
-  e.RunUntilIdle();
-  std::vector<Stream> out;
-  for (uint64_t id : ids) out.push_back(got[id]);
-  return out;
-}
+using Stream = EngineStream;
 
 // A longer image prompt: text, vision_start, a [1, 2·side, 2·side] grid (side² pads), vision_end,
 // text; random visual rows and (optionally) DeepStack features of scale 2 at the pads.
@@ -125,7 +89,7 @@ TEST(ChunkedPrefillTest, AnyChunkSizeMatchesTheUnchunkedPrefill) {
   EngineOptions whole;
   whole.prefill_chunk = 0;
   whole.prefix_reuse = false;
-  const auto want = RunAll(*lm, reqs, whole);
+  const auto want = RunStreams(*lm, reqs, whole);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(want[i].tokens, GreedyAlone(*lm, reqs[i])) << "request " << i;
   }
@@ -133,7 +97,7 @@ TEST(ChunkedPrefillTest, AnyChunkSizeMatchesTheUnchunkedPrefill) {
     EngineOptions o;
     o.prefill_chunk = chunk;
     o.prefix_reuse = false;
-    ExpectSame(RunAll(*lm, reqs, o), want, "chunk " + std::to_string(chunk));
+    ExpectSame(RunStreams(*lm, reqs, o), want, "chunk " + std::to_string(chunk));
   }
 }
 
@@ -146,8 +110,8 @@ TEST(ChunkedPrefillTest, TheDeepStackPayloadChangesTheStream) {
   GenerationRequest without = BigImage(*lm, 1, false, 3, 5);
   EngineOptions o;
   o.prefill_chunk = 0;
-  const auto a = RunAll(*lm, {with}, o);
-  const auto b = RunAll(*lm, {without}, o);
+  const auto a = RunStreams(*lm, {with}, o);
+  const auto b = RunStreams(*lm, {without}, o);
   EXPECT_GT(std::fabs(a[0].logprobs[0] - b[0].logprobs[0]) + (a[0].tokens != b[0].tokens ? 1 : 0),
             1e-3);
 }
@@ -189,8 +153,8 @@ TEST(PrefixReuseTest, ASecondTurnReusesTheFirstTurnsRowsWithTheSameOutput) {
     reuse.prefill_chunk = chunk;
     EngineOptions none = reuse;
     none.prefix_reuse = false;
-    const auto with = RunAll(*lm, {r1, r2}, reuse);
-    const auto without = RunAll(*lm, {r1, r2}, none);
+    const auto with = RunStreams(*lm, {r1, r2}, reuse);
+    const auto without = RunStreams(*lm, {r1, r2}, none);
     ExpectSame(with, without, "reuse chunk " + std::to_string(chunk));
     EXPECT_EQ(with[1].tokens, GreedyAlone(*lm, r2));
     // Turn 1's prompt and the 3 generated tokens that were fed back (the 4th was only sampled).
@@ -199,7 +163,7 @@ TEST(PrefixReuseTest, ASecondTurnReusesTheFirstTurnsRowsWithTheSameOutput) {
     EXPECT_EQ(without[1].cached, 0);
   }
   // The same prompt again: all rows but the last come from the cache.
-  const auto again = RunAll(*lm, {r1, r1}, EngineOptions{});
+  const auto again = RunStreams(*lm, {r1, r1}, EngineOptions{});
   EXPECT_EQ(again[1].cached, static_cast<int32_t>(turn1.size() - 1));
   EXPECT_EQ(again[1].tokens, again[0].tokens);
 }
@@ -260,16 +224,16 @@ TEST(PrefixReuseTest, ADifferentImageBehindTheSamePadsIsNotReused) {
     other_features.deepstack =
         DeepStackPayload::Create(pos.view(), feat.view(), layers.view()).value();
   }
-  const auto s = RunAll(*lm, {a, other_pixels, other_features, a}, EngineOptions{});
+  const auto s = RunStreams(*lm, {a, other_pixels, other_features, a}, EngineOptions{});
   const int32_t S = static_cast<int32_t>(a.positions.length);
   EXPECT_EQ(s[0].cached, 0);
   EXPECT_EQ(s[1].cached, 5);  // rows before the changed visual row
   EXPECT_EQ(s[2].cached, 5);  // the slot held other_pixels, whose row 5 differs
   EXPECT_EQ(s[2].tokens.size(), 3u);
   EXPECT_EQ(s[3].cached, 6);  // the slot now holds other_features' rows
-  const auto alone = RunAll(*lm, {a}, EngineOptions{});
+  const auto alone = RunStreams(*lm, {a}, EngineOptions{});
   EXPECT_EQ(s[3].tokens, alone[0].tokens);
-  const auto twice = RunAll(*lm, {a, a}, EngineOptions{});
+  const auto twice = RunStreams(*lm, {a, a}, EngineOptions{});
   EXPECT_EQ(twice[1].cached, S - 1);
 }
 

@@ -62,40 +62,7 @@ class RoutingRecorder : public LayerHook {
   std::map<int, std::map<int64_t, std::vector<int32_t>>> chosen;
 };
 
-struct Stream {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int32_t cached = -1;
-};
-
-// Each request's stream (tokens with their log-probabilities) from one engine run.
-std::vector<Stream> RunStreams(const LoadedModel& lm, std::vector<GenerationRequest> reqs,
-                               EngineOptions options) {
-  std::map<uint64_t, Stream> got;
-  BatchEngine e(
-      lm,
-      [&](const TokenEvent& ev) {
-        Stream& s = got[ev.request_id];
-        if (ev.token >= 0) {
-          s.tokens.push_back(ev.token);
-          s.logprobs.push_back(ev.logprob);
-        }
-        s.cached = ev.cached_tokens;
-        return true;
-      },
-      options);
-  std::vector<uint64_t> ids;
-  for (auto& r : reqs) {
-    r.logprobs = 0;
-    auto id = e.Submit(std::move(r));
-    EXPECT_TRUE(id.ok()) << id.status().ToString();
-    ids.push_back(id.ok() ? *id : 0);
-  }
-  e.RunUntilIdle();
-  std::vector<Stream> out;
-  for (uint64_t id : ids) out.push_back(got[id]);
-  return out;
-}
+using Stream = EngineStream;
 
 void ExpectSame(const Stream& got, const Stream& want, const std::string& what) {
   EXPECT_EQ(got.tokens, want.tokens) << what;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -116,6 +117,47 @@ inline std::vector<int32_t> GreedyAlone(const LoadedModel& lm, const GenerationR
     if (static_cast<int>(out.size()) == r.max_new_tokens) break;
     EXPECT_TRUE(s.Decode(out.back(), &logits).ok());
   }
+  return out;
+}
+
+// One request's stream from an engine run: its tokens with their log-probabilities, its
+// finish reason and the cached-token count its events reported.
+struct EngineStream {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  int32_t cached = -1;
+};
+
+// Runs `reqs` through one engine with `options` (logprobs on, so each token's log-probability
+// under the model is compared too) and returns each request's stream, in submission order.
+inline std::vector<EngineStream> RunStreams(const LoadedModel& lm,
+                                            std::vector<GenerationRequest> reqs,
+                                            EngineOptions options) {
+  std::map<uint64_t, EngineStream> got;
+  BatchEngine e(
+      lm,
+      [&](const TokenEvent& ev) {
+        EngineStream& s = got[ev.request_id];
+        if (ev.token >= 0) {
+          s.tokens.push_back(ev.token);
+          s.logprobs.push_back(ev.logprob);
+        }
+        if (ev.finish != FinishReason::kNone) s.finish = ev.finish;
+        s.cached = ev.cached_tokens;
+        return true;
+      },
+      options);
+  std::vector<uint64_t> ids;
+  for (auto& r : reqs) {
+    r.logprobs = 0;
+    auto id = e.Submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(id.ok() ? *id : 0);
+  }
+  e.RunUntilIdle();
+  std::vector<EngineStream> out;
+  for (uint64_t id : ids) out.push_back(got[id]);
   return out;
 }
 
