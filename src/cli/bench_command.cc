@@ -24,6 +24,10 @@
 // a fresh engine (bench.h RunImageRep): the vision encode time through ImageEncoder (cache
 // off), the patches, the tower's GFLOP/s (vision/vision_flops.h over the encode time) and the
 // image time to first token (encode, pad expansion, DeepStack prefill, first token).
+//
+// A mixture-of-experts model also reports the distinct experts a sparse layer read in the steps
+// of exactly `--slots` rows (model/moe_routing_stats.h) and the weight bytes such a step reads:
+// every non-expert matrix plus that share of each sparse layer's experts.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -392,6 +396,16 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     return Status::Ok();
   };
   std::vector<double> ptps, gtps, ttft, base_gtps, ratio;
+  // A mixture-of-experts model: the distinct experts a sparse layer read in the calls of
+  // exactly `slots` rows (the steps where every slot decodes), per repetition.
+  std::vector<double> moe_experts;
+  const PreparedBytes moe_bytes = CountPreparedBytes(mc, model.prepared().entries());
+  const auto moe_step_mb = [&](double experts_read) {
+    return (static_cast<double>(moe_bytes.total - moe_bytes.experts) +
+            static_cast<double>(moe_bytes.experts) * experts_read /
+                static_cast<double>(mc.moe->experts)) /
+           1e6;
+  };
   for (int r = 0; r < reps; ++r) {
     if (speculate && r % 2 == 0) VLS_RETURN_IF_ERROR(run_plain(r));
     // The baseline runs first in even repetitions and second in odd ones, so neither run
@@ -404,7 +418,13 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       return Status::Ok();
     };
     if (paired && r % 2 == 0) VLS_RETURN_IF_ERROR(run_baseline());
+    const MoeRoutingStats::Count moe_before = model.moe_stats().At(slots);
     VLS_ASSIGN_OR_RETURN(RepResult res, rep(static_cast<int>(slots), r));
+    const MoeRoutingStats::Count moe_after = model.moe_stats().At(slots);
+    if (moe_after.calls > moe_before.calls) {
+      moe_experts.push_back(static_cast<double>(moe_after.experts - moe_before.experts) /
+                            static_cast<double>(moe_after.calls - moe_before.calls));
+    }
     std::fprintf(stderr,
                  "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
                  r + 1, reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
@@ -487,6 +507,11 @@ Status Throughput(const Args& args, const bench::Loader& load) {
                ",\"acceptance_rate\":" + StatsJson(Summarise(acceptance)) +
                ",\"accepted_per_verify_pass\":" + StatsJson(Summarise(per_pass));
     }
+    if (!moe_experts.empty()) {
+      const Stats x = Summarise(moe_experts);
+      extra += ",\"moe_experts_per_layer_step\":" + StatsJson(x) +
+               ",\"moe_step_weights_mb\":" + std::to_string(moe_step_mb(x.median));
+    }
     if (images.encoder != nullptr) {
       extra += ",\"images\":" + std::to_string(images.images.size()) +
                ",\"vision_encode_ms\":" + StatsJson(Summarise(images.encode_ms)) +
@@ -547,6 +572,14 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       std::printf("acceptance rate      min %.3f median %.3f max %.3f\n", a.min, a.median, a.max);
       std::printf("accepted per verify  min %.2f median %.2f max %.2f\n", pp.min, pp.median,
                   pp.max);
+    }
+    if (!moe_experts.empty()) {
+      const Stats x = Summarise(moe_experts);
+      std::printf(
+          "experts per layer    min %.1f median %.1f max %.1f of %lld (steps of %lld rows; "
+          "weights read per step %.1f MB)\n",
+          x.min, x.median, x.max, static_cast<long long>(mc.moe->experts), slots,
+          moe_step_mb(x.median));
     }
     if (images.encoder != nullptr) {
       const Stats e = Summarise(images.encode_ms), f = Summarise(images.gflops),

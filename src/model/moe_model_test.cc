@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -180,6 +181,34 @@ TEST(MoeModelTest, ForwardAndRoutingMatchTheReferenceAtF32) {
   float err = 0;
   for (size_t i = 0; i < x.size(); ++i) err = std::max(err, std::abs(x[i] - want[i]));
   EXPECT_LE(err, 1e-5f * MaxAbs(want)) << "max error " << err;
+}
+
+// moe_stats() counts every sparse-layer call by its rows, with the distinct experts its
+// routing named (what `vlstack bench` reports for a decode step of B slots).
+TEST(MoeModelTest, RoutingStatsCountEachSparseCallsDistinctExperts) {
+  MoeTestSpec spec;
+  const MoeTestModel tm(spec);
+  auto model = tm.Load(Dir("stats"), MoeLayout::kPerExpert, Options(kernels::Precision::kF32));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const Qwen3Model& md = **model;
+  const int S = 5;
+  auto cache = md.NewCache(S).value();
+  EXPECT_EQ(md.moe_stats().At(S).calls, 0u);
+  RoutingRecorder rec;
+  Prefill(md, Tokens(S, spec.vocab, 9), cache.get(), 0, &rec);
+  uint64_t sparse = 0, distinct = 0;
+  for (const auto& [layer, rows] : rec.routes) {
+    std::set<int32_t> used;
+    for (const auto& [row, route] : rows) used.insert(route.experts.begin(), route.experts.end());
+    ++sparse;
+    distinct += used.size();
+  }
+  ASSERT_GT(sparse, 0u);
+  const MoeRoutingStats::Count c = md.moe_stats().At(S);
+  EXPECT_EQ(c.calls, sparse);
+  EXPECT_EQ(c.experts, distinct);
+  EXPECT_GT(c.experts, c.calls * static_cast<uint64_t>(spec.top_k) - 1);  // at least k a call
+  EXPECT_EQ(md.moe_stats().At(S + 1).calls, 0u);  // other row counts untouched
 }
 
 // The same logical weights in the fused and the per-expert layout prepare to the same bytes in

@@ -25,6 +25,18 @@ namespace {
 // every matmul far above oneDNN's minimum.
 constexpr int64_t kChunkRows = 256;
 
+// How many different experts the n entries of `experts` (each in [0, E)) name.
+int64_t DistinctExperts(const int32_t* experts, int64_t n, int64_t E) {
+  std::vector<bool> seen(static_cast<size_t>(E));
+  int64_t distinct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto e = static_cast<size_t>(experts[i]);
+    if (!seen[e]) ++distinct;
+    seen[e] = true;
+  }
+  return distinct;
+}
+
 }  // namespace
 
 KvDType DefaultKvDType(kernels::Precision precision) {
@@ -299,12 +311,11 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
   AddNorm(x, attn_out, M, L.post_norm.data(), a);
   if (sparse) {
     // x = x + Σ_j w_j · Expert_j(m) over the routed experts (model/moe_mlp.h).
-    MoeRoutingCallback on_routing;
-    if (hook != nullptr) {
-      on_routing = [&](const int32_t* experts, const float* weights) {
-        hook->OnRouting(l, row0, experts, weights, M, cfg_.moe->top_k);
-      };
-    }
+    // The routing is counted (moe_stats()) and shown to the hook.
+    const MoeRoutingCallback on_routing = [&](const int32_t* experts, const float* weights) {
+      moe_stats_.Record(M, DistinctExperts(experts, M * cfg_.moe->top_k, cfg_.moe->experts));
+      if (hook != nullptr) hook->OnRouting(l, row0, experts, weights, M, cfg_.moe->top_k);
+    };
     MoeMlp(*ctx_, *cfg_.moe, P, a, M, H, base + moe_at, mlp_out, on_routing);
     for (int64_t i = 0; i < M * H; ++i) x[i] += mlp_out[i];
     return;

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "kernels/dispatch.h"
 #include "model/kv_cache.h"
+#include "model/moe_routing_stats.h"
 #include "model/prepared_weights.h"
 #include "model/qwen3_config.h"
 #include "model/qwen3_weights.h"
@@ -114,6 +115,8 @@ class Qwen3Model {
   const Rope& rope() const { return rope_; }
   // The thread pool, kernel variant and precision every op of this model runs with.
   const kernels::Context& context() const { return *ctx_; }
+  // A mixture-of-experts model's routing counts so far (all zero for a dense model).
+  const MoeRoutingStats& moe_stats() const { return moe_stats_; }
   // Bytes the scratch arenas of this model's context hold now (its working memory beside the
   // prepared weights and the KV caches). Callable from any thread at any time.
   size_t scratch_bytes() const { return ctx_->ScratchBytes(); }
@@ -171,6 +174,7 @@ class Qwen3Model {
   Rope rope_;
   std::unique_ptr<kernels::Context> ctx_;
   KvDType kv_dtype_ = KvDType::kF32;
+  mutable MoeRoutingStats moe_stats_;
 };
 
 }  // namespace vls
