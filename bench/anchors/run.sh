@@ -83,9 +83,12 @@ make_model() {  # shape -> model dir
     --out "$m" >&2
   echo "$m"
 }
-gguf_of() {  # anchor_dir model_dir type -> path (written once per anchor tree and type)
+gguf_of() {  # anchor_dir model_dir type -> path
+  # The f32 and bf16 files are plain conversions, written once (with the first anchor tree's
+  # gguf-py) and read by every tree; the quantized ones are made by each tree's own quantizer.
   local dir=$1 m=$2 t=$3 tag
   tag=$(basename "$dir")
+  case $t in f32|bf16) tag=shared ;; esac
   local f=$m.$tag.$t.gguf
   if [ ! -f "$f" ]; then
     case $t in

@@ -9,6 +9,7 @@
 #include <exception>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <utility>
 
 #include "base/checked_math.h"
+#include "base/file.h"
 #include "io/untrusted_json.h"
 
 namespace vls {
@@ -427,8 +429,18 @@ const SafetensorsCheckpoint::Tensor* SafetensorsCheckpoint::Find(std::string_vie
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-StatusOr<std::string> SerializeSafetensors(const std::vector<NamedTensor>& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// A checked file of `tensors`: its 8-byte length and JSON header, then the tensors' bytes in
+// `order`.
+struct SafetensorsPlan {
+  std::string head;  // the 8-byte length and the header
+  std::vector<size_t> order;
+  uint64_t data_size = 0;
+};
+
+StatusOr<SafetensorsPlan> PlanSafetensors(const std::vector<NamedTensor>& tensors,
+                                          const std::map<std::string, std::string>& metadata) {
   std::set<std::string_view> seen;
   for (const NamedTensor& t : tensors) {
     const std::string where = "tensor " + Quote(t.name);
@@ -479,23 +491,44 @@ StatusOr<std::string> SerializeSafetensors(const std::vector<NamedTensor>& tenso
   }
   json.append((8 - (json.size() % 8)) % 8, ' ');  // 8 + N is a multiple of 8
 
+  SafetensorsPlan plan;
+  plan.head.reserve(8 + json.size());
+  const uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) plan.head.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  plan.head += json;
+  plan.order = std::move(layout);
+  plan.data_size = data_size;
+  return plan;
+}
+
+}  // namespace
+
+StatusOr<std::string> SerializeSafetensors(const std::vector<NamedTensor>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  VLS_ASSIGN_OR_RETURN(SafetensorsPlan plan, PlanSafetensors(tensors, metadata));
   std::string out;
-  out.reserve(8 + json.size() + data_size);
-  uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += json;
-  for (size_t i : layout) {
+  out.reserve(plan.head.size() + plan.data_size);
+  out += plan.head;
+  for (size_t i : plan.order) {
     const TensorView& v = tensors[i].view;
     if (v.nbytes > 0) out.append(reinterpret_cast<const char*>(v.data), v.nbytes);
   }
   return out;
 }
 
+// Streams the header and each tensor to the file (no copy of the whole file in memory: a
+// checkpoint writer holding one 2 GiB shard needs 2 GiB, not 4).
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
-  auto bytes = SerializeSafetensors(tensors, metadata);
-  if (!bytes.ok()) return bytes.status().WithContext(path);
-  return WriteStringToFile(path, *bytes);
+  auto plan = PlanSafetensors(tensors, metadata);
+  if (!plan.ok()) return plan.status().WithContext(path);
+  VLS_ASSIGN_OR_RETURN(std::unique_ptr<OutputFile> out, OutputFile::Open(path));
+  VLS_RETURN_IF_ERROR(out->Append(plan->head.data(), plan->head.size()));
+  for (size_t i : plan->order) {
+    const TensorView& v = tensors[i].view;
+    if (v.nbytes > 0) VLS_RETURN_IF_ERROR(out->Append(v.data, v.nbytes));
+  }
+  return out->Commit();
 }
 
 }  // namespace vls

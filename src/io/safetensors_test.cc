@@ -117,6 +117,25 @@ TEST_F(SafetensorsTest, RoundTripAllDTypesWithEmptyTensorAndMetadata) {
   EXPECT_EQ((*f)->View(*(*f)->Find("m.i32")).i32()[3], 2147483647);
 }
 
+// WriteSafetensors streams the file tensor by tensor; its bytes are SerializeSafetensors'.
+TEST_F(SafetensorsTest, StreamedFileEqualsTheSerializedBytes) {
+  HostTensor f32 = HostTensor::FromF32({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  HostTensor bf16 = FromF32As(DType::kBF16, {3}, std::vector<float>{1.5f, -2, 0.25f});
+  const std::vector<NamedTensor> tensors = {{"b", bf16.view()}, {"a", f32.view()}};
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  const std::string p = Path("streamed.safetensors");
+  ASSERT_TRUE(WriteSafetensors(p, tensors, metadata).ok());
+  auto want = SerializeSafetensors(tensors, metadata);
+  ASSERT_TRUE(want.ok());
+  auto got = ReadFileToString(p);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, *want);
+  // A refused list writes nothing.
+  const std::string bad = Path("refused.safetensors");
+  EXPECT_FALSE(WriteSafetensors(bad, {{"a", f32.view()}, {"a", f32.view()}}).ok());
+  EXPECT_FALSE(ReadFileToString(bad).ok());
+}
+
 TEST_F(SafetensorsTest, SerializeKeepsGivenHeaderOrderAndPadsToEight) {
   HostTensor a = HostTensor::FromF32({1}, std::vector<float>{1});
   HostTensor b = FromF32As(DType::kBF16, {1}, std::vector<float>{2});

@@ -1,5 +1,7 @@
 #include "model/test_checkpoint.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -412,6 +414,10 @@ class ShardWriter {
     ++next_;
     VLS_RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir_, name), part, {{"format", "pt"}}));
     g.tensors.clear();
+    // Hand the shard's freed heap back to the system: the tensors are a few MiB each, below
+    // glibc's (raised) mmap threshold, and without a trim the holes they leave made a 48-layer
+    // 30B-A3B writer grow past 24 GB.
+    malloc_trim(0);
     return Status::Ok();
   }
 
