@@ -27,6 +27,8 @@
 # Output: one JSON line per measurement on stderr and in WORK/results.jsonl, a table on stdout.
 # Run on a quiet machine: nothing else may compete for the cores.
 set -euo pipefail
+# A failure inside $(...) (a GGUF that could not be written) stops the run, not only the subshell.
+shopt -s inherit_errexit
 build=$(cd "${1:?usage: run.sh VLSTACK_BUILD_DIR [WORK]}" && pwd)
 work=${2:-/tmp/vls_anchors}
 mkdir -p "$work"
