@@ -12,6 +12,7 @@
 #
 #   [IK=DIR] [LLAMA=DIR] [PARTS="speed kl depth"] [SHAPES=qwen3-0.6b] [PRECISIONS="bf16 int8 int4"]
 #   [THREADS=2] [REPS=3] [PROMPT=512] [GEN=64] [DEPTHS="4096 16384"] [KL_TOKENS=2048]
+#   [PREFILL_CHUNK=0]  (vlstack's pp figure: prompt rows per engine step; 0 is one pass)
 #   [MODEL_ARGS="--layers 8"]  (more make-test-model options, e.g. a cut depth for the
 #                               mixture-of-experts shapes qwen3-30b-a3b: ADR 0027)
 #   bash bench/anchors/run.sh VLSTACK_BUILD_DIR [WORK]
@@ -48,6 +49,7 @@ prompt=${PROMPT:-512}
 gen=${GEN:-64}
 depths=${DEPTHS:-4096 16384}
 kl_tokens=${KL_TOKENS:-2048}
+prefill_chunk=${PREFILL_CHUNK:-0}
 py=/usr/bin/python3
 mkdir -p "$work"
 out=$work/results.jsonl
@@ -137,7 +139,10 @@ for shape in $shapes; do
         for ((r = 0; r < reps; r++)); do
           # llama-bench's pp runs the prompt alone and its tg generates from an empty context,
           # so vlstack's generation figure comes from a 1-token prompt (the same average depth).
-          j=$(vls_bench "$model" "$p" "$prompt" 1 "${art[@]}")
+          # The prompt in one pass (--prefill-chunk 0), as llama-bench's pp runs it in one
+          # ubatch of 512: the serving default of 64-row chunks re-reads every weight per chunk,
+          # and a mixture-of-experts layer then gives each expert a few rows instead of ~32.
+          j=$(vls_bench "$model" "$p" "$prompt" 1 "${art[@]}" --prefill-chunk "$prefill_chunk")
           summ vlstack "$shape" "$p" "pp$prompt" \
             "$(echo "$j" | $py -c 'import json,sys; print(json.load(sys.stdin)["prompt_tokens_per_s"]["median"])')"
           j=$(vls_bench "$model" "$p" 1 "$gen" "${art[@]}")
