@@ -1,6 +1,7 @@
 #include "model/qwen3_model.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <new>
 #include <stdexcept>
@@ -25,9 +26,10 @@ namespace {
 // every matmul far above oneDNN's minimum.
 constexpr int64_t kChunkRows = 256;
 
-// How many different experts the n entries of `experts` (each in [0, E)) name.
-int64_t DistinctExperts(const int32_t* experts, int64_t n, int64_t E) {
-  std::vector<bool> seen(static_cast<size_t>(E));
+// How many different experts the n entries of `experts` (each in [0, E), E <= kMaxExperts as
+// the config enforces) name. A stack bitset: this runs on every sparse-layer call of decode.
+int64_t DistinctExperts(const int32_t* experts, int64_t n) {
+  std::bitset<kMaxExperts> seen;
   int64_t distinct = 0;
   for (int64_t i = 0; i < n; ++i) {
     const auto e = static_cast<size_t>(experts[i]);
@@ -313,7 +315,7 @@ void Qwen3Model::RunLayerChunk(int l, float* x, std::span<const ForwardRow> rows
     // x = x + Σ_j w_j · Expert_j(m) over the routed experts (model/moe_mlp.h).
     // The routing is counted (moe_stats()) and shown to the hook.
     const MoeRoutingCallback on_routing = [&](const int32_t* experts, const float* weights) {
-      moe_stats_.Record(M, DistinctExperts(experts, M * cfg_.moe->top_k, cfg_.moe->experts));
+      moe_stats_.Record(M, DistinctExperts(experts, M * cfg_.moe->top_k));
       if (hook != nullptr) hook->OnRouting(l, row0, experts, weights, M, cfg_.moe->top_k);
     };
     MoeMlp(*ctx_, *cfg_.moe, P, a, M, H, base + moe_at, mlp_out, on_routing);
