@@ -32,6 +32,7 @@ comparison there (TIE, image_cases.py's rule).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -188,6 +189,8 @@ class Models:
             return self.cache[key]
         d = os.path.join(self.work, "models", f"m{len(self.cache)}")
         os.makedirs(os.path.dirname(d), exist_ok=True)
+        # A folder left by an earlier run may hold the config a case wrote into it.
+        shutil.rmtree(d, ignore_errors=True)
         p = subprocess.run([self.vls, "make-test-model", "--out", d] + opts, capture_output=True,
                            text=True)
         if p.returncode != 0:
