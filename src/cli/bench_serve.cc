@@ -114,13 +114,15 @@ Status RunServe(const Args& args, const Loader& load) {
         "\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"prefill_chunk\":%d,\"prefix_reuse\":%s,"
         "\"duration_s\":%.3f,\"request_throughput\":%.3f,\"input_token_throughput\":%.3f,"
         "\"output_token_throughput\":%.3f,\"ttft_ms\":%s,\"itl_ms\":%s,\"e2e_latency_ms\":%s,"
-        "\"engine_steps\":%llu,\"prefill_chunks\":%llu,\"cached_tokens\":%llu,"
+        "\"engine_steps\":%llu,\"prefill_chunks\":%llu,\"mixed_passes\":%llu,\"cached_tokens\":%"
+        "llu,"
         "\"peak_rss_mb\":%.1f,\"load_s\":%.2f}\n",
         HeaderJson(setup).c_str(), n, rate_text, seed, slots, prompt, gen,
         setup.engine.prefill_chunk, setup.engine.prefix_reuse ? "true" : "false", duration, req_tps,
         in_tps, out_tps, DistributionJson(dt).c_str(), DistributionJson(di).c_str(),
         DistributionJson(de).c_str(), static_cast<unsigned long long>(c.steps),
         static_cast<unsigned long long>(c.prefill_chunks),
+        static_cast<unsigned long long>(c.mixed_passes),
         static_cast<unsigned long long>(c.cached_tokens), PeakRssMb(), setup.load_s);
     return Status::Ok();
   }

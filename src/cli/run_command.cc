@@ -71,8 +71,9 @@ constexpr const char* kHelpHead =
     "                       reply ends where the grammar must end, and --max-tokens cuts it as\n"
     "                       a valid prefix)\n"
     "  --capacity C         context capacity in tokens (default 4096)\n"
-    "  --prefill-chunk N    most prompt tokens prefilled per engine step (default 64; 0: the\n"
-    "                       whole prompt at once)\n";
+    "  --prefill-chunk N    most prompt tokens per engine step while other streams decode\n"
+    "                       (default 64; 0: the whole prompt at once; alone, a prompt goes\n"
+    "                       in one pass)\n";
 constexpr const char* kHelpTail =
     "  --precision P        f32, bf16, int8 or int4 (default bf16)\n"
     "  --kv-cache K         f32 or bf16 (default: f32 at --precision f32, else bf16)\n"

@@ -507,69 +507,6 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   slot.draft_window = SpecOf(slot).draft_tokens;
 }
 
-void BatchEngine::PrefillChunk(Slot& slot, int64_t rows, StepResult* out) {
-  const int64_t S = slot.prompt_length;
-  const int64_t begin = slot.prefilled, end = std::min(S, begin + rows);
-  const bool last = end == S;
-  std::vector<float> logits;
-  std::string error;
-  try {
-    Fault("prefill", slot.id);
-    const Status st = slot.session->PrefillRange(slot.request.prompt(), begin, end, last, &logits);
-    if (!st.ok()) error = st.ToString();
-  } catch (...) {
-    error = ErrorOf("prefill", std::current_exception());
-  }
-  ++chunks_;
-  if (!error.empty()) {
-    FinishSlot(slot, FinishReason::kError, error, out);
-    return;
-  }
-  slot.prefilled = end;
-  if (!last) return;
-  slot.phase = Phase::kDecode;
-  if (drafter_) {
-    const SpeculativeParams& sp = SpecOf(slot);
-    const int index = SlotIndex(slot);
-    try {
-      if (sp.draft_tokens > 0 && sp.source == DraftSource::kModel) {
-        // A prompt the draft model cannot take leaves the slot without drafts.
-        (void)drafter_->Begin(index, slot.request.prompt());
-      } else {
-        drafter_->Forget(index);
-      }
-    } catch (...) {  // out of memory in the draft model: decode without drafts
-      drafter_->Forget(index);
-    }
-  }
-  // The slot keeps the prompt ids (penalties) and the limits; never the embeddings or the
-  // DeepStack payload.
-  slot.request.embeddings = std::vector<float>();
-  slot.request.deepstack.reset();
-  slot.request.positions = PositionIds();
-  try {
-    EmitToken(slot, logits, out);
-  } catch (...) {
-    FinishSlot(slot, FinishReason::kError, ErrorOf("sampling", std::current_exception()), out);
-  }
-}
-
-void BatchEngine::PrefillSlots(int64_t budget, StepResult* out) {
-  std::vector<Slot*> order;
-  for (Slot& s : slots_) {
-    if (s.phase == Phase::kPrefill) order.push_back(&s);
-  }
-  std::sort(order.begin(), order.end(),
-            [](const Slot* a, const Slot* b) { return a->admitted_seq < b->admitted_seq; });
-  for (Slot* s : order) {
-    if (budget == 0) return;
-    const int64_t remaining = s->prompt_length - s->prefilled;
-    const int64_t rows = budget < 0 ? remaining : std::min(remaining, budget);
-    PrefillChunk(*s, rows, out);
-    if (budget > 0) budget -= rows;
-  }
-}
-
 void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
   for (Slot& s : slots_) {
     if (s.phase != Phase::kFree) FinishSlot(s, FinishReason::kError, error, out);
@@ -577,14 +514,17 @@ void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
 }
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
-  const uint64_t chunks_before = chunks_, verify_before = verify_passes_, drafted_before = drafted_,
-                 accepted_before = accepted_, masks_before = masks_, mask_ns_before = mask_ns_,
-                 mask_wait_before = mask_wait_ns_;
+  const uint64_t chunks_before = chunks_, mixed_before = mixed_, verify_before = verify_passes_,
+                 drafted_before = drafted_, accepted_before = accepted_, masks_before = masks_,
+                 mask_ns_before = mask_ns_, mask_wait_before = mask_wait_ns_;
   try {
     ApplyCancels(out);
     Admit(out);
-    PrefillSlots(decode && options_.prefill_chunk > 0 ? options_.prefill_chunk : -1, out);
-    if (decode) DecodeActive(out);
+    if (decode) {
+      RunPass(out);
+    } else {
+      PrefillSlots(-1, out);
+    }
   } catch (...) {
     // Thrown outside any one request's work (each catches its own): the slots' requests fail,
     // the queued ones and the engine go on.
@@ -598,6 +538,7 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
   for (uint64_t id : out->finished) live_.erase(id);
   ++counters_.steps;
   counters_.prefill_chunks += chunks_ - chunks_before;
+  counters_.mixed_passes += mixed_ - mixed_before;
   counters_.verify_passes += verify_passes_ - verify_before;
   counters_.draft_tokens += drafted_ - drafted_before;
   counters_.accepted_draft_tokens += accepted_ - accepted_before;

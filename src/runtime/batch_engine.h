@@ -9,14 +9,19 @@
 //      a slot counts as a match only when the prompt keeps at least half of its rows, else an
 //      empty or the least recently admitted slot is taken, so that a new conversation does not
 //      evict another's cache for the template tokens they share;
-//   3. prefill: at most `prefill_chunk` prompt rows in this step over the prefilling slots, in
-//      admission order, so one long prompt never stalls the decode of the others; a slot whose
-//      prompt is complete samples its first token;
-//   4. one shared ragged decode step over every slot past its prefill; sample, emit, retire
-//      finished rows (EOS or a stop id wins over the length limit; a row whose logits hold a
-//      NaN or an infinity ends its request with an error, the others go on). A speculating slot
-//      runs its last token plus its drafts (prompt lookup or the draft model) as consecutive rows
-//      of the same pass and emits the accepted prefix and one more token, one event each
+//   3. choose this step's rows: the decode rows of every slot past its prefill (with drafts, see
+//      below), and prompt chunks over the prefilling slots in admission order within the chunk
+//      budget: `prefill_chunk` rows while any slot decodes, so one long prompt never stalls the
+//      others' decode, else up to a whole prompt of the engine's capacity (a prompt alone is
+//      prefilled in one pass: its time to first token is the unchunked prefill's);
+//   4. run them in ONE ragged forward pass (Session::RunStep, entry step.main), so each weight is
+//      read once per step; a slot whose prompt completes samples its first token (it decodes
+//      from the next step on); sample, emit, retire finished rows (EOS or a stop id wins over the
+//      length limit; a row whose logits hold a NaN or an infinity ends its request with an
+//      error, the others go on). When the pass fails, each chunk and the decode rows run again
+//      in passes of their own, so a failure stays with its request. A speculating slot runs its
+//      last token plus its drafts (prompt lookup or the draft model) as consecutive rows of the
+//      same pass and emits the accepted prefix and one more token, one event each
 //      (docs/speculative.md).
 // Structured output (GenerationRequest::grammar): each such request has a grammar matcher; every
 // token it samples (or verifies) is drawn under the matcher's token mask, its end tokens allowed
@@ -87,10 +92,11 @@ struct TokenEvent {
 };
 
 struct EngineOptions {
-  // Most prompt rows prefilled in one step, over all slots (0: whole prompts at once). 64 keeps
-  // the other streams' p99 inter-token latency within 3x the median while a 4,096-token prompt
-  // arrives on the 0.6B shape on 2 cores (128 does not; ADR 0012), at about 1.2x the unchunked
-  // prefill time of that prompt.
+  // Most prompt rows prefilled in one step, over all slots, while any slot decodes (0: whole
+  // prompts at once); with nothing decoding a step takes up to a whole prompt of the capacity. 64
+  // keeps the other streams' p99 inter-token latency within 3x the median while a 4,096-token
+  // prompt arrives on the 0.6B shape on 2 cores (128 does not; ADR 0012), at about 1.2x the
+  // unchunked prefill time of that prompt.
   int prefill_chunk = 64;
   // Admit a request into the free slot whose kept rows share its longest prefix.
   bool prefix_reuse = true;
@@ -112,6 +118,8 @@ struct EngineCounters {
   uint64_t submitted = 0, finished = 0;
   uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0, prefill_chunks = 0;
+  // Steps whose one pass carried prefill chunks and decode rows together (step.main).
+  uint64_t mixed_passes = 0;
   // Speculative decoding: verify passes (decode rows that carried drafts), tokens drafted, and
   // drafted tokens accepted (emitted as drafted).
   uint64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
@@ -241,9 +249,36 @@ class BatchEngine {
   // Fails every occupied slot with `error` (a throw outside any one request's work).
   void FailOccupied(const std::string& error, StepResult* out) VLS_REQUIRES(step_mu_);
   void Fault(std::string_view point, uint64_t id) const;
-  // Prefill chunks within `budget` rows (< 0: unlimited).
+  // Prefill chunks within `budget` rows (< 0: unlimited), each in a pass of its own.
   void PrefillSlots(int64_t budget, StepResult* out) VLS_REQUIRES(step_mu_);
-  void DecodeActive(StepResult* out) VLS_REQUIRES(step_mu_);
+  // The prefilling slots in admission order.
+  std::vector<Slot*> PrefillOrder() VLS_REQUIRES(step_mu_);
+  // Most prompt rows of one step's pass: the option's bound while other streams decode, else a
+  // whole prompt of the engine's capacity.
+  int64_t PrefillBudget(bool decoding) const;
+  // A step's computation (batch_engine_step.cc): the chunks within PrefillBudget and every
+  // decode row in one pass, then sampling.
+  void RunPass(StepResult* out) VLS_REQUIRES(step_mu_);
+  // The decode rows of a step: the slots past their prefill with a token to run, their drafts,
+  // and the pass's arguments (Session::DecodeRuns).
+  struct DecodePlan {
+    std::vector<Slot*> rows;
+    std::vector<std::vector<int32_t>> drafts;
+    std::vector<Session*> sessions;
+    std::vector<int32_t> tokens, counts;
+  };
+  // Chooses the decode rows and their drafts (prompt lookup or the draft model, cut where a
+  // grammar refuses them).
+  DecodePlan PlanDecode() VLS_REQUIRES(step_mu_);
+  // Verifies and emits every row of `plan` from the pass's logits [sum(counts), V].
+  void AcceptDecode(const DecodePlan& plan, std::span<const float> logits, StepResult* out)
+      VLS_REQUIRES(step_mu_);
+  // Runs `plan` in a decode pass of its own (slot by slot when that fails) and emits.
+  void DecodeAlone(const DecodePlan& plan, StepResult* out) VLS_REQUIRES(step_mu_);
+  // After a chunk ran: the slot's prompt rows reach `end`; the chunk that ends the prompt
+  // samples the first token from `logits` ([V]).
+  void AfterChunk(Slot& slot, int64_t end, std::span<const float> logits, StepResult* out)
+      VLS_REQUIRES(step_mu_);
   // The prompt-lookup draft of a decoding slot, at most `room` tokens (empty when it does not
   // speculate).
   std::vector<int32_t> Draft(const Slot& slot, int64_t room) const;
@@ -261,8 +296,9 @@ class BatchEngine {
   void AcceptRun(Slot& slot, std::span<const int32_t> draft, std::span<const float> logits,
                  StepResult* out) VLS_REQUIRES(step_mu_);
   void StepLocked(bool decode, StepResult* out) VLS_REQUIRES(step_mu_) VLS_EXCLUDES(mu_);
-  // Runs the next chunk (at most `rows` rows) of a prefilling slot; a failure finishes it.
-  void PrefillChunk(Slot& slot, int64_t rows, StepResult* out) VLS_REQUIRES(step_mu_);
+  // Runs the next chunk (at most `rows` rows) of a prefilling slot in a pass of its own (after
+  // the fault hook when `fault`); a failure finishes it.
+  void PrefillChunk(Slot& slot, int64_t rows, bool fault, StepResult* out) VLS_REQUIRES(step_mu_);
   std::vector<RowKey> PromptKeys(const GenerationRequest& r) const;
   static RowKey TokenKey(int32_t token, RopeCoord coord);
   // Frees a slot for the next request; its kept rows stay for reuse.
@@ -324,6 +360,7 @@ class BatchEngine {
   std::vector<Slot> slots_ VLS_GUARDED_BY(step_mu_);
   uint64_t admit_seq_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t chunks_ VLS_GUARDED_BY(step_mu_) = 0;  // prefill chunks run
+  uint64_t mixed_ VLS_GUARDED_BY(step_mu_) = 0;   // passes with chunks and decode rows
   // Speculation so far (EngineCounters' fields of the same names).
   uint64_t verify_passes_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t drafted_ VLS_GUARDED_BY(step_mu_) = 0;

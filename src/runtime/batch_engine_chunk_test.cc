@@ -101,6 +101,44 @@ TEST(ChunkedPrefillTest, AnyChunkSizeMatchesTheUnchunkedPrefill) {
   }
 }
 
+// The chunk budget adapts (issue 33): a prompt with nothing else decoding is prefilled in one
+// pass whatever `prefill_chunk` says; beside a decoding stream it is cut into chunks of the
+// option's size, each in the same pass as the stream's decode row.
+TEST(ChunkedPrefillTest, ThePromptOfAnIdleEngineGoesInOnePassAndBesideAStreamInChunks) {
+  auto lm = LoadModel("adaptive", 2, 64);
+  ASSERT_TRUE(lm);
+  std::vector<int32_t> long_ids;
+  for (int i = 0; i < 30; ++i) long_ids.push_back(3 + (i * 7) % 50);
+  EngineOptions o;
+  o.prefill_chunk = 4;
+  o.prefix_reuse = false;
+  {
+    BatchEngine e(*lm, nullptr, o);
+    ASSERT_TRUE(e.Submit(Text(long_ids, 0, 2)).ok());
+    e.RunUntilIdle();
+    EXPECT_EQ(e.counters().prefill_chunks, 1u);
+    EXPECT_EQ(e.counters().mixed_passes, 0u);
+  }
+  const GenerationRequest a = Text({5, 6, 7, 8, 9}, 1, 20), b = Text(long_ids, -3, 3);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  BatchEngine e(
+      *lm,
+      [&](const TokenEvent& ev) {
+        if (ev.token >= 0) got[ev.request_id].push_back(ev.token);
+        return true;
+      },
+      o);
+  const uint64_t ia = e.Submit(a).value();
+  e.Step();  // a prefilled whole, its first token sampled; it decodes from the next step on
+  const uint64_t ib = e.Submit(b).value();
+  e.RunUntilIdle();
+  // b: 30 rows in chunks of 4 (8 chunks), each beside a's decode row.
+  EXPECT_EQ(e.counters().prefill_chunks, 1u + 8u);
+  EXPECT_EQ(e.counters().mixed_passes, 8u);
+  EXPECT_EQ(got[ia], GreedyAlone(*lm, a));
+  EXPECT_EQ(got[ib], GreedyAlone(*lm, b));
+}
+
 // The DeepStack features matter for these requests, so a chunk that dropped or doubled them
 // could not pass the test above.
 TEST(ChunkedPrefillTest, TheDeepStackPayloadChangesTheStream) {

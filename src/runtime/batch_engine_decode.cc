@@ -123,18 +123,20 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
   }
 }
 
-void BatchEngine::DecodeActive(StepResult* out) {
-  std::vector<Slot*> rows;
+BatchEngine::DecodePlan BatchEngine::PlanDecode() {
+  DecodePlan plan;
+  std::vector<Slot*>& rows = plan.rows;
   for (Slot& s : slots_) {
     if (s.phase == Phase::kDecode && s.next_token >= 0) rows.push_back(&s);
   }
-  if (rows.empty()) return;
+  if (rows.empty()) return plan;
   // Drafts fill the pass up to the rows a plain step could have run through the same matmul
   // kernels (from kOneDnnMinRows rows BF16 products change kernel, and greedy speculation
   // must give the plain tokens bit for bit).
   int64_t room =
       std::max<int64_t>(0, kernels::kOneDnnMinRows - 1 - static_cast<int64_t>(rows.size()));
-  std::vector<std::vector<int32_t>> drafts(rows.size());
+  std::vector<std::vector<int32_t>>& drafts = plan.drafts;
+  drafts.resize(rows.size());
   std::vector<int64_t> limits(rows.size(), 0);
   for (size_t b = 0; b < rows.size(); ++b) {
     Slot& s = *rows[b];
@@ -149,8 +151,7 @@ void BatchEngine::DecodeActive(StepResult* out) {
     room -= limits[b];
   }
   ModelDrafts(rows, limits, &drafts);
-  // Structured output: drafts end where the grammar refuses them; the rows' masks are computed
-  // on a helper thread while the pass runs (joined before anything samples, whatever happens).
+  // Structured output: drafts end where the grammar refuses them.
   for (size_t b = 0; b < rows.size(); ++b) {
     try {
       TruncateDraft(*rows[b], &drafts[b]);
@@ -158,50 +159,48 @@ void BatchEngine::DecodeActive(StepResult* out) {
       drafts[b].clear();
     }
   }
-  std::thread mask_worker;
-  std::vector<Slot*> masked;
-  StartMasks(rows, &mask_worker, &masked);
-  struct Joiner {  // a throw out of the pass still joins the thread
-    std::thread* worker;
-    ~Joiner() {
-      if (worker->joinable()) worker->join();
-    }
-  } joiner{&mask_worker};
-  std::vector<Session*> sessions;
-  std::vector<int32_t> tokens, counts;
   for (size_t b = 0; b < rows.size(); ++b) {
     Slot& s = *rows[b];
-    sessions.push_back(s.session.get());
-    tokens.push_back(s.next_token);
-    tokens.insert(tokens.end(), drafts[b].begin(), drafts[b].end());
-    counts.push_back(static_cast<int32_t>(drafts[b].size() + 1));
+    plan.sessions.push_back(s.session.get());
+    plan.tokens.push_back(s.next_token);
+    plan.tokens.insert(plan.tokens.end(), drafts[b].begin(), drafts[b].end());
+    plan.counts.push_back(static_cast<int32_t>(drafts[b].size() + 1));
   }
+  return plan;
+}
+
+void BatchEngine::AcceptDecode(const DecodePlan& plan, std::span<const float> logits,
+                               StepResult* out) {
   const size_t V = static_cast<size_t>(model_.config().vocab);
+  size_t row = 0;
+  for (size_t b = 0; b < plan.rows.size(); ++b) {
+    const size_t n = static_cast<size_t>(plan.counts[b]);
+    AcceptRun(*plan.rows[b], plan.drafts[b], logits.subspan(row * V, n * V), out);
+    row += n;
+  }
+}
+
+void BatchEngine::DecodeAlone(const DecodePlan& plan, StepResult* out) {
   std::vector<float> logits;
-  Status st = Session::DecodeRuns(sessions, tokens, counts, &logits);
-  JoinMasks(&mask_worker, masked);
-  if (st.ok()) {
-    size_t row = 0;
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const size_t n = static_cast<size_t>(counts[b]);
-      AcceptRun(*rows[b], drafts[b], std::span<const float>(logits.data() + row * V, n * V), out);
-      row += n;
-    }
+  if (Session::DecodeRuns(plan.sessions, plan.tokens, plan.counts, &logits).ok()) {
+    AcceptDecode(plan, logits, out);
     return;
   }
   // Isolate the failure: decode slot by slot so one bad row cannot fail the others.
-  for (size_t b = 0; b < rows.size(); ++b) {
-    Session* one_session = sessions[b];
-    std::vector<int32_t> run{rows[b]->next_token};
-    run.insert(run.end(), drafts[b].begin(), drafts[b].end());
+  size_t first = 0;
+  for (size_t b = 0; b < plan.rows.size(); ++b) {
+    Session* one_session = plan.sessions[b];
+    const size_t n = static_cast<size_t>(plan.counts[b]);
     std::vector<float> one;
-    const Status rs = Session::DecodeRuns(std::span<Session* const>(&one_session, 1), run,
-                                          std::span<const int32_t>(&counts[b], 1), &one);
+    const Status rs = Session::DecodeRuns(std::span<Session* const>(&one_session, 1),
+                                          std::span<const int32_t>(plan.tokens).subspan(first, n),
+                                          std::span<const int32_t>(&plan.counts[b], 1), &one);
+    first += n;
     if (!rs.ok()) {
-      FinishSlot(*rows[b], FinishReason::kError, rs.ToString(), out);
+      FinishSlot(*plan.rows[b], FinishReason::kError, rs.ToString(), out);
       continue;
     }
-    AcceptRun(*rows[b], drafts[b], one, out);
+    AcceptRun(*plan.rows[b], plan.drafts[b], one, out);
   }
 }
 

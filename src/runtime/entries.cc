@@ -1,5 +1,8 @@
 #include "runtime/entries.h"
 
+#include <algorithm>
+#include <exception>
+#include <new>
 #include <sstream>
 
 namespace vls {
@@ -62,10 +65,56 @@ struct Builder {
             [](EntryRun& r) { r.x.assign(r.embeddings.begin(), r.embeddings.end()); }};
   }
 
-  // Layers, with the DeepStack add after each target layer and (diagnostics) a capture.
-  void Layers(std::vector<Stage>& out, const char* rows, bool deepstack, bool capture) const {
+  // step.main's inputs: each segment's rows embedded from its tokens or copied from its
+  // embeddings.
+  Stage GatherSegments() const {
     const Qwen3Model* m = &model;
+    return {"gather_segments", "segments[P] (i32[n] tokens | f32[n,H] embeddings) -> f32[M,H]",
+            [m](EntryRun& r) {
+              const size_t H = static_cast<size_t>(m->config().hidden);
+              r.x.assign(r.rows.size() * H, 0.0f);
+              size_t row = 0;
+              for (const EntrySegment& seg : r.segments) {
+                float* dst = r.x.data() + row * H;
+                if (seg.embeddings.empty()) {
+                  m->Embed(seg.tokens, dst);
+                } else {
+                  std::copy(seg.embeddings.begin(), seg.embeddings.end(), dst);
+                }
+                row += static_cast<size_t>(seg.rows);
+              }
+            }};
+  }
+
+  // The DeepStack add after layer l: the whole pass's payload, or (step.main) each segment's
+  // payload into its own rows.
+  Stage DeepStackAdd(size_t k, int l, bool segmented) const {
     const int64_t H = this->H();
+    std::string shape = "f32[K,Nv<=Nmax=" + std::to_string(b.nmax) + ",H][" + std::to_string(k) +
+                        "] += into rows visual_positions[Nv] after layer " + std::to_string(l);
+    if (segmented) {
+      shape += ", per segment into its rows";
+      return {"deepstack_add." + std::to_string(k), shape, [H, l](EntryRun& r) {
+                int64_t row = 0;
+                for (const EntrySegment& seg : r.segments) {
+                  if (seg.deepstack != nullptr) {
+                    DeepStackHook hook(*seg.deepstack, H);
+                    hook.AfterLayer(l, r.x.data() + row * H, seg.rows);
+                  }
+                  row += seg.rows;
+                }
+              }};
+    }
+    return {"deepstack_add." + std::to_string(k), shape, [H, l](EntryRun& r) {
+              DeepStackHook hook(*r.deepstack, H);
+              hook.AfterLayer(l, r.x.data(), static_cast<int64_t>(r.rows.size()));
+            }};
+  }
+
+  // Layers, with the DeepStack add after each target layer and (diagnostics) a capture.
+  void Layers(std::vector<Stage>& out, const char* rows, bool deepstack, bool capture,
+              bool segmented = false) const {
+    const Qwen3Model* m = &model;
     const std::vector<int> targets =
         deepstack ? model.config().deepstack->target_layers : std::vector<int>();
     for (int l = 0; l < model.config().layers; ++l) {
@@ -73,13 +122,7 @@ struct Builder {
                      [m, l](EntryRun& r) { m->RunLayer(l, r.x.data(), r.rows, r.observer); }});
       for (size_t k = 0; k < targets.size(); ++k) {
         if (targets[k] != l) continue;
-        out.push_back({"deepstack_add." + std::to_string(k),
-                       "f32[K,Nv<=Nmax=" + std::to_string(b.nmax) + ",H][" + std::to_string(k) +
-                           "] += into rows visual_positions[Nv] after layer " + std::to_string(l),
-                       [H, l](EntryRun& r) {
-                         DeepStackHook hook(*r.deepstack, H);
-                         hook.AfterLayer(l, r.x.data(), static_cast<int64_t>(r.rows.size()));
-                       }});
+        out.push_back(DeepStackAdd(k, l, segmented));
       }
       if (capture) {
         out.push_back({"capture_hidden." + std::to_string(l), "f32[S,H]",
@@ -92,6 +135,38 @@ struct Builder {
                          r.observer->AfterLayer(l, r.x.data(), static_cast<int64_t>(r.rows.size()));
                      }});
     }
+  }
+
+  // step.main's head: final norm and LM head over the rows its segments ask logits for.
+  Stage SegmentHead() const {
+    const Qwen3Model* m = &model;
+    return {"final_norm_lm_head",
+            "f32[M,H] rows with logits (a decode run's every row, a chunk's last row when it ends "
+            "its prompt) -> f32[R,V]",
+            [m](EntryRun& r) {
+              const int64_t H = m->config().hidden;
+              std::vector<int64_t> picked;
+              int64_t row = 0;
+              for (const EntrySegment& seg : r.segments) {
+                if (seg.logits == EntrySegment::Logits::kAll) {
+                  for (int64_t i = 0; i < seg.rows; ++i) picked.push_back(row + i);
+                } else if (seg.logits == EntrySegment::Logits::kLast) {
+                  picked.push_back(row + seg.rows - 1);
+                }
+                row += seg.rows;
+              }
+              const int64_t n = static_cast<int64_t>(picked.size());
+              r.logits.clear();
+              if (n == 0) return;
+              std::vector<float> gathered(static_cast<size_t>(n * H)), h(gathered.size());
+              for (int64_t i = 0; i < n; ++i) {
+                std::copy_n(r.x.data() + picked[static_cast<size_t>(i)] * H, H,
+                            gathered.data() + i * H);
+              }
+              m->FinalNorm(gathered.data(), n, h.data());
+              r.logits.assign(static_cast<size_t>(n * m->config().vocab), 0.0f);
+              m->Logits(h.data(), n, r.logits.data());
+            }};
   }
 
   // Final norm and LM head over the last row, or every row of the pass.
@@ -166,6 +241,24 @@ EntrySet EntrySet::Build(const Qwen3Model& model, const StaticBounds& bounds) {
                              {"kv", "row cache_len appended per row"}},
         std::move(st));
   }
+  {
+    std::vector<Stage> st{b.GatherSegments()};
+    b.Layers(st, "M", c.deepstack.has_value(), false, true);
+    st.push_back(b.SegmentHead());
+    set.entries_.emplace_back(
+        std::string(kEntryStep),
+        std::vector<ArgSpec>{
+            {"segments",
+             "[P] consecutive rows of one sequence each: a prefill chunk (i32[n] "
+             "tokens or f32[n,H=" +
+                 Hs +
+                 "] embeddings, its DeepStack slice) or a "
+                 "decode run (i32[n] tokens)"},
+            {"rows", "[M] cache, physical index (write index, causal mask), coordinate"}},
+        std::vector<ArgSpec>{{"logits", "f32[R,V=" + std::to_string(c.vocab) + "]"},
+                             {"kv", "each row's K/V written at its index"}},
+        std::move(st));
+  }
   if (c.deepstack) {
     const std::string K = std::to_string(c.deepstack->target_layers.size());
     std::vector<ArgSpec> ds_in = emb_in;
@@ -183,6 +276,19 @@ EntrySet EntrySet::Build(const Qwen3Model& model, const StaticBounds& bounds) {
     }
   }
   return set;
+}
+
+Status RunEntryGuarded(const Entry& entry, EntryRun& run, const char* pass) {
+  try {
+    entry.Run(run);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(std::string(pass) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(std::string(pass) + " failed: " + e.what());
+  } catch (...) {
+    return Internal(std::string(pass) + " failed");
+  }
+  return Status::Ok();
 }
 
 const Entry* EntrySet::Find(std::string_view name) const {

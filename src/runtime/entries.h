@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "model/qwen3_model.h"
 #include "runtime/deepstack.h"
 #include "runtime/positions.h"
@@ -24,6 +25,9 @@ inline constexpr std::string_view kEntryPrefillDeepStack = "prefill_embeddings_d
 inline constexpr std::string_view kEntryDecode = "decode_step.main";
 inline constexpr std::string_view kEntryDiagnostics =
     "prefill_embeddings_deepstack_diagnostics.main";
+// The serving engine's step (docs/contracts.md §4): the prefill chunks and the decode rows of one
+// engine step in one ragged pass, so each weight is read once per step.
+inline constexpr std::string_view kEntryStep = "step.main";
 
 // Static bounds chosen at load: context capacity C, batch slots B, DeepStack Nmax (0 if none).
 struct StaticBounds {
@@ -32,11 +36,23 @@ struct StaticBounds {
   int nmax = 0;
 };
 
+// step.main's input: consecutive rows of the pass that belong to one sequence and take the same
+// kind of input (a prefill chunk, or a decode run).
+struct EntrySegment {
+  enum class Logits { kNone, kLast, kAll };
+  int64_t rows = 0;
+  std::span<const int32_t> tokens;              // [rows] token input, or
+  std::span<const float> embeddings;            // [rows, H] embedding input
+  const DeepStackPayload* deepstack = nullptr;  // positions relative to the segment's first row
+  Logits logits = Logits::kNone;                // which of its rows get logits
+};
+
 // The state one entry call works on. The caller validates the inputs and prepares `rows`
 // (one per sequence row of the pass) before Run; stages cannot fail.
 struct EntryRun {
-  std::span<const int32_t> tokens;    // prefill.main: [S]; decode_step.main: [B]
-  std::span<const float> embeddings;  // embeddings entries: [S, H]
+  std::span<const int32_t> tokens;     // prefill.main: [S]; decode_step.main: [B]
+  std::span<const float> embeddings;   // embeddings entries: [S, H]
+  std::vector<EntrySegment> segments;  // step.main: [P], in row order, covering the M rows
   const DeepStackPayload* deepstack = nullptr;
   std::vector<ForwardRow> rows;  // [M]
   bool all_logits = false;       // prefill: logits for every row (forward --all-logits)
@@ -45,8 +61,9 @@ struct EntryRun {
   // (LayerHook::OnRouting, from inside the layer stage).
   LayerHook* observer = nullptr;
 
-  std::vector<float> x;                           // [M, H] residual stream
-  std::vector<float> logits;                      // [V], [S, V] (all_logits) or [B, V] (decode)
+  std::vector<float> x;  // [M, H] residual stream
+  // [V], [S, V] (all_logits), [B, V] (decode), or step.main's rows with logits in row order
+  std::vector<float> logits;
   std::vector<std::vector<float>> hidden_states;  // diagnostics: [L] × [S, H], post-hook
 };
 
@@ -81,6 +98,10 @@ class Entry {
   std::vector<ArgSpec> inputs_, outputs_;
   std::vector<Stage> stages_;
 };
+
+// Runs an entry, turning anything it throws (out of memory, a worker's exception carried back by
+// the thread pool) into a status that names `pass`.
+Status RunEntryGuarded(const Entry& entry, EntryRun& run, const char* pass);
 
 // The entries of one loaded model. Immutable; Run may be called from several threads on
 // disjoint caches.

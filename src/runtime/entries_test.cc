@@ -61,6 +61,12 @@ TEST(EntriesTest, DeclaringDeepStackLeavesOtherManifestsByteIdentical) {
   // No prefill entry mentions DeepStack, and no dense [L,S,H] argument exists anywhere.
   EXPECT_EQ(ds->entries().Find(kEntryPrefill)->Manifest().find("deepstack"), std::string::npos);
   EXPECT_EQ(m.find("[L,S,H]"), std::string::npos);
+  // The serving step exists in both; it adds each segment's DeepStack only when declared.
+  ASSERT_NE(plain->entries().Find(kEntryStep), nullptr);
+  EXPECT_EQ(plain->entries().Find(kEntryStep)->Manifest().find("deepstack"), std::string::npos);
+  const std::string step = ds->entries().Find(kEntryStep)->Manifest();
+  EXPECT_NE(step.find("deepstack_add.1"), std::string::npos) << step;
+  EXPECT_NE(step.find("per segment into its rows"), std::string::npos) << step;
 }
 
 TEST(EntriesTest, IdentityTracksDeepStackNmaxAndWeights) {

@@ -10,21 +10,6 @@ namespace vls {
 
 namespace {
 
-// Runs an entry, turning anything it throws (out of memory, a worker's exception carried back by
-// the thread pool) into a status that names the pass.
-Status RunEntry(const Entry& entry, EntryRun& run, const char* pass) {
-  try {
-    entry.Run(run);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted(std::string(pass) + ": out of memory");
-  } catch (const std::exception& e) {
-    return Internal(std::string(pass) + " failed: " + e.what());
-  } catch (...) {
-    return Internal(std::string(pass) + " failed");
-  }
-  return Status::Ok();
-}
-
 std::unique_ptr<KvCache> NewCacheOrThrow(const LoadedModel& model) {
   StatusOr<std::unique_ptr<KvCache>> cache = model.model().NewCache(model.bounds().capacity);
   if (!cache.ok()) throw std::bad_alloc();
@@ -80,7 +65,7 @@ Status Session::RunRange(const Entry& entry, EntryRun& run, const PromptView& pr
   length_ = 0;
   rope_delta_ = 0;
   valid_rows_ = begin;
-  VLS_RETURN_IF_ERROR(RunEntry(entry, run, "prefill"));
+  VLS_RETURN_IF_ERROR(RunEntryGuarded(entry, run, "prefill"));
   valid_rows_ = end;
   if (end == prompt.length()) {
     // Nothing can fail past validation: commit the new sequence state.
@@ -91,8 +76,7 @@ Status Session::RunRange(const Entry& entry, EntryRun& run, const PromptView& pr
   return Status::Ok();
 }
 
-Status Session::PrefillRange(const PromptView& prompt, int64_t begin, int64_t end, bool want_logits,
-                             std::vector<float>* logits) {
+Status Session::CheckChunk(const PromptView& prompt, int64_t begin, int64_t end) const {
   const int64_t S = prompt.length();
   if (begin < 0 || begin >= end || end > S) {
     return InvalidArgument("prefill: chunk [" + std::to_string(begin) + "," + std::to_string(end) +
@@ -103,28 +87,41 @@ Status Session::PrefillRange(const PromptView& prompt, int64_t begin, int64_t en
     return FailedPrecondition("prefill: chunk starts at row " + std::to_string(begin) +
                               " but the cache holds only " + std::to_string(valid_rows_) + " rows");
   }
+  return Status::Ok();
+}
+
+std::string_view Session::ChunkInputs(const PromptView& prompt, int64_t begin, int64_t end,
+                                      int64_t H, EntrySegment* seg,
+                                      std::optional<DeepStackPayload>* slice) {
   const int64_t n = end - begin;
-  const int64_t H = lm_.config().hidden;
+  seg->rows = n;
+  if (prompt.embeddings.empty()) {
+    seg->tokens = prompt.tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(n));
+    return kEntryPrefill;
+  }
+  seg->embeddings =
+      prompt.embeddings.subspan(static_cast<size_t>(begin * H), static_cast<size_t>(n * H));
+  if (prompt.deepstack == nullptr) return kEntryPrefillEmbeddings;
+  if (begin == 0 && end == prompt.length()) {
+    seg->deepstack = prompt.deepstack;
+  } else {
+    *slice = prompt.deepstack->Slice(begin, end);
+    seg->deepstack = &**slice;
+  }
+  return kEntryPrefillDeepStack;
+}
+
+Status Session::PrefillRange(const PromptView& prompt, int64_t begin, int64_t end, bool want_logits,
+                             std::vector<float>* logits) {
+  VLS_RETURN_IF_ERROR(CheckChunk(prompt, begin, end));
+  EntrySegment seg;
+  std::optional<DeepStackPayload> slice;
+  const std::string_view name = ChunkInputs(prompt, begin, end, lm_.config().hidden, &seg, &slice);
   EntryRun run;
   run.skip_logits = !want_logits;
-  std::string_view name = kEntryPrefill;
-  std::optional<DeepStackPayload> slice;
-  if (prompt.embeddings.empty()) {
-    run.tokens = prompt.tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(n));
-  } else {
-    run.embeddings =
-        prompt.embeddings.subspan(static_cast<size_t>(begin * H), static_cast<size_t>(n * H));
-    name = kEntryPrefillEmbeddings;
-    if (prompt.deepstack != nullptr) {
-      name = kEntryPrefillDeepStack;
-      if (begin == 0 && end == S) {
-        run.deepstack = prompt.deepstack;
-      } else {
-        slice = prompt.deepstack->Slice(begin, end);
-        run.deepstack = &*slice;
-      }
-    }
-  }
+  run.tokens = seg.tokens;
+  run.embeddings = seg.embeddings;
+  run.deepstack = seg.deepstack;
   std::vector<float> out;
   VLS_RETURN_IF_ERROR(
       RunRange(*lm_.entries().Find(name), run, prompt, begin, end, false, nullptr, &out));
@@ -214,9 +211,10 @@ Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const 
   return DecodeRuns(sessions, tokens, ones, logits);
 }
 
-Status Session::DecodeRuns(std::span<Session* const> sessions, std::span<const int32_t> tokens,
-                           std::span<const int32_t> counts, std::vector<float>* logits) {
-  if (sessions.empty() || sessions.size() != counts.size()) {
+Status Session::AppendDecodeRows(const LoadedModel& lm, std::span<Session* const> sessions,
+                                 std::span<const int32_t> tokens, std::span<const int32_t> counts,
+                                 std::span<Session* const> others, std::vector<ForwardRow>* rows) {
+  if (sessions.size() != counts.size()) {
     return InvalidArgument("decode: " + std::to_string(sessions.size()) + " sessions but " +
                            std::to_string(counts.size()) + " runs");
   }
@@ -229,15 +227,15 @@ Status Session::DecodeRuns(std::span<Session* const> sessions, std::span<const i
     return InvalidArgument("decode: runs of " + std::to_string(total) + " tokens but " +
                            std::to_string(tokens.size()) + " tokens");
   }
-  const LoadedModel& lm = sessions[0]->lm_;
-  EntryRun run;
-  run.tokens = tokens;
-  run.rows.reserve(total);
+  size_t first = 0;
   for (size_t b = 0; b < sessions.size(); ++b) {
     Session& s = *sessions[b];
     if (&s.lm_ != &lm) return InvalidArgument("decode: sessions belong to different models");
     for (size_t c = 0; c < b; ++c) {
       if (sessions[c] == sessions[b]) return InvalidArgument("decode: a session appears twice");
+    }
+    for (const Session* o : others) {
+      if (o == sessions[b]) return InvalidArgument("decode: a session appears twice");
     }
     if (s.length_ == 0) return FailedPrecondition("decode: no prefill has run on this session");
     const int32_t n = counts[b];
@@ -245,17 +243,28 @@ Status Session::DecodeRuns(std::span<Session* const> sessions, std::span<const i
       return OutOfRange("decode: the sequence is at its context capacity " +
                         std::to_string(s.capacity_));
     }
-    const size_t first = run.rows.size();
     VLS_RETURN_IF_ERROR(ValidateTokenIds(tokens.subspan(first, static_cast<size_t>(n)),
                                          lm.config().vocab, "decode token"));
     for (int32_t j = 0; j < n; ++j) {
       VLS_ASSIGN_OR_RETURN(RopeCoord coord, DecodeCoordinate(s.length_ + j, s.rope_delta_));
-      run.rows.push_back(ForwardRow{s.cache_.get(), s.length_ + j, coord});
+      rows->push_back(ForwardRow{s.cache_.get(), s.length_ + j, coord});
     }
+    first += static_cast<size_t>(n);
   }
+  return Status::Ok();
+}
+
+Status Session::DecodeRuns(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                           std::span<const int32_t> counts, std::vector<float>* logits) {
+  if (sessions.empty()) return InvalidArgument("decode: no sessions");
+  const LoadedModel& lm = sessions[0]->lm_;
+  EntryRun run;
+  run.tokens = tokens;
+  run.rows.reserve(tokens.size());
+  VLS_RETURN_IF_ERROR(AppendDecodeRows(lm, sessions, tokens, counts, {}, &run.rows));
   // A throw leaves every session as it was: only rows from length() on of each cache were
   // being written, and no length moves.
-  VLS_RETURN_IF_ERROR(RunEntry(*lm.entries().Find(kEntryDecode), run, "decode"));
+  VLS_RETURN_IF_ERROR(RunEntryGuarded(*lm.entries().Find(kEntryDecode), run, "decode"));
   for (size_t b = 0; b < sessions.size(); ++b) {
     Session& s = *sessions[b];
     s.length_ += counts[b];

@@ -7,11 +7,14 @@
 #define VLSTACK_RUNTIME_SESSION_H_
 
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "runtime/deepstack.h"
+#include "runtime/entries.h"
 #include "runtime/loaded_model.h"
 #include "runtime/positions.h"
 #include "runtime/request.h"
@@ -23,6 +26,17 @@ struct PrefillOptions {
   LayerHook* observer = nullptr;  // sees every layer's output (tooling); not owned
   // DeepStack prefill only: run the diagnostics entry and return every post-hook hidden state.
   std::vector<std::vector<float>>* hidden_states = nullptr;
+};
+
+class Session;
+
+// A prefill chunk of a combined step (Session::RunStep): rows [begin, end) of `prompt` into
+// `session`, as PrefillRange would run them.
+struct StepPrefill {
+  Session* session = nullptr;
+  const PromptView* prompt = nullptr;
+  int64_t begin = 0, end = 0;
+  bool want_logits = false;  // the chunk's last row's logits (the chunk that ends the prompt)
 };
 
 // Thread safety: one thread at a time per session; the model may be shared.
@@ -82,6 +96,16 @@ class Session {
   static Status DecodeRuns(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                            std::span<const int32_t> counts, std::vector<float>* logits);
 
+  // One engine step in one ragged pass (step.main): the prefill chunks `prefills` and the decode
+  // runs (DecodeRuns' arguments) of distinct sessions of one model, so each weight is read once.
+  // Each part changes its session as PrefillRange or DecodeRuns would, and gives the same
+  // logits: [R, V], the last row of each prefill with want_logits in order, then every decode
+  // row. Every part is validated before any runs; on error no decode session changes and each
+  // prefill session keeps only the rows before its chunk.
+  static Status RunStep(std::span<const StepPrefill> prefills, std::span<Session* const> decodes,
+                        std::span<const int32_t> tokens, std::span<const int32_t> counts,
+                        std::vector<float>* logits);
+
   // Committed sequence length (0 while no prefill has completed); decode appends at it.
   int length() const { return length_; }
   // Cache rows [0, valid_rows()) hold K/V of the current or last sequence (after a failed or
@@ -108,6 +132,18 @@ class Session {
                   int64_t end, bool all_logits, LayerHook* observer, std::vector<float>* logits);
   Status PrefillWhole(const PromptView& prompt, const PrefillOptions& opts,
                       std::vector<float>* logits);
+  // Whether [begin, end) is a chunk of `prompt` this session can run next.
+  Status CheckChunk(const PromptView& prompt, int64_t begin, int64_t end) const;
+  // The inputs of rows [begin, end) of `prompt` into `seg` (`slice` holds a cut DeepStack
+  // payload); returns the prefill entry that takes them.
+  static std::string_view ChunkInputs(const PromptView& prompt, int64_t begin, int64_t end,
+                                      int64_t H, EntrySegment* seg,
+                                      std::optional<DeepStackPayload>* slice);
+  // Validates decode runs (DecodeRuns' arguments; no session may also be in `others`) and
+  // appends their rows.
+  static Status AppendDecodeRows(const LoadedModel& lm, std::span<Session* const> sessions,
+                                 std::span<const int32_t> tokens, std::span<const int32_t> counts,
+                                 std::span<Session* const> others, std::vector<ForwardRow>* rows);
   Session(const LoadedModel& model, std::unique_ptr<KvCache> cache);
 
   const LoadedModel& lm_;

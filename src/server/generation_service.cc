@@ -214,6 +214,9 @@ ServiceLoad GenerationService::load() const {
   l.verify_passes = static_cast<int64_t>(c.verify_passes);
   l.draft_tokens = static_cast<int64_t>(c.draft_tokens);
   l.accepted_draft_tokens = static_cast<int64_t>(c.accepted_draft_tokens);
+  l.steps = static_cast<int64_t>(c.steps);
+  l.prefill_chunks = static_cast<int64_t>(c.prefill_chunks);
+  l.mixed_passes = static_cast<int64_t>(c.mixed_passes);
   std::lock_guard<std::mutex> lock(mu_);
   l.in_flight = static_cast<int64_t>(live_.size());
   l.reserved = static_cast<int64_t>(reserved_);

@@ -106,6 +106,8 @@ struct ServiceLoad {
   int64_t reserved = 0;   // queue tickets held by requests being prepared
   // Speculative decoding so far (EngineCounters): verify passes, drafted and accepted tokens.
   int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
+  // Engine steps, prefill chunks, and the steps whose pass carried both chunks and decode rows.
+  int64_t steps = 0, prefill_chunks = 0, mixed_passes = 0;
 };
 
 class GenerationService {

@@ -612,6 +612,9 @@ GaugeValues HttpServer::Impl::Gauges() const {
     g.verify_passes = l.verify_passes;
     g.draft_tokens = l.draft_tokens;
     g.accepted_draft_tokens = l.accepted_draft_tokens;
+    g.engine_steps = l.steps;
+    g.prefill_chunks = l.prefill_chunks;
+    g.mixed_passes = l.mixed_passes;
     if (images != nullptr) {
       const ImageEncoder::Stats st = images->stats();
       g.videos = static_cast<int64_t>(st.videos);

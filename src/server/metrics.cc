@@ -220,6 +220,11 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
                 g.draft_tokens, &out);
   AppendCounter("vlstack_speculative_accepted_tokens_total",
                 "Drafted tokens accepted (emitted as drafted).", g.accepted_draft_tokens, &out);
+  AppendCounter("vlstack_engine_steps_total", "Engine steps run.", g.engine_steps, &out);
+  AppendCounter("vlstack_prefill_chunks_total", "Prompt chunks prefilled.", g.prefill_chunks, &out);
+  AppendCounter("vlstack_mixed_passes_total",
+                "Engine steps whose one forward pass carried prompt chunks and decode rows.",
+                g.mixed_passes, &out);
   AppendCounter("vlstack_videos_total", "Videos encoded (not served from the encoder cache).",
                 g.videos, &out);
   AppendCounter("vlstack_video_frames_total", "Frames decoded from the videos encoded.",

@@ -7,6 +7,9 @@
 //   vlstack_generation_tokens_total              counter: tokens generated
 //   vlstack_speculative_verify_passes_total, vlstack_speculative_draft_tokens_total,
 //   vlstack_speculative_accepted_tokens_total    counters: speculative decoding, from the engine
+//   vlstack_engine_steps_total, vlstack_prefill_chunks_total,
+//   vlstack_mixed_passes_total                   counters: engine steps, prompt chunks, and the
+//                                                steps whose one pass carried prefill and decode
 //   vlstack_videos_total, vlstack_video_frames_total    counters: videos encoded (encoder cache
 //                                                misses) and their decoded frames
 //   vlstack_video_decode_seconds_total, vlstack_video_preprocess_seconds_total,
@@ -80,6 +83,9 @@ struct GaugeValues {
   int64_t queue_depth = 0, slots_busy = 0, slots_total = 0, requests_in_flight = 0;
   int64_t draining = 0;  // 1 while SIGTERM drains the requests in flight
   int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
+  // The engine's steps, prefill chunks, and steps whose one pass carried both prefill chunks and
+  // decode rows (EngineCounters), monotone.
+  int64_t engine_steps = 0, prefill_chunks = 0, mixed_passes = 0;
   // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
   int64_t videos = 0, video_frames = 0;
   double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;

@@ -188,6 +188,9 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   g.verify_passes = 7;
   g.draft_tokens = 40;
   g.accepted_draft_tokens = 31;
+  g.engine_steps = 90;
+  g.prefill_chunks = 12;
+  g.mixed_passes = 5;
   g.videos = 2;
   g.video_frames = 24;
   g.video_decode_seconds = 0.5;
@@ -200,6 +203,9 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   EXPECT_EQ(SampleValue(text, "vlstack_video_preprocess_seconds_total"), "0.25");
   EXPECT_EQ(SampleValue(text, "vlstack_video_encode_seconds_total"), "1.75");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_verify_passes_total"), "7");
+  EXPECT_EQ(SampleValue(text, "vlstack_engine_steps_total"), "90");
+  EXPECT_EQ(SampleValue(text, "vlstack_prefill_chunks_total"), "12");
+  EXPECT_EQ(SampleValue(text, "vlstack_mixed_passes_total"), "5");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_draft_tokens_total"), "40");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_accepted_tokens_total"), "31");
   EXPECT_EQ(SampleValue(text, "vlstack_queue_depth"), "3");
