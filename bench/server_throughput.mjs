@@ -4,6 +4,8 @@
 // usage: node bench/server_throughput.mjs --url http://HOST:PORT [--slots 8]
 //          [--prompt-tokens 128] [--gen-tokens 128] [--reps 3] [--warmup 1] [--vocab 151936]
 //          [--seed 1] [--json-schema FILE] [--temperature T]
+//          [--scenario conversations [--conversations 32] [--turns 4] [--system-tokens 1000]
+//           [--user-tokens 32]]
 //
 // After `--warmup` unmeasured repetitions (first-touch of the KV cache and scratch), each
 // repetition sends `--slots` streamed /v1/completions requests at once, each a prompt of
@@ -14,6 +16,15 @@
 // every slot busy), counted from the usage of each stream and the chunks that arrived before the
 // decode phase. Also time to first token and inter-token gaps (client side, p50/p99). Prints
 // one JSON object.
+//
+// With `--scenario conversations`: `--conversations` (32) chats of `--turns` (4) turns each, all
+// starting with the same `--system-tokens` (1000) token system prompt, run by `--slots` clients
+// at once (each takes the next chat when its chat ends). A turn's prompt is the chat so far: the
+// system prompt, then per earlier turn its `--user-tokens` (32) user tokens and `--gen-tokens`
+// reply tokens, then this turn's user tokens. The reply tokens of the history are ids the client
+// draws (the servers return text, not ids), so a server reuses the system prompt and the earlier
+// prompts from its cache and recomputes the earlier replies' rows, both servers alike. Reports
+// generated tokens/s over the whole run, and time to first token and inter-token gaps (p50/p99).
 //
 // With `--json-schema FILE` every request carries the schema as the `json_schema` extra field
 // (vlstack and llama-server both take it on /v1/completions), sampled at `--temperature`
@@ -90,6 +101,48 @@ const pct = (xs, p) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 const median = (xs) => pct(xs, 50);
+
+if (a.scenario === 'conversations') {
+  const CONVS = Number(a.conversations ?? 32), TURNS = Number(a.turns ?? 4);
+  const SYSTEM = Number(a['system-tokens'] ?? 1000), USER = Number(a['user-tokens'] ?? 32);
+  const tokens = (n) => Array.from({ length: n }, () => Math.floor(random() * Math.min(VOCAB, 150000)));
+  const system = tokens(SYSTEM);
+  const runAll = async () => {
+    const ttfts = [], itl = [];
+    let generated = 0, next = 0;
+    const t0 = performance.now();
+    const client = async () => {
+      while (next < CONVS) {
+        next++;
+        let history = [...system];
+        for (let t = 0; t < TURNS; t++) {
+          const prompt = [...history, ...tokens(USER)];
+          const start = performance.now();
+          const r = await one(prompt, start);
+          ttfts.push(r.times[0]);
+          for (let i = 1; i < r.times.length; i++) itl.push(r.times[i] - r.times[i - 1]);
+          generated += r.tokens;
+          history = [...prompt, ...tokens(GEN)];
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: SLOTS }, client));
+    return { seconds: (performance.now() - t0) / 1e3, generated, ttfts, itl };
+  };
+  for (let w = 0; w < WARMUP; w++) {  // a short warm-up: one turn per client, another system prompt
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: SLOTS }, () => one(tokens(SYSTEM + USER), t0)));
+  }
+  const r = await runAll();
+  console.log(JSON.stringify({
+    scenario: 'conversations', clients: SLOTS, conversations: CONVS, turns: TURNS,
+    system_tokens: SYSTEM, user_tokens: USER, gen_tokens: GEN, seconds: r.seconds,
+    generation_tokens_per_s: r.generated / r.seconds,
+    time_to_first_token_ms: { p50: pct(r.ttfts, 50), p99: pct(r.ttfts, 99) },
+    inter_token_ms: { p50: pct(r.itl, 50), p99: pct(r.itl, 99) },
+  }));
+  process.exit(0);
+}
 
 const promptTps = [], genTps = [], ttft = [], gaps = [];
 for (let w = 0; w < WARMUP; w++) {

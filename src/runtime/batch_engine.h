@@ -109,7 +109,9 @@ struct EngineOptions {
   // speculate from a model.
   const LoadedModel* draft_model = nullptr;
   // Tests only: called with "admit", "prefill" or "sample" and the request id at those points
-  // of a step; whatever it throws is treated as that request's failure (fault injection).
+  // of a step; whatever it throws is treated as that request's failure (fault injection). Also
+  // "step" with the id of each request whose chunk joins the step's pass, just before it runs:
+  // a throw there fails the pass, whose parts then run again in passes of their own.
   std::function<void(std::string_view point, uint64_t request_id)> fault_hook_for_testing = nullptr;
 };
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <new>
 #include <random>
 #include <thread>
 
@@ -137,6 +138,45 @@ TEST(ChunkedPrefillTest, ThePromptOfAnIdleEngineGoesInOnePassAndBesideAStreamInC
   EXPECT_EQ(e.counters().mixed_passes, 8u);
   EXPECT_EQ(got[ia], GreedyAlone(*lm, a));
   EXPECT_EQ(got[ib], GreedyAlone(*lm, b));
+}
+
+// A step's pass that fails runs its parts again in passes of their own: nobody's request fails
+// for it, and every stream is the one it gets alone.
+TEST(ChunkedPrefillTest, AFailedPassRunsItsPartsAlone) {
+  auto lm = LoadModel("failed_pass", 2, 64);
+  ASSERT_TRUE(lm);
+  const GenerationRequest a = Text({5, 6, 7, 8, 9}, 1, 12),
+                          b = Text({3, 1, 4, 1, 5, 9, 2, 6}, 2, 4);
+  int failures = 0;
+  EngineOptions o;
+  o.prefill_chunk = 3;
+  o.prefix_reuse = false;
+  o.fault_hook_for_testing = [&](std::string_view point, uint64_t id) {
+    if (point == "step" && id == 2 && failures < 2) {
+      ++failures;
+      throw std::bad_alloc();
+    }
+  };
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, FinishReason> finish;
+  BatchEngine e(
+      *lm,
+      [&](const TokenEvent& ev) {
+        if (ev.token >= 0) got[ev.request_id].push_back(ev.token);
+        if (ev.finish != FinishReason::kNone) finish[ev.request_id] = ev.finish;
+        return true;
+      },
+      o);
+  const uint64_t ia = e.Submit(a).value();
+  e.Step();
+  const uint64_t ib = e.Submit(b).value();
+  e.RunUntilIdle();
+  EXPECT_EQ(failures, 2);
+  EXPECT_EQ(finish[ia], FinishReason::kLength);
+  EXPECT_EQ(finish[ib], FinishReason::kLength);
+  EXPECT_EQ(got[ia], GreedyAlone(*lm, a));
+  EXPECT_EQ(got[ib], GreedyAlone(*lm, b));
+  EXPECT_EQ(e.counters().mixed_passes, 1u);  // b's third chunk; its first two ran alone
 }
 
 // The DeepStack features matter for these requests, so a chunk that dropped or doubled them

@@ -135,10 +135,15 @@ void BatchEngine::RunPass(StepResult* out) {
   } joiner{&mask_worker};
   std::vector<float> logits;
   Status st = Status::Ok();
-  if (!parts.empty()) {
-    st = Session::RunStep(parts, plan.sessions, plan.tokens, plan.counts, &logits);
-  } else if (!plan.rows.empty()) {
-    st = Session::DecodeRuns(plan.sessions, plan.tokens, plan.counts, &logits);
+  try {
+    for (const Slot* s : chunked) Fault("step", s->id);
+    if (!parts.empty()) {
+      st = Session::RunStep(parts, plan.sessions, plan.tokens, plan.counts, &logits);
+    } else if (!plan.rows.empty()) {
+      st = Session::DecodeRuns(plan.sessions, plan.tokens, plan.counts, &logits);
+    }
+  } catch (...) {  // out of memory gathering the pass's rows: the parts run alone below
+    st = Internal(ErrorOf("step", std::current_exception()));
   }
   JoinMasks(&mask_worker, masked);
   if (!st.ok()) {
