@@ -8,6 +8,7 @@
 #      --prefill-chunk 0, the unchunked prefill, for the adaptive chunk budget's check).
 #
 #   LLAMA=DIR [SHAPE=qwen3-0.6b] [THREADS=2] [SLOTS=8] [PRECISION=bf16] [SCENARIOS="a b c"]
+#   [CONVERSATIONS=32]
 #   bash bench/anchors/serve.sh VLSTACK_BUILD_DIR [WORK]
 #
 # LLAMA is a llama.cpp tree built with its server (bench/anchors/build_anchor.sh with SERVER=1).
@@ -69,7 +70,8 @@ start_llama() {
 run_scenario() {  # server label scenario
   local r
   case $3 in
-    a) r=$("${client[@]}" --scenario conversations --slots "$slots" --gen-tokens 64) ;;
+    a) r=$("${client[@]}" --scenario conversations --conversations "${CONVERSATIONS:-32}" \
+         --slots "$slots" --gen-tokens 64) ;;
     b) r=$("${client[@]}" --slots "$slots" --prompt-tokens 128 --gen-tokens 128 --reps 3) ;;
     c) r=$("${client[@]}" --slots 1 --prompt-tokens 2000 --gen-tokens 8 --reps 3) ;;
   esac

@@ -78,9 +78,9 @@ CommandSpec BatchSpec() {
       "  --slots B            batch slots (default 4)\n"
       "  --capacity C         per-slot context in tokens (default: the largest prompt plus its\n"
       "                       max_new_tokens, at least the config's DeepStack Nmax)\n"
-      "  --prefill-chunk N    prompt rows per engine step while other slots decode, in the same\n"
-      "                       pass as their decode rows; 0 for whole prompts (default 64; with\n"
-      "                       nothing decoding a prompt goes in one pass)\n"
+      "  --prefill-chunk N    prompt rows per prefilling slot and step while others decode,\n"
+      "                       in the same pass as their decode rows; 0 for whole prompts\n"
+      "                       (default 64; with nothing decoding a prompt goes in one pass)\n"
       "  --no-prefix-reuse    never admit a request onto a slot's kept prefix (default: reuse)\n" +
       SpeculativeFlagsHelp() + LoadFlagsHelp("f32") + "  --help               this text\n";
   spec.value_flags = {"model", "requests", "slots", "capacity", "prefill-chunk"};

@@ -71,7 +71,7 @@ constexpr const char* kHelpHead =
     "                       reply ends where the grammar must end, and --max-tokens cuts it as\n"
     "                       a valid prefix)\n"
     "  --capacity C         context capacity in tokens (default 4096)\n"
-    "  --prefill-chunk N    most prompt tokens per engine step while other streams decode\n"
+    "  --prefill-chunk N    prompt tokens per step and prompt while other streams decode\n"
     "                       (default 64; 0: the whole prompt at once; alone, a prompt goes\n"
     "                       in one pass)\n";
 constexpr const char* kHelpTail =

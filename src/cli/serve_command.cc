@@ -68,7 +68,7 @@ constexpr const char* kHelp =
     "                         they finish /health/ready answers 503 \"draining\"\n"
     "  --overload-status N    a full queue's answer, with Retry-After: 429 (default) or 503\n"
     "                         (behind a load balancer that retries another replica on 503)\n"
-    "  --prefill-chunk N      most prompt tokens per engine step while other streams decode,\n"
+    "  --prefill-chunk N      prompt tokens per step and prompt while other streams decode,\n"
     "                         in the same pass as their decode rows (default 64; with nothing\n"
     "                         decoding a prompt goes in one pass)\n"
     "  --http-threads N       requests computed at once, a thread each, started as needed\n"

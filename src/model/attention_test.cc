@@ -445,5 +445,50 @@ TEST(KvCacheTest, KeyTilesStorePairsOfSixteenKeysAndReadBackAsRows) {
   EXPECT_EQ(ha, hb);
 }
 
+// KvCache::CopyPrefixFrom (prefix reuse across slots): the copied rows read back as the
+// source's in every layout (f32, BF16, BF16 key tiles with a partial last tile); the rows after
+// them keep the destination's; a cache of another layout is refused.
+TEST(KvCacheTest, CopyPrefixFromCopiesExactlyTheRows) {
+  struct Layout {
+    KvDType dtype;
+    bool tiles;
+  };
+  for (const Layout& lay : {Layout{KvDType::kF32, false}, Layout{KvDType::kBf16, false},
+                            Layout{KvDType::kBf16, true}}) {
+    const int L = 2, C = 40, nkv = 2, D = 32, rows = 19;
+    KvCache src(L, C, nkv, D, lay.dtype, lay.tiles), dst(L, C, nkv, D, lay.dtype, lay.tiles);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> n;
+    std::vector<float> k(static_cast<size_t>(nkv * D)), v(k.size());
+    for (int l = 0; l < L; ++l) {
+      for (int t = 0; t < C; ++t) {
+        for (float& x : k) x = n(rng);
+        for (float& x : v) x = n(rng);
+        src.WriteRow(l, t, k.data(), v.data());
+        for (float& x : k) x = n(rng);
+        for (float& x : v) x = n(rng);
+        dst.WriteRow(l, t, k.data(), v.data());
+      }
+    }
+    std::vector<float> before_k(static_cast<size_t>(C * nkv * D)), before_v(before_k.size());
+    dst.ReadRows(1, 0, C, before_k.data(), before_v.data());
+    ASSERT_TRUE(dst.CopyPrefixFrom(src, rows));
+    for (int l = 0; l < L; ++l) {
+      std::vector<float> sk(before_k.size()), sv(sk.size()), dk(sk.size()), dv(sk.size());
+      src.ReadRows(l, 0, C, sk.data(), sv.data());
+      dst.ReadRows(l, 0, C, dk.data(), dv.data());
+      const size_t cut = static_cast<size_t>(rows * nkv * D);
+      EXPECT_TRUE(std::equal(sk.begin(), sk.begin() + cut, dk.begin())) << l;
+      EXPECT_TRUE(std::equal(sv.begin(), sv.begin() + cut, dv.begin())) << l;
+      if (l == 1) {  // the values after the copied rows are the destination's own
+        EXPECT_TRUE(std::equal(before_v.begin() + cut, before_v.end(), dv.begin() + cut));
+      }
+    }
+    KvCache other(L, C, nkv, D, lay.dtype == KvDType::kF32 ? KvDType::kBf16 : KvDType::kF32);
+    EXPECT_FALSE(other.CopyPrefixFrom(src, rows));
+    EXPECT_FALSE(dst.CopyPrefixFrom(src, C + 1));
+  }
+}
+
 }  // namespace
 }  // namespace vls

@@ -136,6 +136,27 @@ class KvCache {
       }
     }
   }
+  // Copies rows [0, rows) of every layer and head from `src` (a cache of the same shape, type
+  // and layout); this cache's other rows keep what they held, except that the rest of the last
+  // key tile is src's. False (nothing copied) when the shapes differ or rows is out of range.
+  bool CopyPrefixFrom(const KvCache& src, int rows) {
+    if (src.layers_ != layers_ || src.kv_heads_ != kv_heads_ || src.head_dim_ != head_dim_ ||
+        src.dtype_ != dtype_ || src.key_tiles_ != key_tiles_ || rows < 0 ||
+        rows > std::min(capacity_, src.capacity_)) {
+      return false;
+    }
+    const size_t eb = element_bytes(), D = static_cast<size_t>(head_dim_);
+    const size_t keys = static_cast<size_t>(key_tiles_ ? Padded(rows, true) : rows);
+    for (int l = 0; l < layers_; ++l) {
+      for (int h = 0; h < kv_heads_; ++h) {
+        const size_t dst = HeadOffset(l, h) * eb, from = src.HeadOffset(l, h) * eb;
+        std::memcpy(k_.get() + dst, src.k_.get() + from, keys * D * eb);
+        std::memcpy(v_.get() + dst, src.v_.get() + from, static_cast<size_t>(rows) * D * eb);
+      }
+    }
+    return true;
+  }
+
   // Elements [from, from + n) of one head, widened to f32 into out[n].
   void ReadHead(bool values, int layer, int head, int64_t from, int64_t n, float* out) const {
     if (values) {

@@ -476,10 +476,28 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
       best = s;
     }
   }
+  // Any other slot, running or free, may hold a longer prefix of the prompt (a system prompt or
+  // an image another conversation sent, or this conversation's earlier turn in a slot taken
+  // since): its rows are copied into the chosen slot below instead of being prefilled again.
+  Slot* source = nullptr;
+  size_t source_match = 0;
+  if (options_.prefix_reuse) {
+    for (Slot& o : slots_) {
+      if (&o == best) continue;
+      const size_t valid = std::min(o.kept.size(), static_cast<size_t>(o.session->valid_rows()));
+      const size_t n = std::min(valid, keys.size());
+      size_t match = 0;
+      while (match < n && o.kept[match] == keys[match]) ++match;
+      if (match > source_match) {
+        source = &o;
+        source_match = match;
+      }
+    }
+    if (source_match < best_match + kMinCopiedRows) source = nullptr;
+  }
   Slot& slot = *best;
   const int64_t S = p.request.positions.length;
   // At least the last row is computed: its logits give the first token.
-  const int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
   auto sampler = std::make_unique<Sampler>(p.request.sampling, p.id);
   std::unique_ptr<grammar::GrammarMatcher> matcher;
   std::vector<uint32_t> mask;
@@ -488,6 +506,14 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
     mask.assign(grammar::MaskWords(model_.config().vocab), 0u);
   }
   // Nothing below throws: the slot changes only once everything it needs is allocated.
+  int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
+  if (source != nullptr) {
+    const int64_t rows = std::min<int64_t>(static_cast<int64_t>(source_match), S - 1);
+    if (slot.session->CopyPrefixFrom(*source->session, rows)) {
+      cached = rows;
+      ++copied_prefixes_;
+    }
+  }
   slot.session->Truncate(cached);
   slot.kept = std::move(keys);
   slot.phase = Phase::kPrefill;
@@ -514,9 +540,10 @@ void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
 }
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
-  const uint64_t chunks_before = chunks_, mixed_before = mixed_, verify_before = verify_passes_,
-                 drafted_before = drafted_, accepted_before = accepted_, masks_before = masks_,
-                 mask_ns_before = mask_ns_, mask_wait_before = mask_wait_ns_;
+  const uint64_t chunks_before = chunks_, mixed_before = mixed_, copied_before = copied_prefixes_,
+                 verify_before = verify_passes_, drafted_before = drafted_,
+                 accepted_before = accepted_, masks_before = masks_, mask_ns_before = mask_ns_,
+                 mask_wait_before = mask_wait_ns_;
   try {
     ApplyCancels(out);
     Admit(out);
@@ -539,6 +566,7 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
   ++counters_.steps;
   counters_.prefill_chunks += chunks_ - chunks_before;
   counters_.mixed_passes += mixed_ - mixed_before;
+  counters_.copied_prefixes += copied_prefixes_ - copied_before;
   counters_.verify_passes += verify_passes_ - verify_before;
   counters_.draft_tokens += drafted_ - drafted_before;
   counters_.accepted_draft_tokens += accepted_ - accepted_before;

@@ -11,8 +11,8 @@
 //      evict another's cache for the template tokens they share;
 //   3. choose this step's rows: the decode rows of every slot past its prefill (with drafts, see
 //      below), and prompt chunks over the prefilling slots in admission order within the chunk
-//      budget: `prefill_chunk` rows while any slot decodes, so one long prompt never stalls the
-//      others' decode, else up to a whole prompt of the engine's capacity (a prompt alone is
+//      budget: `prefill_chunk` rows per prefilling slot while any slot decodes, so one long
+//      prompt never stalls the others' decode, else up to a whole prompt of the engine's capacity (a prompt alone is
 //      prefilled in one pass: its time to first token is the unchunked prefill's);
 //   4. run them in ONE ragged forward pass (Session::RunStep, entry step.main), so each weight is
 //      read once per step; a slot whose prompt completes samples its first token (it decodes
@@ -92,7 +92,7 @@ struct TokenEvent {
 };
 
 struct EngineOptions {
-  // Most prompt rows prefilled in one step, over all slots, while any slot decodes (0: whole
+  // Most prompt rows prefilled in one step per prefilling slot while any slot decodes (0: whole
   // prompts at once); with nothing decoding a step takes up to a whole prompt of the capacity. 64
   // keeps the other streams' p99 inter-token latency within 3x the median while a 4,096-token
   // prompt arrives on the 0.6B shape on 2 cores (128 does not; ADR 0012), at about 1.2x the
@@ -122,6 +122,9 @@ struct EngineCounters {
   uint64_t steps = 0, prefill_chunks = 0;
   // Steps whose one pass carried prefill chunks and decode rows together (step.main).
   uint64_t mixed_passes = 0;
+  // Admissions that copied a prompt prefix's KV rows from another slot (prefix reuse across
+  // slots) instead of prefilling them.
+  uint64_t copied_prefixes = 0;
   // Speculative decoding: verify passes (decode rows that carried drafts), tokens drafted, and
   // drafted tokens accepted (emitted as drafted).
   uint64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
@@ -255,9 +258,9 @@ class BatchEngine {
   void PrefillSlots(int64_t budget, StepResult* out) VLS_REQUIRES(step_mu_);
   // The prefilling slots in admission order.
   std::vector<Slot*> PrefillOrder() VLS_REQUIRES(step_mu_);
-  // Most prompt rows of one step's pass: the option's bound while other streams decode, else a
-  // whole prompt of the engine's capacity.
-  int64_t PrefillBudget(bool decoding) const;
+  // Most prompt rows of one step's pass: while other streams decode, the option's bound per
+  // prefilling slot (`prefilling` of them), else a whole prompt of the engine's capacity.
+  int64_t PrefillBudget(bool decoding, int64_t prefilling) const;
   // A step's computation (batch_engine_step.cc): the chunks within PrefillBudget and every
   // decode row in one pass, then sampling.
   void RunPass(StepResult* out) VLS_REQUIRES(step_mu_);
@@ -363,6 +366,9 @@ class BatchEngine {
   uint64_t admit_seq_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t chunks_ VLS_GUARDED_BY(step_mu_) = 0;  // prefill chunks run
   uint64_t mixed_ VLS_GUARDED_BY(step_mu_) = 0;   // passes with chunks and decode rows
+  uint64_t copied_prefixes_ VLS_GUARDED_BY(step_mu_) = 0;
+  // Fewest rows worth copying from another slot beyond what the chosen slot already holds.
+  static constexpr size_t kMinCopiedRows = 16;
   // Speculation so far (EngineCounters' fields of the same names).
   uint64_t verify_passes_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t drafted_ VLS_GUARDED_BY(step_mu_) = 0;

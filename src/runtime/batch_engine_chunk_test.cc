@@ -285,6 +285,49 @@ TEST(PrefixReuseTest, ANewConversationDoesNotEvictAnotherForAFewSharedRows) {
 }
 
 // A different image behind the same pad ids is never reused; the same image is.
+// A prefix another slot holds (running or free) is copied into the slot a request is admitted
+// to instead of being prefilled again: a system prompt shared by conversations.
+TEST(PrefixReuseTest, APrefixAnotherSlotHoldsIsCopied) {
+  auto lm = LoadModel("copy_prefix", 2, 64);
+  ASSERT_TRUE(lm);
+  std::vector<int32_t> system;
+  for (int i = 0; i < 24; ++i) system.push_back(3 + (i * 11) % 60);
+  auto with = [&](std::vector<int32_t> tail) {
+    std::vector<int32_t> ids = system;
+    ids.insert(ids.end(), tail.begin(), tail.end());
+    return ids;
+  };
+  const GenerationRequest a = Text(with({40, 41}), 0, 10), b = Text(with({50, 51, 52}), 0, 4);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, int32_t> cached;
+  EngineOptions o;
+  BatchEngine e(
+      *lm,
+      [&](const TokenEvent& ev) {
+        if (ev.token >= 0) got[ev.request_id].push_back(ev.token);
+        cached[ev.request_id] = ev.cached_tokens;
+        return true;
+      },
+      o);
+  const uint64_t ia = e.Submit(a).value();
+  e.Step();  // a runs in one slot, b goes to the other
+  const uint64_t ib = e.Submit(b).value();
+  e.RunUntilIdle();
+  EXPECT_EQ(cached[ia], 0);
+  EXPECT_EQ(cached[ib], 24);
+  EXPECT_EQ(e.counters().copied_prefixes, 1u);
+  EXPECT_EQ(got[ia], GreedyAlone(*lm, a));
+  EXPECT_EQ(got[ib], GreedyAlone(*lm, b));
+  // Without prefix reuse nothing is copied.
+  o.prefix_reuse = false;
+  BatchEngine plain(*lm, nullptr, o);
+  (void)plain.Submit(a);
+  plain.Step();
+  (void)plain.Submit(b);
+  plain.RunUntilIdle();
+  EXPECT_EQ(plain.counters().copied_prefixes, 0u);
+}
+
 TEST(PrefixReuseTest, ADifferentImageBehindTheSamePadsIsNotReused) {
   auto lm = LoadModel("reuse_image", 1, 64);
   ASSERT_TRUE(lm);

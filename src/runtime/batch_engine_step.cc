@@ -11,14 +11,16 @@
 
 namespace vls {
 
-int64_t BatchEngine::PrefillBudget(bool decoding) const {
+int64_t BatchEngine::PrefillBudget(bool decoding, int64_t prefilling) const {
   // A pass holds at most the rows of one whole prompt of the longest length the engine serves
   // (the working memory LoadedModel planned for), so prompts prefill in large chunks while
-  // nothing decodes; with streams decoding, the option bounds the rows so their inter-token
-  // latency holds.
+  // nothing decodes. With streams decoding, the option bounds each prefilling slot's rows: one
+  // prompt arriving beside running streams costs them one chunk per token (their inter-token
+  // latency holds), and a burst of prompts is not held back by the one stream that started
+  // first.
   const int64_t most = model_.bounds().capacity;
   if (decoding && options_.prefill_chunk > 0) {
-    return std::min<int64_t>(options_.prefill_chunk, most);
+    return std::min<int64_t>(options_.prefill_chunk * std::max<int64_t>(prefilling, 1), most);
   }
   return most;
 }
@@ -99,11 +101,11 @@ void BatchEngine::RunPass(StepResult* out) {
   const DecodePlan plan = PlanDecode();
   // This step's chunks, in admission order, within the budget. With the option at 0 each prompt
   // goes whole (the first always; the others while they fit).
-  int64_t budget = PrefillBudget(!plan.rows.empty());
+  const std::vector<Slot*> order = PrefillOrder();
+  int64_t budget = PrefillBudget(!plan.rows.empty(), static_cast<int64_t>(order.size()));
   std::vector<Slot*> chunked;
   std::vector<PromptView> views;
   std::vector<StepPrefill> parts;
-  const std::vector<Slot*> order = PrefillOrder();
   views.reserve(order.size());
   for (Slot* s : order) {
     if (budget <= 0) break;

@@ -44,6 +44,17 @@ void Session::Rewind(int length) {
   valid_rows_ = length_;
 }
 
+bool Session::CopyPrefixFrom(const Session& src, int64_t rows) {
+  if (&src == this || &src.lm_ != &lm_ || rows < 0 || rows > src.valid_rows_ ||
+      !cache_->CopyPrefixFrom(*src.cache_, static_cast<int>(rows))) {
+    return false;
+  }
+  length_ = 0;
+  rope_delta_ = 0;
+  valid_rows_ = rows;
+  return true;
+}
+
 void Session::Truncate(int64_t rows) {
   length_ = 0;
   rope_delta_ = 0;

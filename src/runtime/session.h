@@ -121,6 +121,10 @@ class Session {
   // Ends the committed sequence but keeps rows [0, min(rows, valid_rows())) valid, for a prompt
   // that will continue from them (prefix reuse).
   void Truncate(int64_t rows);
+  // Ends the committed sequence and makes rows [0, rows) of `src`'s cache this session's valid
+  // rows (a copy), for a prompt that will continue from them (prefix reuse across slots). False
+  // (nothing changed) unless src is another session of the same model holding `rows` valid rows.
+  bool CopyPrefixFrom(const Session& src, int64_t rows);
   // Keeps the committed sequence but shortens it to `length` rows (the rejected drafts of a
   // verify pass). REQUIRES: 0 < length <= length().
   void Rewind(int length);

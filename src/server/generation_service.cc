@@ -217,6 +217,7 @@ ServiceLoad GenerationService::load() const {
   l.steps = static_cast<int64_t>(c.steps);
   l.prefill_chunks = static_cast<int64_t>(c.prefill_chunks);
   l.mixed_passes = static_cast<int64_t>(c.mixed_passes);
+  l.copied_prefixes = static_cast<int64_t>(c.copied_prefixes);
   std::lock_guard<std::mutex> lock(mu_);
   l.in_flight = static_cast<int64_t>(live_.size());
   l.reserved = static_cast<int64_t>(reserved_);

@@ -108,6 +108,7 @@ struct ServiceLoad {
   int64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
   // Engine steps, prefill chunks, and the steps whose pass carried both chunks and decode rows.
   int64_t steps = 0, prefill_chunks = 0, mixed_passes = 0;
+  int64_t copied_prefixes = 0;  // admissions that copied a prefix's KV rows from another slot
 };
 
 class GenerationService {

@@ -615,6 +615,7 @@ GaugeValues HttpServer::Impl::Gauges() const {
     g.engine_steps = l.steps;
     g.prefill_chunks = l.prefill_chunks;
     g.mixed_passes = l.mixed_passes;
+    g.copied_prefixes = l.copied_prefixes;
     if (images != nullptr) {
       const ImageEncoder::Stats st = images->stats();
       g.videos = static_cast<int64_t>(st.videos);

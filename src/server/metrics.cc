@@ -225,6 +225,9 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
   AppendCounter("vlstack_mixed_passes_total",
                 "Engine steps whose one forward pass carried prompt chunks and decode rows.",
                 g.mixed_passes, &out);
+  AppendCounter("vlstack_prefix_copies_total",
+                "Admissions that copied a prompt prefix's KV rows from another slot.",
+                g.copied_prefixes, &out);
   AppendCounter("vlstack_videos_total", "Videos encoded (not served from the encoder cache).",
                 g.videos, &out);
   AppendCounter("vlstack_video_frames_total", "Frames decoded from the videos encoded.",

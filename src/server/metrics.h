@@ -10,6 +10,8 @@
 //   vlstack_engine_steps_total, vlstack_prefill_chunks_total,
 //   vlstack_mixed_passes_total                   counters: engine steps, prompt chunks, and the
 //                                                steps whose one pass carried prefill and decode
+//   vlstack_prefix_copies_total                  counter: admissions that copied a prompt
+//                                                prefix's KV rows from another slot
 //   vlstack_videos_total, vlstack_video_frames_total    counters: videos encoded (encoder cache
 //                                                misses) and their decoded frames
 //   vlstack_video_decode_seconds_total, vlstack_video_preprocess_seconds_total,
@@ -86,6 +88,8 @@ struct GaugeValues {
   // The engine's steps, prefill chunks, and steps whose one pass carried both prefill chunks and
   // decode rows (EngineCounters), monotone.
   int64_t engine_steps = 0, prefill_chunks = 0, mixed_passes = 0;
+  // Admissions that copied a prompt prefix's KV rows from another slot, monotone.
+  int64_t copied_prefixes = 0;
   // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
   int64_t videos = 0, video_frames = 0;
   double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;

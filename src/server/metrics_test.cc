@@ -191,6 +191,7 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   g.engine_steps = 90;
   g.prefill_chunks = 12;
   g.mixed_passes = 5;
+  g.copied_prefixes = 4;
   g.videos = 2;
   g.video_frames = 24;
   g.video_decode_seconds = 0.5;
@@ -206,6 +207,7 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   EXPECT_EQ(SampleValue(text, "vlstack_engine_steps_total"), "90");
   EXPECT_EQ(SampleValue(text, "vlstack_prefill_chunks_total"), "12");
   EXPECT_EQ(SampleValue(text, "vlstack_mixed_passes_total"), "5");
+  EXPECT_EQ(SampleValue(text, "vlstack_prefix_copies_total"), "4");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_draft_tokens_total"), "40");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_accepted_tokens_total"), "31");
   EXPECT_EQ(SampleValue(text, "vlstack_queue_depth"), "3");
