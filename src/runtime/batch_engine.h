@@ -12,8 +12,9 @@
 //   3. choose this step's rows: the decode rows of every slot past its prefill (with drafts, see
 //      below), and prompt chunks over the prefilling slots in admission order within the chunk
 //      budget: `prefill_chunk` rows per prefilling slot while any slot decodes, so one long
-//      prompt never stalls the others' decode, else up to a whole prompt of the engine's capacity (a prompt alone is
-//      prefilled in one pass: its time to first token is the unchunked prefill's);
+//      prompt never stalls the others' decode, else up to a whole prompt of the engine's capacity
+//      (a prompt alone is prefilled in one pass: its time to first token is the unchunked
+//      prefill's);
 //   4. run them in ONE ragged forward pass (Session::RunStep, entry step.main), so each weight is
 //      read once per step; a slot whose prompt completes samples its first token (it decodes
 //      from the next step on); sample, emit, retire finished rows (EOS or a stop id wins over the
