@@ -89,7 +89,10 @@ async function one(prompt, t0) {
       if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
       const j = JSON.parse(ev.slice(6));
       if (j.usage) usage = j.usage;
-      if (j.choices?.length && j.choices[0].text) times.push(now);
+      // Every event with a choice is a token (one may carry no text yet: a partial UTF-8
+      // sequence, which llama-server sends as an empty string).
+      const c = j.choices?.[0];
+      if (c && (c.text || (c.text === '' && c.finish_reason == null))) times.push(now);
     }
   }
   return { times, tokens: usage?.completion_tokens ?? times.length };

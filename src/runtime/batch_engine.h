@@ -8,7 +8,9 @@
 //      embedding rows and DeepStack features all have to match), so only the rest is prefilled;
 //      a slot counts as a match only when the prompt keeps at least half of its rows, else an
 //      empty or the least recently admitted slot is taken, so that a new conversation does not
-//      evict another's cache for the template tokens they share;
+//      evict another's cache for the template tokens they share; when another slot (running or
+//      free) holds a prefix at least kMinCopiedRows rows longer, its KV rows are copied into the
+//      chosen slot instead of being prefilled (a shared system prompt, an image two users send);
 //   3. choose this step's rows: the decode rows of every slot past its prefill (with drafts, see
 //      below), and prompt chunks over the prefilling slots in admission order within the chunk
 //      budget: `prefill_chunk` rows per prefilling slot while any slot decodes, so one long
