@@ -246,10 +246,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 24u);
-  // 11 request series, 5 structured-request series, 13 counters, 5 gauges, 4 histograms of
+  EXPECT_EQ(families.size(), 28u);
+  // 11 request series, 5 structured-request series, 17 counters, 5 gauges, 4 histograms of
   // (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 5 + 13 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(samples, 11 + 5 + 17 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 
