@@ -77,7 +77,16 @@ struct State {
   float* alpha = nullptr;     // [nq] rescale of acc for the current block
   int64_t* last = nullptr;    // [nq] last key each query attends
   int64_t keys = 0;           // keys any query attends: [0, keys)
+  // The key block after the current one (prefetched while it is scored): its keys and values
+  // and its rows; null at the last block.
+  const void* next_k = nullptr;
+  const void* next_v = nullptr;
+  int64_t next_rows = 0;
 };
+
+inline int64_t BlockKeys(const AttentionTile& w, int64_t t0, int64_t T) {
+  return KeyBlockLength(w, t0, T, kKeyBlock);
+}
 
 // Keys per score tile of QR queries: QR·KR <= 8 accumulators, plus QR query vectors and one
 // key vector, fit the 16 registers.
@@ -136,18 +145,18 @@ inline KvPtrs<uint16_t> Kv(const AttentionTile& w, uint16_t /*tag*/) {
   return {w.k_bf16, w.v_bf16};
 }
 
-// Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0).
-// The first query tile of a block also prefetches the keys and values kPrefetchKeys ahead,
-// a tile's worth at a time.
+// Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0);
+// `w` is the block's tile (BlockTile: key t0 + j at + j·D), so t0 is 0 here. The first query
+// tile of a block also prefetches the next block's keys and values, a tile's worth at a time.
 template <typename KV, int QR>
 void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
   constexpr int KR = KeysPerTile(QR);
   const int64_t D = w.head_dim;
   const KvPtrs<KV> kv = Kv(w, KV{});
   for (int64_t j0 = 0; j0 < tb; j0 += KR) {
-    if (i0 == 0) {
-      PrefetchRows(kv.k, t0 + kPrefetchKeys + j0, KR, st.keys, D);
-      PrefetchRows(kv.v, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+    if (i0 == 0 && st.next_k != nullptr) {
+      PrefetchRows(static_cast<const KV*>(st.next_k), j0, KR, st.next_rows, D);
+      PrefetchRows(static_cast<const KV*>(st.next_v), j0, KR, st.next_rows, D);
     }
     // Past the block's last key, the tile scores that key again (columns never read).
     const KV* k[KR];
@@ -306,16 +315,24 @@ template <typename KV>
 void AttendBlocks(const AttentionTile& w, State& st) {
   const int64_t nq = w.rows * w.group, D = w.head_dim;
   const int64_t T = st.keys;
-  const KvPtrs<KV> kv = Kv(w, KV{});
-  PrefetchRows(kv.k, w.first, kPrefetchKeys, T, D);
-  PrefetchRows(kv.v, w.first, kPrefetchKeys, T, D);
-  for (int64_t t0 = w.first; t0 < T; t0 += kKeyBlock) {
-    const int64_t tb = std::min(kKeyBlock, T - t0);
-    ForQueryTiles<KV, ScoreFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
-                               {w, st, t0, tb});
+  if (w.first < T) {
+    const KvPtrs<KV> kv = Kv(BlockTile(w, w.first), KV{});
+    PrefetchRows(kv.k, 0, kPrefetchKeys, BlockKeys(w, w.first, T), D);
+    PrefetchRows(kv.v, 0, kPrefetchKeys, BlockKeys(w, w.first, T), D);
+  }
+  // Blocks of kKeyBlock keys from w.first, cut at page ends (none when w.first and the pages
+  // are multiples of kKeyBlock), each scored through its own tile.
+  for (int64_t t0 = w.first, tb = 0; t0 < T; t0 += tb) {
+    tb = BlockKeys(w, t0, T);
+    const int64_t t1 = t0 + tb;
+    st.next_rows = t1 < T ? BlockKeys(w, t1, T) : 0;
+    st.next_k = st.next_rows > 0 ? Kv(BlockTile(w, t1), KV{}).k : nullptr;
+    st.next_v = st.next_rows > 0 ? Kv(BlockTile(w, t1), KV{}).v : nullptr;
+    const AttentionTile b = BlockTile(w, t0);
+    ForQueryTiles<KV, ScoreFn>(nq, {b, st, 0, tb}, {b, st, 0, tb}, {b, st, 0, tb}, {b, st, 0, tb});
     for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb);
-    ForQueryTiles<KV, AccumulateFn>(nq, {w, st, t0, tb}, {w, st, t0, tb}, {w, st, t0, tb},
-                                    {w, st, t0, tb});
+    ForQueryTiles<KV, AccumulateFn>(nq, {b, st, 0, tb}, {b, st, 0, tb}, {b, st, 0, tb},
+                                    {b, st, 0, tb});
   }
 }
 

@@ -94,18 +94,18 @@ inline KvPtrs<uint16_t> Kv(const AttentionTile& w, uint16_t /*tag*/) {
   return {w.k_bf16, w.v_bf16};
 }
 
-// Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0).
-// The first query tile of a block also prefetches the keys and values kPrefetchKeys ahead,
-// a tile's worth at a time.
+// Scores of queries [i0, i0 + QR) against keys [t0, t0 + tb) into st.s (row i, column t - t0);
+// `w` is the block's tile (BlockTile: key t0 + j at + j·D), so t0 is 0 here. The first query
+// tile of a block also prefetches the next block's keys and values, a tile's worth at a time.
 template <typename KV, int QR>
 void ScoreRows(const AttentionTile& w, State& st, int64_t i0, int64_t t0, int64_t tb) {
   constexpr int KR = 16 / QR;
   const int64_t D = w.head_dim;
   const KvPtrs<KV> kv = Kv(w, KV{});
   for (int64_t j0 = 0; j0 < tb; j0 += KR) {
-    if (i0 == 0) {
-      PrefetchRows(kv.k, t0 + kPrefetchKeys + j0, KR, st.keys, D);
-      PrefetchRows(kv.v, t0 + kPrefetchKeys + j0, KR, st.keys, D);
+    if (i0 == 0 && st.next_k != nullptr) {
+      PrefetchRows(static_cast<const KV*>(st.next_k), j0, KR, st.next_rows, D);
+      PrefetchRows(static_cast<const KV*>(st.next_v), j0, KR, st.next_rows, D);
     }
     const KV* k[KR];
     for (int j = 0; j < KR; ++j) k[j] = kv.k + (t0 + std::min<int64_t>(j0 + j, tb - 1)) * D;
@@ -184,16 +184,22 @@ template <typename KV>
 void AttendBlocks(const AttentionTile& w, State& st) {
   const int64_t nq = w.rows * w.group, D = w.head_dim;
   const int64_t T = st.keys;
-  const KvPtrs<KV> kv = Kv(w, KV{});
-  PrefetchRows(kv.k, w.first, kPrefetchKeys, T, D);
-  PrefetchRows(kv.v, w.first, kPrefetchKeys, T, D);
-  for (int64_t t0 = w.first; t0 < T; t0 += kKeyBlock) {
-    const int64_t tb = std::min(kKeyBlock, T - t0);
+  if (w.first < T) {
+    const KvPtrs<KV> kv = Kv(BlockTile(w, w.first), KV{});
+    PrefetchRows(kv.k, 0, kPrefetchKeys, BlockKeys(w, w.first, T), D);
+    PrefetchRows(kv.v, 0, kPrefetchKeys, BlockKeys(w, w.first, T), D);
+  }
+  // Blocks of kKeyBlock keys from w.first, cut at page ends (none when w.first and the pages
+  // are multiples of kKeyBlock), each scored through its own tile.
+  for (int64_t t0 = w.first, tb = 0; t0 < T; t0 += tb) {
+    tb = BlockKeys(w, t0, T);
+    SetNextBlock(w, t0, tb, T, st);
+    const AttentionTile b = BlockTile(w, t0);
     ForQueryTiles(
-        nq, [&](int64_t i, auto rows) { ScoreRows<KV, decltype(rows)::kRows>(w, st, i, t0, tb); });
+        nq, [&](int64_t i, auto rows) { ScoreRows<KV, decltype(rows)::kRows>(b, st, i, 0, tb); });
     for (int64_t i = 0; i < nq; ++i) SoftmaxRow(st, i, t0, tb, nullptr);
     ForQueryTiles(nq, [&](int64_t i, auto rows) {
-      AccumulateRows<KV, decltype(rows)::kRows>(w, st, i, t0, tb);
+      AccumulateRows<KV, decltype(rows)::kRows>(b, st, i, 0, tb);
     });
   }
 }

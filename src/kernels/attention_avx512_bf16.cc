@@ -71,7 +71,8 @@ void ScoreTiles(const AttentionTile& w, State& st, const Bf16Parts& b, int64_t i
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
   const auto* q = reinterpret_cast<const uint32_t*>(b.q + i0 * D);  // column pairs
-  const uint16_t* kt = w.k_bf16 + a0 * D;  // tile a0 / 16; tile v at + v·16·D, pair c at + 32c
+  // Tile a0 / 16 (in t0's page); tile v at + v·16·D, pair c at + 32c.
+  const uint16_t* kt = w.k_bf16 + KeyOffset(w, a0);
   for (int64_t c = 0; c < D / 2; ++c) {
     __m512bh k[NV];
 #pragma GCC unroll 4
@@ -120,7 +121,7 @@ void AccumulateChunk(const AttentionTile& w, State& st, const Bf16Parts& b, int6
     for (int c = 0; c < 2 * NC; ++c) a[i][c] = _mm512_mul_ps(al, _mm512_loadu_ps(acc + 16 * c));
   }
   const uint32_t* p = b.pairs + i0 * kPairStride;
-  const uint16_t* v = w.v_bf16 + t0 * D + d0;
+  const uint16_t* v = w.v_bf16 + KeyOffset(w, t0) + d0;
   // One pair of keys per step; an odd last key pairs with zeros (its partner's weight is 0 and
   // key t0 + tb may be past the cache).
   for (int64_t t = 0; t < tb; t += 2, v += 2 * D) {
@@ -165,14 +166,24 @@ void AccumulateRows(const AttentionTile& w, State& st, const Bf16Parts& b, int64
 void AttendBlocks(const AttentionTile& w, State& st, const Bf16Parts& b) {
   const int64_t nq = w.rows * w.group, D = w.head_dim;
   const int64_t T = st.keys;
-  PrefetchRows(w.k_bf16, w.first, kPrefetchKeys, T, D);
-  PrefetchRows(w.v_bf16, w.first, kPrefetchKeys, T, D);
-  // Blocks end at multiples of kKeyBlock, so a block spans at most 4 key tiles. The boundaries
-  // still depend on nothing but w.first.
+  // Blocks end at multiples of kKeyBlock (and at page ends, multiples of 16: pages hold whole
+  // key tiles), so a block spans at most 4 key tiles. The boundaries still depend on nothing
+  // but w.first and the pages.
+  auto block_keys = [&](int64_t t0) {
+    return KeyBlockLength(w, t0, T, kKeyBlock - t0 % kKeyBlock);
+  };
+  if (w.first < T) {
+    const int64_t at = KeyOffset(w, w.first);
+    PrefetchRows(w.k_bf16 + at, 0, kPrefetchKeys, block_keys(w.first), D);
+    PrefetchRows(w.v_bf16 + at, 0, kPrefetchKeys, block_keys(w.first), D);
+  }
   for (int64_t t0 = w.first, tb = 0; t0 < T; t0 += tb) {
-    tb = std::min(kKeyBlock - t0 % kKeyBlock, T - t0);
-    PrefetchRows(w.k_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
-    PrefetchRows(w.v_bf16, t0 + kPrefetchKeys, kKeyBlock, T, D);
+    tb = block_keys(t0);
+    if (t0 + tb < T) {
+      const int64_t at = KeyOffset(w, t0 + tb);
+      PrefetchRows(w.k_bf16 + at, 0, kKeyBlock, block_keys(t0 + tb), D);
+      PrefetchRows(w.v_bf16 + at, 0, kKeyBlock, block_keys(t0 + tb), D);
+    }
     ForQueryTiles(nq, [&](int64_t i, auto rows) {
       ScoreTileRows<decltype(rows)::kRows>(w, st, b, i, t0, tb);
     });

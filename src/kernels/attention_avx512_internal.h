@@ -67,8 +67,31 @@ struct State {
   float* alpha = nullptr;     // [nq] rescale of acc for the current block
   int64_t* last = nullptr;    // [nq] last key each query attends
   int64_t keys = 0;           // keys any query attends: [0, keys)
-  void* extra = nullptr;      // the caller's extra_bytes (64-byte aligned)
+  // The key block after the current one (prefetched while it is scored): its keys and values
+  // (element type of the cache) and its rows; null at the last block.
+  const void* next_k = nullptr;
+  const void* next_v = nullptr;
+  int64_t next_rows = 0;
+  void* extra = nullptr;  // the caller's extra_bytes (64-byte aligned)
 };
+
+// Keys of the block from t0: at most kKeyBlock, ending at T and at the end of t0's page.
+inline int64_t BlockKeys(const AttentionTile& w, int64_t t0, int64_t T) {
+  return KeyBlockLength(w, t0, T, kKeyBlock);
+}
+
+// Points st.next_* at the block after [t0, t0 + tb) (none past T).
+inline void SetNextBlock(const AttentionTile& w, int64_t t0, int64_t tb, int64_t T, State& st) {
+  const int64_t t1 = t0 + tb;
+  st.next_rows = t1 < T ? BlockKeys(w, t1, T) : 0;
+  if (st.next_rows == 0) {
+    st.next_k = st.next_v = nullptr;
+    return;
+  }
+  const AttentionTile n = BlockTile(w, t1);
+  st.next_k = n.k_bf16 != nullptr ? static_cast<const void*>(n.k_bf16) : n.k;
+  st.next_v = n.v_bf16 != nullptr ? static_cast<const void*>(n.v_bf16) : n.v;
+}
 
 // The state of `w` with acc = 0, m = -inf, l = 0, and extra_bytes more for the caller.
 State Prepare(const AttentionTile& w, ScratchBuffer& scratch, size_t extra_bytes);

@@ -65,9 +65,10 @@ void ReferenceAttend(const kernels::Context& ctx, int layer, const AttentionShap
       const int kvh = static_cast<int>(h / group);
       const float* k = nullptr;
       const float* v = nullptr;
-      if (r.cache->dtype() == KvDType::kF32) {
-        k = r.cache->k_head(layer, kvh);
-        v = r.cache->v_head(layer, kvh);
+      const KvCache::HeadView view = r.cache->Head(layer, kvh);
+      if (r.cache->dtype() == KvDType::kF32 && T <= view.page_keys) {  // one block: contiguous
+        k = reinterpret_cast<const float*>(view.k) + view.pages[0] * view.page_stride;
+        v = reinterpret_cast<const float*>(view.v) + view.pages[0] * view.page_stride;
       } else {
         wk.resize(static_cast<size_t>(T * D));
         wv.resize(wk.size());
@@ -141,14 +142,18 @@ void BlockedAttend(const kernels::Context& ctx, int layer, const AttentionShape&
       kernels::AttentionTile tile;
       tile.q = q + (b.m0 * nh + g * group) * D;
       tile.q_row_stride = nh * D;
+      const KvCache::HeadView view = cache.Head(layer, g);
       if (cache.dtype() == KvDType::kF32) {
-        tile.k = cache.k_head(layer, g);
-        tile.v = cache.v_head(layer, g);
+        tile.k = reinterpret_cast<const float*>(view.k);
+        tile.v = reinterpret_cast<const float*>(view.v);
       } else {
-        tile.k_bf16 = cache.k_head_bf16(layer, g);
+        tile.k_bf16 = reinterpret_cast<const uint16_t*>(view.k);
         tile.k_tiles = cache.key_tiles();
-        tile.v_bf16 = cache.v_head_bf16(layer, g);
+        tile.v_bf16 = reinterpret_cast<const uint16_t*>(view.v);
       }
+      tile.pages = view.pages;
+      tile.page_keys = view.page_keys;
+      tile.page_stride = view.page_stride;
       tile.last = last.data() + b.m0;
       tile.rows = b.rows;
       tile.group = group;

@@ -27,7 +27,8 @@ constexpr int kLayers = 2, kLayer = 1;
 void PlainTile(const kernels::AttentionTile& w, kernels::ScratchBuffer& /*scratch*/) {
   const int64_t D = w.head_dim;
   auto key = [&](const float* f, const uint16_t* b, int64_t t, int64_t d) {
-    return f != nullptr ? f[t * D + d] : Bf16ToF32(b[t * D + d]);
+    const int64_t at = kernels::KeyOffset(w, t) + d;  // a paged cache's keys too
+    return f != nullptr ? f[at] : Bf16ToF32(b[at]);
   };
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {
