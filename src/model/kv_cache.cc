@@ -44,7 +44,8 @@ KvCache::KvCache(int layers, int capacity, int kv_heads, int head_dim, KvDType d
                  bool key_tiles)
     : pool_(PrivatePool(ShapeOf(layers, kv_heads, head_dim, dtype, key_tiles), capacity)),
       shape_(pool_->shape()),
-      capacity_(capacity) {
+      capacity_(capacity),
+      private_(true) {
   if (!pool_->Acquire(1, &blocks_)) throw std::bad_alloc();
 }
 
@@ -71,7 +72,7 @@ Status KvCache::Reserve(int rows) {
 
 void KvCache::Shrink(int rows) {
   const auto keep = static_cast<size_t>(std::max<int64_t>(0, BlocksFor(rows)));
-  if (keep >= blocks_.size()) return;
+  if (private_ || keep >= blocks_.size()) return;
   pool_->Release(std::span<const int32_t>(blocks_).subspan(keep));
   blocks_.resize(keep);
 }

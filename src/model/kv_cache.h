@@ -92,7 +92,8 @@ class KvCache {
   // Holds blocks for positions [0, rows): OutOfRange past the capacity, ResourceExhausted when
   // the pool has too few free blocks (then nothing is taken).
   Status Reserve(int rows);
-  // Gives back the blocks past those that cover positions [0, rows).
+  // Gives back the blocks past those that cover positions [0, rows) (a private cache keeps its
+  // one block).
   void Shrink(int rows);
 
   // The keys and values of head `head` in layer `layer`: position t of the head at element
@@ -169,6 +170,7 @@ class KvCache {
   std::shared_ptr<KvPool> pool_;
   KvShape shape_;
   int capacity_;
+  bool private_ = false;  // the pool is this cache's own (one block, never shrunk)
   std::vector<int32_t> blocks_;
 };
 

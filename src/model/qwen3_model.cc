@@ -165,11 +165,16 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromWeights(
   return model;
 }
 
-StatusOr<std::unique_ptr<KvCache>> Qwen3Model::NewCache(int capacity) const {
+KvShape Qwen3Model::kv_shape() const {
   // Key tiles when the kernels' attention multiplies a BF16 cache in BF16 (ADR 0022).
   const bool key_tiles = kv_dtype_ == KvDType::kBf16 && ctx_->variant().attention_bf16_products &&
                          cfg_.head_dim % 32 == 0;
-  return KvCache::Create(cfg_.layers, capacity, cfg_.kv_heads, cfg_.head_dim, kv_dtype_, key_tiles);
+  return {cfg_.layers, cfg_.kv_heads, cfg_.head_dim, kv_dtype_, key_tiles};
+}
+
+StatusOr<std::unique_ptr<KvCache>> Qwen3Model::NewCache(int capacity) const {
+  const KvShape s = kv_shape();
+  return KvCache::Create(s.layers, capacity, s.kv_heads, s.head_dim, s.dtype, s.key_tiles);
 }
 
 void Qwen3Model::Embed(std::span<const int32_t> tokens, float* out) const {

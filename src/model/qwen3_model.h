@@ -123,6 +123,9 @@ class Qwen3Model {
   // A zeroed cache of `capacity` positions in kv_dtype(); ResourceExhausted (naming the bytes)
   // when its size overflows or the memory cannot be had.
   StatusOr<std::unique_ptr<KvCache>> NewCache(int capacity) const;
+  // What one position of this model's caches holds (kv_dtype(), key tiles as NewCache makes
+  // them): the shape of an engine's KvPool.
+  KvShape kv_shape() const;
   KvDType kv_dtype() const { return kv_dtype_; }
 
   // out[S, H] = embedding rows of `tokens`. REQUIRES: every token in [0, V) (checked by callers).

@@ -75,10 +75,8 @@ StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::Create(const LoadedModel& mo
   try {
     return std::make_unique<BatchEngine>(model, std::move(callback), std::move(options));
   } catch (const std::bad_alloc&) {
-    const StaticBounds& b = model.bounds();
-    return ResourceExhausted("batch engine: out of memory allocating the KV caches of " +
-                             std::to_string(b.slots) + " slot(s) of capacity " +
-                             std::to_string(b.capacity));
+    return ResourceExhausted("batch engine: out of memory mapping a KV pool of " +
+                             std::to_string(model.kv_pool_blocks()) + " blocks");
   }
 }
 
@@ -87,9 +85,16 @@ BatchEngine::BatchEngine(const LoadedModel& model, EventCallback callback, Engin
   if (Status st = ValidateOptions(model, options_); !st.ok()) {
     throw std::invalid_argument(st.ToString());
   }
+  // One pool for every slot (paged KV memory): a slot holds blocks for the rows it has written.
+  StatusOr<std::shared_ptr<KvPool>> pool = KvPool::Create(
+      model.model().kv_shape(), kKvBlockKeys, std::max<int64_t>(1, model.kv_pool_blocks()));
+  if (!pool.ok()) throw std::bad_alloc();
+  pool_ = std::move(*pool);
+  const int slots = model.bounds().slots;
+  preemptible_ = pool_->blocks() < pool_->BlocksFor(model.bounds().capacity) * slots;
   std::lock_guard<std::mutex> lock(step_mu_);
-  slots_.resize(static_cast<size_t>(model.bounds().slots));
-  for (Slot& s : slots_) s.session = std::make_unique<Session>(model);
+  slots_.resize(static_cast<size_t>(slots));
+  for (Slot& s : slots_) s.session = std::make_unique<Session>(model, pool_);
   if (options_.draft_model != nullptr) {
     drafter_ = std::make_unique<ModelDrafter>(*options_.draft_model, model.bounds().slots);
   }
@@ -127,6 +132,16 @@ StatusOr<uint64_t> BatchEngine::Submit(ValidatedRequest checked) {
     return Submit(std::move(checked).Release());  // validated for another model, or not at all
   }
   GenerationRequest request = std::move(checked).Release();
+  // Paged KV memory: a sequence that could never have its rows in the pool, even alone.
+  const int64_t rows = request.positions.length + request.max_new_tokens;
+  if (pool_->BlocksFor(rows) > pool_->blocks()) {
+    return InvalidArgument(
+        "the request needs up to " + std::to_string(rows) + " KV positions (a prompt of " +
+        std::to_string(request.positions.length) + " and " +
+        std::to_string(request.max_new_tokens) + " new tokens) but the engine's KV memory holds " +
+        std::to_string(pool_->blocks() * pool_->block_keys()) +
+        " (raise --kv-memory, or ask for fewer tokens)");
+  }
   if (request.speculative && request.speculative->draft_tokens > 0 &&
       request.speculative->source == DraftSource::kModel && options_.draft_model == nullptr) {
     return InvalidArgument("speculative: this engine has no draft model to draft from");
@@ -412,6 +427,7 @@ void BatchEngine::ApplyCancels(StepResult* out) {
 }
 
 void BatchEngine::Admit(StepResult* out) {
+  if (!ResumePreempted()) return;
   while (true) {
     std::vector<Slot*> free;
     for (Slot& s : slots_) {
@@ -421,7 +437,7 @@ void BatchEngine::Admit(StepResult* out) {
     Pending p;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (pending_.empty()) return;
+      if (pending_.empty() || !RoomToAdmit(pending_.front().request)) return;
       p = std::move(pending_.front());
       pending_.pop_front();
       pending_bytes_ -= p.request.bytes();
@@ -540,6 +556,7 @@ void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
 }
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
+  const uint64_t preempted_before = preemptions_, evicted_before = evictions_;
   const uint64_t chunks_before = chunks_, mixed_before = mixed_, copied_before = copied_prefixes_,
                  verify_before = verify_passes_, drafted_before = drafted_,
                  accepted_before = accepted_, masks_before = masks_, mask_ns_before = mask_ns_,
@@ -567,6 +584,10 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
   counters_.prefill_chunks += chunks_ - chunks_before;
   counters_.mixed_passes += mixed_ - mixed_before;
   counters_.copied_prefixes += copied_prefixes_ - copied_before;
+  counters_.preemptions += preemptions_ - preempted_before;
+  counters_.evictions += evictions_ - evicted_before;
+  counters_.kv_blocks = static_cast<uint64_t>(pool_->blocks());
+  counters_.kv_blocks_used = static_cast<uint64_t>(pool_->blocks() - pool_->free_blocks());
   counters_.verify_passes += verify_passes_ - verify_before;
   counters_.draft_tokens += drafted_ - drafted_before;
   counters_.accepted_draft_tokens += accepted_ - accepted_before;

@@ -58,6 +58,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -128,6 +129,12 @@ struct EngineCounters {
   // Admissions that copied a prompt prefix's KV rows from another slot (prefix reuse across
   // slots) instead of prefilling them.
   uint64_t copied_prefixes = 0;
+  // Paged KV memory: sequences preempted because the pool ran out (their blocks freed, their
+  // requests resumed later by recomputing their rows), and the kept rows of free slots dropped
+  // to make room.
+  uint64_t preemptions = 0, evictions = 0;
+  // The pool's blocks (kKvBlockKeys positions each) and those held when the step ended.
+  uint64_t kv_blocks = 0, kv_blocks_used = 0;
   // Speculative decoding: verify passes (decode rows that carried drafts), tokens drafted, and
   // drafted tokens accepted (emitted as drafted).
   uint64_t verify_passes = 0, draft_tokens = 0, accepted_draft_tokens = 0;
@@ -215,7 +222,10 @@ class BatchEngine {
   // A row's identity for prefix matching: two 64-bit hashes over what determines its K/V
   // (kind, token id or embedding bytes, RoPE coordinate, DeepStack feature rows).
   using RowKey = std::array<uint64_t, 2>;
-  enum class Phase { kFree, kPrefill, kDecode };
+  // kPreempted: the slot's blocks were given back to the pool; it keeps its request, sampler,
+  // grammar state and tokens, and waits to be resumed (its prompt and generated tokens
+  // recomputed) before any new request is admitted.
+  enum class Phase { kFree, kPrefill, kDecode, kPreempted };
   struct Slot {
     std::unique_ptr<Session> session;
     Phase phase = Phase::kFree;
@@ -256,6 +266,25 @@ class BatchEngine {
   void AdmitOne(Pending& p, const std::vector<Slot*>& free) VLS_REQUIRES(step_mu_);
   // Fails every occupied slot with `error` (a throw outside any one request's work).
   void FailOccupied(const std::string& error, StepResult* out) VLS_REQUIRES(step_mu_);
+  // Paged KV memory (batch_engine_memory.cc). Whether the request `p` may be admitted now: the
+  // pool's free blocks and those free slots hold cover its prompt (always without a small pool).
+  bool RoomToAdmit(const GenerationRequest& r) const VLS_REQUIRES(step_mu_);
+  // Resumes preempted slots, oldest admission first, while the pool has room for all their rows;
+  // false while one still waits (nothing new is admitted then).
+  bool ResumePreempted() VLS_REQUIRES(step_mu_);
+  // Before a pass: the blocks its rows need (the chunks of ChooseChunks and the decode runs with
+  // their largest drafts), made free by dropping free slots' kept rows (least recently admitted
+  // first), then by preempting the most recently admitted sequences.
+  void MakeRoom() VLS_REQUIRES(step_mu_);
+  // Gives a slot's blocks back and leaves it waiting in kPreempted.
+  void Preempt(Slot& slot) VLS_REQUIRES(step_mu_);
+  // Blocks free now plus those free slots hold.
+  int64_t ReclaimableBlocks() const VLS_REQUIRES(step_mu_);
+  // Rows of a decoding slot's next run before its drafts: its tokens not yet in the cache (1, or
+  // the generated tokens a resumed slot recomputes, then the next token).
+  int64_t RunRows(const Slot& slot) const;
+  // This step's prefill chunks, in admission order within PrefillBudget: (slot, rows).
+  std::vector<std::pair<Slot*, int64_t>> ChooseChunks(bool decoding) VLS_REQUIRES(step_mu_);
   void Fault(std::string_view point, uint64_t id) const;
   // Prefill chunks within `budget` rows (< 0: unlimited), each in a pass of its own.
   void PrefillSlots(int64_t budget, StepResult* out) VLS_REQUIRES(step_mu_);
@@ -271,6 +300,7 @@ class BatchEngine {
   // and the pass's arguments (Session::DecodeRuns).
   struct DecodePlan {
     std::vector<Slot*> rows;
+    std::vector<int64_t> replays;  // per row: the recomputed rows before its next token
     std::vector<std::vector<int32_t>> drafts;
     std::vector<Session*> sessions;
     std::vector<int32_t> tokens, counts;
@@ -370,6 +400,13 @@ class BatchEngine {
   uint64_t chunks_ VLS_GUARDED_BY(step_mu_) = 0;  // prefill chunks run
   uint64_t mixed_ VLS_GUARDED_BY(step_mu_) = 0;   // passes with chunks and decode rows
   uint64_t copied_prefixes_ VLS_GUARDED_BY(step_mu_) = 0;
+  // Paged KV memory: the slots' shared pool, whether it is smaller than the slots at full
+  // capacity (then sequences may be preempted, and slots keep their prompts to recompute them),
+  // and what it has done.
+  std::shared_ptr<KvPool> pool_;
+  bool preemptible_ = false;
+  uint64_t preemptions_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t evictions_ VLS_GUARDED_BY(step_mu_) = 0;
   // Fewest rows worth copying from another slot beyond what the chosen slot already holds.
   static constexpr size_t kMinCopiedRows = 16;
   // Speculation so far (EngineCounters' fields of the same names).

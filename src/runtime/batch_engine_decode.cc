@@ -67,6 +67,12 @@ void BatchEngine::AcceptRun(Slot& slot, std::span<const int32_t> draft,
   const uint64_t id = slot.id;
   const int32_t fed = slot.next_token;
   const int base = slot.session->length() - static_cast<int>(draft.size()) - 1;  // fed's row
+  // A resumed slot's recomputed rows (its generated tokens before `fed`) join its kept rows.
+  for (auto row = static_cast<int64_t>(slot.kept.size()); row < base; ++row) {
+    slot.kept.push_back(
+        TokenKey(slot.generated[static_cast<size_t>(row - slot.prompt_length)],
+                 *DecodeCoordinate(static_cast<int>(row), slot.session->rope_delta())));
+  }
   // Row j's logits decide token j of this pass. While token j is draft[j] the pass's row j + 1
   // (fed draft[j]) computed the right next distribution; the first other token ends the run.
   // Emitting stops early at a finish (EOS, stop id, length): nothing past it is emitted.
@@ -140,7 +146,7 @@ BatchEngine::DecodePlan BatchEngine::PlanDecode() {
   std::vector<int64_t> limits(rows.size(), 0);
   for (size_t b = 0; b < rows.size(); ++b) {
     Slot& s = *rows[b];
-    limits[b] = DraftLimit(s, room);
+    limits[b] = RunRows(s) > 1 ? 0 : DraftLimit(s, room);  // no drafts while recomputing
     if (SpecOf(s).source == DraftSource::kNgram) {
       try {
         drafts[b] = Draft(s, limits[b]);
@@ -162,9 +168,11 @@ BatchEngine::DecodePlan BatchEngine::PlanDecode() {
   for (size_t b = 0; b < rows.size(); ++b) {
     Slot& s = *rows[b];
     plan.sessions.push_back(s.session.get());
-    plan.tokens.push_back(s.next_token);
+    const int64_t run = RunRows(s);
+    plan.replays.push_back(run - 1);
+    plan.tokens.insert(plan.tokens.end(), s.generated.end() - run, s.generated.end());
     plan.tokens.insert(plan.tokens.end(), drafts[b].begin(), drafts[b].end());
-    plan.counts.push_back(static_cast<int32_t>(drafts[b].size() + 1));
+    plan.counts.push_back(static_cast<int32_t>(drafts[b].size() + static_cast<size_t>(run)));
   }
   return plan;
 }
@@ -175,7 +183,8 @@ void BatchEngine::AcceptDecode(const DecodePlan& plan, std::span<const float> lo
   size_t row = 0;
   for (size_t b = 0; b < plan.rows.size(); ++b) {
     const size_t n = static_cast<size_t>(plan.counts[b]);
-    AcceptRun(*plan.rows[b], plan.drafts[b], logits.subspan(row * V, n * V), out);
+    const auto r = static_cast<size_t>(plan.replays[b]);  // recomputed rows: no token of theirs
+    AcceptRun(*plan.rows[b], plan.drafts[b], logits.subspan((row + r) * V, (n - r) * V), out);
     row += n;
   }
 }
@@ -200,7 +209,9 @@ void BatchEngine::DecodeAlone(const DecodePlan& plan, StepResult* out) {
       FinishSlot(*plan.rows[b], FinishReason::kError, rs.ToString(), out);
       continue;
     }
-    AcceptRun(*plan.rows[b], plan.drafts[b], one, out);
+    const size_t V = static_cast<size_t>(model_.config().vocab);
+    AcceptRun(*plan.rows[b], plan.drafts[b],
+              std::span<const float>(one).subspan(static_cast<size_t>(plan.replays[b]) * V), out);
   }
 }
 

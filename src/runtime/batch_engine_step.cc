@@ -30,6 +30,9 @@ void BatchEngine::AfterChunk(Slot& slot, int64_t end, std::span<const float> log
   slot.prefilled = end;
   if (end < slot.prompt_length) return;
   slot.phase = Phase::kDecode;
+  // A resumed slot (preempted after it sampled) has its prompt back: its next decode run
+  // recomputes the tokens it generated (RunRows) and samples on from there.
+  if (!slot.generated.empty()) return;
   if (drafter_) {
     const SpeculativeParams& sp = SpecOf(slot);
     const int index = SlotIndex(slot);
@@ -45,10 +48,12 @@ void BatchEngine::AfterChunk(Slot& slot, int64_t end, std::span<const float> log
     }
   }
   // The slot keeps the prompt ids (penalties) and the limits; never the embeddings or the
-  // DeepStack payload.
-  slot.request.embeddings = std::vector<float>();
-  slot.request.deepstack.reset();
-  slot.request.positions = PositionIds();
+  // DeepStack payload, unless a small pool may preempt it (its prompt is then recomputed).
+  if (!preemptible_) {
+    slot.request.embeddings = std::vector<float>();
+    slot.request.deepstack.reset();
+    slot.request.positions = PositionIds();
+  }
   try {
     EmitToken(slot, logits, out);
   } catch (...) {
@@ -97,21 +102,32 @@ void BatchEngine::PrefillSlots(int64_t budget, StepResult* out) {
   }
 }
 
-void BatchEngine::RunPass(StepResult* out) {
-  const DecodePlan plan = PlanDecode();
-  // This step's chunks, in admission order, within the budget. With the option at 0 each prompt
-  // goes whole (the first always; the others while they fit).
+std::vector<std::pair<BatchEngine::Slot*, int64_t>> BatchEngine::ChooseChunks(bool decoding) {
+  // In admission order, within the budget. With the option at 0 each prompt goes whole (the
+  // first always; the others while they fit).
   const std::vector<Slot*> order = PrefillOrder();
-  int64_t budget = PrefillBudget(!plan.rows.empty(), static_cast<int64_t>(order.size()));
-  std::vector<Slot*> chunked;
-  std::vector<PromptView> views;
-  std::vector<StepPrefill> parts;
-  views.reserve(order.size());
+  int64_t budget = PrefillBudget(decoding, static_cast<int64_t>(order.size()));
+  std::vector<std::pair<Slot*, int64_t>> chunks;
   for (Slot* s : order) {
     if (budget <= 0) break;
     const int64_t remaining = s->prompt_length - s->prefilled;
     const int64_t rows = std::min(remaining, budget);
-    if (options_.prefill_chunk == 0 && rows < remaining && !parts.empty()) break;
+    if (options_.prefill_chunk == 0 && rows < remaining && !chunks.empty()) break;
+    chunks.emplace_back(s, rows);
+    budget -= rows;
+  }
+  return chunks;
+}
+
+void BatchEngine::RunPass(StepResult* out) {
+  MakeRoom();
+  const DecodePlan plan = PlanDecode();
+  const std::vector<std::pair<Slot*, int64_t>> chunks = ChooseChunks(!plan.rows.empty());
+  std::vector<Slot*> chunked;
+  std::vector<PromptView> views;
+  std::vector<StepPrefill> parts;
+  views.reserve(chunks.size());
+  for (const auto& [s, rows] : chunks) {
     try {
       Fault("prefill", s->id);
     } catch (...) {
@@ -122,7 +138,6 @@ void BatchEngine::RunPass(StepResult* out) {
     parts.push_back({s->session.get(), &views.back(), s->prefilled, s->prefilled + rows,
                      s->prefilled + rows == s->prompt_length});
     chunked.push_back(s);
-    budget -= rows;
   }
   // Structured output: the decode rows' masks are computed on a helper thread while the pass
   // runs (joined before anything samples, whatever happens).

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <sstream>
 
+#include "base/checked_math.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
+#include "model/kv_pool.h"
 #include "model/prepared_artifact.h"
 
 namespace vls {
@@ -33,19 +35,65 @@ std::string Range(long long lo, long long hi) {
   return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
 
-// ResourceExhausted when slots KV caches of the capacity and one pass's buffers do not fit in
-// the memory this process can have now.
-Status CheckServingMemory(const std::string& dir, const Qwen3Config& cfg, KvDType kv_dtype,
-                          const LoadOptions& o) {
+// The batch engine's KV pool (LoadOptions::kv_memory) in blocks of kKvBlockKeys positions, or
+// ResourceExhausted when it, the slots' bookkeeping and one pass's buffers do not fit in the
+// memory this process can have now (InvalidArgument for a kv_memory below one block).
+struct KvPoolPlan {
+  int64_t blocks = 0;
+  std::string reason;
+};
+StatusOr<KvPoolPlan> PlanKvPool(const std::string& dir, const Qwen3Config& cfg, KvDType kv_dtype,
+                                const LoadOptions& o) {
   const int threads = o.threads > 0 ? o.threads : ThreadPool::HardwareThreads();
   VLS_ASSIGN_OR_RETURN(ServingMemory plan,
                        PlanServingMemory(cfg, kv_dtype, o.capacity, o.slots, threads));
+  const KvShape shape{cfg.layers, cfg.kv_heads, cfg.head_dim, kv_dtype, false};
+  const uint64_t block = KvPool::BlockBytes(shape, kKvBlockKeys).value_or(UINT64_MAX);
+  const auto per_sequence = static_cast<uint64_t>((o.capacity + kKvBlockKeys - 1) / kKvBlockKeys);
+  const std::optional<uint64_t> other =
+      CheckedMul(plan.other_per_slot, static_cast<uint64_t>(o.slots));
+  const std::optional<uint64_t> fixed = other ? CheckedAdd(*other, plan.working) : std::nullopt;
+  const MemoryAvailability avail = QueryMemoryAvailability();
+  auto total = [&](uint64_t blocks) {
+    const std::optional<uint64_t> kv = CheckedMul(blocks, block);
+    const std::optional<uint64_t> t = kv && fixed ? CheckedAdd(*kv, *fixed) : std::nullopt;
+    return t.value_or(UINT64_MAX);
+  };
+  KvPoolPlan out;
+  if (o.kv_memory > 0) {
+    const uint64_t blocks = o.kv_memory / block;
+    if (blocks == 0) {
+      return InvalidArgument("KV memory " + FormatBytes(o.kv_memory) + " holds no block of " +
+                             std::to_string(kKvBlockKeys) + " positions (" + FormatBytes(block) +
+                             ")");
+    }
+    const Status s = CheckMemoryFits("a KV pool of " + FormatBytes(blocks * block) + " with " +
+                                         std::to_string(o.slots) + " slot(s)",
+                                     total(blocks), avail);
+    if (!s.ok()) return ResourceExhausted(dir + ": " + s.message() + ": lower the KV memory");
+    out.blocks = static_cast<int64_t>(std::min<uint64_t>(blocks, INT32_MAX));
+    out.reason = "--kv-memory";
+    return out;
+  }
+  const std::optional<uint64_t> full = CheckedMul(per_sequence, static_cast<uint64_t>(o.slots));
+  if (full && CheckMemoryFits("", total(*full), avail).ok()) {
+    out.blocks = static_cast<int64_t>(std::min<uint64_t>(*full, INT32_MAX));
+    out.reason = "the slots at full capacity";
+    return out;
+  }
+  // Less: 90 % of what is left after the rest, but at least one sequence of capacity C.
+  const uint64_t left = avail.available() > total(0) ? avail.available() - total(0) : 0;
+  const uint64_t blocks = std::max(per_sequence, left / 10 * 9 / block);
   Status s = CheckMemoryFits(
       "capacity " + std::to_string(o.capacity) + " with " + std::to_string(o.slots) + " slot(s)",
-      plan.total, QueryMemoryAvailability());
-  if (s.ok()) return s;
-  return ResourceExhausted(dir + ": " + s.message() + "; it is " + plan.Describe(o.slots) +
-                           ": lower the capacity or the slots");
+      total(blocks), avail);
+  if (!s.ok()) {
+    return ResourceExhausted(dir + ": " + s.message() + "; it is " + plan.Describe(o.slots) +
+                             " at full capacity: lower the capacity or the slots");
+  }
+  out.blocks = static_cast<int64_t>(std::min<uint64_t>(blocks, INT32_MAX));
+  out.reason = "90 % of the memory left";
+  return out;
 }
 
 // Hex of a SHA-256 digest.
@@ -119,7 +167,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   // Refuse bounds that cannot fit before reading the weights (a config that does not load is
   // reported by the model load below, with its own message).
   if (StatusOr<Qwen3Config> cfg = LoadQwen3Config(dir); cfg.ok()) {
-    VLS_RETURN_IF_ERROR(CheckServingMemory(dir, *cfg, kv_dtype, o));
+    VLS_RETURN_IF_ERROR(PlanKvPool(dir, *cfg, kv_dtype, o).status());
   }
   ModelOptions mo;
   mo.threads = o.threads;
@@ -130,8 +178,10 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   mo.check_weights = o.check_weights;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));
   // Again with the weights in memory: what is left has to hold the caches.
-  VLS_RETURN_IF_ERROR(CheckServingMemory(dir, model->config(), model->kv_dtype(), o));
+  VLS_ASSIGN_OR_RETURN(KvPoolPlan pool, PlanKvPool(dir, model->config(), model->kv_dtype(), o));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
+  lm->kv_pool_blocks_ = pool.blocks;
+  lm->kv_pool_reason_ = std::move(pool.reason);
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;
   if (const auto& ds = model->config().deepstack) {

@@ -42,6 +42,12 @@ struct LoadOptions {
   std::string artifact;
   // KV cache element type; unset: f32 at kF32, BF16 otherwise (ModelOptions::kv_dtype).
   std::optional<KvDType> kv_dtype;
+  // Bytes of the batch engine's KV pool (paged KV memory, model/kv_pool.h): blocks of
+  // kKvBlockKeys positions shared by the slots, each sequence holding only the blocks of the
+  // positions it has written. 0: what the slots need at full capacity (slots · C positions) when
+  // that fits the memory left after the weights and the working buffers, else 90 % of that
+  // memory (at least one sequence of capacity C). A given size is refused when it does not fit.
+  uint64_t kv_memory = 0;
   // Refuse a checkpoint with a NaN or infinite weight, naming the tensor and the element
   // (ModelOptions::check_weights). Off here; the CLI turns it on (--check-weights).
   bool check_weights = false;
@@ -58,6 +64,11 @@ class LoadedModel {
   const Qwen3Model& model() const { return *model_; }
   const Qwen3Config& config() const { return model_->config(); }
   const StaticBounds& bounds() const { return bounds_; }
+  // Blocks of kKvBlockKeys positions in the batch engine's KV pool (LoadOptions::kv_memory), and
+  // how the size was chosen ("--kv-memory", "the slots at full capacity", "90 % of the memory
+  // left": for the serve banner).
+  int64_t kv_pool_blocks() const { return kv_pool_blocks_; }
+  const std::string& kv_pool_reason() const { return kv_pool_reason_; }
   const EntrySet& entries() const { return entries_; }
   bool has_deepstack() const { return config().deepstack.has_value(); }
 
@@ -95,6 +106,8 @@ class LoadedModel {
 
   std::unique_ptr<Qwen3Model> model_;
   StaticBounds bounds_;
+  int64_t kv_pool_blocks_ = 0;
+  std::string kv_pool_reason_;
   EntrySet entries_;
   std::string artifact_;  // LoadOptions::artifact
   std::optional<VisionConfig> vision_config_;

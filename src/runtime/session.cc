@@ -33,6 +33,22 @@ Session::Session(const LoadedModel& model, std::unique_ptr<KvCache> cache)
 
 Session::Session(const LoadedModel& model) : Session(model, NewCacheOrThrow(model)) {}
 
+Session::Session(const LoadedModel& model, std::shared_ptr<KvPool> pool)
+    : Session(model, std::make_unique<KvCache>(std::move(pool), model.bounds().capacity)) {}
+
+Status Session::ReserveRows(int64_t rows) {
+  if (rows > capacity_) {
+    return OutOfRange("the sequence needs " + std::to_string(rows) +
+                      " positions, past the context capacity " + std::to_string(capacity_));
+  }
+  return cache_->Reserve(static_cast<int>(rows));
+}
+
+void Session::ReleaseMemory() {
+  Reset();
+  cache_->Shrink(0);
+}
+
 void Session::Reset() {
   length_ = 0;
   valid_rows_ = 0;
@@ -59,6 +75,7 @@ void Session::Truncate(int64_t rows) {
   length_ = 0;
   rope_delta_ = 0;
   valid_rows_ = std::clamp<int64_t>(rows, 0, valid_rows_);
+  cache_->Shrink(static_cast<int>(valid_rows_));
 }
 
 Status Session::RunRange(const Entry& entry, EntryRun& run, const PromptView& prompt, int64_t begin,
@@ -72,6 +89,7 @@ Status Session::RunRange(const Entry& entry, EntryRun& run, const PromptView& pr
   }
   run.all_logits = all_logits;
   run.observer = observer;
+  VLS_RETURN_IF_ERROR(ReserveRows(end));
   // From here on rows >= begin are overwritten: the previous sequence is gone.
   length_ = 0;
   rope_delta_ = 0;
@@ -273,6 +291,9 @@ Status Session::DecodeRuns(std::span<Session* const> sessions, std::span<const i
   run.tokens = tokens;
   run.rows.reserve(tokens.size());
   VLS_RETURN_IF_ERROR(AppendDecodeRows(lm, sessions, tokens, counts, {}, &run.rows));
+  for (size_t b = 0; b < sessions.size(); ++b) {
+    VLS_RETURN_IF_ERROR(sessions[b]->ReserveRows(sessions[b]->length_ + counts[b]));
+  }
   // A throw leaves every session as it was: only rows from length() on of each cache were
   // being written, and no length moves.
   VLS_RETURN_IF_ERROR(RunEntryGuarded(*lm.entries().Find(kEntryDecode), run, "decode"));

@@ -48,6 +48,11 @@ class Session {
   // The same, throwing std::bad_alloc when the KV cache cannot be allocated. Prefer Create.
   // (LoadedModel::Load has checked that the memory of `slots` caches is there.)
   explicit Session(const LoadedModel& model);
+  // A session whose cache takes blocks from `pool` (the batch engine's, paged KV memory) as its
+  // sequence grows: each prefill or decode first reserves the blocks of the rows it writes, and
+  // fails with ResourceExhausted, changing nothing, when the pool has too few free. REQUIRES:
+  // pool's shape is model.model().kv_shape().
+  Session(const LoadedModel& model, std::shared_ptr<KvPool> pool);
 
   // Embeddings prefill. embeddings: [S, H] f32; positions in the model's mode with length S.
   // logits: [V] (last row) or [S, V] with all_logits. Replaces any previous sequence.
@@ -125,6 +130,14 @@ class Session {
   // rows (a copy), for a prompt that will continue from them (prefix reuse across slots). False
   // (nothing changed) unless src is another session of the same model holding `rows` valid rows.
   bool CopyPrefixFrom(const Session& src, int64_t rows);
+  // Forgets the sequence and gives every block of a pooled cache back (a private cache keeps its
+  // memory).
+  void ReleaseMemory();
+  // Blocks a pooled cache holds, and the blocks it would hold with rows [0, rows).
+  int64_t kv_blocks() const { return cache_->blocks_held(); }
+  int64_t KvBlocksFor(int64_t rows) const { return cache_->BlocksFor(rows); }
+  // Holds the blocks for rows [0, rows) (ResourceExhausted when the pool has too few free).
+  Status ReserveRows(int64_t rows);
   // Keeps the committed sequence but shortens it to `length` rows (the rejected drafts of a
   // verify pass). REQUIRES: 0 < length <= length().
   void Rewind(int length);

@@ -44,6 +44,10 @@ Status Session::RunStep(std::span<const StepPrefill> prefills, std::span<Session
     run.segments.push_back(seg);
     first += static_cast<size_t>(n);
   }
+  for (const StepPrefill& p : prefills) VLS_RETURN_IF_ERROR(p.session->ReserveRows(p.end));
+  for (size_t b = 0; b < decodes.size(); ++b) {
+    VLS_RETURN_IF_ERROR(decodes[b]->ReserveRows(decodes[b]->length_ + counts[b]));
+  }
   // From here on each prefill session's rows from its chunk's first are overwritten (its
   // previous sequence is gone); a decode session writes only rows past its length.
   for (const StepPrefill& p : prefills) {

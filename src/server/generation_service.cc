@@ -218,6 +218,10 @@ ServiceLoad GenerationService::load() const {
   l.prefill_chunks = static_cast<int64_t>(c.prefill_chunks);
   l.mixed_passes = static_cast<int64_t>(c.mixed_passes);
   l.copied_prefixes = static_cast<int64_t>(c.copied_prefixes);
+  l.kv_preemptions = static_cast<int64_t>(c.preemptions);
+  l.kv_evictions = static_cast<int64_t>(c.evictions);
+  l.kv_blocks = static_cast<int64_t>(c.kv_blocks);
+  l.kv_blocks_used = static_cast<int64_t>(c.kv_blocks_used);
   std::lock_guard<std::mutex> lock(mu_);
   l.in_flight = static_cast<int64_t>(live_.size());
   l.reserved = static_cast<int64_t>(reserved_);

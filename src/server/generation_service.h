@@ -109,6 +109,8 @@ struct ServiceLoad {
   // Engine steps, prefill chunks, and the steps whose pass carried both chunks and decode rows.
   int64_t steps = 0, prefill_chunks = 0, mixed_passes = 0;
   int64_t copied_prefixes = 0;  // admissions that copied a prefix's KV rows from another slot
+  // Paged KV memory: preemptions, evictions, the pool's blocks and those in use.
+  int64_t kv_preemptions = 0, kv_evictions = 0, kv_blocks = 0, kv_blocks_used = 0;
 };
 
 class GenerationService {

@@ -616,6 +616,10 @@ GaugeValues HttpServer::Impl::Gauges() const {
     g.prefill_chunks = l.prefill_chunks;
     g.mixed_passes = l.mixed_passes;
     g.copied_prefixes = l.copied_prefixes;
+    g.kv_preemptions = l.kv_preemptions;
+    g.kv_evictions = l.kv_evictions;
+    g.kv_blocks = l.kv_blocks;
+    g.kv_blocks_used = l.kv_blocks_used;
     if (images != nullptr) {
       const ImageEncoder::Stats st = images->stats();
       g.videos = static_cast<int64_t>(st.videos);

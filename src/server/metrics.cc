@@ -228,6 +228,12 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
   AppendCounter("vlstack_prefix_copies_total",
                 "Admissions that copied a prompt prefix's KV rows from another slot.",
                 g.copied_prefixes, &out);
+  AppendCounter("vlstack_kv_preemptions_total",
+                "Sequences preempted because the KV pool ran out (recomputed when resumed).",
+                g.kv_preemptions, &out);
+  AppendCounter("vlstack_kv_evictions_total",
+                "Free slots whose kept KV rows were dropped to make room in the pool.",
+                g.kv_evictions, &out);
   AppendCounter("vlstack_videos_total", "Videos encoded (not served from the encoder cache).",
                 g.videos, &out);
   AppendCounter("vlstack_video_frames_total", "Frames decoded from the videos encoded.",
@@ -242,6 +248,9 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
   AppendGauge("vlstack_queue_depth", "Requests waiting for a slot.", g.queue_depth, &out);
   AppendGauge("vlstack_slots_busy", "Engine slots serving a request.", g.slots_busy, &out);
   AppendGauge("vlstack_slots_total", "Engine slots.", g.slots_total, &out);
+  AppendGauge("vlstack_kv_blocks_total", "Blocks of the engine's KV pool.", g.kv_blocks, &out);
+  AppendGauge("vlstack_kv_blocks_used", "KV pool blocks held at the end of the last engine step.",
+              g.kv_blocks_used, &out);
   AppendGauge("vlstack_requests_in_flight", "HTTP requests being handled.", g.requests_in_flight,
               &out);
   AppendGauge("vlstack_draining", "1 while the server drains its requests to stop.", g.draining,

@@ -12,6 +12,11 @@
 //                                                steps whose one pass carried prefill and decode
 //   vlstack_prefix_copies_total                  counter: admissions that copied a prompt
 //                                                prefix's KV rows from another slot
+//   vlstack_kv_preemptions_total, vlstack_kv_evictions_total   counters: sequences preempted
+//                                                because the KV pool ran out (resumed later), and
+//                                                free slots' kept rows dropped to make room
+//   vlstack_kv_blocks_total, vlstack_kv_blocks_used   gauges: the KV pool's blocks, and those
+//                                                held at the end of the last engine step
 //   vlstack_videos_total, vlstack_video_frames_total    counters: videos encoded (encoder cache
 //                                                misses) and their decoded frames
 //   vlstack_video_decode_seconds_total, vlstack_video_preprocess_seconds_total,
@@ -90,6 +95,9 @@ struct GaugeValues {
   int64_t engine_steps = 0, prefill_chunks = 0, mixed_passes = 0;
   // Admissions that copied a prompt prefix's KV rows from another slot, monotone.
   int64_t copied_prefixes = 0;
+  // Paged KV memory (EngineCounters): preemptions and evictions (monotone), the pool's blocks and
+  // those in use.
+  int64_t kv_preemptions = 0, kv_evictions = 0, kv_blocks = 0, kv_blocks_used = 0;
   // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
   int64_t videos = 0, video_frames = 0;
   double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;

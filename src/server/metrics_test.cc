@@ -192,6 +192,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   g.prefill_chunks = 12;
   g.mixed_passes = 5;
   g.copied_prefixes = 4;
+  g.kv_preemptions = 6;
+  g.kv_evictions = 9;
+  g.kv_blocks = 512;
+  g.kv_blocks_used = 130;
   g.videos = 2;
   g.video_frames = 24;
   g.video_decode_seconds = 0.5;
@@ -208,6 +212,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   EXPECT_EQ(SampleValue(text, "vlstack_prefill_chunks_total"), "12");
   EXPECT_EQ(SampleValue(text, "vlstack_mixed_passes_total"), "5");
   EXPECT_EQ(SampleValue(text, "vlstack_prefix_copies_total"), "4");
+  EXPECT_EQ(SampleValue(text, "vlstack_kv_preemptions_total"), "6");
+  EXPECT_EQ(SampleValue(text, "vlstack_kv_evictions_total"), "9");
+  EXPECT_EQ(SampleValue(text, "vlstack_kv_blocks_total"), "512");
+  EXPECT_EQ(SampleValue(text, "vlstack_kv_blocks_used"), "130");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_draft_tokens_total"), "40");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_accepted_tokens_total"), "31");
   EXPECT_EQ(SampleValue(text, "vlstack_queue_depth"), "3");
@@ -246,10 +254,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 28u);
-  // 11 request series, 5 structured-request series, 17 counters, 5 gauges, 4 histograms of
+  EXPECT_EQ(families.size(), 32u);
+  // 11 request series, 5 structured-request series, 19 counters, 7 gauges, 4 histograms of
   // (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 5 + 17 + 5 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(samples, 11 + 5 + 19 + 7 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -1,0 +1,151 @@
+// Paged KV memory in the batch engine (issue 33 item 1): a pool smaller than the slots at full
+// capacity fills up, sequences are preempted and resumed, and every request still gets the
+// tokens it gets alone; a request that could never fit is refused at submit.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/batch_engine.h"
+#include "runtime/batch_engine_test_util.h"
+
+namespace vls {
+namespace {
+
+// The tiny untied test model for `slots` slots of `capacity` rows, with a KV pool of `blocks`
+// blocks (0: the default pool).
+std::unique_ptr<LoadedModel> LoadWithPool(const std::string& name, int slots, int capacity,
+                                          int64_t blocks) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_memory_test_" + name);
+  TestModelSpec spec;
+  spec.deepstack = 2;
+  spec.tied = false;
+  spec.dtype = DType::kF32;
+  spec.seed = 5;
+  EXPECT_TRUE(WriteTestCheckpoint(dir, spec, false).ok());
+  LoadOptions o;
+  o.capacity = capacity;
+  o.slots = slots;
+  o.threads = 2;
+  if (blocks > 0) {
+    const KvShape shape{spec.layers, spec.kv_heads, spec.head_dim, KvDType::kF32, false};
+    o.kv_memory = *KvPool::BlockBytes(shape, kKvBlockKeys) * static_cast<uint64_t>(blocks);
+  }
+  auto lm = LoadedModel::Load(dir, o);
+  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
+  return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+// A text prompt of `n` varied ids.
+GenerationRequest Prompt(int seed, int n, int max_new) {
+  std::vector<int32_t> ids;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int i = 0; i < n; ++i) ids.push_back(3 + static_cast<int32_t>(rng() % 60));
+  return Text(std::move(ids), seed % 3 - 1, max_new);
+}
+
+// An image prompt with DeepStack features at its pads, after a text run (visual rows in a later
+// block than the first).
+GenerationRequest ImagePrompt(const LoadedModel& lm, int seed, int max_new) {
+  GenerationRequest r = Image(lm, seed, true, max_new);
+  return r;
+}
+
+struct EngineRun {
+  std::vector<EngineStream> streams;
+  EngineCounters counters;
+};
+
+EngineRun RunAll(const LoadedModel& lm, const std::vector<GenerationRequest>& reqs) {
+  std::map<uint64_t, EngineStream> got;
+  BatchEngine e(lm, [&](const TokenEvent& ev) {
+    EngineStream& s = got[ev.request_id];
+    if (ev.token >= 0) {
+      s.tokens.push_back(ev.token);
+      s.logprobs.push_back(ev.logprob);
+    }
+    if (ev.finish != FinishReason::kNone) s.finish = ev.finish;
+    return true;
+  });
+  std::vector<uint64_t> ids;
+  for (GenerationRequest r : reqs) {
+    r.logprobs = 0;
+    auto id = e.Submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(id.ok() ? *id : 0);
+  }
+  e.RunUntilIdle();
+  EngineRun out;
+  for (uint64_t id : ids) out.streams.push_back(got[id]);
+  out.counters = e.counters();
+  return out;
+}
+
+// More conversations than the pool holds at once: 6 slots of capacity 256 want 24 blocks of 64
+// positions; the pool has 7. Prompts of 40 to 150 rows (chunked beside the decoding streams,
+// one with M-RoPE positions of an image and DeepStack features, one speculating) and 30 to 70
+// new tokens each: the pool runs out in the middle of prompts and of replies. Every request
+// completes with its tokens alone, none fails, and preemptions are counted.
+TEST(PagedKvTest, APoolThatRunsOutPreemptsAndEveryRequestStillGetsItsTokens) {
+  auto small = LoadWithPool("small", 6, 256, 7);
+  auto big = LoadWithPool("big", 6, 256, 0);
+  ASSERT_TRUE(small && big);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 9; ++i) reqs.push_back(Prompt(i + 1, 40 + 14 * i, 30 + 5 * i));
+  reqs.push_back(ImagePrompt(*small, 4, 50));
+  reqs[3].speculative = SpeculativeParams{4, DraftSource::kNgram, 3, 1};
+  reqs[5].sampling.temperature = 1.5f;  // sampled: its sampler continues across a preemption
+  reqs[5].sampling.seed = 7;
+  const EngineRun want = RunAll(*big, reqs);
+  const EngineRun got = RunAll(*small, reqs);
+  EXPECT_EQ(want.counters.preemptions, 0u);
+  EXPECT_GT(got.counters.preemptions, 0u);
+  EXPECT_EQ(got.counters.kv_blocks, 7u);
+  EXPECT_EQ(want.counters.kv_blocks, 24u);
+  ASSERT_EQ(got.streams.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got.streams[i].finish, FinishReason::kLength) << "request " << i;
+    EXPECT_EQ(got.streams[i].tokens, want.streams[i].tokens) << "request " << i;
+    if (reqs[i].sampling.temperature == 0.0f) {
+      EXPECT_EQ(got.streams[i].tokens, GreedyAlone(*small, reqs[i])) << "request " << i;
+    }
+    ASSERT_EQ(got.streams[i].logprobs.size(), want.streams[i].logprobs.size());
+    for (size_t t = 0; t < got.streams[i].logprobs.size(); ++t) {
+      EXPECT_NEAR(got.streams[i].logprobs[t], want.streams[i].logprobs[t], 1e-4)
+          << "request " << i << " token " << t;
+    }
+  }
+}
+
+// A request whose prompt and new tokens could never be in the pool, even alone, is refused at
+// submit with an error naming the KV memory; one that fits is taken.
+TEST(PagedKvTest, ARequestThatCouldNeverFitIsRefusedAtSubmit) {
+  auto lm = LoadWithPool("refuse", 2, 512, 3);  // 192 positions
+  ASSERT_TRUE(lm);
+  BatchEngine e(*lm);
+  auto refused = e.Submit(Prompt(1, 150, 50));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("KV memory holds 192"), std::string::npos)
+      << refused.status().message();
+  ASSERT_TRUE(e.Submit(Prompt(1, 150, 40)).ok());
+  e.RunUntilIdle();
+}
+
+// The load reports the pool: a given size in whole blocks, the default the slots at full
+// capacity.
+TEST(PagedKvTest, TheLoadSizesThePool) {
+  auto given = LoadWithPool("given", 2, 512, 5);
+  auto fallback = LoadWithPool("default", 3, 500, 0);
+  ASSERT_TRUE(given && fallback);
+  EXPECT_EQ(given->kv_pool_blocks(), 5);
+  EXPECT_EQ(given->kv_pool_reason(), "--kv-memory");
+  EXPECT_EQ(fallback->kv_pool_blocks(), 3 * 8);  // ceil(500 / 64) blocks per slot
+  EXPECT_EQ(fallback->kv_pool_reason(), "the slots at full capacity");
+}
+
+}  // namespace
+}  // namespace vls
