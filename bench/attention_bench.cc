@@ -8,6 +8,7 @@
 // at a time with the variant's Scores/Softmax/WeightedSum.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -15,6 +16,7 @@
 
 #include "kernels/dispatch.h"
 #include "model/attention.h"
+#include "model/kv_pool.h"
 
 namespace vls {
 namespace {
@@ -137,6 +139,68 @@ BENCHMARK(BM_DecodeStep)
 BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{1}, {4096, 16384}, {1, 2}, {1}})
     ->ArgNames({"slots", "T", "threads", "bf16"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Paged KV memory (ADR 0029): the same decode step or prompt chunk over BF16 caches with K in key
+// tiles (the serving layout on AVX512-BF16), contiguous (block 0: a private cache) or in pool
+// blocks of 64, 128 or 256 positions, each cache's blocks scattered through the pool (taken from
+// a shuffled free list, interleaved with the other caches').
+void BM_Paged(benchmark::State& state) {
+  const int block = static_cast<int>(state.range(0)), slots = static_cast<int>(state.range(1));
+  const int T = static_cast<int>(state.range(2)), M = static_cast<int>(state.range(3));
+  const int threads = static_cast<int>(state.range(4));
+  const KvShape shape{kLayers, kKvHeads, kD, KvDType::kBf16, true};
+  std::shared_ptr<KvPool> pool;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (int s = 0; s < slots; ++s) {
+    if (block == 0) {
+      caches.push_back(std::make_unique<KvCache>(kLayers, T, kKvHeads, kD, KvDType::kBf16, true));
+    } else {
+      if (!pool) {
+        pool = KvPool::Create(shape, block, slots * ((T + block - 1) / block)).value();
+        std::vector<int32_t> ids;
+        (void)pool->Acquire(pool->blocks(), &ids);
+        std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
+        pool->Release(ids);
+      }
+      caches.push_back(std::make_unique<KvCache>(pool, T));
+    }
+  }
+  for (int upto = 1; upto <= T; upto = std::min(T, upto + 64)) {  // interleaved reservations
+    for (auto& c : caches) (void)c->Reserve(upto);
+    if (upto == T) break;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(kKvHeads * kD)), v(k.size());
+  std::vector<ForwardRow> rows;
+  for (auto& c : caches) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (int t = 0; t < T; ++t) {
+        for (float& x : k) x = d(rng);
+        for (float& x : v) x = d(rng);
+        c->WriteRow(l, t, k.data(), v.data());
+      }
+    }
+    for (int i = T - M; i < T; ++i) rows.push_back({c.get(), i, {i, i, i}});
+  }
+  std::vector<float> q(rows.size() * kHeads * kD, 0.1f), out(q.size());
+  const kernels::Context ctx(threads, kernels::Precision::kBF16);
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) Attend(ctx, l, kShape, q.data(), rows, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["kv_bytes/s"] =
+      benchmark::Counter(2.0 * 2 * kLayers * kKvHeads * kD * static_cast<double>(T) * slots *
+                             static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Paged)
+    ->ArgsProduct({{0, 64, 128, 256}, {8}, {2048}, {1}, {2}})
+    ->ArgsProduct({{0, 64, 128, 256}, {1}, {16384}, {1}, {2}})
+    ->ArgsProduct({{0, 64, 128, 256}, {1}, {2048}, {512}, {2}})
+    ->ArgNames({"block", "slots", "T", "M", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 
@@ -11,7 +12,8 @@
 namespace vls::cli {
 
 const std::set<std::string>& LoadFlagNames() {
-  static const std::set<std::string> names = {"precision", "threads", "artifact", "kv-cache"};
+  static const std::set<std::string> names = {"precision", "threads", "artifact", "kv-cache",
+                                              "kv-memory"};
   return names;
 }
 
@@ -52,6 +54,11 @@ std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {
       ")\n"
       "  --kv-cache K         KV cache element type: f32 or bf16 (default: f32 at --precision\n"
       "                       f32, else bf16)\n"
+      "  --kv-memory SIZE     KV memory of the batch engine, one pool of 64-token blocks shared\n"
+      "                       by the slots: bytes with K, M, G or TiB (binary: 4G is 4 GiB), or\n"
+      "                       tokens with a t suffix (65536t). Default: the slots at full\n"
+      "                       capacity when that fits, else 90% of the memory left after the\n"
+      "                       weights\n"
       "  --threads T          kernel threads, 0 for all cores, at most 1024 (default 0)\n";
   if (artifact) {
     help +=
@@ -60,6 +67,43 @@ std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {
         "                       prepare at load)\n";
   }
   return help;
+}
+
+Status ParseKvMemory(const std::string& text, LoadOptions* o) {
+  const auto bad = [&] {
+    return InvalidArgument("--kv-memory must be a size such as 4G, 512M or 65536t (tokens), not '" +
+                           text + "'");
+  };
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])) != 0) {
+    ++digits;
+  }
+  if (digits == 0 || digits > 15) return bad();
+  const uint64_t n = std::stoull(text.substr(0, digits));
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit == "t" || unit == "tok" || unit == "tokens") {
+    if (n == 0 || n > static_cast<uint64_t>(INT32_MAX) * kKvBlockKeys) return bad();
+    o->kv_tokens = static_cast<int64_t>(n);
+    return Status::Ok();
+  }
+  int shift = 0;
+  if (unit.empty() || unit == "b") {
+    shift = 0;
+  } else if (unit == "k" || unit == "kib" || unit == "kb") {
+    shift = 10;
+  } else if (unit == "m" || unit == "mib" || unit == "mb") {
+    shift = 20;
+  } else if (unit == "g" || unit == "gib" || unit == "gb") {
+    shift = 30;
+  } else if (unit == "tib" || unit == "tb") {
+    shift = 40;
+  } else {
+    return bad();
+  }
+  if (n == 0 || n > (uint64_t{1} << (62 - shift))) return bad();
+  o->kv_memory = n << shift;
+  return Status::Ok();
 }
 
 Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o) {
@@ -82,6 +126,9 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, kMaxThreads));
   o->threads = static_cast<int>(threads);
   o->artifact = args.Get("artifact").value_or("");
+  if (const auto m = args.Get("kv-memory")) {
+    VLS_RETURN_IF_ERROR(ParseKvMemory(*m, o));
+  }
   if (const auto kv = args.Get("kv-cache")) {
     if (*kv == "f32") {
       o->kv_dtype = KvDType::kF32;

@@ -45,6 +45,10 @@ std::string LoadFlagsHelp(const std::string& default_precision, bool artifact = 
 // command that does not offer the flag always checks). Errors name the flag.
 Status ApplyLoadFlags(const Args& args, const std::string& default_precision, LoadOptions* o);
 
+// --kv-memory SIZE into LoadOptions::kv_memory (bytes: a count with K, M, G or TiB, binary
+// units) or kv_tokens (a count with t, tok or tokens). InvalidArgument naming the flag otherwise.
+Status ParseKvMemory(const std::string& text, LoadOptions* o);
+
 // Prints "[<command>] preparing weights: done/total" to stderr: updated in place on a
 // terminal; otherwise one line at each quarter, so logs stay short.
 PrepareProgress StderrProgress(const std::string& command);

@@ -77,6 +77,8 @@ constexpr const char* kHelpHead =
 constexpr const char* kHelpTail =
     "  --precision P        f32, bf16, int8 or int4 (default bf16)\n"
     "  --kv-cache K         f32 or bf16 (default: f32 at --precision f32, else bf16)\n"
+    "  --kv-memory SIZE     KV memory of the engine: bytes (4G, 512M) or tokens (65536t)\n"
+    "                       (default: the slots at full capacity, if that fits)\n"
     "  --threads T          kernel threads (default: all cores)\n"
     "  --artifact FILE      prepared weights from `vlstack compile`\n"
     "  --help               this text\n"

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "base/memory.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
@@ -52,8 +53,9 @@ constexpr const char* kHelp =
     "  --api-key KEY          require `Authorization: Bearer KEY` on every endpoint but / and\n"
     "                         /health* (default: the VLSTACK_API_KEY environment variable, else\n"
     "                         none)\n"
-    "  --slots B              requests generated at once (default 4)\n"
-    "  --capacity C           context capacity per slot in tokens (default 4096)\n"
+    "  --slots B              sequences generated at once (default 4)\n"
+    "  --capacity C           the longest sequence, prompt and reply, in tokens (default 4096);\n"
+    "                         KV memory is taken as sequences grow (--kv-memory)\n"
     "  --max-queue N          requests waiting for a slot before new ones get 429 (default 64)\n"
     "  --max-body-mb N        largest request body in MiB (default 64; images and clips come\n"
     "                         inline, base64 adds a third: a 64 MiB body holds a 47 MiB clip)\n"
@@ -245,6 +247,13 @@ int Serve(const Args& args) {
   std::fprintf(stderr, "[serve] ready: model '%s', %d slots x %d tokens, images %s\n",
                f.http.model_id.c_str(), m.bounds().slots, m.bounds().capacity,
                loaded->images ? "on" : "off");
+  const KvShape kv = m.model().kv_shape();
+  const uint64_t block = KvPool::BlockBytes(kv, m.kv_block_keys()).value_or(0);
+  std::fprintf(stderr, "[serve] KV memory: %lld blocks of %d tokens = %lld tokens, %s (%s)\n",
+               static_cast<long long>(m.kv_pool_blocks()), m.kv_block_keys(),
+               static_cast<long long>(m.kv_pool_blocks()) * m.kv_block_keys(),
+               FormatBytes(block * static_cast<uint64_t>(m.kv_pool_blocks())).c_str(),
+               m.kv_pool_reason().c_str());
   std::fflush(stderr);
   listener.join();
   if (!stopping.load()) pthread_kill(signals.native_handle(), SIGUSR1);

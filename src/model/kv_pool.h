@@ -51,7 +51,7 @@ struct KvShape {
 // in exactly the blocks, and rounds exactly as, a contiguous one (ADR 0029 has the measurements
 // of 64, 128 and 256).
 inline constexpr int kKvBlockKeys = 64;
-// The block sizes an engine accepts (EngineOptions::kv_block_keys).
+// The block sizes a load accepts (LoadOptions::kv_block_keys).
 inline constexpr int kKvBlockKeyChoices[] = {64, 128, 256};
 
 class KvPool {

@@ -86,8 +86,9 @@ BatchEngine::BatchEngine(const LoadedModel& model, EventCallback callback, Engin
     throw std::invalid_argument(st.ToString());
   }
   // One pool for every slot (paged KV memory): a slot holds blocks for the rows it has written.
-  StatusOr<std::shared_ptr<KvPool>> pool = KvPool::Create(
-      model.model().kv_shape(), kKvBlockKeys, std::max<int64_t>(1, model.kv_pool_blocks()));
+  StatusOr<std::shared_ptr<KvPool>> pool =
+      KvPool::Create(model.model().kv_shape(), model.kv_block_keys(),
+                     std::max<int64_t>(1, model.kv_pool_blocks()));
   if (!pool.ok()) throw std::bad_alloc();
   pool_ = std::move(*pool);
   const int slots = model.bounds().slots;

@@ -1,5 +1,8 @@
-// The continuous-batch engine (docs/contracts.md §4): B slots, each a Session with its own KV
-// region of capacity C, and a FIFO queue of pending requests.
+// The continuous-batch engine (docs/contracts.md §4): B slots, each a Session whose KV cache
+// takes blocks of one shared pool as its sequence grows (paged KV memory, ADR 0029; sequences
+// up to C positions), and a FIFO queue of pending requests. When the pool runs out, free slots'
+// kept rows are dropped and then the most recently admitted sequences are preempted and later
+// resumed by recomputation (batch_engine_memory.cc).
 //
 // One Step():
 //   1. apply the cancels that arrived since the last step (their slots become free);

@@ -17,7 +17,7 @@ namespace {
 // The tiny untied test model for `slots` slots of `capacity` rows, with a KV pool of `blocks`
 // blocks (0: the default pool).
 std::unique_ptr<LoadedModel> LoadWithPool(const std::string& name, int slots, int capacity,
-                                          int64_t blocks) {
+                                          int64_t blocks, int block_keys = kKvBlockKeys) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = JoinPath(tmp ? tmp : "/tmp", "vls_memory_test_" + name);
   TestModelSpec spec;
@@ -30,9 +30,10 @@ std::unique_ptr<LoadedModel> LoadWithPool(const std::string& name, int slots, in
   o.capacity = capacity;
   o.slots = slots;
   o.threads = 2;
+  o.kv_block_keys = block_keys;
   if (blocks > 0) {
     const KvShape shape{spec.layers, spec.kv_heads, spec.head_dim, KvDType::kF32, false};
-    o.kv_memory = *KvPool::BlockBytes(shape, kKvBlockKeys) * static_cast<uint64_t>(blocks);
+    o.kv_memory = *KvPool::BlockBytes(shape, block_keys) * static_cast<uint64_t>(blocks);
   }
   auto lm = LoadedModel::Load(dir, o);
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
@@ -84,38 +85,51 @@ EngineRun RunAll(const LoadedModel& lm, const std::vector<GenerationRequest>& re
   return out;
 }
 
-// More conversations than the pool holds at once: 6 slots of capacity 256 want 24 blocks of 64
-// positions; the pool has 7. Prompts of 40 to 150 rows (chunked beside the decoding streams,
-// one with M-RoPE positions of an image and DeepStack features, one speculating) and 30 to 70
-// new tokens each: the pool runs out in the middle of prompts and of replies. Every request
-// completes with its tokens alone, none fails, and preemptions are counted.
+// More conversations than the pool holds at once, with blocks of every size a load allows: 6
+// slots of capacity 512 want 6 · 512 positions; the pool holds 448 (7 blocks of 64, 3 of 128 is
+// 384, 2 of 256 is 512). Prompts of 40 to 152 rows (chunked beside the decoding streams, one
+// with the M-RoPE positions of an image and DeepStack features, one speculating, one sampled)
+// and 30 to 70 new tokens each: the pool runs out in the middle of prompts and of replies.
+// Every request completes with the tokens (and log-probabilities) it gets from an engine whose
+// pool never runs out, and its greedy tokens alone; none fails, and preemptions are counted.
 TEST(PagedKvTest, APoolThatRunsOutPreemptsAndEveryRequestStillGetsItsTokens) {
-  auto small = LoadWithPool("small", 6, 256, 7);
-  auto big = LoadWithPool("big", 6, 256, 0);
-  ASSERT_TRUE(small && big);
+  auto big = LoadWithPool("big", 6, 512, 0);
+  ASSERT_TRUE(big);
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 9; ++i) reqs.push_back(Prompt(i + 1, 40 + 14 * i, 30 + 5 * i));
-  reqs.push_back(ImagePrompt(*small, 4, 50));
+  reqs.push_back(ImagePrompt(*big, 4, 50));
+  for (int tail = 0; tail < 2; ++tail) {  // two prompts sharing request 7's first 100 rows
+    GenerationRequest r = Prompt(8, 138, 40);
+    r.tokens.resize(100);
+    for (int i = 0; i < 20 + 10 * tail; ++i) r.tokens.push_back(5 + (i * 11 + tail) % 50);
+    r.positions = SequentialPositions(PositionMode::kMrope, static_cast<int64_t>(r.tokens.size()));
+    reqs.push_back(std::move(r));
+  }
   reqs[3].speculative = SpeculativeParams{4, DraftSource::kNgram, 3, 1};
   reqs[5].sampling.temperature = 1.5f;  // sampled: its sampler continues across a preemption
   reqs[5].sampling.seed = 7;
   const EngineRun want = RunAll(*big, reqs);
-  const EngineRun got = RunAll(*small, reqs);
   EXPECT_EQ(want.counters.preemptions, 0u);
-  EXPECT_GT(got.counters.preemptions, 0u);
-  EXPECT_EQ(got.counters.kv_blocks, 7u);
-  EXPECT_EQ(want.counters.kv_blocks, 24u);
-  ASSERT_EQ(got.streams.size(), reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(got.streams[i].finish, FinishReason::kLength) << "request " << i;
-    EXPECT_EQ(got.streams[i].tokens, want.streams[i].tokens) << "request " << i;
-    if (reqs[i].sampling.temperature == 0.0f) {
-      EXPECT_EQ(got.streams[i].tokens, GreedyAlone(*small, reqs[i])) << "request " << i;
-    }
-    ASSERT_EQ(got.streams[i].logprobs.size(), want.streams[i].logprobs.size());
-    for (size_t t = 0; t < got.streams[i].logprobs.size(); ++t) {
-      EXPECT_NEAR(got.streams[i].logprobs[t], want.streams[i].logprobs[t], 1e-4)
-          << "request " << i << " token " << t;
+  EXPECT_EQ(want.counters.kv_blocks, 6u * 8u);
+  for (const auto& [block_keys, blocks] : {std::pair{64, 7}, {128, 3}, {256, 2}}) {
+    SCOPED_TRACE("blocks of " + std::to_string(block_keys));
+    auto small = LoadWithPool("small" + std::to_string(block_keys), 6, 512, blocks, block_keys);
+    ASSERT_TRUE(small);
+    const EngineRun got = RunAll(*small, reqs);
+    EXPECT_GT(got.counters.preemptions, 0u);
+    EXPECT_EQ(got.counters.kv_blocks, static_cast<uint64_t>(blocks));
+    ASSERT_EQ(got.streams.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(got.streams[i].finish, FinishReason::kLength) << "request " << i;
+      EXPECT_EQ(got.streams[i].tokens, want.streams[i].tokens) << "request " << i;
+      if (block_keys == 64 && reqs[i].sampling.temperature == 0.0f) {
+        EXPECT_EQ(got.streams[i].tokens, GreedyAlone(*small, reqs[i])) << "request " << i;
+      }
+      ASSERT_EQ(got.streams[i].logprobs.size(), want.streams[i].logprobs.size());
+      for (size_t t = 0; t < got.streams[i].logprobs.size(); ++t) {
+        EXPECT_NEAR(got.streams[i].logprobs[t], want.streams[i].logprobs[t], 1e-4)
+            << "request " << i << " token " << t;
+      }
     }
   }
 }
@@ -143,6 +157,15 @@ TEST(PagedKvTest, TheLoadSizesThePool) {
   ASSERT_TRUE(given && fallback);
   EXPECT_EQ(given->kv_pool_blocks(), 5);
   EXPECT_EQ(given->kv_pool_reason(), "--kv-memory");
+  EXPECT_EQ(given->kv_block_keys(), kKvBlockKeys);
+  LoadOptions odd;
+  odd.capacity = 64;
+  odd.kv_block_keys = 32;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const Status st =
+      LoadedModel::Load(JoinPath(tmp ? tmp : "/tmp", "vls_memory_test_given"), odd).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("KV block of 32"), std::string::npos) << st.message();
   EXPECT_EQ(fallback->kv_pool_blocks(), 3 * 8);  // ceil(500 / 64) blocks per slot
   EXPECT_EQ(fallback->kv_pool_reason(), "the slots at full capacity");
 }

@@ -35,7 +35,7 @@ std::string Range(long long lo, long long hi) {
   return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
 
-// The batch engine's KV pool (LoadOptions::kv_memory) in blocks of kKvBlockKeys positions, or
+// The batch engine's KV pool (LoadOptions::kv_memory) in blocks of kv_block_keys positions, or
 // ResourceExhausted when it, the slots' bookkeeping and one pass's buffers do not fit in the
 // memory this process can have now (InvalidArgument for a kv_memory below one block).
 struct KvPoolPlan {
@@ -48,8 +48,9 @@ StatusOr<KvPoolPlan> PlanKvPool(const std::string& dir, const Qwen3Config& cfg, 
   VLS_ASSIGN_OR_RETURN(ServingMemory plan,
                        PlanServingMemory(cfg, kv_dtype, o.capacity, o.slots, threads));
   const KvShape shape{cfg.layers, cfg.kv_heads, cfg.head_dim, kv_dtype, false};
-  const uint64_t block = KvPool::BlockBytes(shape, kKvBlockKeys).value_or(UINT64_MAX);
-  const auto per_sequence = static_cast<uint64_t>((o.capacity + kKvBlockKeys - 1) / kKvBlockKeys);
+  const uint64_t block = KvPool::BlockBytes(shape, o.kv_block_keys).value_or(UINT64_MAX);
+  const auto per_sequence =
+      static_cast<uint64_t>((o.capacity + o.kv_block_keys - 1) / o.kv_block_keys);
   const std::optional<uint64_t> other =
       CheckedMul(plan.other_per_slot, static_cast<uint64_t>(o.slots));
   const std::optional<uint64_t> fixed = other ? CheckedAdd(*other, plan.working) : std::nullopt;
@@ -60,11 +61,14 @@ StatusOr<KvPoolPlan> PlanKvPool(const std::string& dir, const Qwen3Config& cfg, 
     return t.value_or(UINT64_MAX);
   };
   KvPoolPlan out;
-  if (o.kv_memory > 0) {
-    const uint64_t blocks = o.kv_memory / block;
+  if (o.kv_memory > 0 || o.kv_tokens > 0) {
+    const uint64_t blocks =
+        o.kv_tokens > 0
+            ? static_cast<uint64_t>((o.kv_tokens + o.kv_block_keys - 1) / o.kv_block_keys)
+            : o.kv_memory / block;
     if (blocks == 0) {
       return InvalidArgument("KV memory " + FormatBytes(o.kv_memory) + " holds no block of " +
-                             std::to_string(kKvBlockKeys) + " positions (" + FormatBytes(block) +
+                             std::to_string(o.kv_block_keys) + " positions (" + FormatBytes(block) +
                              ")");
     }
     const Status s = CheckMemoryFits("a KV pool of " + FormatBytes(blocks * block) + " with " +
@@ -163,6 +167,11 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
     return InvalidArgument("load options: threads " + std::to_string(o.threads) + " is outside " +
                            Range(0, kMaxThreads) + " (0: all cores)");
   }
+  if (std::find(std::begin(kKvBlockKeyChoices), std::end(kKvBlockKeyChoices), o.kv_block_keys) ==
+      std::end(kKvBlockKeyChoices)) {
+    return InvalidArgument("load options: a KV block of " + std::to_string(o.kv_block_keys) +
+                           " positions; the choices are 64, 128 and 256");
+  }
   const KvDType kv_dtype = o.kv_dtype.value_or(DefaultKvDType(o.precision));
   // Refuse bounds that cannot fit before reading the weights (a config that does not load is
   // reported by the model load below, with its own message).
@@ -181,6 +190,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   VLS_ASSIGN_OR_RETURN(KvPoolPlan pool, PlanKvPool(dir, model->config(), model->kv_dtype(), o));
   std::unique_ptr<LoadedModel> lm(new LoadedModel());
   lm->kv_pool_blocks_ = pool.blocks;
+  lm->kv_block_keys_ = o.kv_block_keys;
   lm->kv_pool_reason_ = std::move(pool.reason);
   lm->bounds_.capacity = o.capacity;
   lm->bounds_.slots = o.slots;

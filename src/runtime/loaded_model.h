@@ -48,6 +48,10 @@ struct LoadOptions {
   // that fits the memory left after the weights and the working buffers, else 90 % of that
   // memory (at least one sequence of capacity C). A given size is refused when it does not fit.
   uint64_t kv_memory = 0;
+  // The same as a count of positions (rounded up to whole blocks); set at most one of the two.
+  int64_t kv_tokens = 0;
+  // Positions per block of the pool: one of kKvBlockKeyChoices (model/kv_pool.h).
+  int kv_block_keys = kKvBlockKeys;
   // Refuse a checkpoint with a NaN or infinite weight, naming the tensor and the element
   // (ModelOptions::check_weights). Off here; the CLI turns it on (--check-weights).
   bool check_weights = false;
@@ -68,6 +72,7 @@ class LoadedModel {
   // how the size was chosen ("--kv-memory", "the slots at full capacity", "90 % of the memory
   // left": for the serve banner).
   int64_t kv_pool_blocks() const { return kv_pool_blocks_; }
+  int kv_block_keys() const { return kv_block_keys_; }
   const std::string& kv_pool_reason() const { return kv_pool_reason_; }
   const EntrySet& entries() const { return entries_; }
   bool has_deepstack() const { return config().deepstack.has_value(); }
@@ -107,6 +112,7 @@ class LoadedModel {
   std::unique_ptr<Qwen3Model> model_;
   StaticBounds bounds_;
   int64_t kv_pool_blocks_ = 0;
+  int kv_block_keys_ = kKvBlockKeys;
   std::string kv_pool_reason_;
   EntrySet entries_;
   std::string artifact_;  // LoadOptions::artifact
