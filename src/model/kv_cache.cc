@@ -77,6 +77,19 @@ void KvCache::Shrink(int rows) {
   blocks_.resize(keep);
 }
 
+bool KvCache::Adopt(std::span<const int32_t> ids, std::span<const uint64_t> hashes) {
+  if (private_) return false;
+  Shrink(0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!pool_->Share(ids[i], hashes[i])) {
+      Shrink(0);
+      return false;
+    }
+    blocks_.push_back(ids[i]);
+  }
+  return true;
+}
+
 KvCache::HeadView KvCache::Head(int layer, int head) const {
   const int64_t at = HeadOffset(layer, head) * static_cast<int64_t>(element_bytes());
   HeadView h;

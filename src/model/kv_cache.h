@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,13 @@ class KvCache {
   // Gives back the blocks past those that cover positions [0, rows) (a private cache keeps its
   // one block).
   void Shrink(int rows);
+  // The prefix cache (KvPool): gives back every block, then holds the named blocks `ids` (hashes
+  // `hashes`) as its first blocks, shared read-only. False (holding nothing) when the cache is
+  // private or a block is no longer named so.
+  bool Adopt(std::span<const int32_t> ids, std::span<const uint64_t> hashes);
+  // The pool id of block b (b < blocks_held()), and whether it is named (shared: never written).
+  int32_t block_id(int64_t b) const { return blocks_[static_cast<size_t>(b)]; }
+  bool BlockNamed(int64_t b) const { return pool_->Named(block_id(b)); }
 
   // The keys and values of head `head` in layer `layer`: position t of the head at element
   // pages[t / page_keys]·page_stride + (t % page_keys)·D of k (and v); in key tiles when

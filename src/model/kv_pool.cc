@@ -57,20 +57,42 @@ KvPool::KvPool(const KvShape& shape, int block_keys, int64_t blocks, size_t bloc
       mapped_(mapped),
       k_(base),
       v_(base + mapped / 2) {
-  free_.reserve(static_cast<size_t>(blocks));
+  const auto n = static_cast<size_t>(blocks);
+  free_.reserve(n);
   for (int64_t b = blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+  refs_.assign(n, 0);
+  name_.assign(n, 0);
+  stamp_.assign(n, 0);
 }
 
 KvPool::~KvPool() { munmap(base_, mapped_); }
 
 int64_t KvPool::free_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(free_.size());
+  return static_cast<int64_t>(free_.size() + lru_.size());
+}
+
+int64_t KvPool::cached_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(lru_.size());
+}
+
+void KvPool::EvictOne() {
+  const auto it = lru_.begin();
+  const int32_t id = it->second;
+  lru_.erase(it);
+  const auto b = static_cast<size_t>(id);
+  stamp_[b] = 0;
+  named_.erase(name_[b]);
+  name_[b] = 0;
+  free_.push_back(id);
 }
 
 bool KvPool::Acquire(int64_t n, std::vector<int32_t>* ids) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (n < 0 || n > static_cast<int64_t>(free_.size())) return false;
+  if (n < 0 || n > static_cast<int64_t>(free_.size() + lru_.size())) return false;
+  while (static_cast<int64_t>(free_.size()) < n) EvictOne();
+  for (auto it = free_.end() - n; it != free_.end(); ++it) refs_[static_cast<size_t>(*it)] = 1;
   ids->insert(ids->end(), free_.end() - n, free_.end());
   free_.resize(free_.size() - static_cast<size_t>(n));
   return true;
@@ -78,7 +100,47 @@ bool KvPool::Acquire(int64_t n, std::vector<int32_t>* ids) {
 
 void KvPool::Release(std::span<const int32_t> ids) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_.insert(free_.end(), ids.rbegin(), ids.rend());
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    const auto b = static_cast<size_t>(*it);
+    if (--refs_[b] > 0) continue;
+    if (name_[b] != 0) {
+      stamp_[b] = ++clock_;
+      lru_.emplace(stamp_[b], *it);
+    } else {
+      free_.push_back(*it);
+    }
+  }
+}
+
+bool KvPool::Name(int32_t id, uint64_t hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto b = static_cast<size_t>(id);
+  if (hash == 0 || name_[b] != 0) return name_[b] == hash;
+  if (!named_.emplace(hash, id).second) return false;
+  name_[b] = hash;
+  return true;
+}
+
+int32_t KvPool::Lookup(uint64_t hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = named_.find(hash);
+  return it == named_.end() ? -1 : it->second;
+}
+
+bool KvPool::Share(int32_t id, uint64_t hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto b = static_cast<size_t>(id);
+  if (hash == 0 || name_[b] != hash) return false;
+  if (refs_[b]++ == 0) {
+    lru_.erase(stamp_[b]);
+    stamp_[b] = 0;
+  }
+  return true;
+}
+
+bool KvPool::Named(int32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return name_[static_cast<size_t>(id)] != 0;
 }
 
 }  // namespace vls

@@ -14,17 +14,26 @@
 // position before writing it, and the kernels multiply the positions past a row's last key by a
 // weight of exactly 0.
 //
-// Thread safety: Acquire, Release and the counters may be called from any thread. Reading and
-// writing a block is its holder's business.
+// Prefix cache (issue 33 item 2): a full block can be named by a hash of its content chained
+// from the blocks before it (the engine's: token ids or embedding bytes, positions, DeepStack
+// features). Any sequence whose prompt starts with the same content then shares it read-only
+// (Share: a reference more) instead of computing it. A named block that no sequence references
+// stays cached, and Acquire evicts such blocks, least recently released first, when the free
+// list is short. Nothing writes into a named block: only full, committed blocks are named.
+//
+// Thread safety: every method may be called from any thread. Reading and writing a block is its
+// holders' business.
 #ifndef VLSTACK_MODEL_KV_POOL_H_
 #define VLSTACK_MODEL_KV_POOL_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -73,14 +82,31 @@ class KvPool {
   uint64_t bytes() const { return block_bytes() * static_cast<uint64_t>(blocks_); }
   // Elements of one block of K (or of V): layers·nkv·block_keys·D.
   int64_t block_elements() const { return static_cast<int64_t>(block_elements_); }
+  // Blocks Acquire can take: the free ones and the cached ones no sequence references.
   int64_t free_blocks() const VLS_EXCLUDES(mu_);
+  // Named blocks no sequence references (kept for the prefix cache, evictable).
+  int64_t cached_blocks() const VLS_EXCLUDES(mu_);
   // Blocks that cover `rows` positions.
   int64_t BlocksFor(int64_t rows) const { return (rows + block_keys_ - 1) / block_keys_; }
 
-  // Takes `n` free blocks (all or none) and appends their ids to `ids`; false when fewer are free.
+  // Takes `n` blocks (all or none; evicting unreferenced cached blocks, least recently released
+  // first, when the free list is short) and appends their ids to `ids`; false when fewer are
+  // available.
   bool Acquire(int64_t n, std::vector<int32_t>* ids) VLS_EXCLUDES(mu_);
-  // Gives blocks back (each id once, taken by Acquire).
+  // Drops one reference to each block (taken by Acquire or Share); a block without references is
+  // free again, or cached when it is named.
   void Release(std::span<const int32_t> ids) VLS_EXCLUDES(mu_);
+
+  // The prefix cache. Names block `id` (referenced, full) with `hash` unless the hash already
+  // names a block or `id` has a name; returns whether `id` is now named `hash`.
+  bool Name(int32_t id, uint64_t hash) VLS_EXCLUDES(mu_);
+  // The block named `hash`, or -1.
+  int32_t Lookup(uint64_t hash) const VLS_EXCLUDES(mu_);
+  // A reference more to a named block (out of the cache's eviction order); false when `id` is
+  // not named `hash` (evicted since the lookup).
+  bool Share(int32_t id, uint64_t hash) VLS_EXCLUDES(mu_);
+  // Whether block `id` has a name (then nothing may write into it).
+  bool Named(int32_t id) const VLS_EXCLUDES(mu_);
 
   std::byte* k_data() const { return k_; }
   std::byte* v_data() const { return v_; }
@@ -97,8 +123,17 @@ class KvPool {
   const size_t mapped_;
   std::byte* const k_;
   std::byte* const v_;
+  // Evicts the least recently released cached block onto the free list.
+  void EvictOne() VLS_REQUIRES(mu_);
+
   mutable std::mutex mu_;
-  std::vector<int32_t> free_ VLS_GUARDED_BY(mu_);  // a stack: the last released is reused first
+  std::vector<int32_t> free_ VLS_GUARDED_BY(mu_);    // a stack: the last released is reused first
+  std::vector<int32_t> refs_ VLS_GUARDED_BY(mu_);    // [blocks] references
+  std::vector<uint64_t> name_ VLS_GUARDED_BY(mu_);   // [blocks] hash naming it, 0 for none
+  std::vector<uint64_t> stamp_ VLS_GUARDED_BY(mu_);  // [blocks] key in lru_, 0 when not cached
+  std::unordered_map<uint64_t, int32_t> named_ VLS_GUARDED_BY(mu_);  // hash -> block
+  std::map<uint64_t, int32_t> lru_ VLS_GUARDED_BY(mu_);  // release stamp -> cached block
+  uint64_t clock_ VLS_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vls

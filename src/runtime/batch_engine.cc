@@ -265,6 +265,12 @@ BatchEngine::RowKey BatchEngine::TokenKey(int32_t token, RopeCoord c) {
   return k;
 }
 
+uint64_t BatchEngine::BlockHash(uint64_t prev, std::span<const RowKey> rows) {
+  const uint64_t h =
+      Combine(Mix(prev ^ kSeeds[1]), HashBytes(kSeeds[0], rows.data(), rows.size_bytes()));
+  return h == 0 ? 1 : h;  // 0 names nothing (KvPool)
+}
+
 std::vector<BatchEngine::RowKey> BatchEngine::PromptKeys(const GenerationRequest& r) const {
   const int64_t S = r.positions.length;
   std::vector<RowKey> keys(static_cast<size_t>(S));
@@ -514,6 +520,17 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   }
   Slot& slot = *best;
   const int64_t S = p.request.positions.length;
+  // The prefix cache: the prompt's full blocks (never its last row, whose logits are needed)
+  // named in the pool by another sequence, running or gone.
+  std::vector<int32_t> shared;
+  std::vector<uint64_t> hashes;
+  if (options_.prefix_reuse) CachedBlocks(keys, S, &shared, &hashes);
+  const auto pooled = static_cast<size_t>(shared.size()) * static_cast<size_t>(pool_->block_keys());
+  // Shared blocks win unless a copy from another slot gives at least a block more.
+  const bool adopt =
+      pooled > best_match &&
+      (source == nullptr || pooled + static_cast<size_t>(pool_->block_keys()) > source_match);
+  if (adopt) source = nullptr;
   // At least the last row is computed: its logits give the first token.
   auto sampler = std::make_unique<Sampler>(p.request.sampling, p.id);
   std::unique_ptr<grammar::GrammarMatcher> matcher;
@@ -524,14 +541,34 @@ void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   }
   // Nothing below throws: the slot changes only once everything it needs is allocated.
   int64_t cached = std::min<int64_t>(static_cast<int64_t>(best_match), S - 1);
-  if (source != nullptr) {
+  const int64_t P = pool_->block_keys();
+  if (adopt) {
+    cached = 0;
+    slot.chain.clear();
+    if (slot.session->AdoptPrefix(shared, hashes)) {
+      cached = static_cast<int64_t>(pooled);
+      slot.chain = hashes;
+      shared_blocks_ += shared.size();
+    }
+  } else if (source != nullptr) {
     const int64_t rows = std::min<int64_t>(static_cast<int64_t>(source_match), S - 1);
+    cached = 0;
+    slot.chain.clear();
     if (slot.session->CopyPrefixFrom(*source->session, rows)) {
       cached = rows;
       ++copied_prefixes_;
     }
+  } else {
+    // Its own kept rows: the prompt goes on writing from `cached`, so a named (shared) block
+    // there is given up instead (a block is never written once named).
+    if (cached % P != 0 && cached / P < slot.session->kv_blocks() &&
+        slot.session->KvBlockNamed(cached / P)) {
+      cached -= cached % P;
+    }
+    slot.chain.resize(std::min(slot.chain.size(), static_cast<size_t>(cached / P)));
   }
   slot.session->Truncate(cached);
+  cached = slot.session->valid_rows();
   slot.kept = std::move(keys);
   slot.phase = Phase::kPrefill;
   slot.id = p.id;
@@ -557,7 +594,8 @@ void BatchEngine::FailOccupied(const std::string& error, StepResult* out) {
 }
 
 void BatchEngine::StepLocked(bool decode, StepResult* out) {
-  const uint64_t preempted_before = preemptions_, evicted_before = evictions_;
+  const uint64_t preempted_before = preemptions_, evicted_before = evictions_,
+                 shared_before = shared_blocks_;
   const uint64_t chunks_before = chunks_, mixed_before = mixed_, copied_before = copied_prefixes_,
                  verify_before = verify_passes_, drafted_before = drafted_,
                  accepted_before = accepted_, masks_before = masks_, mask_ns_before = mask_ns_,
@@ -570,6 +608,7 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
     } else {
       PrefillSlots(-1, out);
     }
+    for (Slot& s : slots_) NameBlocks(s);
   } catch (...) {
     // Thrown outside any one request's work (each catches its own): the slots' requests fail,
     // the queued ones and the engine go on.
@@ -585,6 +624,8 @@ void BatchEngine::StepLocked(bool decode, StepResult* out) {
   counters_.prefill_chunks += chunks_ - chunks_before;
   counters_.mixed_passes += mixed_ - mixed_before;
   counters_.copied_prefixes += copied_prefixes_ - copied_before;
+  counters_.shared_prefix_blocks += shared_blocks_ - shared_before;
+  counters_.kv_blocks_cached = static_cast<uint64_t>(pool_->cached_blocks());
   counters_.preemptions += preemptions_ - preempted_before;
   counters_.evictions += evictions_ - evicted_before;
   counters_.kv_blocks = static_cast<uint64_t>(pool_->blocks());

@@ -57,6 +57,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -132,6 +133,10 @@ struct EngineCounters {
   // Admissions that copied a prompt prefix's KV rows from another slot (prefix reuse across
   // slots) instead of prefilling them.
   uint64_t copied_prefixes = 0;
+  // The prefix cache: blocks a prompt took, shared, from the pool's named blocks instead of
+  // computing them; and the named blocks no sequence references (kept, evictable) at the end of
+  // the step.
+  uint64_t shared_prefix_blocks = 0, kv_blocks_cached = 0;
   // Paged KV memory: sequences preempted because the pool ran out (their blocks freed, their
   // requests resumed later by recomputing their rows), and the kept rows of free slots dropped
   // to make room.
@@ -247,6 +252,9 @@ class BatchEngine {
     // Keys of the rows the cache holds for the current or last occupant; rows [0,
     // kept.size()) are valid.
     std::vector<RowKey> kept;
+    // The chained hashes of its first chain.size() blocks (full, committed rows of `kept`), each
+    // named in the pool unless another block had the name first (the prefix cache).
+    std::vector<uint64_t> chain;
     // Structured output (null without a grammar): the grammar state after the tokens generated
     // so far, and the mask of the next token ([MaskWords(V)], end tokens included), valid when
     // mask_ready. mask_error: computing it failed (the request ends with that error).
@@ -281,6 +289,14 @@ class BatchEngine {
   void MakeRoom() VLS_REQUIRES(step_mu_);
   // Gives a slot's blocks back and leaves it waiting in kPreempted.
   void Preempt(Slot& slot) VLS_REQUIRES(step_mu_);
+  // The prefix cache. The hash of a full block of rows `rows` after the blocks hashed `prev`.
+  static uint64_t BlockHash(uint64_t prev, std::span<const RowKey> rows);
+  // The blocks named in the pool that hold the prompt's first rows (`keys`, S rows; never its
+  // last), and their hashes, in order.
+  void CachedBlocks(std::span<const RowKey> keys, int64_t S, std::vector<int32_t>* ids,
+                    std::vector<uint64_t>* hashes) const;
+  // Names the slot's blocks that became full with committed rows since the last call.
+  void NameBlocks(Slot& slot) VLS_REQUIRES(step_mu_);
   // Blocks free now plus those free slots hold.
   int64_t ReclaimableBlocks() const VLS_REQUIRES(step_mu_);
   // Rows of a decoding slot's next run before its drafts: its tokens not yet in the cache (1, or
@@ -410,6 +426,7 @@ class BatchEngine {
   bool preemptible_ = false;
   uint64_t preemptions_ VLS_GUARDED_BY(step_mu_) = 0;
   uint64_t evictions_ VLS_GUARDED_BY(step_mu_) = 0;
+  uint64_t shared_blocks_ VLS_GUARDED_BY(step_mu_) = 0;
   // Fewest rows worth copying from another slot beyond what the chosen slot already holds.
   static constexpr size_t kMinCopiedRows = 16;
   // Speculation so far (EngineCounters' fields of the same names).

@@ -31,6 +31,35 @@ bool BatchEngine::RoomToAdmit(const GenerationRequest& r) const {
   return pool_->BlocksFor(r.positions.length) <= ReclaimableBlocks();
 }
 
+void BatchEngine::CachedBlocks(std::span<const RowKey> keys, int64_t S, std::vector<int32_t>* ids,
+                               std::vector<uint64_t>* hashes) const {
+  const auto P = static_cast<size_t>(pool_->block_keys());
+  const size_t blocks = S > 0 ? static_cast<size_t>(S - 1) / P : 0;
+  uint64_t h = 0;
+  for (size_t b = 0; b < blocks && (b + 1) * P <= keys.size(); ++b) {
+    h = BlockHash(h, keys.subspan(b * P, P));
+    const int32_t id = pool_->Lookup(h);
+    if (id < 0) return;
+    ids->push_back(id);
+    hashes->push_back(h);
+  }
+}
+
+void BatchEngine::NameBlocks(Slot& s) {
+  if (s.phase != Phase::kPrefill && s.phase != Phase::kDecode) return;
+  const int64_t P = pool_->block_keys();
+  const int64_t rows = s.phase == Phase::kDecode ? s.session->length() : s.prefilled;
+  const int64_t full = std::min<int64_t>(rows, static_cast<int64_t>(s.kept.size())) / P;
+  for (auto b = static_cast<int64_t>(s.chain.size()); b < full; ++b) {
+    const uint64_t h = BlockHash(b == 0 ? 0 : s.chain.back(),
+                                 std::span<const RowKey>(s.kept).subspan(static_cast<size_t>(b * P),
+                                                                         static_cast<size_t>(P)));
+    // A block of the same content elsewhere keeps the name; this one stays private.
+    (void)pool_->Name(s.session->kv_block_id(b), h);
+    s.chain.push_back(h);
+  }
+}
+
 bool BatchEngine::ResumePreempted() {
   std::vector<Slot*> waiting;
   for (Slot& s : slots_) {
@@ -48,6 +77,15 @@ bool BatchEngine::ResumePreempted() {
     s->phase = Phase::kPrefill;
     s->prefilled = 0;
     s->kept = PromptKeys(s->request);
+    // Its prompt's blocks may still be in the prefix cache.
+    std::vector<int32_t> shared;
+    std::vector<uint64_t> hashes;
+    if (options_.prefix_reuse) CachedBlocks(s->kept, s->prompt_length, &shared, &hashes);
+    if (!shared.empty() && s->session->AdoptPrefix(shared, hashes)) {
+      s->prefilled = s->session->valid_rows();
+      s->chain = hashes;
+      shared_blocks_ += shared.size();
+    }
   }
   return true;
 }
@@ -55,6 +93,7 @@ bool BatchEngine::ResumePreempted() {
 void BatchEngine::Preempt(Slot& slot) {
   slot.session->ReleaseMemory();
   slot.kept.clear();
+  slot.chain.clear();
   slot.phase = Phase::kPreempted;
   slot.prefilled = 0;
   // The draft model's session follows the target's rows: it starts again after the resume.
@@ -92,6 +131,7 @@ void BatchEngine::MakeRoom() {
     if (victim != nullptr) {
       victim->session->ReleaseMemory();
       victim->kept.clear();
+      victim->chain.clear();
       ++evictions_;
       continue;
     }

@@ -172,3 +172,169 @@ TEST(PagedKvTest, TheLoadSizesThePool) {
 
 }  // namespace
 }  // namespace vls
+
+namespace vls {
+namespace {
+
+std::vector<int32_t> Ids(int seed, int n) {
+  std::vector<int32_t> ids;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int i = 0; i < n; ++i) ids.push_back(3 + static_cast<int32_t>(rng() % 60));
+  return ids;
+}
+
+std::vector<int32_t> Cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A stream of the engine, collected from events.
+struct Collected {
+  std::map<uint64_t, EngineStream> streams;
+  BatchEngine::EventCallback Callback() {
+    return [this](const TokenEvent& ev) {
+      EngineStream& s = streams[ev.request_id];
+      if (ev.token >= 0) s.tokens.push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) s.finish = ev.finish;
+      s.cached = ev.cached_tokens;
+      return true;
+    };
+  }
+};
+
+TEST(KvPoolTest, NamedBlocksAreSharedCachedAndEvictedLeastRecentlyReleasedFirst) {
+  auto pool = KvPool::Create({1, 1, 16, KvDType::kF32, false}, 64, 4).value();
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool->Acquire(2, &a));
+  ASSERT_TRUE(pool->Name(a[0], 11));
+  ASSERT_TRUE(pool->Name(a[1], 22));
+  EXPECT_FALSE(pool->Name(a[1], 33));  // named already
+  EXPECT_EQ(pool->Lookup(11), a[0]);
+  EXPECT_EQ(pool->Lookup(99), -1);
+  ASSERT_TRUE(pool->Share(a[0], 11));  // a second reference
+  EXPECT_FALSE(pool->Share(a[0], 22));
+  pool->Release(std::span<const int32_t>(&a[1], 1));  // block 22: cached, unreferenced
+  pool->Release(std::span<const int32_t>(&a[0], 1));  // block 11: still referenced once
+  EXPECT_EQ(pool->cached_blocks(), 1);
+  pool->Release(std::span<const int32_t>(&a[0], 1));  // now cached too, released last
+  EXPECT_EQ(pool->cached_blocks(), 2);
+  EXPECT_EQ(pool->free_blocks(), 4);
+  ASSERT_TRUE(pool->Acquire(3, &b));  // 2 free, then the least recently released: 22
+  EXPECT_EQ(pool->Lookup(22), -1);
+  EXPECT_EQ(pool->Lookup(11), a[0]);
+  ASSERT_TRUE(pool->Share(a[0], 11));  // out of the cache again
+  EXPECT_EQ(pool->cached_blocks(), 0);
+  EXPECT_FALSE(pool->Acquire(1, &b));
+}
+
+// A system prompt of 150 rows shared by three conversations: the first computes it, the others
+// (admitted while it runs) share its two full blocks instead of prefilling 128 of its rows, and
+// every stream is the one it gets alone. Without prefix reuse nothing is shared.
+TEST(PrefixCacheTest, ASharedSystemPromptIsComputedOnce) {
+  auto lm = LoadWithPool("system", 3, 512, 0);
+  ASSERT_TRUE(lm);
+  const std::vector<int32_t> system = Ids(1, 150);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; ++i) reqs.push_back(Text(Cat(system, Ids(10 + i, 9 + i)), 0, 12));
+  for (const bool reuse : {true, false}) {
+    Collected got;
+    EngineOptions o;
+    o.prefix_reuse = reuse;
+    BatchEngine e(*lm, got.Callback(), o);
+    std::vector<uint64_t> ids = {e.Submit(reqs[0]).value()};
+    e.Step();  // the first prompt's pass: its blocks are named at the end of the step
+    for (int i = 1; i < 3; ++i) ids.push_back(e.Submit(reqs[static_cast<size_t>(i)]).value());
+    e.RunUntilIdle();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const EngineStream& s = got.streams[ids[i]];
+      EXPECT_EQ(s.tokens, GreedyAlone(*lm, reqs[i])) << i;
+      EXPECT_EQ(s.cached, reuse && i > 0 ? 128 : 0) << i;
+    }
+    EXPECT_EQ(e.counters().shared_prefix_blocks, reuse ? 4u : 0u);
+    EXPECT_EQ(e.counters().copied_prefixes, 0u);
+  }
+}
+
+// A follow-up turn finds its conversation in the prefix cache although other requests took the
+// only slot in between: the pool (64 blocks) outlives the slot's rows.
+TEST(PrefixCacheTest, AFollowUpTurnFindsItsConversationAfterOthersRan) {
+  auto lm = LoadWithPool("followup", 1, 512, 64);
+  ASSERT_TRUE(lm);
+  Collected got;
+  BatchEngine e(*lm, got.Callback());
+  const GenerationRequest turn1 = Text(Ids(2, 130), 0, 40);
+  const uint64_t first = e.Submit(turn1).value();
+  e.RunUntilIdle();
+  for (int other = 0; other < 2; ++other) {
+    ASSERT_TRUE(e.Submit(Text(Ids(20 + other, 100), 0, 10)).ok());
+    e.RunUntilIdle();
+  }
+  // Turn 2: turn 1's prompt, its reply, a new message.
+  GenerationRequest turn2 =
+      Text(Cat(Cat(turn1.tokens, got.streams[first].tokens), Ids(3, 20)), 0, 10);
+  const uint64_t second = e.Submit(turn2).value();
+  e.RunUntilIdle();
+  EXPECT_EQ(got.streams[second].cached, 128);  // rows 0..127: two full blocks of 170 committed
+  EXPECT_EQ(got.streams[second].tokens, GreedyAlone(*lm, turn2));
+  EXPECT_GE(e.counters().shared_prefix_blocks, 2u);
+}
+
+// An image prompt whose first block holds visual rows (64 pads from row 4, DeepStack features):
+// the same picture sent again, after another request took the only slot, shares that block from
+// the cache; a different picture behind the same pad tokens does not (its embedding rows and
+// features differ), and both streams are their own.
+TEST(PrefixCacheTest, ImagesShareBlocksOnlyWithTheSamePicture) {
+  auto lm = LoadWithPool("images", 1, 512, 0);
+  ASSERT_TRUE(lm);
+  const Qwen3Config& c = lm->config();
+  auto image = [&](int seed) {
+    std::vector<int32_t> ids = {7, 11, 19, c.vision_start_token_id};
+    for (int i = 0; i < 64; ++i) ids.push_back(c.image_token_id);
+    ids.push_back(c.vision_end_token_id);
+    for (int i = 0; i < 5; ++i) ids.push_back(30 + 3 * i);
+    const GridThw grid[] = {{1, 16, 16}};
+    auto ri = GetRopeIndex(c, ids, grid, {});
+    EXPECT_TRUE(ri.ok());
+    GenerationRequest r;
+    r.positions = ri->positions;
+    r.rope_delta = ri->rope_delta;
+    const int64_t H = c.hidden, S = static_cast<int64_t>(ids.size());
+    r.embeddings.resize(static_cast<size_t>(S * H));
+    lm->model().Embed(ids, r.embeddings.data());
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::normal_distribution<float> n;
+    for (int64_t s = 4; s < 68; ++s) {
+      for (int64_t h = 0; h < H; ++h) r.embeddings[static_cast<size_t>(s * H + h)] = n(rng);
+    }
+    std::vector<int32_t> pos(64);
+    for (int v = 0; v < 64; ++v) pos[static_cast<size_t>(v)] = 4 + v;
+    HostTensor p = HostTensor::FromI32({64}, pos);
+    HostTensor feat(DType::kF32, {2, 64, H});
+    for (int64_t i = 0; i < feat.numel(); ++i) feat.f32()[i] = 2.0f * n(rng);
+    HostTensor layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
+    r.deepstack = DeepStackPayload::Create(p.view(), feat.view(), layers.view()).value();
+    r.tokens = ids;
+    r.max_new_tokens = 8;
+    r.ignore_eos = true;
+    return r;
+  };
+  const GenerationRequest a = image(1), same = image(1), other = image(2);
+  Collected got;
+  BatchEngine e(*lm, got.Callback());
+  const uint64_t ia = e.Submit(a).value();
+  e.RunUntilIdle();
+  ASSERT_TRUE(e.Submit(Text(Ids(5, 100), 0, 4)).ok());  // takes the slot: a's rows leave it
+  e.RunUntilIdle();
+  const uint64_t is = e.Submit(same).value();
+  e.RunUntilIdle();
+  const uint64_t io = e.Submit(other).value();
+  e.RunUntilIdle();
+  EXPECT_EQ(got.streams[is].cached, 64);
+  EXPECT_LT(got.streams[io].cached, 4);  // at most the text rows before the picture
+  EXPECT_EQ(got.streams[ia].tokens, GreedyAlone(*lm, a));
+  EXPECT_EQ(got.streams[is].tokens, got.streams[ia].tokens);
+  EXPECT_EQ(got.streams[io].tokens, GreedyAlone(*lm, other));
+}
+
+}  // namespace
+}  // namespace vls

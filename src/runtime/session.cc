@@ -44,6 +44,13 @@ Status Session::ReserveRows(int64_t rows) {
   return cache_->Reserve(static_cast<int>(rows));
 }
 
+bool Session::AdoptPrefix(std::span<const int32_t> ids, std::span<const uint64_t> hashes) {
+  Reset();
+  if (!cache_->Adopt(ids, hashes)) return false;
+  valid_rows_ = static_cast<int64_t>(ids.size()) * cache_->block_keys();
+  return true;
+}
+
 void Session::ReleaseMemory() {
   Reset();
   cache_->Shrink(0);
@@ -61,10 +68,11 @@ void Session::Rewind(int length) {
 }
 
 bool Session::CopyPrefixFrom(const Session& src, int64_t rows) {
-  if (&src == this || &src.lm_ != &lm_ || rows < 0 || rows > src.valid_rows_ ||
-      !cache_->CopyPrefixFrom(*src.cache_, static_cast<int>(rows))) {
-    return false;
-  }
+  if (&src == this || &src.lm_ != &lm_ || rows < 0 || rows > src.valid_rows_) return false;
+  // Into blocks of its own: a block it holds may be named (shared), and is never written.
+  Reset();
+  cache_->Shrink(0);
+  if (!cache_->CopyPrefixFrom(*src.cache_, static_cast<int>(rows))) return false;
   length_ = 0;
   rope_delta_ = 0;
   valid_rows_ = rows;

@@ -133,6 +133,14 @@ class Session {
   // Forgets the sequence and gives every block of a pooled cache back (a private cache keeps its
   // memory).
   void ReleaseMemory();
+  // Ends the committed sequence and makes the shared named blocks `ids` (KvPool's prefix cache)
+  // this session's first blocks and their rows its valid rows, for a prompt that continues from
+  // them. False (holding nothing) when they cannot be had.
+  bool AdoptPrefix(std::span<const int32_t> ids, std::span<const uint64_t> hashes);
+  // The pool id of the session's block b, and whether it is named (shared: never written).
+  int32_t kv_block_id(int64_t b) const { return cache_->block_id(b); }
+  bool KvBlockNamed(int64_t b) const { return cache_->BlockNamed(b); }
+  int kv_block_keys() const { return cache_->block_keys(); }
   // Blocks a pooled cache holds, and the blocks it would hold with rows [0, rows).
   int64_t kv_blocks() const { return cache_->blocks_held(); }
   int64_t KvBlocksFor(int64_t rows) const { return cache_->BlocksFor(rows); }

@@ -222,6 +222,8 @@ ServiceLoad GenerationService::load() const {
   l.kv_evictions = static_cast<int64_t>(c.evictions);
   l.kv_blocks = static_cast<int64_t>(c.kv_blocks);
   l.kv_blocks_used = static_cast<int64_t>(c.kv_blocks_used);
+  l.prefix_cache_blocks = static_cast<int64_t>(c.shared_prefix_blocks);
+  l.kv_blocks_cached = static_cast<int64_t>(c.kv_blocks_cached);
   std::lock_guard<std::mutex> lock(mu_);
   l.in_flight = static_cast<int64_t>(live_.size());
   l.reserved = static_cast<int64_t>(reserved_);

@@ -111,6 +111,7 @@ struct ServiceLoad {
   int64_t copied_prefixes = 0;  // admissions that copied a prefix's KV rows from another slot
   // Paged KV memory: preemptions, evictions, the pool's blocks and those in use.
   int64_t kv_preemptions = 0, kv_evictions = 0, kv_blocks = 0, kv_blocks_used = 0;
+  int64_t prefix_cache_blocks = 0, kv_blocks_cached = 0;  // the prefix cache
 };
 
 class GenerationService {

@@ -620,6 +620,8 @@ GaugeValues HttpServer::Impl::Gauges() const {
     g.kv_evictions = l.kv_evictions;
     g.kv_blocks = l.kv_blocks;
     g.kv_blocks_used = l.kv_blocks_used;
+    g.prefix_cache_blocks = l.prefix_cache_blocks;
+    g.kv_blocks_cached = l.kv_blocks_cached;
     if (images != nullptr) {
       const ImageEncoder::Stats st = images->stats();
       g.videos = static_cast<int64_t>(st.videos);

@@ -231,6 +231,9 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
   AppendCounter("vlstack_kv_preemptions_total",
                 "Sequences preempted because the KV pool ran out (recomputed when resumed).",
                 g.kv_preemptions, &out);
+  AppendCounter("vlstack_prefix_cache_blocks_total",
+                "Prompt KV blocks shared from the prefix cache instead of computed.",
+                g.prefix_cache_blocks, &out);
   AppendCounter("vlstack_kv_evictions_total",
                 "Free slots whose kept KV rows were dropped to make room in the pool.",
                 g.kv_evictions, &out);
@@ -251,6 +254,9 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
   AppendGauge("vlstack_kv_blocks_total", "Blocks of the engine's KV pool.", g.kv_blocks, &out);
   AppendGauge("vlstack_kv_blocks_used", "KV pool blocks held at the end of the last engine step.",
               g.kv_blocks_used, &out);
+  AppendGauge("vlstack_kv_blocks_cached",
+              "KV pool blocks kept for the prefix cache that no sequence references.",
+              g.kv_blocks_cached, &out);
   AppendGauge("vlstack_requests_in_flight", "HTTP requests being handled.", g.requests_in_flight,
               &out);
   AppendGauge("vlstack_draining", "1 while the server drains its requests to stop.", g.draining,

@@ -17,6 +17,9 @@
 //                                                free slots' kept rows dropped to make room
 //   vlstack_kv_blocks_total, vlstack_kv_blocks_used   gauges: the KV pool's blocks, and those
 //                                                held at the end of the last engine step
+//   vlstack_prefix_cache_blocks_total            counter: prompt blocks shared from the prefix
+//                                                cache instead of computed
+//   vlstack_kv_blocks_cached                     gauge: cached blocks no sequence references
 //   vlstack_videos_total, vlstack_video_frames_total    counters: videos encoded (encoder cache
 //                                                misses) and their decoded frames
 //   vlstack_video_decode_seconds_total, vlstack_video_preprocess_seconds_total,
@@ -98,6 +101,8 @@ struct GaugeValues {
   // Paged KV memory (EngineCounters): preemptions and evictions (monotone), the pool's blocks and
   // those in use.
   int64_t kv_preemptions = 0, kv_evictions = 0, kv_blocks = 0, kv_blocks_used = 0;
+  // The prefix cache (EngineCounters): blocks shared (monotone), cached blocks now.
+  int64_t prefix_cache_blocks = 0, kv_blocks_cached = 0;
   // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
   int64_t videos = 0, video_frames = 0;
   double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;

@@ -196,6 +196,8 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   g.kv_evictions = 9;
   g.kv_blocks = 512;
   g.kv_blocks_used = 130;
+  g.prefix_cache_blocks = 21;
+  g.kv_blocks_cached = 17;
   g.videos = 2;
   g.video_frames = 24;
   g.video_decode_seconds = 0.5;
@@ -216,6 +218,8 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
   EXPECT_EQ(SampleValue(text, "vlstack_kv_evictions_total"), "9");
   EXPECT_EQ(SampleValue(text, "vlstack_kv_blocks_total"), "512");
   EXPECT_EQ(SampleValue(text, "vlstack_kv_blocks_used"), "130");
+  EXPECT_EQ(SampleValue(text, "vlstack_prefix_cache_blocks_total"), "21");
+  EXPECT_EQ(SampleValue(text, "vlstack_kv_blocks_cached"), "17");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_draft_tokens_total"), "40");
   EXPECT_EQ(SampleValue(text, "vlstack_speculative_accepted_tokens_total"), "31");
   EXPECT_EQ(SampleValue(text, "vlstack_queue_depth"), "3");
@@ -254,10 +258,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 32u);
-  // 11 request series, 5 structured-request series, 19 counters, 7 gauges, 4 histograms of
+  EXPECT_EQ(families.size(), 34u);
+  // 11 request series, 5 structured-request series, 20 counters, 8 gauges, 4 histograms of
   // (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 5 + 19 + 7 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(samples, 11 + 5 + 20 + 8 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 
