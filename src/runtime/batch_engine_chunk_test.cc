@@ -15,45 +15,6 @@ namespace {
 
 using Stream = EngineStream;
 
-// A longer image prompt: text, vision_start, a [1, 2·side, 2·side] grid (side² pads), vision_end,
-// text; random visual rows and (optionally) DeepStack features of scale 2 at the pads.
-GenerationRequest BigImage(const LoadedModel& lm, int seed, bool deepstack, int side, int max_new) {
-  const Qwen3Config& c = lm.config();
-  std::vector<int32_t> ids = {7, 11, 19, c.vision_start_token_id};
-  const int first_pad = static_cast<int>(ids.size());
-  for (int i = 0; i < side * side; ++i) ids.push_back(c.image_token_id);
-  ids.push_back(c.vision_end_token_id);
-  for (int i = 0; i < 5; ++i) ids.push_back(30 + 3 * i + seed);
-  const GridThw grid[] = {{1, 2 * side, 2 * side}};
-  auto ri = GetRopeIndex(c, ids, grid, {});
-  EXPECT_TRUE(ri.ok()) << ri.status().ToString();
-  GenerationRequest r;
-  r.positions = ri->positions;
-  r.rope_delta = ri->rope_delta;
-  const int64_t H = c.hidden, S = static_cast<int64_t>(ids.size());
-  r.embeddings.resize(static_cast<size_t>(S * H));
-  lm.model().Embed(ids, r.embeddings.data());
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> n;
-  const int nv = side * side;
-  for (int64_t s = first_pad; s < first_pad + nv; ++s) {
-    for (int64_t h = 0; h < H; ++h) r.embeddings[static_cast<size_t>(s * H + h)] = n(rng);
-  }
-  if (deepstack) {
-    std::vector<int32_t> pos(static_cast<size_t>(nv));
-    for (int v = 0; v < nv; ++v) pos[static_cast<size_t>(v)] = first_pad + v;
-    HostTensor p = HostTensor::FromI32({nv}, pos);
-    HostTensor feat(DType::kF32, {2, nv, H});
-    for (int64_t i = 0; i < feat.numel(); ++i) feat.f32()[i] = 2.0f * n(rng);
-    HostTensor layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
-    r.deepstack = DeepStackPayload::Create(p.view(), feat.view(), layers.view()).value();
-  }
-  r.tokens = ids;
-  r.max_new_tokens = max_new;
-  r.ignore_eos = true;
-  return r;
-}
-
 std::vector<GenerationRequest> MixedRequests(const LoadedModel& lm) {
   std::vector<GenerationRequest> reqs;
   reqs.push_back(Text({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0, 5));

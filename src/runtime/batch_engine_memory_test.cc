@@ -286,39 +286,8 @@ TEST(PrefixCacheTest, AFollowUpTurnFindsItsConversationAfterOthersRan) {
 TEST(PrefixCacheTest, ImagesShareBlocksOnlyWithTheSamePicture) {
   auto lm = LoadWithPool("images", 1, 512, 0);
   ASSERT_TRUE(lm);
-  const Qwen3Config& c = lm->config();
-  auto image = [&](int seed) {
-    std::vector<int32_t> ids = {7, 11, 19, c.vision_start_token_id};
-    for (int i = 0; i < 64; ++i) ids.push_back(c.image_token_id);
-    ids.push_back(c.vision_end_token_id);
-    for (int i = 0; i < 5; ++i) ids.push_back(30 + 3 * i);
-    const GridThw grid[] = {{1, 16, 16}};
-    auto ri = GetRopeIndex(c, ids, grid, {});
-    EXPECT_TRUE(ri.ok());
-    GenerationRequest r;
-    r.positions = ri->positions;
-    r.rope_delta = ri->rope_delta;
-    const int64_t H = c.hidden, S = static_cast<int64_t>(ids.size());
-    r.embeddings.resize(static_cast<size_t>(S * H));
-    lm->model().Embed(ids, r.embeddings.data());
-    std::mt19937 rng(static_cast<uint32_t>(seed));
-    std::normal_distribution<float> n;
-    for (int64_t s = 4; s < 68; ++s) {
-      for (int64_t h = 0; h < H; ++h) r.embeddings[static_cast<size_t>(s * H + h)] = n(rng);
-    }
-    std::vector<int32_t> pos(64);
-    for (int v = 0; v < 64; ++v) pos[static_cast<size_t>(v)] = 4 + v;
-    HostTensor p = HostTensor::FromI32({64}, pos);
-    HostTensor feat(DType::kF32, {2, 64, H});
-    for (int64_t i = 0; i < feat.numel(); ++i) feat.f32()[i] = 2.0f * n(rng);
-    HostTensor layers = HostTensor::FromI32({2}, std::vector<int32_t>{0, 1});
-    r.deepstack = DeepStackPayload::Create(p.view(), feat.view(), layers.view()).value();
-    r.tokens = ids;
-    r.max_new_tokens = 8;
-    r.ignore_eos = true;
-    return r;
-  };
-  const GenerationRequest a = image(1), same = image(1), other = image(2);
+  const GenerationRequest a = BigImage(*lm, 1, true, 8, 8), same = BigImage(*lm, 1, true, 8, 8),
+                          other = BigImage(*lm, 2, true, 8, 8);
   Collected got;
   BatchEngine e(*lm, got.Callback());
   const uint64_t ia = e.Submit(a).value();
