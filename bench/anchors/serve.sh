@@ -8,7 +8,7 @@
 #      --prefill-chunk 0, the unchunked prefill, for the adaptive chunk budget's check).
 #
 #   LLAMA=DIR [SHAPE=qwen3-0.6b] [THREADS=2] [SLOTS=8] [PRECISION=bf16] [SCENARIOS="a b c"]
-#   [CONVERSATIONS=32]
+#   [CONVERSATIONS=32] [SERVERS="vlstack llama-server"]
 #   bash bench/anchors/serve.sh VLSTACK_BUILD_DIR [WORK]
 #
 # LLAMA is a llama.cpp tree built with its server (bench/anchors/build_anchor.sh with SERVER=1).
@@ -77,7 +77,7 @@ run_scenario() {  # server label scenario
   esac
   echo "{\"server\":\"$1\",\"scenario\":\"$3\",\"label\":\"$2\",\"result\":$r}" | tee -a "$out"
 }
-for server in vlstack llama-server; do
+for server in ${SERVERS:-vlstack llama-server}; do
   if [ "$server" = vlstack ]; then start_vlstack; else start_llama; fi
   for s in $scenarios; do run_scenario "$server" default "$s"; done
   stop_server
