@@ -277,7 +277,7 @@ class BatchEngine {
   void AdmitOne(Pending& p, const std::vector<Slot*>& free) VLS_REQUIRES(step_mu_);
   // Fails every occupied slot with `error` (a throw outside any one request's work).
   void FailOccupied(const std::string& error, StepResult* out) VLS_REQUIRES(step_mu_);
-  // Paged KV memory (batch_engine_memory.cc). Whether the request `p` may be admitted now: the
+  // Paged KV memory (batch_engine_memory.cc). Whether request `r` may be admitted now: the
   // pool's free blocks and those free slots hold cover its prompt (always without a small pool).
   bool RoomToAdmit(const GenerationRequest& r) const VLS_REQUIRES(step_mu_);
   // Resumes preempted slots, oldest admission first, while the pool has room for all their rows;

@@ -127,8 +127,10 @@ class Session {
   // that will continue from them (prefix reuse).
   void Truncate(int64_t rows);
   // Ends the committed sequence and makes rows [0, rows) of `src`'s cache this session's valid
-  // rows (a copy), for a prompt that will continue from them (prefix reuse across slots). False
-  // (nothing changed) unless src is another session of the same model holding `rows` valid rows.
+  // rows (a copy into blocks of its own: a block it held may be shared), for a prompt that will
+  // continue from them (prefix reuse across slots). False (nothing changed) unless src is another
+  // session of the same model holding `rows` valid rows; false holding nothing when the pool has
+  // too few free blocks for the copy.
   bool CopyPrefixFrom(const Session& src, int64_t rows);
   // Forgets the sequence and gives every block of a pooled cache back (a private cache keeps its
   // memory).
