@@ -48,13 +48,6 @@ GenerationRequest Prompt(int seed, int n, int max_new) {
   return Text(std::move(ids), seed % 3 - 1, max_new);
 }
 
-// An image prompt with DeepStack features at its pads, after a text run (visual rows in a later
-// block than the first).
-GenerationRequest ImagePrompt(const LoadedModel& lm, int seed, int max_new) {
-  GenerationRequest r = Image(lm, seed, true, max_new);
-  return r;
-}
-
 struct EngineRun {
   std::vector<EngineStream> streams;
   EngineCounters counters;
@@ -97,8 +90,8 @@ TEST(PagedKvTest, APoolThatRunsOutPreemptsAndEveryRequestStillGetsItsTokens) {
   ASSERT_TRUE(big);
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 9; ++i) reqs.push_back(Prompt(i + 1, 40 + 14 * i, 30 + 5 * i));
-  reqs.push_back(ImagePrompt(*big, 4, 50));
-  for (int tail = 0; tail < 2; ++tail) {  // two prompts sharing request 7's first 100 rows
+  reqs.push_back(Image(*big, 4, true, 50));  // DeepStack features at its pads
+  for (int tail = 0; tail < 2; ++tail) {     // two prompts sharing request 7's first 100 rows
     GenerationRequest r = Prompt(8, 138, 40);
     r.tokens.resize(100);
     for (int i = 0; i < 20 + 10 * tail; ++i) r.tokens.push_back(5 + (i * 11 + tail) % 50);
