@@ -3,16 +3,21 @@
 //
 // usage: node bench/video_beside_streams.mjs --url http://HOST:PORT --clip FILE.mp4
 //          [--streams 8] [--max-tokens 400] [--fps F] [--max-frames N] [--lead-tokens 16]
-//          [--model NAME] [--image FILE.png]
+//          [--model NAME] [--image FILE.png] [--server-log FILE] [--dump FILE]
 //
 // Starts --streams streamed chat completions (--max-tokens each; a random-weight model rarely
 // samples an end of turn); once every stream has received --lead-tokens tokens, sends one
 // non-streamed request with the clip as a video_url data-URL part (max_tokens 1) and records
 // when it was sent and answered. Prints one JSON object:
-// the video request's wall time, and the streams' inter-token latency (client side, each gap
-// between two content deltas of a stream) p50/p99/max in three windows: before the video request,
+// the video request's wall time, and the streams' inter-token latency (client side, per token:
+// the gap between two content deltas of a stream over the tokens the later one carries, as its
+// logprobs count them) p50/p99/max in three windows: before the video request,
 // while it was in flight, and after it. With --image FILE (a PNG) an image part is sent instead of
-// the clip, for the same figures with a picture. Plain fetch, no dependencies.
+// the clip, for the same figures with a picture. With --server-log FILE (the server's stderr, its
+// request log), the window while the request was in flight is split at the end of its
+// preparation (the line's prepare_ms): "encoding" (gaps ending while the picture or clip was
+// decoded and encoded) and "prefill" (gaps ending after, until the answer). Plain fetch, no
+// dependencies.
 import fs from 'node:fs';
 
 function parseArgs(argv) {
@@ -54,10 +59,10 @@ function summary(gaps) {
 }
 
 // One streamed request; `times` receives the arrival time of every content delta.
-async function stream(i, times) {
+async function stream(i, times, counts) {
   const body = {
     messages: [{ role: 'user', content: `Stream ${i}: write a long story about the sea.` }],
-    max_tokens: MAX_TOKENS, stream: true, temperature: 0.8, seed: i + 1,
+    max_tokens: MAX_TOKENS, stream: true, temperature: 0.8, seed: i + 1, logprobs: true,
   };
   if (MODEL) body.model = MODEL;
   const res = await fetch(`${URL_}/v1/chat/completions`, { method: 'POST', headers,
@@ -77,7 +82,12 @@ async function stream(i, times) {
       if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
       const j = JSON.parse(line.slice(6));
       if (j.error) throw new Error(`stream ${i}: ${j.error.message}`);
-      if (j.choices?.[0]?.delta?.content) times.push(now());
+      // A delta may carry several tokens (text held back until a UTF-8 character or a possible
+      // stop string completes): its logprobs say how many.
+      if (j.choices?.[0]?.delta?.content) {
+        times.push(now());
+        counts.push(Math.max(1, j.choices[0].logprobs?.content?.length ?? 1));
+      }
     }
   }
 }
@@ -90,8 +100,9 @@ if (args.fps) part.fps = Number(args.fps);
 if (args['max-frames']) part.max_frames = Number(args['max-frames']);
 
 const times = Array.from({ length: STREAMS }, () => []);
+const counts = Array.from({ length: STREAMS }, () => []);  // tokens per delta
 const t0 = now();
-const running = times.map((t, i) => stream(i, t));
+const running = times.map((t, i) => stream(i, t, counts[i]));
 while (times.some((t) => t.length < LEAD)) await sleep(20);
 const videoSent = now();
 const vbody = { messages: [{ role: 'user', content: [part, { type: 'text', text: 'What happens?' }] }],
@@ -104,19 +115,43 @@ const videoDone = now();
 if (!vres.ok) throw new Error(`video request: HTTP ${vres.status} ${JSON.stringify(vjson)}`);
 await Promise.all(running);
 
-const windows = { before: [], during: [], after: [] };
-for (const t of times) {
-  for (let k = 1; k < t.length; k++) {
-    const gap = t[k] - t[k - 1];
-    const w = t[k] <= videoSent ? 'before' : t[k - 1] >= videoDone ? 'after' : 'during';
-    windows[w].push(gap);
+// The end of the request's preparation, from the server's log line for its id.
+let encodeEnd = null;
+if (args['server-log']) {
+  await sleep(300);  // the line is written once the response has ended
+  for (const line of fs.readFileSync(String(args['server-log']), 'utf8').split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const j = JSON.parse(line);
+    if (j.id === vjson.id && typeof j.prepare_ms === 'number') encodeEnd = videoSent + j.prepare_ms;
   }
+  if (encodeEnd === null) throw new Error(`no prepare_ms for ${vjson.id} in ${args['server-log']}`);
+}
+
+// Per token: a delta of n tokens after a gap g counts n latencies of g / n.
+const windows = { before: [], during: [], after: [], encoding: [], prefill: [] };
+times.forEach((t, i) => {
+  for (let k = 1; k < t.length; k++) {
+    const n = counts[i][k];
+    const w = t[k] <= videoSent ? 'before' : t[k - 1] >= videoDone ? 'after' : 'during';
+    const ws = [w];
+    if (w === 'during' && encodeEnd !== null) ws.push(t[k] <= encodeEnd ? 'encoding' : 'prefill');
+    for (const x of ws) for (let c = 0; c < n; c++) windows[x].push((t[k] - t[k - 1]) / n);
+  }
+});
+// --dump FILE: every stream's token arrival times and the request's marks (ms from the start).
+if (args.dump) {
+  fs.writeFileSync(String(args.dump), JSON.stringify({
+    sent: videoSent - t0, prepared: encodeEnd === null ? null : encodeEnd - t0, done: videoDone - t0,
+    streams: times.map((t) => t.map((x) => Math.round((x - t0) * 10) / 10)) }));
 }
 console.log(JSON.stringify({
   streams: STREAMS, max_tokens: MAX_TOKENS, clip_bytes: clip.length,
   video_request_ms: Math.round(videoDone - videoSent),
   video_prompt_tokens: vjson.usage?.prompt_tokens ?? null,
   total_s: Math.round((now() - t0) / 100) / 10,
+  prepare_ms: encodeEnd === null ? null : Math.round(encodeEnd - videoSent),
   inter_token_latency: { before: summary(windows.before), during: summary(windows.during),
-                         after: summary(windows.after) },
+                         after: summary(windows.after),
+                         ...(encodeEnd === null ? {} : { encoding: summary(windows.encoding),
+                                                         prefill: summary(windows.prefill) }) },
 }));

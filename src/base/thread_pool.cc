@@ -17,6 +17,8 @@ struct CurrentLoop {
   int thread = 0;
 };
 thread_local CurrentLoop t_in_pool;
+// The calling thread's gate (ThreadPool::SetThreadGate).
+thread_local PoolGate* t_gate = nullptr;
 
 // Marks this thread as running a loop body of `pool` until destroyed (restoring the previous
 // mark: a body of one pool may run a loop of another).
@@ -115,6 +117,8 @@ ThreadPool::Lease::Lease(ThreadPool& pool) : pool_(&pool) {
   }
   const std::thread::id self = std::this_thread::get_id();
   if (pool.owner_.load(std::memory_order_relaxed) == self) return;  // nested in our own lease
+  gate_ = t_gate;
+  if (gate_ != nullptr) gate_->Enter();
   pool.run_mu_.lock();
   pool.owner_.store(self, std::memory_order_relaxed);
   locked_ = true;
@@ -124,7 +128,10 @@ ThreadPool::Lease::~Lease() {
   if (!locked_) return;
   pool_->owner_.store(std::thread::id(), std::memory_order_relaxed);
   pool_->run_mu_.unlock();
+  if (gate_ != nullptr) gate_->Leave();
 }
+
+PoolGate* ThreadPool::SetThreadGate(PoolGate* gate) { return std::exchange(t_gate, gate); }
 
 void ThreadPool::Fail(std::exception_ptr e) {
   if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::move(e);

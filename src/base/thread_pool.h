@@ -36,6 +36,18 @@ inline void CpuRelax() {
 #endif
 }
 
+// What a thread passes through around each of its outermost holds of any pool (PoolPacer: units
+// of background work paced against a foreground). Enter() runs before the thread waits for the
+// pool, Leave() after it let go.
+class PoolGate {
+ public:
+  virtual void Enter() = 0;
+  virtual void Leave() = 0;
+
+ protected:
+  ~PoolGate() = default;
+};
+
 // Participants: a loop runs on its calling thread, participant 0, and on the workers,
 // participants 1..threads()-1. Every chunk is told its participant, and one participant runs
 // one chunk at a time, so per-participant state (kernels::Context's scratch arenas) indexed by
@@ -100,10 +112,15 @@ class ThreadPool {
     ThreadPool* pool_;
     bool locked_ = false;  // this lease took run_mu_ (the outermost one of its thread)
     int thread_ = 0;
+    PoolGate* gate_ = nullptr;  // entered before run_mu_, left after it
   };
 
   // The number of hardware threads (at least 1).
   static int HardwareThreads();
+
+  // Sets the calling thread's gate (null: none) for its outermost holds of every pool from now
+  // on (a hold nested in another, or inside a loop body, passes no gate). Returns the previous.
+  static PoolGate* SetThreadGate(PoolGate* gate);
 
  private:
   using Body = std::function<void(int64_t, int64_t, int)>;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/memory.h"
+#include "base/pool_pacer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load_flags.h"
@@ -73,6 +74,10 @@ constexpr const char* kHelp =
     "  --prefill-chunk N      prompt tokens per step and prompt while other streams decode,\n"
     "                         in the same pass as their decode rows (default 64; with nothing\n"
     "                         decoding a prompt goes in one pass)\n"
+    "  --encode-share F       while streams decode, image and video encoding runs between\n"
+    "                         engine steps for F x the step's time (default 0.5: streams\n"
+    "                         keep an even pace 1.5x their step, encoding gets a third of\n"
+    "                         the cores; larger encodes faster and slows streams more)\n"
     "  --http-threads N       requests computed at once, a thread each, started as needed\n"
     "                         (default 1024; idle connections cost no thread)\n"
     "  --quiet                no per-request log lines\n";
@@ -82,6 +87,7 @@ struct ServeFlags {
   server::HttpOptions http;
   LoadOptions load;
   int prefill_chunk = 64;
+  double encode_share = kDefaultPacerShare;
   SpeculativeParams speculative;  // --speculate: the engine default
   size_t max_queue = 64;
   int drain_timeout_s = 30;
@@ -131,6 +137,11 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   f.drain_timeout_s = static_cast<int>(drain);
   VLS_ASSIGN_OR_RETURN(long long chunk, args.Int("prefill-chunk", 64, 0, 1 << 24));
   f.prefill_chunk = static_cast<int>(chunk);
+  VLS_ASSIGN_OR_RETURN(f.encode_share, args.Double("encode-share", kDefaultPacerShare));
+  if (!(f.encode_share > 0 && f.encode_share <= kMaxPacerShare)) {
+    return InvalidArgument("--encode-share must be in (0, " + std::to_string(kMaxPacerShare) +
+                           "], not " + std::to_string(f.encode_share));
+  }
   VLS_RETURN_IF_ERROR(ApplySpeculativeFlags(args, &f.speculative));
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 1024, 4, 16384));
   f.http.http_threads = static_cast<int>(threads);
@@ -164,6 +175,7 @@ StatusOr<Loaded> LoadAll(const Args& args, const ServeFlags& f, server::ServerMe
   lo.progress = StderrProgress("serve");
   VLS_ASSIGN_OR_RETURN(l.model, LoadedModel::Load(f.dir, lo));
   VLS_ASSIGN_OR_RETURN(l.draft, LoadDraftModel(args, f.dir, *l.model, lo));
+  VLS_RETURN_IF_ERROR(l.model->pacer().SetShare(f.encode_share));
   ChatPipelineOptions po;
   if (!f.allow_files.empty()) {
     po.media.allow_files = true;
@@ -268,11 +280,13 @@ CommandSpec ServeSpec() {
   spec.name = "serve";
   spec.usage = std::string(kHelp) + SpeculativeFlagsHelp() + LoadFlagsHelp("bf16") +
                CheckWeightsFlagsHelp() + "  --help               this text\n";
-  spec.value_flags = {
-      "model",           "model-name",        "host",          "port",          "api-key",
-      "slots",           "capacity",          "max-queue",     "max-body-mb",   "max-images",
-      "max-messages",    "allow-local-files", "drain-timeout", "prefill-chunk", "http-threads",
-      "overload-status", "video-max-frames",  "video-max-fps"};
+  spec.value_flags = {"model",         "model-name",      "host",
+                      "port",          "api-key",         "slots",
+                      "capacity",      "max-queue",       "max-body-mb",
+                      "max-images",    "max-messages",    "allow-local-files",
+                      "drain-timeout", "prefill-chunk",   "encode-share",
+                      "http-threads",  "overload-status", "video-max-frames",
+                      "video-max-fps"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"quiet"};

@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "base/pool_pacer.h"
 #include "kernels/dispatch.h"
 #include "tokenizer/utf8.h"
 
@@ -672,16 +673,27 @@ void BatchEngine::Start() {
   threaded_ = true;
   stopping_ = false;
   thread_ = std::thread([this] {
+    // The steps are the pool's foreground: image encoding waits for windows between them
+    // (LoadedModel::pacer) while requests run, and runs freely while the engine waits.
+    PoolPacer::Foreground pace(model_.pacer());
     while (true) {
+      bool idle = false;
+      {
+        std::lock_guard<std::mutex> idle_lock(mu_);
+        idle = IdleLocked();
+      }
+      if (idle) pace.Idle();
       {
         std::unique_lock<std::mutex> wait_lock(mu_);
         work_cv_.wait(wait_lock, [this] { return stopping_ || !IdleLocked(); });
         if (stopping_) return;
       }
+      pace.BeginStep();
       try {
         Step();
       } catch (...) {  // NOLINT(bugprone-empty-catch): Step fails requests, never the thread
       }
+      pace.EndStep();
     }
   });
 }

@@ -456,6 +456,22 @@ StatusOr<PreparedChat> ChatPipeline::PrepareTokens(std::vector<int32_t> ids,
 StatusOr<VisualFeatures> ChatPipeline::EncodeMedia(const std::vector<MediaItem>& media,
                                                    const VideoSamplingOptions& video_defaults,
                                                    const std::function<bool()>& cancelled) const {
+  if (options_.images == nullptr) return EncodeMediaHere(media, video_defaults, cancelled);
+  // On the encoder's worker, paced against the engine's steps: the calling thread (an HTTP
+  // thread) only waits.
+  StatusOr<VisualFeatures> out = Internal("the image encoder's worker did not run the request");
+  VLS_RETURN_IF_ERROR(options_.images->RunPaced(
+      [&] {
+        out = EncodeMediaHere(media, video_defaults, cancelled);
+        return Status::Ok();
+      },
+      cancelled));
+  return out;
+}
+
+StatusOr<VisualFeatures> ChatPipeline::EncodeMediaHere(
+    const std::vector<MediaItem>& media, const VideoSamplingOptions& video_defaults,
+    const std::function<bool()>& cancelled) const {
   // ImageEncoder decodes with its own DecodeLimits: the request's cancellation and pixel
   // budget reach DecodeImage through this thread's scope.
   image::ScopedDecodeControl decode_control(cancelled);

@@ -178,9 +178,15 @@ class ChatPipeline {
   // Refuses before rendering messages whose text cannot fit (OutOfRange naming "messages"):
   // more than the template may render, or more tokens than the context holds.
   Status CheckTextFits(const ChatRequest& request) const;
+  // The request's images and videos, read and encoded in order on the image encoder's worker
+  // (ImageEncoder::RunPaced); the calling thread waits.
   StatusOr<VisualFeatures> EncodeMedia(const std::vector<MediaItem>& media,
                                        const VideoSamplingOptions& video_defaults,
                                        const std::function<bool()>& cancelled) const;
+  // The same on the calling thread.
+  StatusOr<VisualFeatures> EncodeMediaHere(const std::vector<MediaItem>& media,
+                                           const VideoSamplingOptions& video_defaults,
+                                           const std::function<bool()>& cancelled) const;
 
   SamplingParams defaults_;
   std::vector<int32_t> eos_;

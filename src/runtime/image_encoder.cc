@@ -1,5 +1,6 @@
 #include "runtime/image_encoder.h"
 
+#include <optional>
 #include <utility>
 
 #include "vision/preprocess.h"
@@ -54,6 +55,8 @@ StatusOr<std::unique_ptr<ImageEncoder>> ImageEncoder::Load(const std::string& di
     VLS_ASSIGN_OR_RETURN(e->vision_, VisionModel::Load(dir, *vcfg, model.model().context()));
   }
   e->hidden_ = model.config().hidden;
+  e->pacer_ = &model.pacer();
+  e->worker_ = std::make_unique<PacedWorker>(model.pacer());
   return e;
 }
 
@@ -89,6 +92,10 @@ ImageEncoder::Stats ImageEncoder::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stats s = stats_;
   s.entries = lru_.size();
+  const PacedWorker::Stats w = worker_->stats();
+  s.paced_jobs = w.jobs;
+  s.paced_queued_seconds = w.queued_seconds;
+  s.paced_wait_seconds = pacer_->stats().waited_seconds;
   return s;
 }
 
@@ -96,9 +103,12 @@ StatusOr<std::shared_ptr<const EncodedImage>> ImageEncoder::Encode(std::span<con
                                                                    const std::string& label) const {
   const std::string key = Sha256Hex(bytes.data(), bytes.size());
   if (auto hit = Lookup(key)) return hit;
+  // Decoding and preprocessing are serial work beside the engine's steps: one paced unit.
+  std::optional<PoolPacer::Unit> unit(std::in_place, *pacer_);
   VLS_ASSIGN_OR_RETURN(image::RgbImage img, image::DecodeImage(bytes, label, options_.decode));
   auto pixels = PreprocessImages(std::span<const image::RgbImage>(&img, 1), processor_);
   if (!pixels.ok()) return pixels.status().WithContext(label);
+  unit.reset();
   auto out = vision_->Encode(pixels->data, pixels->rows, pixels->grids, nullptr);
   if (!out.ok()) return out.status().WithContext(label);
   if (out->embeds.size() != static_cast<size_t>(out->tokens * hidden_)) {

@@ -6,7 +6,9 @@
 // about one picture or clip encodes it once.
 //
 // Thread safety: Encode may run on several threads at once. The cache is guarded by a mutex;
-// the tower itself runs on the language model's thread pool (one caller at a time).
+// the tower itself runs on the language model's thread pool (one caller at a time). RunPaced
+// hands work to the encoder's own worker thread, paced against the batch engine's steps
+// (LoadedModel::pacer, ADR 0030): the server encodes there, never on its HTTP threads.
 #ifndef VLSTACK_RUNTIME_IMAGE_ENCODER_H_
 #define VLSTACK_RUNTIME_IMAGE_ENCODER_H_
 
@@ -22,6 +24,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/paced_worker.h"
+#include "base/pool_pacer.h"
 #include "base/status.h"
 #include "image/decode.h"
 #include "runtime/image_prompt.h"
@@ -108,6 +112,16 @@ class ImageEncoder {
       std::span<const uint8_t> bytes, const std::string& label, const VideoSamplingOptions& options,
       const std::function<bool()>& cancelled = nullptr) const;
 
+  // Runs `job` (which encodes with this encoder) on the encoder's worker thread, one job at a
+  // time in order of arrival, as background work of the model's pacer: while the batch engine
+  // runs requests, the job's pool loops and decoding run in the windows between its steps
+  // (base/pool_pacer.h), so running streams keep their pace. The caller waits; `cancelled`
+  // (may be null) drops a job still waiting for its turn (Cancelled). From a job, runs inline.
+  Status RunPaced(const std::function<Status()>& job,
+                  const std::function<bool()>& cancelled = nullptr) const {
+    return worker_->Run(job, cancelled);
+  }
+
   const VisionConfig& vision_config() const { return vision_->config(); }
   const ImageProcessorConfig& processor_config() const { return processor_; }
   const VideoProcessorConfig& video_processor_config() const { return video_processor_; }
@@ -116,10 +130,15 @@ class ImageEncoder {
   struct Stats {
     uint64_t hits = 0, misses = 0;
     size_t entries = 0, bytes = 0;
-    // Videos encoded (cache misses), their decoded frames and the seconds spent decoding,
+    // Videos encoded (cache misses), their decoded frames and the wall seconds spent decoding
+    // (with the waits for windows between the engine's steps while it runs requests),
     // preprocessing and running the tower on them.
     uint64_t videos = 0, video_frames = 0;
     double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;
+    // Jobs run by RunPaced, their seconds waiting for their turn (behind other jobs), and the
+    // seconds encoding work waited for windows between the engine's steps (PoolPacer::Stats).
+    uint64_t paced_jobs = 0;
+    double paced_queued_seconds = 0, paced_wait_seconds = 0;
   };
   Stats stats() const;
 
@@ -143,6 +162,9 @@ class ImageEncoder {
   mutable std::list<std::pair<std::string, std::shared_ptr<const EncodedImage>>> lru_;
   mutable std::unordered_map<std::string, decltype(lru_)::iterator> index_;
   mutable Stats stats_;
+  PoolPacer* pacer_ = nullptr;  // the model's (LoadedModel::pacer)
+  // Last: destroyed first, joining its thread while the rest is alive.
+  std::unique_ptr<PacedWorker> worker_;
 };
 
 }  // namespace vls

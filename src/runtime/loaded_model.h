@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/pool_pacer.h"
 #include "base/status.h"
 #include "model/qwen3_model.h"
 #include "runtime/entries.h"
@@ -75,6 +76,10 @@ class LoadedModel {
   int kv_block_keys() const { return kv_block_keys_; }
   const std::string& kv_pool_reason() const { return kv_pool_reason_; }
   const EntrySet& entries() const { return entries_; }
+  // Shares the model's thread pool between the batch engine's steps (the foreground) and the
+  // image encoder's work (the background) so that streams keep their pace while a picture is
+  // encoded (base/pool_pacer.h, ADR 0030). Thread-safe; mutable through a const model.
+  PoolPacer& pacer() const { return *pacer_; }
   bool has_deepstack() const { return config().deepstack.has_value(); }
 
   // The vision tower, when the model has one: config.json's vision_config parses
@@ -114,6 +119,7 @@ class LoadedModel {
   int64_t kv_pool_blocks_ = 0;
   int kv_block_keys_ = kKvBlockKeys;
   std::string kv_pool_reason_;
+  std::unique_ptr<PoolPacer> pacer_ = std::make_unique<PoolPacer>();
   EntrySet entries_;
   std::string artifact_;  // LoadOptions::artifact
   std::optional<VisionConfig> vision_config_;

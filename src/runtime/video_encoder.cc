@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -106,14 +107,21 @@ StatusOr<std::shared_ptr<const EncodedImage>> ImageEncoder::EncodeVideo(
                     " differs from the planned " + GridToString(plan.summary.grid));
   }
   double preprocess_s = 0;
+  // Decoding is serial work beside the engine's steps, paced one frame at a time: the unit
+  // running since the last frame ends with each frame placed, and the next one begins (waiting
+  // for a window when the engine is stepping).
+  std::optional<PoolPacer::Unit> unit(std::in_place, *pacer_);
   const video::FrameSink sink = [&](size_t k, const image::RgbImage& frame) -> Status {
     const auto t = std::chrono::steady_clock::now();
     for (int c = 0; c < copies[k]; ++c) VLS_RETURN_IF_ERROR(pre.Add(frame));
     preprocess_s += SecondsSince(t);
+    unit.reset();
+    unit.emplace(*pacer_);
     return Status::Ok();
   };
   auto t0 = std::chrono::steady_clock::now();
   VLS_RETURN_IF_ERROR(video::DecodeFramesTo(bytes, label, unique, sink, options_.video, cancelled));
+  unit.reset();
   const double decode_s = SecondsSince(t0) - preprocess_s;
   auto pixels = pre.Finish();
   if (!pixels.ok()) return pixels.status().WithContext(label);

@@ -49,6 +49,9 @@ struct RequestLog {
   Usage usage;
   std::string finish;
   double ttft_ms = -1;
+  // From the request's arrival to the end of its preparation (parsing, waiting for its turn on
+  // the image encoder, decoding and encoding its images, tokenization); -1 before.
+  double prepare_ms = -1;
   std::string error;
   int status = 0;
   int pending = 1;  // the response; +1 while a worker computes
@@ -389,6 +392,7 @@ void HttpServer::Impl::Chat(HttpExchange& ex, RequestLog& log) {
   {
     std::lock_guard<std::mutex> lock(log.mu);
     log.id = meta.id;
+    log.prepare_ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
   }
   auto responder = std::make_unique<ChatResponder>(*parsed, meta, &pipeline->tokenizer());
   Generate(ex, log, *svc, std::move(*prepared), std::move(*ticket), std::move(responder),
@@ -413,6 +417,7 @@ void HttpServer::Impl::Completions(HttpExchange& ex, RequestLog& log) {
   {
     std::lock_guard<std::mutex> lock(log.mu);
     log.id = meta.id;
+    log.prepare_ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
   }
   auto responder = std::make_unique<CompletionResponder>(*parsed, meta, &pipeline->tokenizer());
   Generate(ex, log, *svc, std::move(*prepared), std::move(*ticket), std::move(responder),
@@ -629,6 +634,9 @@ GaugeValues HttpServer::Impl::Gauges() const {
       g.video_decode_seconds = st.video_decode_seconds;
       g.video_preprocess_seconds = st.video_preprocess_seconds;
       g.video_encode_seconds = st.video_encode_seconds;
+      g.encoder_jobs = static_cast<int64_t>(st.paced_jobs);
+      g.encoder_queue_seconds = st.paced_queued_seconds;
+      g.encoder_paced_wait_seconds = st.paced_wait_seconds;
     }
     const GrammarCache& grammars = pipeline->grammar_cache();
     g.grammar_cache_hits = static_cast<int64_t>(grammars.hits());
@@ -668,6 +676,7 @@ void HttpServer::Impl::WriteLog(RequestLog& l) {
     line["cached_tokens"] = l.usage.cached_tokens;
     line["completion_tokens"] = l.usage.completion_tokens;
     line["finish"] = l.finish;
+    if (l.prepare_ms >= 0) line["prepare_ms"] = static_cast<int64_t>(l.prepare_ms * 10) / 10.0;
     if (l.ttft_ms >= 0) line["ttft_ms"] = static_cast<int64_t>(l.ttft_ms * 10) / 10.0;
   }
   line["duration_ms"] = static_cast<int64_t>(ms * 10) / 10.0;

@@ -248,6 +248,15 @@ std::string ServerMetrics::Render(const GaugeValues& g) const {
                 &out);
   AppendCounter("vlstack_video_encode_seconds_total",
                 "Seconds the vision tower spent on video frames.", g.video_encode_seconds, &out);
+  AppendCounter("vlstack_encoder_jobs_total",
+                "Requests whose images or videos the image encoder's worker decoded and encoded.",
+                g.encoder_jobs, &out);
+  AppendCounter("vlstack_encoder_queue_seconds_total",
+                "Seconds those requests waited for the image encoder's worker.",
+                g.encoder_queue_seconds, &out);
+  AppendCounter("vlstack_encoder_paced_wait_seconds_total",
+                "Seconds image and video encoding waited for windows between engine steps.",
+                g.encoder_paced_wait_seconds, &out);
   AppendGauge("vlstack_queue_depth", "Requests waiting for a slot.", g.queue_depth, &out);
   AppendGauge("vlstack_slots_busy", "Engine slots serving a request.", g.slots_busy, &out);
   AppendGauge("vlstack_slots_total", "Engine slots.", g.slots_total, &out);

@@ -106,6 +106,11 @@ struct GaugeValues {
   // The image encoder's video counters (ImageEncoder::Stats), monotone; 0 without an encoder.
   int64_t videos = 0, video_frames = 0;
   double video_decode_seconds = 0, video_preprocess_seconds = 0, video_encode_seconds = 0;
+  // The image encoder's worker (ImageEncoder::Stats), monotone: requests whose images and videos
+  // it encoded, their seconds queued behind one another, and the seconds their encoding waited
+  // for windows between the engine's steps.
+  int64_t encoder_jobs = 0;
+  double encoder_queue_seconds = 0, encoder_paced_wait_seconds = 0;
   // The compiled structured-output grammars' cache (ChatPipeline::grammar_cache()), monotone: a
   // hit reuses a compiled schema, grammar or regex; a miss compiles one.
   int64_t grammar_cache_hits = 0, grammar_cache_misses = 0;

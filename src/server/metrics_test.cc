@@ -258,10 +258,10 @@ TEST(MetricsTest, RendersGaugesAndParsesBack) {
     }
     EXPECT_TRUE(families.count(family)) << "no # TYPE before " << line;
   }
-  EXPECT_EQ(families.size(), 34u);
-  // 11 request series, 5 structured-request series, 20 counters, 8 gauges, 4 histograms of
+  EXPECT_EQ(families.size(), 37u);
+  // 11 request series, 5 structured-request series, 23 counters, 8 gauges, 4 histograms of
   // (buckets + 1) + 2 lines each.
-  EXPECT_EQ(samples, 11 + 5 + 20 + 8 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
+  EXPECT_EQ(samples, 11 + 5 + 23 + 8 + (16 + 2) + (13 + 2) + (16 + 2) + (17 + 2));
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -124,73 +124,78 @@ Status GemmAttention(const HeadsBf16& in, int64_t np, int64_t heads, int64_t hd,
   const auto n = static_cast<int64_t>(items.size()) * heads;
   std::mutex mu;
   Status failed;
-  ctx.pool().ParallelFor(n, 1, [&](int64_t i0, int64_t i1, int thread) {
-    kernels::ScratchArena& arena = ctx.scratch(thread);
-    for (int64_t it = i0; it < i1; ++it) {
-      // Head-major: a participant's consecutive items share the head's K and V (in L2).
-      const auto nb = static_cast<int64_t>(items.size());
-      const Item& b = items[static_cast<size_t>(it % nb)];
-      const int64_t h = it / nb, L = b.seg_len, R = b.rows, KB = KeyBlock(L);
-      // [R, KB] f32 scores, [R, KB] BF16 probabilities, [R, hd] f32 block output and
-      // accumulator, [R] running max, sum and rescale factor.
-      const auto align = [](size_t x) { return (x + 63) / 64 * 64; };
-      const size_t sb = align(static_cast<size_t>(R * KB) * 4),
-                   pb = align(static_cast<size_t>(R * KB) * 2),
-                   ob = align(static_cast<size_t>(R * hd) * 4),
-                   rb = align(static_cast<size_t>(R) * 4);
-      auto* base = static_cast<char*>(arena.attention.Reserve(sb + pb + 2 * ob + 3 * rb));
-      auto* scores = reinterpret_cast<float*>(base);
-      auto* p = reinterpret_cast<uint16_t*>(base + sb);
-      auto* o = reinterpret_cast<float*>(base + sb + pb);
-      auto* acc = reinterpret_cast<float*>(base + sb + pb + ob);
-      auto* mx = reinterpret_cast<float*>(base + sb + pb + 2 * ob);
-      auto* sum = mx + rb / 4;
-      auto* alpha = sum + rb / 4;
-      Status s;
-      for (int64_t k0 = 0; k0 < L && s.ok(); k0 += KB) {
-        const int64_t lk = std::min(KB, L - k0);
-        const kernels::Matrix k{.dtype = DType::kBF16,
-                                .data = in.k + (h * np + b.seg_begin + k0) * hd,
-                                .rows = lk,
-                                .cols = hd};
-        const kernels::Matrix vt{.dtype = DType::kBF16,
-                                 .data = in.vt + h * np * hd + hd * (b.seg_begin + k0),
-                                 .rows = hd,
-                                 .cols = lk};
-        s = kernels::OneDnnMatMulBf16Columns(in.q + (h * np + b.m0) * hd, R, hd, k, 0, lk, scores,
-                                             &arena);
-        if (!s.ok()) break;
-        for (int64_t r = 0; r < R; ++r) {
-          const float* sr = scores + r * lk;
+  // In pieces of consecutive items (ForPieces), each costing up to 4 · rows · keys · hd.
+  const double item_flops =
+      4.0 * static_cast<double>(kGemmAttentionRows * hd) * static_cast<double>(np);
+  ForPieces(n, item_flops, ctx.pool().threads(), [&](int64_t p0, int64_t p1) {
+    ctx.pool().ParallelFor(p1 - p0, 1, [&](int64_t j0, int64_t j1, int thread) {
+      kernels::ScratchArena& arena = ctx.scratch(thread);
+      for (int64_t it = p0 + j0; it < p0 + j1; ++it) {
+        // Head-major: a participant's consecutive items share the head's K and V (in L2).
+        const auto nb = static_cast<int64_t>(items.size());
+        const Item& b = items[static_cast<size_t>(it % nb)];
+        const int64_t h = it / nb, L = b.seg_len, R = b.rows, KB = KeyBlock(L);
+        // [R, KB] f32 scores, [R, KB] BF16 probabilities, [R, hd] f32 block output and
+        // accumulator, [R] running max, sum and rescale factor.
+        const auto align = [](size_t x) { return (x + 63) / 64 * 64; };
+        const size_t sb = align(static_cast<size_t>(R * KB) * 4),
+                     pb = align(static_cast<size_t>(R * KB) * 2),
+                     ob = align(static_cast<size_t>(R * hd) * 4),
+                     rb = align(static_cast<size_t>(R) * 4);
+        auto* base = static_cast<char*>(arena.attention.Reserve(sb + pb + 2 * ob + 3 * rb));
+        auto* scores = reinterpret_cast<float*>(base);
+        auto* p = reinterpret_cast<uint16_t*>(base + sb);
+        auto* o = reinterpret_cast<float*>(base + sb + pb);
+        auto* acc = reinterpret_cast<float*>(base + sb + pb + ob);
+        auto* mx = reinterpret_cast<float*>(base + sb + pb + 2 * ob);
+        auto* sum = mx + rb / 4;
+        auto* alpha = sum + rb / 4;
+        Status s;
+        for (int64_t k0 = 0; k0 < L && s.ok(); k0 += KB) {
+          const int64_t lk = std::min(KB, L - k0);
+          const kernels::Matrix k{.dtype = DType::kBF16,
+                                  .data = in.k + (h * np + b.seg_begin + k0) * hd,
+                                  .rows = lk,
+                                  .cols = hd};
+          const kernels::Matrix vt{.dtype = DType::kBF16,
+                                   .data = in.vt + h * np * hd + hd * (b.seg_begin + k0),
+                                   .rows = hd,
+                                   .cols = lk};
+          s = kernels::OneDnnMatMulBf16Columns(in.q + (h * np + b.m0) * hd, R, hd, k, 0, lk, scores,
+                                               &arena);
+          if (!s.ok()) break;
+          for (int64_t r = 0; r < R; ++r) {
+            const float* sr = scores + r * lk;
 #ifdef VLS_VISION_AVX512
-          const float m = k0 == 0 ? RowMaxAvx512(sr, lk) : std::max(mx[r], RowMaxAvx512(sr, lk));
-          const float e = ExpRowToBf16Avx512(sr, lk, scale, m, p + r * lk);
+            const float m = k0 == 0 ? RowMaxAvx512(sr, lk) : std::max(mx[r], RowMaxAvx512(sr, lk));
+            const float e = ExpRowToBf16Avx512(sr, lk, scale, m, p + r * lk);
 #else
           const float m = k0 == 0 ? RowMax(sr, lk) : std::max(mx[r], RowMax(sr, lk));
           const float e = ExpRowToBf16(sr, lk, scale, m, p + r * lk);
 #endif
-          alpha[r] = k0 == 0 ? 0.0f : std::exp(scale * (mx[r] - m));
-          sum[r] = k0 == 0 ? e : sum[r] * alpha[r] + e;
-          mx[r] = m;
+            alpha[r] = k0 == 0 ? 0.0f : std::exp(scale * (mx[r] - m));
+            sum[r] = k0 == 0 ? e : sum[r] * alpha[r] + e;
+            mx[r] = m;
+          }
+          s = kernels::OneDnnMatMulBf16Columns(p, R, lk, vt, 0, hd, k0 == 0 ? acc : o, &arena);
+          if (!s.ok() || k0 == 0) continue;
+          for (int64_t r = 0; r < R; ++r) {
+            for (int64_t d = 0; d < hd; ++d)
+              acc[r * hd + d] = acc[r * hd + d] * alpha[r] + o[r * hd + d];
+          }
         }
-        s = kernels::OneDnnMatMulBf16Columns(p, R, lk, vt, 0, hd, k0 == 0 ? acc : o, &arena);
-        if (!s.ok() || k0 == 0) continue;
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          failed = std::move(s);
+          return;
+        }
         for (int64_t r = 0; r < R; ++r) {
-          for (int64_t d = 0; d < hd; ++d)
-            acc[r * hd + d] = acc[r * hd + d] * alpha[r] + o[r * hd + d];
+          float* dst = out + (b.m0 + r) * Dv + h * hd;
+          const float f = 1.0f / sum[r];
+          for (int64_t d = 0; d < hd; ++d) dst[d] = acc[r * hd + d] * f;
         }
       }
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        failed = std::move(s);
-        return;
-      }
-      for (int64_t r = 0; r < R; ++r) {
-        float* dst = out + (b.m0 + r) * Dv + h * hd;
-        const float f = 1.0f / sum[r];
-        for (int64_t d = 0; d < hd; ++d) dst[d] = acc[r * hd + d] * f;
-      }
-    }
+    });
   });
   return failed;
 }

@@ -109,12 +109,21 @@ class FastEncoder {
   // variant's loops).
   void FloatAttention(double attention_flops);
   void Merger(const VisionMerger& m, bool postshuffle, float* out);
-  // ctx_.MatMul timed as phase `p`.
+  // y[M, N] = x[M, K] · w[N, K]ᵀ as ctx_.MatMul calls over pieces of rows (ForPieces: a
+  // multiple of 64 rows, about kLoopFlops each), so that no pool hold lasts long.
+  void MatMulInPieces(const float* x, int64_t M, int64_t K, const kernels::Matrix& w,
+                      float* y) const {
+    const double row_flops = 2.0 * static_cast<double>(K) * static_cast<double>(w.rows);
+    vision_internal::ForPieces(M, row_flops, 64, [&](int64_t r0, int64_t r1) {
+      ctx_.MatMul(x + r0 * K, r1 - r0, K, w, y + r0 * w.rows);
+    });
+  }
+  // MatMulInPieces timed as phase `p`.
   void MatMul(vision_internal::EncodePhase p, const float* x, int64_t M, int64_t K,
               const kernels::Matrix& w, float* y) const {
     const PhaseTimer t(
         p, 2.0 * static_cast<double>(M) * static_cast<double>(K) * static_cast<double>(w.rows));
-    ctx_.MatMul(x, M, K, w, y);
+    MatMulInPieces(x, M, K, w, y);
   }
 
   const VisionConfig& cfg_;
@@ -284,24 +293,29 @@ void FastEncoder::FloatAttention(double attention_flops) {
     for (const RowBlock& b : blocks) {
       std::fill_n(last.begin() + b.m0, b.rows, static_cast<int32_t>(b.seg_len - 1));
     }
-    pool.ParallelFor(items, 1, [&](int64_t i0, int64_t i1, int thread) {
-      for (int64_t it = i0; it < i1; ++it) {
-        const RowBlock& b = blocks[static_cast<size_t>(it / heads)];
-        const int64_t h = it % heads;
-        kernels::AttentionTile tile;
-        tile.q = qkv_.data() + b.m0 * 3 * Dv + h * hd;
-        tile.q_row_stride = 3 * Dv;
-        tile.k = kt_.data() + (h * np_ + b.seg_begin) * hd;
-        tile.v = vt_.data() + (h * np_ + b.seg_begin) * hd;
-        tile.last = last.data() + b.m0;
-        tile.rows = b.rows;
-        tile.group = 1;
-        tile.head_dim = hd;
-        tile.scale = scale;
-        tile.out = xn_.data() + b.m0 * Dv + h * hd;
-        tile.out_row_stride = Dv;
-        variant.attention(tile, ctx_.scratch(thread).attention);
-      }
+    // In pieces of items (ForPieces), each item costing up to 4 · rows · keys · hd.
+    const double item_flops =
+        4.0 * static_cast<double>(kAttentionRows * hd) * static_cast<double>(np_);
+    vision_internal::ForPieces(items, item_flops, pool.threads(), [&](int64_t p0, int64_t p1) {
+      pool.ParallelFor(p1 - p0, 1, [&](int64_t j0, int64_t j1, int thread) {
+        for (int64_t it = p0 + j0; it < p0 + j1; ++it) {
+          const RowBlock& b = blocks[static_cast<size_t>(it / heads)];
+          const int64_t h = it % heads;
+          kernels::AttentionTile tile;
+          tile.q = qkv_.data() + b.m0 * 3 * Dv + h * hd;
+          tile.q_row_stride = 3 * Dv;
+          tile.k = kt_.data() + (h * np_ + b.seg_begin) * hd;
+          tile.v = vt_.data() + (h * np_ + b.seg_begin) * hd;
+          tile.last = last.data() + b.m0;
+          tile.rows = b.rows;
+          tile.group = 1;
+          tile.head_dim = hd;
+          tile.scale = scale;
+          tile.out = xn_.data() + b.m0 * Dv + h * hd;
+          tile.out_row_stride = Dv;
+          variant.attention(tile, ctx_.scratch(thread).attention);
+        }
+      });
     });
     return;
   }
@@ -337,9 +351,9 @@ void FastEncoder::Merger(const VisionMerger& m, bool postshuffle, float* out) {
     vision_internal::LayerNormRows(x_.data(), np_, Dv, m.norm.w, m.norm.b, kLayerNormEps,
                                    xn_.data(), pool, avx512_);
   }
-  ctx_.MatMul(xn_.data(), nv_, Md, m.fc1.w, mh_.data());  // [Nv, Md]
+  MatMulInPieces(xn_.data(), nv_, Md, m.fc1.w, mh_.data());  // [Nv, Md]
   vision_internal::AddBiasGeluErf(mh_.data(), nv_, Md, m.fc1.b, pool);
-  ctx_.MatMul(mh_.data(), nv_, Md, m.fc2.w, out);  // [Nv, O]
+  MatMulInPieces(mh_.data(), nv_, Md, m.fc2.w, out);  // [Nv, O]
   vision_internal::AddBias(out, nv_, O, m.fc2.b, pool, avx512_);
 }
 

@@ -13,6 +13,15 @@ EncodeProfile* g_profile = nullptr;
 
 }  // namespace
 
+void ForPieces(int64_t n, double flops_each, int64_t multiple,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  multiple = std::max<int64_t>(1, multiple);
+  const double per = flops_each > 0 ? kLoopFlops / flops_each : static_cast<double>(n);
+  const int64_t piece = std::max<int64_t>(
+      multiple, static_cast<int64_t>(per / static_cast<double>(multiple)) * multiple);
+  for (int64_t b = 0; b < n; b += piece) fn(b, std::min(n, b + piece));
+}
+
 const char* EncodePhaseName(int phase) {
   static constexpr const char* kNames[kPhaseCount] = {
       "patch", "norm", "qkv", "bias", "rope", "attention", "proj", "fc1", "gelu", "fc2", "merger"};

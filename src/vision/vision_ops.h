@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,17 @@
 #include "tensor/grid_thw.h"
 
 namespace vls::vision_internal {
+
+// Work per pool loop of the tower, in floating-point operations. A larger product or attention
+// pass runs as several loops one after another, because the server's image encoder is paced
+// against the engine's steps one loop at a time (base/pool_pacer.h, ADR 0030): a loop this
+// size holds the cores for 10–20 ms on the 2-core development machine, well under a decode step.
+inline constexpr double kLoopFlops = 2e9;
+
+// Calls fn(begin, end) over consecutive pieces of [0, n) in order: each a multiple of
+// `multiple` long (but the last) and about kLoopFlops of work at `flops_each` per index.
+void ForPieces(int64_t n, double flops_each, int64_t multiple,
+               const std::function<void(int64_t, int64_t)>& fn);
 
 // Where each patch row of one Encode input lies (spec §D.4: rows of an item in the order
 // (t, bh, bw, ih, iw), an m × m merge window every m² rows).

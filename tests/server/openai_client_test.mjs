@@ -173,6 +173,8 @@ await R.run('chat: non-streamed, greedy, usage, request log', async () => {
   checkEq(last.completion_tokens, again.usage.completion_tokens, 'log completion_tokens');
   check(typeof last.duration_ms === 'number' && typeof last.ttft_ms === 'number' && last.id !== undefined,
         `log fields: ${JSON.stringify(last)}`);
+  check(typeof last.prepare_ms === 'number' && last.prepare_ms >= 0 &&
+          last.prepare_ms <= last.duration_ms, `log prepare_ms: ${JSON.stringify(last)}`);
 });
 
 await R.run('chat: ignore_eos and max_completion_tokens count tokens exactly', async () => {
@@ -334,6 +336,10 @@ await R.run('chat: a video clip as a data URL (streamed, fps, mm_processor_kwarg
   check(d('vlstack_video_decode_seconds_total') > 0 && d('vlstack_video_encode_seconds_total') > 0,
         'video decode/encode seconds did not grow');
   check(metric(m1, 'vlstack_video_preprocess_seconds_total') >= 0, 'vlstack_video_preprocess_seconds_total missing');
+  // Encoded by the image encoder's worker, paced against the engine's steps.
+  checkEq(d('vlstack_encoder_jobs_total'), 1, 'vlstack_encoder_jobs_total delta');
+  check(d('vlstack_encoder_queue_seconds_total') >= 0 && d('vlstack_encoder_paced_wait_seconds_total') >= 0,
+        'encoder queue / paced wait seconds missing');
   // The same clip again, not streamed: the same reply (and the encoder cache: no new video).
   const again = await chat({ messages: [{ role: 'user', content: [video, text] }], max_tokens: 6, temperature: 0 });
   checkChat(again, 'the clip again');
