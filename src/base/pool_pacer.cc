@@ -1,6 +1,7 @@
 #include "base/pool_pacer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace vls {
@@ -18,9 +19,12 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 Status PoolPacer::SetShare(double share) {
   if (!(share > 0 && share <= kMaxPacerShare)) {
-    return InvalidArgument("the background share " + std::to_string(share) + " is outside (0, " +
-                           std::to_string(kMaxPacerShare) +
-                           "]: it is the time background work may run per unit of step time");
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  "the background share %g is outside (0, %g]: it is the time background work "
+                  "may run per unit of step time",
+                  share, kMaxPacerShare);
+    return InvalidArgument(text);
   }
   std::lock_guard<std::mutex> lock(mu_);
   share_ = share;

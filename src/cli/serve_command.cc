@@ -139,8 +139,10 @@ StatusOr<ServeFlags> ParseFlags(const Args& args) {
   f.prefill_chunk = static_cast<int>(chunk);
   VLS_ASSIGN_OR_RETURN(f.encode_share, args.Double("encode-share", kDefaultPacerShare));
   if (!(f.encode_share > 0 && f.encode_share <= kMaxPacerShare)) {
-    return InvalidArgument("--encode-share must be in (0, " + std::to_string(kMaxPacerShare) +
-                           "], not " + std::to_string(f.encode_share));
+    char text[96];
+    std::snprintf(text, sizeof(text), "--encode-share must be in (0, %g], not %g", kMaxPacerShare,
+                  f.encode_share);
+    return InvalidArgument(text);
   }
   VLS_RETURN_IF_ERROR(ApplySpeculativeFlags(args, &f.speculative));
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("http-threads", 1024, 4, 16384));

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <thread>
 
+#include "base/paced_worker.h"
 #include "runtime/batch_engine_test_util.h"
 
 namespace vls {
@@ -221,6 +222,78 @@ TEST(BatchEngineTest, ConcurrentSubmitAndCancelStress) {
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(static_cast<int>(finishes.size()), submitted.load());
   for (const auto& [id, n] : finishes) EXPECT_EQ(n, 1) << id;
+}
+
+// The engine's thread is the foreground of the model's pacer (ADR 0030): background work on the
+// model's pool (the image encoder's worker) runs between its steps while a stream decodes, runs
+// freely once the engine is idle, and is not left waiting when the engine stops.
+TEST(BatchEngineTest, BackgroundWorkRunsBetweenStepsAndIsNeverLeftWaiting) {
+  auto lm = LoadModel("paced", 2, 2048);
+  ASSERT_TRUE(lm);
+  std::atomic<int> tokens{0};
+  BatchEngine e(*lm, [&](const TokenEvent& ev) {
+    if (ev.token >= 0) tokens.fetch_add(1);
+    return true;
+  });
+  e.Start();
+  ThreadPool& pool = lm->model().context().pool();
+  PacedWorker worker(lm->pacer());
+  // Loops of about a millisecond each, on the model's pool.
+  const auto loop = [&] {
+    pool.ParallelFor(2, 1, [](int64_t, int64_t) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+  };
+  const auto id = e.Submit(Text({1, 2, 3}, 0, 1500));
+  ASSERT_TRUE(id.ok());
+  while (tokens.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<int> seen;  // the stream's tokens when each loop ended
+  ASSERT_TRUE(worker
+                  .Run([&] {
+                    for (int i = 0; i < 30; ++i) {
+                      loop();
+                      seen.push_back(tokens.load());
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_EQ(seen.size(), 30u);
+  // Steps ran between the loops: the stream kept going while the job ran.
+  int advanced = 0;
+  for (size_t i = 1; i < seen.size(); ++i) advanced += seen[i] > seen[i - 1] ? 1 : 0;
+  EXPECT_GE(advanced, 10) << "the stream hardly moved while the background job ran";
+  EXPECT_GT(lm->pacer().stats().waited_seconds, 0.0);
+  // A job still running when the engine stops finishes.
+  std::thread job([&] {
+    EXPECT_TRUE(worker
+                    .Run([&] {
+                      for (int i = 0; i < 200; ++i) loop();
+                      return Status::Ok();
+                    })
+                    .ok());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  e.Stop();
+  job.join();
+  // Once the engine has nothing to run, a job does not wait for windows.
+  e.Start();
+  (void)e.Cancel(*id);  // NotFound when it finished meanwhile
+  for (int i = 0; i < 5000 && !e.Idle(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(e.Idle());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the engine thread goes idle
+  const double waited = lm->pacer().stats().waited_seconds;
+  ASSERT_TRUE(worker
+                  .Run([&] {
+                    for (int i = 0; i < 20; ++i) loop();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_LT(lm->pacer().stats().waited_seconds - waited, 0.005);
+  e.Stop();
 }
 
 // Fault injection (EngineOptions::fault_hook_for_testing): whatever one request's admission,

@@ -934,6 +934,12 @@ def overload_status(R, vls, model):
                          capture_output=True, text=True, timeout=60)
     R.run("--overload-status 500 is refused", lambda: check(
         bad.returncode != 0 and "--overload-status" in bad.stderr, f"{bad.returncode} {bad.stderr[-300:]}"))
+    for share in ("0", "-1", "17", "nan"):
+        bad_share = subprocess.run([vls, "serve", "--model", model, "--encode-share", share],
+                                   capture_output=True, text=True, timeout=60)
+        R.run(f"--encode-share {share} is refused", lambda: check(
+            bad_share.returncode != 0 and "--encode-share" in bad_share.stderr,
+            f"{bad_share.returncode} {bad_share.stderr[-300:]}"))
     srv = Server(vls, ["--model", model, "--port", "0", "--slots", "1", "--max-queue", "0",
                        "--overload-status", "503", "--precision", "f32", "--threads", "1"])
 
