@@ -148,12 +148,14 @@ StatusOr<uint64_t> BatchEngine::Submit(ValidatedRequest checked) {
       request.speculative->source == DraftSource::kModel && options_.draft_model == nullptr) {
     return InvalidArgument("speculative: this engine has no draft model to draft from");
   }
+  // The prompt's row keys (hashing its embedding and feature rows) on the caller's thread.
+  std::vector<RowKey> keys = PromptKeys(request);
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   pending_bytes_ += request.bytes();
   live_.insert(id);
   ++counters_.submitted;
-  pending_.push_back({id, std::move(request)});
+  pending_.push_back({id, std::move(request), std::move(keys)});
   work_cv_.notify_all();
   return id;
 }
@@ -446,6 +448,9 @@ void BatchEngine::Admit(StepResult* out) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (pending_.empty() || !RoomToAdmit(pending_.front().request)) return;
+      // In order: what arrives after a waiting prompt waits behind it (a step or a few).
+      const Pending& front = pending_.front();
+      if (WaitsForPrefill(front.keys, front.request.positions.length)) return;
       p = std::move(pending_.front());
       pending_.pop_front();
       pending_bytes_ -= p.request.bytes();
@@ -474,7 +479,7 @@ void BatchEngine::Admit(StepResult* out) {
 
 void BatchEngine::AdmitOne(Pending& p, const std::vector<Slot*>& free) {
   Fault("admit", p.id);
-  std::vector<RowKey> keys = PromptKeys(p.request);
+  std::vector<RowKey> keys = std::move(p.keys);
   // The free slot whose valid rows share the longest prefix with the prompt, counted only when
   // the prompt keeps at least half of what the slot holds; otherwise the slot holds another
   // conversation, and taking it for the few rows they share (a chat template's first tokens)

@@ -223,13 +223,14 @@ class BatchEngine {
   std::optional<int> SlotOf(uint64_t id) const VLS_EXCLUDES(step_mu_);
 
  private:
-  struct Pending {
-    uint64_t id;
-    GenerationRequest request;
-  };
   // A row's identity for prefix matching: two 64-bit hashes over what determines its K/V
   // (kind, token id or embedding bytes, RoPE coordinate, DeepStack feature rows).
   using RowKey = std::array<uint64_t, 2>;
+  struct Pending {
+    uint64_t id;
+    GenerationRequest request;
+    std::vector<RowKey> keys;  // PromptKeys(request), computed at Submit
+  };
   // kPreempted: the slot's blocks were given back to the pool; it keeps its request, sampler,
   // grammar state and tokens, and waits to be resumed (its prompt and generated tokens
   // recomputed) before any new request is admitted.
@@ -280,6 +281,11 @@ class BatchEngine {
   // Paged KV memory (batch_engine_memory.cc). Whether request `r` may be admitted now: the
   // pool's free blocks and those free slots hold cover its prompt (always without a small pool).
   bool RoomToAdmit(const GenerationRequest& r) const VLS_REQUIRES(step_mu_);
+  // Whether a prompt (`keys`, S rows) should wait before it is admitted: a slot is prefilling a
+  // prompt that shares more full blocks with it than the prefix cache holds now, and will name
+  // them once computed (prompts that arrive together share their system prompt or image instead
+  // of each computing it). Never with prefix reuse off.
+  bool WaitsForPrefill(std::span<const RowKey> keys, int64_t S) const VLS_REQUIRES(step_mu_);
   // Resumes preempted slots, oldest admission first, while the pool has room for all their rows;
   // false while one still waits (nothing new is admitted then).
   bool ResumePreempted() VLS_REQUIRES(step_mu_);

@@ -31,6 +31,26 @@ bool BatchEngine::RoomToAdmit(const GenerationRequest& r) const {
   return pool_->BlocksFor(r.positions.length) <= ReclaimableBlocks();
 }
 
+bool BatchEngine::WaitsForPrefill(std::span<const RowKey> keys, int64_t S) const {
+  if (!options_.prefix_reuse || S < 1) return false;
+  const int64_t P = pool_->block_keys();
+  const int64_t usable = (S - 1) / P;  // full blocks a prompt may take (never its last row)
+  int64_t coming = 0;                  // blocks a running prefill will name
+  for (const Slot& s : slots_) {
+    if (s.phase != Phase::kPrefill) continue;
+    const size_t n = std::min(s.kept.size(), keys.size());
+    size_t match = 0;
+    while (match < n && s.kept[match] == keys[match]) ++match;
+    const int64_t blocks = std::min(static_cast<int64_t>(match) / P, usable);
+    if (blocks * P > s.prefilled) coming = std::max(coming, blocks);
+  }
+  if (coming == 0) return false;
+  std::vector<int32_t> ids;
+  std::vector<uint64_t> hashes;
+  CachedBlocks(keys, S, &ids, &hashes);
+  return coming > static_cast<int64_t>(ids.size());
+}
+
 void BatchEngine::CachedBlocks(std::span<const RowKey> keys, int64_t S, std::vector<int32_t>* ids,
                                std::vector<uint64_t>* hashes) const {
   const auto P = static_cast<size_t>(pool_->block_keys());

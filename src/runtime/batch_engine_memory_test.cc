@@ -248,6 +248,39 @@ TEST(PrefixCacheTest, ASharedSystemPromptIsComputedOnce) {
   }
 }
 
+// Prompts that arrive together share their system prompt: the first one's prefill computes it,
+// and the others wait for its blocks (WaitsForPrefill) instead of each computing it beside it.
+TEST(PrefixCacheTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
+  auto lm = LoadWithPool("together", 3, 512, 0);
+  ASSERT_TRUE(lm);
+  const std::vector<int32_t> system = Ids(1, 150);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(Text(Cat(system, Ids(10 + i, 9 + i)), 0, 12));
+  reqs.push_back(Text(Ids(40, 90), 0, 6));  // shares nothing: behind them, in order
+  for (const int chunk : {0, 64}) {
+    Collected got;
+    EngineOptions o;
+    o.prefill_chunk = chunk;
+    BatchEngine e(*lm, got.Callback(), o);
+    std::vector<uint64_t> ids;
+    for (const GenerationRequest& r : reqs) ids.push_back(e.Submit(r).value());
+    e.RunUntilIdle();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const EngineStream& s = got.streams[ids[i]];
+      EXPECT_EQ(s.tokens, GreedyAlone(*lm, reqs[i])) << chunk << " " << i;
+      // 1 and 2 take the first one's two full blocks; 3, once a slot frees, that slot's own
+      // 150 rows of the system prompt.
+      if (i < 3) {
+        EXPECT_EQ(s.cached, i == 0 ? 0 : 128) << chunk << " " << i;
+      } else if (i == 3) {
+        EXPECT_GE(s.cached, 128) << chunk;
+      }
+    }
+    EXPECT_EQ(e.counters().shared_prefix_blocks, 4u) << chunk;
+    EXPECT_EQ(e.counters().copied_prefixes, 0u) << chunk;
+  }
+}
+
 // A follow-up turn finds its conversation in the prefix cache although other requests took the
 // only slot in between: the pool (64 blocks) outlives the slot's rows.
 TEST(PrefixCacheTest, AFollowUpTurnFindsItsConversationAfterOthersRan) {
