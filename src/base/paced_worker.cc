@@ -79,14 +79,11 @@ Status PacedWorker::Run(const std::function<Status()>& job,
   queue_.push_back(&j);
   work_cv_.notify_all();
   while (!j.done) {
-    if (!j.started && cancelled) {
-      lock.unlock();  // the caller's check (a socket poll) runs outside the queue's lock
-      const bool gone = cancelled();
-      lock.lock();
-      if (gone && !j.started) {
-        queue_.erase(std::find(queue_.begin(), queue_.end(), &j));
-        return Cancelled("the request was cancelled while it waited for the image encoder");
-      }
+    // Polled under the queue's lock: the job cannot start meanwhile, so `cancelled` (which the
+    // job may poll too, and which need not be thread-safe) never runs on two threads at once.
+    if (!j.started && cancelled && cancelled()) {
+      queue_.erase(std::find(queue_.begin(), queue_.end(), &j));
+      return Cancelled("the request was cancelled while it waited for the image encoder");
     }
     done_cv_.wait_for(lock, std::chrono::milliseconds(50));
   }

@@ -32,7 +32,9 @@ class PacedWorker {
   // Runs job() on the worker thread inside a PoolPacer::Background scope, after the jobs handed
   // over before it, and returns its status. `cancelled` (may be null) is polled every 50 ms
   // while the job waits for its turn: when it answers true, the job is dropped unrun and Run
-  // returns Cancelled. A job that started runs to its end (it may poll `cancelled` itself).
+  // returns Cancelled. A job that started runs to its end (it may poll `cancelled` itself;
+  // Run never calls it once the job has started, so it need not be thread-safe). `cancelled`
+  // runs under the worker's lock: it must not call Run.
   // When the worker thread cannot start, the job runs on the calling thread, still paced.
   Status Run(const std::function<Status()>& job, const std::function<bool()>& cancelled = nullptr)
       VLS_EXCLUDES(mu_);
