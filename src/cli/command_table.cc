@@ -48,6 +48,7 @@ std::string VersionText() {
   text += "; VLS_KERNELS chooses another)\n";
   text += std::string("oneDNN BF16 prefill: ") +
           (info.onednn_bf16 ? "yes" : "no (not built in, or no AVX512_BF16)") + "\n";
+  if (!info.gemm_probe.empty()) text += info.gemm_probe + "\n";
   text += "built with " +
 #if defined(__clang__)
           std::string("clang ") + __clang_version__ +

@@ -183,6 +183,22 @@ TEST(Bf16BlockedTest, ContextMatMulMatchesReferenceOnEveryPath) {
   }
 }
 
+TEST(Bf16BlockedTest, AVariantWithoutOneDnnBlockedRunsItsKernelAtEveryRowCount) {
+  // "avx512bf16-fma" (onednn_blocked false) keeps prefill-sized products on its own kernel even
+  // with oneDNN on: Context's result is the kernel's, bit for bit (a row's result does not depend
+  // on how the pool splits N).
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->onednn_blocked || v->matmul_bf16_blocked == nullptr) continue;
+    const Problem p(kOneDnnMinRows + 9, 300, 200, 20, 21);
+    const Context ctx(2, Precision::kBF16, v);
+    std::vector<float> got(size_t(p.M * p.N)), want(size_t(p.M * p.N));
+    ctx.MatMul(p.x.data(), p.M, p.K, p.w, got.data());
+    v->matmul_bf16_blocked(p.xb.data(), p.M, p.K, p.w, 0, p.N, want.data());
+    ASSERT_EQ(got, want) << v->name;
+    ASSERT_TRUE(p.Matches(got)) << v->name;
+  }
+}
+
 TEST(Bf16BlockedTest, OneDnnRowsRunTheBlockedLayoutAndRejectBadRanges) {
   if (!OneDnnBf16Available()) GTEST_SKIP() << "no oneDNN in this build";
   const Problem p(40, 100, 130, 20, 21);

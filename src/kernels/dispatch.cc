@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "kernels/bf16_blocked.h"
+#include "kernels/gemm_probe.h"
 #include "kernels/onednn_matmul.h"
 #include "kernels/q4.h"
 #include "kernels/q6.h"
@@ -148,16 +149,36 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
-const KernelVariant& ChooseDefault() {
+bool OneDnnEnabled();
+
+struct Choice {
+  const KernelVariant* variant;
+  GemmProbe probe;
+};
+
+// The last supported variant, except that on AVX512-BF16 CPUs "avx512bf16-fma" replaces
+// "avx512bf16" when the probe measures its BF16 GEMM clearly faster (kernels/gemm_probe.h).
+Choice ChooseDefault() {
   const std::vector<const KernelVariant*> all = SupportedVariants();
   if (const char* env = std::getenv("VLS_KERNELS"); env != nullptr && *env != '\0') {
     for (const KernelVariant* v : all) {
-      if (std::strcmp(v->name, env) == 0) return *v;
+      if (std::strcmp(v->name, env) == 0) return {v, {}};
     }
-    std::fprintf(stderr, "vlstack: VLS_KERNELS=%s is not a supported variant; using %s\n", env,
-                 all.back()->name);
+    std::fprintf(stderr, "vlstack: VLS_KERNELS=%s is not a supported variant; choosing\n", env);
   }
-  return *all.back();
+  const KernelVariant* best = all.back();
+  if (all.size() >= 2 && std::strcmp(best->name, "avx512bf16") == 0 &&
+      std::strcmp(all[all.size() - 2]->name, "avx512bf16-fma") == 0) {
+    const KernelVariant* fma = all[all.size() - 2];
+    GemmProbe probe = ProbeBf16Gemm(*best, *fma, OneDnnEnabled());
+    return {probe.FmaFaster() ? fma : best, probe};
+  }
+  return {best, {}};
+}
+
+const Choice& DefaultChoice() {
+  static const Choice chosen = ChooseDefault();
+  return chosen;
 }
 
 }  // namespace
@@ -179,7 +200,10 @@ std::vector<const KernelVariant*> SupportedVariants() {
   if (CpuHasAvx2() && Avx2Variant() != nullptr) out.push_back(Avx2Variant());
   if (CpuHasAvx512() && Avx512Variant() != nullptr) out.push_back(Avx512Variant());
   if (CpuHasAvx512Vnni() && Avx512VnniVariant() != nullptr) out.push_back(Avx512VnniVariant());
-  if (CpuHasAvx512Bf16() && Avx512Bf16Variant() != nullptr) out.push_back(Avx512Bf16Variant());
+  if (CpuHasAvx512Bf16() && Avx512Bf16Variant() != nullptr) {
+    out.push_back(Avx512Bf16FmaVariant());
+    out.push_back(Avx512Bf16Variant());
+  }
   return out;
 }
 
@@ -189,10 +213,9 @@ bool IsAvx512Variant(const KernelVariant& v) {
   return v.name != nullptr && std::strncmp(v.name, "avx512", 6) == 0;
 }
 
-const KernelVariant& DefaultVariant() {
-  static const KernelVariant& chosen = ChooseDefault();
-  return chosen;
-}
+const KernelVariant& DefaultVariant() { return *DefaultChoice().variant; }
+
+const GemmProbe& DefaultVariantProbe() { return DefaultChoice().probe; }
 
 namespace {
 // oneDNN unless VLS_ONEDNN=0 (for A/B measurements) or the build/CPU lacks it.
@@ -277,7 +300,7 @@ void Context::MatMulQ4(const float* x, int64_t M, int64_t K, const Matrix& w, fl
 void Context::MatMulBf16Blocked(const float* x, int64_t M, int64_t K, const Matrix& w, float* y,
                                 ScratchArena& own) const {
   const int64_t N = w.rows;
-  if (use_onednn_ && M >= kOneDnnMinRows) {
+  if (use_onednn_ && variant_->onednn_blocked && M >= kOneDnnMinRows) {
     const uint16_t* xb = RoundToBf16(x, M, K, own);
     std::mutex mu;
     Status failed;

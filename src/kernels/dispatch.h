@@ -90,6 +90,10 @@ struct KernelVariant {
   void (*apply_rope)(float* x, const float* cos, const float* sin, int64_t D) = nullptr;
   // The Q4 entries (kernels/q4.h). Null: the reference's.
   const Q4Kernels* q4 = nullptr;
+  // False when Context keeps this variant's BF16 blocked matmuls on matmul_bf16_blocked at every
+  // row count instead of handing kOneDnnMinRows rows and more to oneDNN ("avx512bf16-fma", the
+  // default where its f32 FMA kernel beats oneDNN and the BF16 dot product; ADR 0031).
+  bool onednn_blocked = true;
 };
 
 // The scalar reference (always available).
@@ -100,8 +104,9 @@ std::vector<const KernelVariant*> SupportedVariants();
 // tower) run it only then. Any other non-reference variant ("avx2") runs on CPUs without it.
 bool IsAvx512Variant(const KernelVariant& v);
 // The variant used by default: the environment variable VLS_KERNELS names one ("reference",
-// "avx2", "avx512", "avx512vnni", "avx512bf16"); otherwise the fastest supported. Chosen once
-// per process.
+// "avx2", "avx512", "avx512vnni", "avx512bf16-fma", "avx512bf16"); otherwise the fastest
+// supported: the last one, except that on AVX512-BF16 CPUs a short measurement chooses between
+// "avx512bf16" and "avx512bf16-fma" (kernels/gemm_probe.h). Chosen once per process.
 const KernelVariant& DefaultVariant();
 
 // One product of Context::MatMulGrouped: y[M, w->rows] = x[M, K] · w->ᵀ (y row stride w->rows).
@@ -210,6 +215,11 @@ const KernelVariant* Avx2Variant();
 const KernelVariant* Avx512Variant();
 const KernelVariant* Avx512VnniVariant();  // "avx512" + Q8 kernels (AVX512-VNNI)
 const KernelVariant* Avx512Bf16Variant();
+// "avx512bf16" with the BF16 blocked matmuls on avx512's f32 FMA kernel (the weights widened
+// from BF16, the activations rounded to BF16 as everywhere) at every row count, never oneDNN:
+// on CPUs whose vdpbf16ps is slow (ADR 0031) it is the faster of the two; DefaultVariant
+// chooses between them by measuring (kernels/gemm_probe.h).
+const KernelVariant* Avx512Bf16FmaVariant();
 
 }  // namespace vls::kernels
 

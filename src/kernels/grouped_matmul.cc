@@ -92,7 +92,7 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
       case MatrixFormat::kQ4:
       case MatrixFormat::kQ6: e.path = Path::kQ4; break;
       case MatrixFormat::kBf16Blocked:
-        if (use_onednn_ && p.M >= kOneDnnMinRows) {
+        if (use_onednn_ && variant_->onednn_blocked && p.M >= kOneDnnMinRows) {
           to_onednn.push_back(&p);
           continue;
         }

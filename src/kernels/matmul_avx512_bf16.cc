@@ -102,4 +102,15 @@ const KernelVariant* Avx512Bf16Variant() {
   return &v;
 }
 
+const KernelVariant* Avx512Bf16FmaVariant() {
+  static const KernelVariant v = [] {
+    KernelVariant k = *Avx512Bf16Variant();
+    k.name = "avx512bf16-fma";
+    k.matmul_bf16_blocked = Avx512VnniVariant()->matmul_bf16_blocked;
+    k.onednn_blocked = false;
+    return k;
+  }();
+  return &v;
+}
+
 }  // namespace vls::kernels

@@ -7,5 +7,6 @@ const KernelVariant* Avx2Variant() { return nullptr; }
 const KernelVariant* Avx512Variant() { return nullptr; }
 const KernelVariant* Avx512VnniVariant() { return nullptr; }
 const KernelVariant* Avx512Bf16Variant() { return nullptr; }
+const KernelVariant* Avx512Bf16FmaVariant() { return nullptr; }
 const Q4Kernels* Avx512VnniQ4Kernels() { return nullptr; }
 }  // namespace vls::kernels

@@ -1,6 +1,7 @@
 #include "runtime/kernel_info.h"
 
 #include "kernels/dispatch.h"
+#include "kernels/gemm_probe.h"
 #include "kernels/onednn_matmul.h"
 
 namespace vls {
@@ -12,6 +13,9 @@ KernelInfo DescribeKernels() {
     info.supported.emplace_back(v->name);
   }
   info.onednn_bf16 = kernels::OneDnnBf16Available();
+  if (const kernels::GemmProbe& probe = kernels::DefaultVariantProbe(); probe.ran) {
+    info.gemm_probe = probe.ToString();
+  }
   return info;
 }
 

@@ -15,6 +15,9 @@ struct KernelInfo {
   std::string chosen;  // the variant every operation runs (VLS_KERNELS may name another)
   std::vector<std::string> supported;  // every variant this CPU runs, the reference first
   bool onednn_bf16 = false;  // oneDNN's BF16 prefill GEMM is built in and a JIT kernel here
+  // The measurement behind the choice between "avx512bf16" and "avx512bf16-fma" (ADR 0031);
+  // empty when none was made.
+  std::string gemm_probe;
 };
 
 KernelInfo DescribeKernels();
