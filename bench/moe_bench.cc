@@ -293,6 +293,10 @@ void BM_Experts(benchmark::State& state, Format f, int64_t N, int64_t K, bool gr
   state.counters["wbytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["of_read_bw"] = benchmark::Counter(bytes / read_bw, benchmark::Counter::kIsRate);
   state.counters["experts"] = static_cast<double>(E);
+  // Multiply-adds per second: at prefill's ~32 rows per expert the products are bound by them.
+  state.counters["macs/s"] = benchmark::Counter(
+      static_cast<double>(P * M * N * K) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
 }
 
 int Register() {
@@ -320,9 +324,10 @@ int Register() {
         const std::string name = std::string("Experts/") + FormatName(f) + "/" + pr.name + "/" +
                                  (grouped ? "grouped" : "loop");
         benchmark::RegisterBenchmark(name.c_str(), BM_Experts, f, pr.N, pr.K, grouped)
-            ->Args({8, 1, 2})   // one decode row: its top-8
-            ->Args({32, 2, 2})  // a few slots or speculative rows sharing experts
-            ->Args({64, 1, 2})  // 8 slots of top-8 over 128 experts (~52 distinct)
+            ->Args({8, 1, 2})     // one decode row: its top-8
+            ->Args({32, 2, 2})    // a few slots or speculative rows sharing experts
+            ->Args({64, 1, 2})    // 8 slots of top-8 over 128 experts (~52 distinct)
+            ->Args({128, 32, 2})  // a 512-token prompt in one pass: ~32 rows per expert
             ->ArgNames({"P", "M", "threads"})
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);

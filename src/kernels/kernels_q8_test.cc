@@ -19,7 +19,8 @@ struct Case {
 // K (kQ8Block = 32): one column, tails of 1-3 columns past a multiple of 4, one block less or
 // more than a column (31, 33), a short last block (33, 77, 100, 130, 1000, 2049), exact blocks
 // (32, 96, 128, 256, ...); N odd (partial 16-row weight groups), several chunks of groups; M:
-// every decode tile shape (1, 2, 3 rows) and prefill tiles (6 rows) with remainders of 3, 1, 2.
+// every decode tile shape (1, 2, 3 rows) and prefill tiles of balanced heights 3-6 (M 7, 13, 17,
+// 19, 33, 50: 4+3, 5+4+4, 6+6+5, 5+5+5+4, 6+6+6+5+5+5, 5·6 + 4·5).
 constexpr Case kCases[] = {
     {1, 1, 1},     {1, 77, 5},    {3, 130, 33}, {17, 77, 31},   {3, 512, 41}, {17, 1000, 7},
     {8, 2049, 65}, {1, 2049, 17}, {5, 131, 19}, {50, 258, 37},  {33, 128, 9}, {2, 384, 50},

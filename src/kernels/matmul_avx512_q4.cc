@@ -9,8 +9,9 @@
 // One kernel for every M, tiled as the Q8 kernel (matmul_avx512_vnni.cc): MR activation rows ×
 // NG groups of 16 weight rows. Decode (M <= 3) takes 4 row groups per tile (4 weight streams)
 // and prefetches one tile ahead, with two accumulators per output vector at M <= 2 (low and high
-// nibbles) to hide the vpdpbusd latency; batched decode and prefill take 8 rows × 2 row groups,
-// prefill with the weights in chunks that stay in L2 while every row tile passes over them.
+// nibbles) to hide the vpdpbusd latency; batched decode and prefill take up to 8 rows (balanced
+// tile heights) × 2 row groups, prefill with the weights in chunks that stay in L2 while every
+// row tile passes over them.
 //
 // Built a second time with VLS_AVX512_EMULATION (kernels/avx512_emulation.h, scalar stand-ins
 // for the intrinsics used here) into q4_test, so the tiling and epilogue are also tested on CPUs
@@ -200,12 +201,12 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
   }
 }
 
-// Tiles of MR rows (the last one smaller) × NG row groups (the last one smaller) over row groups
-// [G0, G1), walked in chunks of kChunk row groups that stay in L2 while every row tile passes.
+// Tiles of at most MR rows × NG row groups (the last one smaller) over row groups [G0, G1),
+// walked in chunks of kChunk row groups that stay in L2 while every row tile passes. The row
+// tiles are balanced as in the Q8 kernel: ceil(M / MR) of them, heights differing by at most one.
 template <int MR, int NG, bool kPrefetch>
 struct Tiling {
   static constexpr int64_t kChunk = 8;
-  static constexpr bool kSplit = MR <= 2;
 
   template <int R>
   static void Rows(const Q4Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, int64_t n1) {
@@ -216,38 +217,28 @@ struct Tiling {
     }
   }
 
-  static void Run(const Q4Problem& p, int64_t n0, int64_t n1) {
-    const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
-    for (int64_t gc = G0; gc < G1; gc += kChunk) {
-      const int64_t ge = std::min(G1, gc + kChunk);
-      for (int64_t m0 = 0; m0 < p.M; m0 += MR) {
-        const int64_t mr = std::min<int64_t>(MR, p.M - m0);
-        for (int64_t G = gc; G < ge; G += NG) {
-          const int64_t nrg = std::min<int64_t>(NG, ge - G);
-          if (mr == MR) {
-            Rows<MR>(p, m0, G, nrg, n0, n1);
-          } else {
-            Remainder(p, mr, m0, G, nrg, n0, n1);
-          }
-        }
-      }
+  // Rows<mr> for a height mr in [1, R].
+  template <int R>
+  static void RowsOf(const Q4Problem& p, int64_t mr, int64_t m0, int64_t G, int64_t nrg, int64_t n0,
+                     int64_t n1) {
+    if constexpr (R > 1) {
+      if (mr < R) return RowsOf<R - 1>(p, mr, m0, G, nrg, n0, n1);
     }
+    Rows<R>(p, m0, G, nrg, n0, n1);
   }
 
-  static void Remainder(const Q4Problem& p, int64_t mr, int64_t m0, int64_t G, int64_t nrg,
-                        int64_t n0, int64_t n1) {
-    if constexpr (MR > 1) {
-      // mr < MR: split in halves so few tile shapes are instantiated.
-      if (mr >= MR / 2) {
-        Tiling<MR / 2, NG, kPrefetch>::template Rows<MR / 2>(p, m0, G, nrg, n0, n1);
-        m0 += MR / 2;
-        mr -= MR / 2;
+  static void Run(const Q4Problem& p, int64_t n0, int64_t n1) {
+    const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
+    const int64_t tiles = (p.M + MR - 1) / MR, base = p.M / tiles, taller = p.M % tiles;
+    for (int64_t gc = G0; gc < G1; gc += kChunk) {
+      const int64_t ge = std::min(G1, gc + kChunk);
+      for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
+        const int64_t mr = base + (t < taller ? 1 : 0);
+        for (int64_t G = gc; G < ge; G += NG) {
+          RowsOf<MR>(p, mr, m0, G, std::min<int64_t>(NG, ge - G), n0, n1);
+        }
+        m0 += mr;
       }
-      if (mr > 0)
-        Tiling<(MR / 2 > 1 ? MR / 2 : 1), NG, kPrefetch>::Remainder(p, mr, m0, G, nrg, n0, n1);
-    } else {
-      (void)mr;
-      Rows<1>(p, m0, G, nrg, n0, n1);
     }
   }
 };
