@@ -104,10 +104,15 @@ gguf_of() {  # anchor_dir model_dir type -> path
   echo "$f"
 }
 
+# One untimed repetition first, as llama-bench's warm-up: the first pass over freshly mapped
+# weights can run much slower than the next (a VM that faults each page in again: int8 pp512
+# 420 then 789, 797 tokens/s on the 2026-12-05 host).
+warmup=()
+supports "--warmup" && warmup=(--warmup 1)
 vls_bench() {  # model precision prompt gen [options...] -> json
   local m=$1 p=$2 pr=$3 g=$4; shift 4
   "$vlstack" bench --model "$m" --precision "$p" --threads "$threads" --prompt-tokens "$pr" \
-    --gen-tokens "$g" --reps 1 --json "$@" 2>/dev/null
+    --gen-tokens "$g" --reps 1 "${warmup[@]}" --json "$@" 2>/dev/null
 }
 # The speed part's prepared weights, compiled once per model and precision (int4's quantizer
 # search takes most of a minute on the 0.6B shape) for a capacity of prompt + gen tokens.

@@ -77,6 +77,9 @@ CommandSpec BenchSpec() {
       "  --prompt-tokens N    prompt length (default 512; scenarios: 2000 and 4096)\n"
       "  --gen-tokens N       tokens generated per request (default 128; scenarios: 4)\n"
       "  --reps N             repetitions (default 3)\n"
+      "  --warmup N           untimed repetitions before them (default 0; llama-bench runs one):\n"
+      "                       the first pass over freshly mapped weights can be slower than\n"
+      "                       the ones after it, which a single timed repetition would show\n"
       "  --slots B            batch slots: requests run together (default 1)\n"
       "  --baseline-slots B0  also run B0 slots in every repetition (before the B-slot run in\n"
       "                       even ones, after it in odd ones) and report their generation\n"
@@ -135,11 +138,12 @@ CommandSpec BenchSpec() {
       "  --window-tokens N    stream tokens before the arrival and after the prompt's first\n"
       "                       token (default 16)\n"
       "  --help               this text\n";
-  spec.value_flags = {
-      "model",         "prompt-tokens",  "gen-tokens",    "reps",     "slots",
-      "capacity",      "baseline-slots", "prefill-chunk", "requests", "rate",
-      "seed",          "scenario",       "turn-tokens",   "streams",  "stream-prompt-tokens",
-      "window-tokens", "image",          "video",         "fps",      "max-frames"};
+  spec.value_flags = {"model",         "prompt-tokens", "gen-tokens", "reps",
+                      "slots",         "warmup",        "capacity",   "baseline-slots",
+                      "prefill-chunk", "requests",      "rate",       "seed",
+                      "scenario",      "turn-tokens",   "streams",    "stream-prompt-tokens",
+                      "window-tokens", "image",         "video",      "fps",
+                      "max-frames"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
   spec.value_flags.insert(SpeculativeFlagNames().begin(), SpeculativeFlagNames().end());
   spec.bool_flags = {"json", "kernel-loop", "no-prefix-reuse", "serve"};
@@ -321,6 +325,7 @@ Status Throughput(const Args& args, const bench::Loader& load) {
   VLS_ASSIGN_OR_RETURN(long long prompt, args.Int("prompt-tokens", 512, 1, 1 << 20));
   VLS_ASSIGN_OR_RETURN(long long gen, args.Int("gen-tokens", 128, 0, 1 << 20));
   VLS_ASSIGN_OR_RETURN(long long reps, args.Int("reps", 3, 1, 1000));
+  VLS_ASSIGN_OR_RETURN(long long warmup, args.Int("warmup", 0, 0, 100));
   VLS_ASSIGN_OR_RETURN(long long slots, args.Int("slots", 1, 1, 256));
   VLS_ASSIGN_OR_RETURN(long long baseline, args.Int("baseline-slots", 0, 1, 256));  // 0: absent
   const bool paired = args.Get("baseline-slots").has_value();
@@ -407,6 +412,14 @@ Status Throughput(const Args& args, const bench::Loader& load) {
                 static_cast<double>(mc.moe->experts)) /
            1e6;
   };
+  // --warmup: whole repetitions, untimed (seeds after the timed ones', so no prompt repeats).
+  for (int w = 0; w < warmup; ++w) {
+    VLS_ASSIGN_OR_RETURN(RepResult res, rep(static_cast<int>(slots), static_cast<int>(reps) + w));
+    std::fprintf(stderr,
+                 "[bench] warm-up %d/%lld (not counted): prompt %.2f tok/s, generation %.2f tok/s, "
+                 "ttft %.1f ms\n",
+                 w + 1, warmup, res.prompt_tps, res.gen_tps, res.ttft_ms);
+  }
   for (int r = 0; r < reps; ++r) {
     if (speculate && r % 2 == 0) VLS_RETURN_IF_ERROR(run_plain(r));
     // The baseline runs first in even repetitions and second in odd ones, so neither run
@@ -531,11 +544,11 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     }
     std::printf(
         "{%s,\"mode\":\"%s\",\"prompt_tokens\":%lld,\"gen_tokens\":%lld,\"reps\":%lld,"
-        "\"slots\":%lld,\"prefill_chunk\":%d,\"prefix_reuse\":%s,"
+        "\"warmup\":%lld,\"slots\":%lld,\"prefill_chunk\":%d,\"prefix_reuse\":%s,"
         "\"prompt_tokens_per_s\":%s,\"generation_tokens_per_s\":%s,"
         "\"time_to_first_token_ms\":%s,\"peak_rss_mb\":%.1f,\"weights_mb\":%.1f,"
         "\"kv_cache_mb\":%.1f,\"load_s\":%.2f%s}\n",
-        bench::HeaderJson(setup).c_str(), mode, prompt, gen, reps, slots,
+        bench::HeaderJson(setup).c_str(), mode, prompt, gen, reps, warmup, slots,
         setup.engine.prefill_chunk, setup.engine.prefix_reuse ? "true" : "false",
         StatsJson(p).c_str(), StatsJson(g).c_str(), StatsJson(t).c_str(), PeakRssMb(), weights_mb,
         kv_mb, setup.load_s, extra.c_str());
@@ -631,7 +644,7 @@ Status Bench(const Args& args) {
   const std::string mode = serve ? "serve" : scenario.empty() ? "throughput" : scenario;
   const ModeFlags own[] = {
       {"throughput",
-       {"baseline-slots", "kernel-loop", "reps", "image", "video", "fps", "max-frames"}},
+       {"baseline-slots", "kernel-loop", "reps", "warmup", "image", "video", "fps", "max-frames"}},
       {"serve", {"requests", "rate", "seed"}},
       {"prefix-reuse", {"turn-tokens", "reps"}},
       {"chunked-prefill", {"streams", "stream-prompt-tokens", "window-tokens"}},

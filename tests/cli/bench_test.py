@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`vlstack bench` on a tiny generated model: the contract's JSON fields, the paired
-`--baseline-slots` comparison, the kernel-loop, serving and scenario modes, `--image` (vision
+`--baseline-slots` comparison, `--warmup`, the kernel-loop, serving and scenario modes, `--image` (vision
 encode and image time to first token), and clear errors for bad flags."""
 import argparse
 import json
@@ -35,6 +35,15 @@ def main():
         for s in ("prompt_tokens_per_s", "generation_tokens_per_s", "time_to_first_token_ms"):
             st = plain[s]
             assert 0 < st["min"] <= st["median"] <= st["max"], (s, st)
+
+        # --warmup: untimed repetitions first, logged as such, not in the statistics.
+        warm = run(common + ["--reps", "2", "--warmup", "2"])
+        w = json.loads(warm.stdout)
+        assert w["warmup"] == 2 and w["reps"] == 2 and plain["warmup"] == 0, (w, plain)
+        logged = [l for l in warm.stderr.splitlines() if l.startswith("[bench] ")]
+        assert [l.split(":")[0] for l in logged if "warm-up" in l or " rep " in l] == [
+            "[bench] warm-up 1/2 (not counted)", "[bench] warm-up 2/2 (not counted)",
+            "[bench] rep 1/2", "[bench] rep 2/2"], warm.stderr
 
         paired = run(common + ["--reps", "3", "--slots", "4", "--baseline-slots", "1"])
         r = json.loads(paired.stdout)
@@ -112,6 +121,8 @@ def main():
                               (["--baseline-slots", "x"], "--baseline-slots"),
                               (["--baseline-slots", "1", "--gen-tokens", "0"], "--gen-tokens"),
                               (["--rate", "2"], "--rate"),
+                              (["--warmup", "-1"], "--warmup"),
+                              (["--serve", "--warmup", "1"], "--warmup"),
                               (["--serve", "--rate", "0"], "--rate"),
                               (["--serve", "--rate", "x"], "--rate"),
                               (["--prefill-chunk", "1,2"], "--prefill-chunk"),
