@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/matmul_tiles.h"
 #include "kernels/q4.h"
 #include "kernels/q6.h"
 #include "kernels/quant.h"
@@ -202,8 +203,8 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
 }
 
 // Tiles of at most MR rows × NG row groups (the last one smaller) over row groups [G0, G1),
-// walked in chunks of kChunk row groups that stay in L2 while every row tile passes. The row
-// tiles are balanced as in the Q8 kernel: ceil(M / MR) of them, heights differing by at most one.
+// walked in chunks of kChunk row groups that stay in L2 while every row tile passes; the row
+// tiles have balanced heights (tiles::ForEachBalancedRowTile).
 template <int MR, int NG, bool kPrefetch>
 struct Tiling {
   static constexpr int64_t kChunk = 8;
@@ -217,28 +218,17 @@ struct Tiling {
     }
   }
 
-  // Rows<mr> for a height mr in [1, R].
-  template <int R>
-  static void RowsOf(const Q4Problem& p, int64_t mr, int64_t m0, int64_t G, int64_t nrg, int64_t n0,
-                     int64_t n1) {
-    if constexpr (R > 1) {
-      if (mr < R) return RowsOf<R - 1>(p, mr, m0, G, nrg, n0, n1);
-    }
-    Rows<R>(p, m0, G, nrg, n0, n1);
-  }
-
   static void Run(const Q4Problem& p, int64_t n0, int64_t n1) {
     const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
-    const int64_t tiles = (p.M + MR - 1) / MR, base = p.M / tiles, taller = p.M % tiles;
     for (int64_t gc = G0; gc < G1; gc += kChunk) {
       const int64_t ge = std::min(G1, gc + kChunk);
-      for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
-        const int64_t mr = base + (t < taller ? 1 : 0);
+      tiles::ForEachBalancedRowTile<MR>(p.M, [&](int64_t m0, int64_t mr) {
         for (int64_t G = gc; G < ge; G += NG) {
-          RowsOf<MR>(p, mr, m0, G, std::min<int64_t>(NG, ge - G), n0, n1);
+          const int64_t nrg = std::min<int64_t>(NG, ge - G);
+          tiles::DispatchHeight<MR>(
+              mr, [&](auto r) { Rows<decltype(r)::value>(p, m0, G, nrg, n0, n1); });
         }
-        m0 += mr;
-      }
+      });
     }
   }
 };

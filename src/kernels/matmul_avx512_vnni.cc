@@ -204,10 +204,9 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
 }
 
 // Tiles of at most MR rows × NG groups (the last one smaller) over groups [g0, g1), walked in
-// chunks of kChunk groups that stay in L2 while every row tile passes. The row tiles are
-// balanced: ceil(M / MR) of them, their heights differing by at most one, so 32 rows run as
-// 6, 6, 5, 5, 5, 5 and not as 6, 6, 6, 6, 6 and a tile of 2, whose few vpdpbusd chains would
-// wait on their latency (a prompt gives each expert about 32 rows, ADR 0027).
+// chunks of kChunk groups that stay in L2 while every row tile passes; the row tiles have
+// balanced heights (tiles::ForEachBalancedRowTile: a prompt gives each expert about 32 rows,
+// ADR 0027).
 template <int MR, int NG, bool kPrefetch>
 struct Tiling {
   static constexpr int64_t kChunk = 8;
@@ -221,28 +220,17 @@ struct Tiling {
     }
   }
 
-  // Rows<mr> for a height mr in [1, R].
-  template <int R>
-  static void RowsOf(const Q8Problem& p, int64_t mr, int64_t m0, int64_t g, int64_t ng, int64_t n0,
-                     int64_t n1) {
-    if constexpr (R > 1) {
-      if (mr < R) return RowsOf<R - 1>(p, mr, m0, g, ng, n0, n1);
-    }
-    Rows<R>(p, m0, g, ng, n0, n1);
-  }
-
   static void Run(const Q8Problem& p, int64_t n0, int64_t n1) {
     const int64_t g0 = n0 / 16, g1 = (n1 + 15) / 16;
-    const int64_t tiles = (p.M + MR - 1) / MR, base = p.M / tiles, taller = p.M % tiles;
     for (int64_t gc = g0; gc < g1; gc += kChunk) {
       const int64_t ge = std::min(g1, gc + kChunk);
-      for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
-        const int64_t mr = base + (t < taller ? 1 : 0);
+      tiles::ForEachBalancedRowTile<MR>(p.M, [&](int64_t m0, int64_t mr) {
         for (int64_t g = gc; g < ge; g += NG) {
-          RowsOf<MR>(p, mr, m0, g, std::min<int64_t>(NG, ge - g), n0, n1);
+          const int64_t ng = std::min<int64_t>(NG, ge - g);
+          tiles::DispatchHeight<MR>(
+              mr, [&](auto r) { Rows<decltype(r)::value>(p, m0, g, ng, n0, n1); });
         }
-        m0 += mr;
-      }
+      });
     }
   }
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -65,6 +66,31 @@ inline void DispatchMr(const Tile& tile, int mr, int nr, int64_t m, int64_t n) {
       default: return tile.template Run<MR, 4>(m, n);
     }
   }
+}
+
+// Row tiles of balanced heights for the quantized kernels: ceil(M / MR) tiles whose heights
+// differ by at most one, so 32 rows at MR 6 run as 6, 6, 5, 5, 5, 5 and not as five 6s and a
+// 2-row tile whose few accumulator chains would wait on the instruction latency. Calls
+// f(m0, mr) for each tile in order; nothing for M <= 0.
+template <int MR, typename F>
+inline void ForEachBalancedRowTile(int64_t M, const F& f) {
+  if (M <= 0) return;
+  const int64_t tiles = (M + MR - 1) / MR, base = M / tiles, taller = M % tiles;
+  int64_t m0 = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t mr = base + (t < taller ? 1 : 0);
+    f(m0, mr);
+    m0 += mr;
+  }
+}
+
+// Calls f(std::integral_constant<int, R>{}) for the runtime height R = mr in [1, MR].
+template <int MR, typename F>
+inline void DispatchHeight(int64_t mr, const F& f) {
+  if constexpr (MR > 1) {
+    if (mr < MR) return DispatchHeight<MR - 1>(mr, f);
+  }
+  f(std::integral_constant<int, MR>{});
 }
 
 }  // namespace vls::kernels::tiles
