@@ -7,11 +7,11 @@
 // acc = fma(t, s, acc) in group order.
 //
 // One kernel for every M, tiled as the Q8 kernel (matmul_avx512_vnni.cc): MR activation rows ×
-// NG groups of 16 weight rows. Decode (M <= 3) takes 4 row groups per tile (4 weight streams)
-// and prefetches one tile ahead, with two accumulators per output vector at M <= 2 (low and high
-// nibbles) to hide the vpdpbusd latency; batched decode and prefill take up to 8 rows (balanced
-// tile heights) × 2 row groups, prefill with the weights in chunks that stay in L2 while every
-// row tile passes over them.
+// NG groups of 16 weight rows. Decode (M <= 3) takes one row group per tile, one weight stream
+// per thread prefetched 8 blocks ahead (ADR 0021), with two accumulators per output vector at
+// M <= 2 (low and high nibbles) to hide the vpdpbusd latency; batched decode and prefill take up
+// to 8 rows (balanced tile heights) × 2 row groups, prefill with the weights in chunks that stay
+// in L2 while every row tile passes over them.
 //
 // Built a second time with VLS_AVX512_EMULATION (kernels/avx512_emulation.h, scalar stand-ins
 // for the intrinsics used here) into q4_test, so the tiling and epilogue are also tested on CPUs

@@ -11,10 +11,10 @@
 // (8 steps): each block's int32 sums start at −128·Σq (the zero point of the u8 activations), so
 // the epilogue per block and vector is only convert, multiply by sx and fma with sw into f32
 // sums that stay in registers (MR · NG ≤ 12: 2 · 12 accumulators plus the operands fit the 32
-// vector registers). Decode (M ≤ 3) takes 4 groups per tile (4 weight streams and enough
-// independent accumulators to hide the vpdpbusd latency) and prefetches one tile ahead; batched
-// decode and prefill take up to 6 rows (balanced tile heights) × 2 groups, prefill with the weights
-// in chunks that stay in L2 while every row tile passes over them.
+// vector registers). Decode (M ≤ 3) takes one group per tile, one weight stream per thread
+// prefetched 2 KiB ahead (ADR 0021); batched decode and prefill take up to 6 rows (balanced tile
+// heights) × 2 groups, prefill with the weights in chunks that stay in L2 while every row tile
+// passes over them.
 #include <immintrin.h>
 
 #include <algorithm>

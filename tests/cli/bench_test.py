@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`vlstack bench` on a tiny generated model: the contract's JSON fields, the paired
-`--baseline-slots` comparison, `--warmup`, the kernel-loop, serving and scenario modes, `--image` (vision
-encode and image time to first token), and clear errors for bad flags."""
+`--baseline-slots` comparison, `--warmup`, the kernel-loop, serving and scenario modes,
+`--image` (vision encode and image time to first token), and clear errors for bad flags."""
 import argparse
 import json
 import subprocess
