@@ -17,6 +17,7 @@
 #include "kernels/q4.h"
 #include "kernels/q6.h"
 #include "kernels/row_prologue.h"
+#include "tensor/dtype.h"
 
 namespace vls::kernels {
 
@@ -73,9 +74,9 @@ void RefWeightedSum(const float* p, const float* v, int64_t stride, int64_t T, i
   for (int64_t t = 0; t < T; ++t) RefAxpy(p[t], v + t * stride, out, D);
 }
 
-// y[m, n] = Σ_b sx[m, b] · sw[n, b] · dot_b, with dot_b exact in int32 and the f32 sum taken in
-// block order as fma(dot_b · sx, sw, acc): the optimised kernels do the same operations per
-// (m, n), so they match this bit for bit.
+// y[m, n] = Σ_b sx[m, b] · sw[n, b] · dot_b, with dot_b = Σ qx · qw exact in int32, sw widened
+// from F16, and the f32 sum taken in block order as fma(dot_b · sx, sw, acc): the optimised
+// kernels do the same operations per (m, n), so they match this bit for bit.
 void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const int64_t M = x.rows, K = x.cols, N = w.rows, nb = x.blocks;
   const auto* wq = static_cast<const int8_t*>(w.data);
@@ -87,9 +88,8 @@ void RefMatMulQ8(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
         for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
           dot += int32_t{x.q[size_t(m * K + k)]} * wq[Q8WeightIndex(K, n, k)];
         }
-        dot -= 128 * w.sums[Q8BlockIndex(K, n, b)];
         const float t = static_cast<float>(dot) * x.scales[size_t(m * nb + b)];
-        acc = std::fma(t, w.scales[Q8BlockIndex(K, n, b)], acc);
+        acc = std::fma(t, F16ToF32(w.scales[Q8BlockIndex(K, n, b)]), acc);
       }
       y[m * N + n] = acc;
     }

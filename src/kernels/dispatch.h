@@ -59,7 +59,7 @@ struct KernelVariant {
                  float* out) = nullptr;
   void (*weighted_sum)(const float* p, const float* v, int64_t stride, int64_t T, int64_t D,
                        float* out) = nullptr;
-  // Q8 (quant.h). quantize_q8 fills x->q and x->scales for rows [r0, r1) of x[x->rows,
+  // Q8 (quant.h). quantize_q8 fills x->q, x->scales and x->sums for rows [r0, r1) of x[x->rows,
   // x->cols], with the same results as QuantizeActivationsQ8. matmul_q8 computes y[m, n0:n1]
   // from x and a kQ8 matrix w, with the same results as the reference:
   // block sums in int32, then f32 in block order. Null when the variant has no Q8 kernels.

@@ -56,7 +56,7 @@ struct Planned {
 // units of K / 32 bytes).
 int64_t RowBytesPer32(const Matrix& w) {
   switch (w.format) {
-    case MatrixFormat::kQ8: return 32 + 8;       // int8 codes, f32 scale and i32 sum per 32
+    case MatrixFormat::kQ8: return 32 + 2;       // int8 codes and an F16 scale per 32
     case MatrixFormat::kQ4: return 16 + 4;       // 4-bit codes, F16 d and m per 32
     case MatrixFormat::kQ6: return 24 + 2;       // 6-bit codes, F16 d per 32
     case MatrixFormat::kBf16Blocked: return 64;  // BF16

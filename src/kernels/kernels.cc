@@ -9,6 +9,7 @@
 #include "kernels/q4.h"
 #include "kernels/q6.h"
 #include "kernels/quant.h"
+#include "tensor/dtype.h"
 
 namespace vls::kernels {
 
@@ -18,7 +19,7 @@ void LoadRow(const Matrix& m, int64_t r, float* out) {
     const auto* q = static_cast<const int8_t*>(m.data);
     for (int64_t i = 0; i < n; ++i) {
       out[i] = static_cast<float>(q[Q8WeightIndex(n, r, i)]) *
-               m.scales[Q8BlockIndex(n, r, i / kQ8Block)];
+               F16ToF32(m.scales[Q8BlockIndex(n, r, i / kQ8Block)]);
     }
     return;
   }

@@ -45,9 +45,8 @@ namespace vls::kernels {
 enum class MatrixFormat : uint8_t {
   kDense,  // `data` holds rows·cols values of `dtype`, row-major
   // Q8 blocked (kernels/quant.h): `data` holds int8 q interleaved as [row groups of 16,
-  // column groups of 4, 16, 4]; `scales` f32 and `sums` i32 hold [row groups, Q8Blocks(cols),
-  // 16] (Q8WeightIndex / Q8BlockIndex); value = q · scale of its (row, block). `dtype` is
-  // ignored.
+  // column groups of 4, 16, 4]; `scales` (F16) hold [row groups, Q8Blocks(cols), 16]
+  // (Q8WeightIndex / Q8BlockIndex); value = q · scale of its (row, block). `dtype` is ignored.
   kQ8,
   // BF16 blocked (kernels/bf16_blocked.h): `data` holds BF16 values in 64-row × 32-column
   // tiles, column pairs interleaved per row, zero-padded to whole tiles. `dtype` is kBF16.
@@ -68,8 +67,7 @@ struct Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   MatrixFormat format = MatrixFormat::kDense;
-  const float* scales = nullptr;  // kQ8 only
-  const int32_t* sums = nullptr;  // kQ8 only: Σ q per (row, block)
+  const uint16_t* scales = nullptr;  // kQ8 only: F16 per (row, block)
 };
 
 // Copies row `r` of `m` into `out[cols]` as f32 (dequantized for kQ8).

@@ -67,6 +67,7 @@ TEST(KernelsQ8Test, EveryVariantQuantizesActivationsLikeTheReference) {
       const Q8Activations got = Quantized(*v, x, c.M, c.K);
       EXPECT_EQ(got.q, ref.q) << v->name << " M=" << c.M << " K=" << c.K;
       EXPECT_EQ(got.scales, ref.scales) << v->name << " M=" << c.M << " K=" << c.K;
+      EXPECT_EQ(got.sums, ref.sums) << v->name << " M=" << c.M << " K=" << c.K;
     }
   }
 }
@@ -97,7 +98,8 @@ TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
     if (std::abs(x[size_t(b * B)]) >= kQ8MinActivationAmax) continue;
     ++tiny;
     EXPECT_EQ(ref.scales[size_t(b)], 0.0f) << "block " << b;
-    for (int64_t i = 0; i < B; ++i) ASSERT_EQ(ref.q[size_t(b * B + i)], 128) << "block " << b;
+    EXPECT_EQ(ref.sums[size_t(b)], 0) << "block " << b;
+    for (int64_t i = 0; i < B; ++i) ASSERT_EQ(ref.q[size_t(b * B + i)], 0) << "block " << b;
   }
   EXPECT_GT(tiny, 0);
   for (const KernelVariant* v : SupportedVariants()) {
@@ -105,6 +107,7 @@ TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
     const Q8Activations got = Quantized(*v, x, M, K);
     EXPECT_EQ(got.q, ref.q) << v->name;
     EXPECT_EQ(got.scales, ref.scales) << v->name;
+    EXPECT_EQ(got.sums, ref.sums) << v->name;
   }
 }
 
@@ -128,7 +131,8 @@ TEST(KernelsQ8Test, EveryVariantMatMulQ8EqualsTheReferenceExactly) {
 
 // Every code at ±127 on both sides, the signs arranged so that adjacent products agree: the
 // largest block dot products (±127² · 32) and the largest pairs of products a 16-bit multiply-add
-// (AVX2 vpmaddubsw, which saturates at ±32767) can meet, u8 activations at 1 and 255 included.
+// (AVX2 vpmaddubsw, which saturates at ±32767) can meet, and the AVX512-VNNI kernel's u8
+// weights (qw + 128) at 1 and 255.
 // Row patterns: all +1, all −1, signs alternating by pairs of columns, signs by column mod 3.
 TEST(KernelsQ8Test, EveryVariantMatMulQ8IsExactAtExtremeCodes) {
   const auto sign = [](int64_t pattern, int64_t k) {
@@ -155,14 +159,16 @@ TEST(KernelsQ8Test, EveryVariantMatMulQ8IsExactAtExtremeCodes) {
     const Q8Activations a = Quantized(ReferenceVariant(), x, c.M, c.K);
     std::vector<float> ref(size_t(c.M * c.N));
     ReferenceVariant().matmul_q8(a, w, 0, c.N, ref.data());
-    // The codes are ±127 (u8 1 and 255), so the reference is Σ x · w up to f32 scale rounding.
-    ASSERT_TRUE(a.q[0] == 255 && (c.M < 2 || a.q[size_t(c.K)] == 1));
-    for (int64_t m = 0; m < c.M; ++m) {
-      for (int64_t n = 0; n < c.N; ++n) {
+    // The codes are ±127, so the reference is Σ x · w' (w' the weights as stored: ±127 times
+    // the F16 scale) up to f32 rounding.
+    ASSERT_TRUE(a.q[0] == 127 && (c.M < 2 || a.q[size_t(c.K)] == -127));
+    std::vector<float> wd(size_t(c.K));
+    for (int64_t n = 0; n < c.N; ++n) {
+      LoadRow(w, n, wd.data());
+      for (int64_t k = 0; k < c.K; ++k) ASSERT_EQ(std::fabs(wd[size_t(k)]), std::fabs(wd[0]));
+      for (int64_t m = 0; m < c.M; ++m) {
         double exact = 0;
-        for (int64_t k = 0; k < c.K; ++k) {
-          exact += double(x[size_t(m * c.K + k)]) * wf[size_t(n * c.K + k)];
-        }
+        for (int64_t k = 0; k < c.K; ++k) exact += double(x[size_t(m * c.K + k)]) * wd[size_t(k)];
         ASSERT_NEAR(ref[size_t(m * c.N + n)], exact, 1e-5 * double(c.K)) << m << "," << n;
       }
     }
@@ -175,7 +181,7 @@ TEST(KernelsQ8Test, EveryVariantMatMulQ8IsExactAtExtremeCodes) {
   }
 }
 
-// y_q8 = Σ_k x'_k · w'_k with w' the dequantized weights and x' = (qx − 128) · sx the
+// y_q8 = Σ_k x'_k · w'_k with w' the dequantized weights and x' = qx · sx the
 // dequantized activations, up to f32 rounding. |x' − x| ≤ sx/2 per element (plus the rounding of
 // 127/amax, ≤ 2⁻²² |x|), so |y_q8 − Σ x · w'| ≤ Σ_b (sx_b / 2) · Σ_{k∈b} |w'_k| + 2⁻²² Σ|x·w'|;
 // the f32 sums on both sides add at most K·2⁻²⁴ of Σ|x·w'| each (sequential worst case).

@@ -3,13 +3,12 @@
 // exact integers, and per (m, n) the f32 combination is the reference's fma(dot_b · sx, sw, acc)
 // in block order.
 //
-// The u8 × s8 products. vpmaddubsw (u8 × s8, pairs summed to int16 with saturation) of the
-// stored activations (qx + 128, up to 255) and weights (±127) could saturate: 255 · 127 · 2 >
-// 32767. So the activations go back to s8 (qx = u8 ^ 0x80, in ±127) and the weights' signs move
-// onto them: |qw| · (qx · sgn qw) = qx · qw, with |qw| as the unsigned operand; a pair is at most
+// The products. vpmaddubsw (u8 × s8, pairs summed to int16 with saturation) of both operands
+// signed (±127) needs one unsigned: the weights' signs move onto the activations,
+// |qw| · (qx · sgn qw) = qx · qw, with |qw| as the unsigned operand; a pair is at most
 // 127 · 127 · 2 = 32258, exact in int16. vpmaddwd by 1 widens the pairs to int32 sums of 4
-// products, as one vpdpbusd lane. The sum is Σ qx · qw directly, which is the reference's
-// Σ (qx + 128) · qw − 128 · Σ qw: no zero-point correction (the weight sums are not read).
+// products, as one vpdpbusd lane. The sum is the reference's Σ qx · qw directly (the
+// activations' block sums, which the AVX512-VNNI kernel needs for its zero point, are not read).
 //
 // The weights are interleaved (quant.h): one 64-byte vector holds 4 columns of 16 weight rows,
 // so its 32-byte halves are 4 columns of 8 rows, and the 4 activation bytes of one row (a
@@ -40,8 +39,15 @@ inline float ReduceMax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-// One whole block of kQ8Block values. Returns the block's scale.
-inline float QuantizeFullBlock(const float* x, uint8_t* q) {
+inline int32_t ReduceAdd(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// One whole block of kQ8Block values. Returns the block's scale; *sum is its Σ q.
+inline float QuantizeFullBlock(const float* x, int8_t* q, int32_t* sum) {
   static_assert(kQ8Block == 32, "one block is 4 vectors of 8");
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 v[4];
@@ -66,19 +72,25 @@ inline float QuantizeFullBlock(const float* x, uint8_t* q) {
       _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
   __m256i b = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   b = _mm256_max_epi8(b, _mm256_set1_epi8(-127));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_xor_si256(b, _mm256_set1_epi8(-128)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), b);
+  // Σ q of the stored (clamped) bytes: vpsadbw of q + 128 against 0 sums 8 bytes per qword.
+  const __m256i sad =
+      _mm256_sad_epu8(_mm256_xor_si256(b, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
+  *sum = ReduceAdd(sad) - 128 * kQ8Block;
   return nonzero ? amax / 127.0f : 0.0f;
 }
 
 // The short last block of a row (cols % kQ8Block != 0): the reference's operations.
-float QuantizeShortBlock(const float* x, int64_t n, uint8_t* q) {
+float QuantizeShortBlock(const float* x, int64_t n, int8_t* q, int32_t* sum) {
   float amax = 0.0f;
   for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
   const bool nonzero = amax >= kQ8MinActivationAmax;
   const float inv = nonzero ? 127.0f / amax : 0.0f;
+  *sum = 0;
   for (int64_t k = 0; k < n; ++k) {
-    const float v = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
-    q[k] = static_cast<uint8_t>(static_cast<int32_t>(v) + 128);
+    const auto v = static_cast<int32_t>(std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f));
+    q[k] = static_cast<int8_t>(v);
+    *sum += v;
   }
   return nonzero ? amax / 127.0f : 0.0f;
 }
@@ -87,23 +99,24 @@ void QuantizeQ8Avx2(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
   const int64_t K = a->cols, nb = a->blocks;
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * K;
-    uint8_t* qr = a->q.data() + r * K;
+    int8_t* qr = a->q.data() + r * K;
     float* sr = a->scales.data() + r * nb;
+    int32_t* qs = a->sums.data() + r * nb;
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t k0 = b * kQ8Block, n = std::min(K - k0, kQ8Block);
-      sr[b] = n == kQ8Block ? QuantizeFullBlock(xr + k0, qr + k0)
-                            : QuantizeShortBlock(xr + k0, n, qr + k0);
+      sr[b] = n == kQ8Block ? QuantizeFullBlock(xr + k0, qr + k0, qs + b)
+                            : QuantizeShortBlock(xr + k0, n, qr + k0, qs + b);
     }
   }
 }
 
 // One Q8 product: x[M, K] (quantized, row-major) times interleaved weights.
 struct Q8Problem {
-  const uint8_t* xq;  // [M, K] + slack
-  const float* xs;    // [M, nb]
+  const int8_t* xq;  // [M, K] + slack
+  const float* xs;   // [M, nb]
   int64_t M, K, nb, steps;
-  const int8_t* wq;  // [groups, steps, 16, 4]
-  const float* ws;   // [groups, nb, 16]
+  const int8_t* wq;    // [groups, steps, 16, 4]
+  const uint16_t* ws;  // [groups, nb, 16], F16
   int64_t N;
   float* y;
 };
@@ -134,10 +147,10 @@ inline __m256i DotAdd(__m256i acc, __m256i x, const int8_t* w, __m256i abs_w, __
 }
 
 // One 4-column step of a tile: acc[i][h] += x[i, 4 s .. 4 s + 4] · w[half h, same columns],
-// half h being rows 8 (h % 2) .. 8 (h % 2) + 8 of group g0 + h / 2. xb[i] holds row i's s8
+// half h being rows 8 (h % 2) .. 8 (h % 2) + 8 of group g0 + h / 2. xb[i] points at row i's s8
 // activations of the step's block; t is the step within it.
 template <int MR, int NG>
-inline void Step(const int8_t* wg, int64_t wstride, const int8_t (&xb)[MR][kQ8Block], int64_t s,
+inline void Step(const int8_t* wg, int64_t wstride, const int8_t* const (&xb)[MR], int64_t s,
                  int64_t t, __m256i (&acc)[MR][2 * NG]) {
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* wp[2 * NG];
@@ -167,7 +180,7 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   const int64_t K = p.K, nb = p.nb, steps = p.steps;
   const int64_t wstride = steps * 64;  // bytes between groups
   const int8_t* wg = p.wq + g0 * wstride;
-  const uint8_t* xm = p.xq + m0 * K;
+  const int8_t* xm = p.xq + m0 * K;
   alignas(32) float facc[MR][H][8] = {};
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
@@ -177,17 +190,11 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) acc[i][h] = _mm256_setzero_si256();
     }
-    // The block's activations as s8 (qx = u8 ^ 0x80), once per row rather than once per
-    // step. A short last block reads past its row: the next row, or the slack after the last
-    // (the weights there are 0).
-    alignas(32) int8_t xb[MR][kQ8Block];
+    // The block's activations of each row. A short last block's last step may read past its
+    // row: the next row, or the slack after the last (the weights there are 0).
+    const int8_t* xb[MR];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m256i u =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xm + i * K + b * kQ8Block));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(xb[i]),
-                         _mm256_xor_si256(u, _mm256_set1_epi8(-128)));
-    }
+    for (int i = 0; i < MR; ++i) xb[i] = xm + i * K + b * kQ8Block;
     if (s1 - s0 == kBlockSteps) {
 #pragma GCC unroll 8
       for (int64_t t = 0; t < kBlockSteps; ++t) {
@@ -198,7 +205,8 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
     }
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
-      const __m256 sw = _mm256_loadu_ps(p.ws + ((g0 + h / 2) * nb + b) * 16 + (h % 2) * 8);
+      const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(p.ws + ((g0 + h / 2) * nb + b) * 16 + (h % 2) * 8)));
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m256 t =

@@ -1,5 +1,6 @@
-// The Q8 kernels of the "avx512vnni" and "avx512bf16" variants: AVX512-VNNI vpdpbusd (u8
-// activations × s8 weights, int32 sums of 4 products per lane). Compiled with -mavx512vnni; only
+// The Q8 kernels of the "avx512vnni" and "avx512bf16" variants: AVX512-VNNI vpdpbusd (u8 × s8,
+// int32 sums of 4 products per lane) of the weights flipped to u8 (qw + 128, one xor per loaded
+// vector) and the s8 activations. Compiled with -mavx512vnni; only
 // called after the CPU check in dispatch.cc. Every result equals the reference's bit for bit: block
 // dot products are exact integers, and per (m, n) the f32 combination is the reference's fma(dot_b
 // · sx, sw, acc) in block order.
@@ -8,8 +9,9 @@
 // columns of 16 weight rows, so a vpdpbusd of it with 4 activation bytes of one row (broadcast)
 // adds to 16 outputs of that row: no horizontal sums, and block scales and sums load as vectors.
 // A register tile is MR activation rows × NG groups of 16 weight rows. A block is 32 columns
-// (8 steps): each block's int32 sums start at −128·Σq (the zero point of the u8 activations), so
-// the epilogue per block and vector is only convert, multiply by sx and fma with sw into f32
+// (8 steps): each block's int32 sums of a row start at −128 · Σ qx (the zero point of the u8
+// weights, from the activations' block sums), so the epilogue per block and vector is only
+// convert, multiply by sx and fma with sw (widened from F16) into f32
 // sums that stay in registers (MR · NG ≤ 12: 2 · 12 accumulators plus the operands fit the 32
 // vector registers). Decode (M ≤ 3) takes one group per tile, one weight stream per thread
 // prefetched 2 KiB ahead (ADR 0021); batched decode and prefill take up to 6 rows (balanced tile
@@ -35,8 +37,9 @@ inline __mmask16 Mask16(int64_t n) {
 
 // One whole block of kQ8Block values, held in registers between the max and the rounding
 // pass; the bytes are narrowed in registers and stored as one vector per 16 values (a
-// vpmovdb to memory is several times slower on AMD cores). Returns the block's scale.
-inline float QuantizeFullBlock(const float* x, uint8_t* q) {
+// vpmovdb to memory is several times slower on AMD cores). Returns the block's scale; *sum is
+// its Σ q.
+inline float QuantizeFullBlock(const float* x, int8_t* q, int32_t* sum) {
   constexpr int kVectors = kQ8Block / 16;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   __m512 v[kVectors];
@@ -49,15 +52,17 @@ inline float QuantizeFullBlock(const float* x, uint8_t* q) {
   const float amax = _mm512_reduce_max_ps(mx);
   const bool nonzero = amax >= kQ8MinActivationAmax;
   const __m512 inv = _mm512_set1_ps(nonzero ? 127.0f / amax : 0.0f);
+  __m512i total = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int i = 0; i < kVectors; ++i) {
     // cvtps rounds to nearest even (the default MXCSR mode), like std::nearbyint. No clamp:
-    // |x| <= amax, so |x · fl(127 / amax)| <= 127 · (1 + 2⁻²⁴) rounds to at most 127. The
-    // saturating narrow keeps that true for any input; xor 0x80 adds the zero point 128.
+    // |x| <= amax, so |x · fl(127 / amax)| <= 127 · (1 + 2⁻²⁴) rounds to at most 127 (the
+    // saturating narrow keeps the bytes in range for any input).
     const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv));
-    const __m128i bytes = _mm_xor_si128(_mm512_cvtsepi32_epi8(qi), _mm_set1_epi8(-128));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), bytes);
+    total = _mm512_add_epi32(total, qi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), _mm512_cvtsepi32_epi8(qi));
   }
+  *sum = _mm512_reduce_add_epi32(total);
   return nonzero ? amax / 127.0f : 0.0f;
 }
 
@@ -66,11 +71,12 @@ void QuantizeQ8Vnni(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * K;
-    uint8_t* qr = a->q.data() + r * K;
+    int8_t* qr = a->q.data() + r * K;
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t k0 = b * kQ8Block, k1 = std::min(K, k0 + kQ8Block);
       if (k1 - k0 == kQ8Block) {
-        a->scales[size_t(r * nb + b)] = QuantizeFullBlock(xr + k0, qr + k0);
+        a->scales[size_t(r * nb + b)] =
+            QuantizeFullBlock(xr + k0, qr + k0, &a->sums[size_t(r * nb + b)]);
         continue;
       }
       __m512 mx = _mm512_setzero_ps();
@@ -81,66 +87,73 @@ void QuantizeQ8Vnni(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
       const float amax = _mm512_reduce_max_ps(mx);
       const bool nonzero = amax >= kQ8MinActivationAmax;
       const __m512 inv = _mm512_set1_ps(nonzero ? 127.0f / amax : 0.0f);
+      __m512i total = _mm512_setzero_si512();
       for (int64_t k = k0; k < k1; k += 16) {
         const __mmask16 m = Mask16(k1 - k);
-        // cvtps rounds to nearest even (the default MXCSR mode), like std::nearbyint.
+        // cvtps rounds to nearest even (the default MXCSR mode), like std::nearbyint; masked-off
+        // lanes load 0 and add 0 to the sum.
         __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + k), inv));
         q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-        _mm512_mask_cvtepi32_storeu_epi8(qr + k, m, _mm512_add_epi32(q, _mm512_set1_epi32(128)));
+        total = _mm512_add_epi32(total, q);
+        _mm512_mask_cvtepi32_storeu_epi8(qr + k, m, q);
       }
       a->scales[size_t(r * nb + b)] = nonzero ? amax / 127.0f : 0.0f;
+      a->sums[size_t(r * nb + b)] = _mm512_reduce_add_epi32(total);
     }
   }
 }
 
 // One Q8 product: x[M, K] (quantized, row-major) times interleaved weights.
 struct Q8Problem {
-  const uint8_t* xq;  // [M, K] + slack
-  const float* xs;    // [M, nb]
+  const int8_t* xq;     // [M, K] + slack
+  const float* xs;      // [M, nb]
+  const int32_t* xsum;  // [M, nb]
   int64_t M, K, nb, steps;
-  const int8_t* wq;  // [groups, steps, 16, 4]
-  const float* ws;   // [groups, nb, 16]
-  const int32_t* wsum;
+  const int8_t* wq;    // [groups, steps, 16, 4]
+  const uint16_t* ws;  // [groups, nb, 16], F16
   int64_t N;
   float* y;
 };
 
-inline __m512i Broadcast4(const uint8_t* p) {
+inline __m512i Broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
 }
 
-// acc + x · w (vpdpbusd). The empty asm pins the result to a register: without it GCC 12 moves
-// every accumulator between two registers each step and spills some, halving the speed.
-inline __m512i Dpbusd(__m512i acc, __m512i x, __m512i w) {
-  __m512i r = _mm512_dpbusd_epi32(acc, x, w);
+// acc + w · x (vpdpbusd, w unsigned). The empty asm pins the result to a register: without it
+// GCC 12 moves every accumulator between two registers each step and spills some, halving the
+// speed.
+inline __m512i Dpbusd(__m512i acc, __m512i w, __m512i x) {
+  __m512i r = _mm512_dpbusd_epi32(acc, w, x);
   asm("" : "+v"(r));
   return r;
 }
 
-// One 4-column step of a tile: acc[i][j] += x[i, 4 s .. 4 s + 4] · w[group g0 + j, same columns].
+// One 4-column step of a tile: acc[i][j] += x[i, 4 s .. 4 s + 4] · (w + 128)[group g0 + j, same
+// columns]. `xmask` keeps the activation bytes of columns < K: past the last column the weights
+// are 0, so 128 once flipped, and the bytes there (the next row's, or the slack) must not count.
 template <int MR, int NG, bool kPrefetch>
-inline void Step(const int8_t* wg, int64_t wstride, int64_t ahead, const uint8_t* xm, int64_t K,
-                 int64_t s, __m512i (&acc)[MR][NG]) {
+inline void Step(const int8_t* wg, int64_t wstride, int64_t ahead, const int8_t* xm, int64_t K,
+                 int64_t s, __m512i (&acc)[MR][NG], int32_t xmask = -1) {
   __m512i wv[NG];
 #pragma GCC unroll 4
   for (int j = 0; j < NG; ++j) {
     const int8_t* wp = wg + j * wstride + s * 64;
     if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(wp) + ahead, _MM_HINT_T0);
-    wv[j] = _mm512_loadu_si512(wp);
+    wv[j] = _mm512_xor_si512(_mm512_loadu_si512(wp), _mm512_set1_epi8(-128));  // qw + 128, u8
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
-    const __m512i xv = Broadcast4(xm + i * K + 4 * s);
+    const __m512i xv = _mm512_and_si512(Broadcast4(xm + i * K + 4 * s), _mm512_set1_epi32(xmask));
 #pragma GCC unroll 4
-    for (int j = 0; j < NG; ++j) acc[i][j] = Dpbusd(acc[i][j], xv, wv[j]);
+    for (int j = 0; j < NG; ++j) acc[i][j] = Dpbusd(acc[i][j], wv[j], xv);
   }
 }
 
 // Outputs y[m0 .. m0+MR, 16 g0 .. 16 (g0+NG)] restricted to columns [n0, n1). Per block, the
-// int32 sums start at −128 · Σq (the zero point of the u8 activations, so the block's exact dot
-// product is complete after its steps), then the block's 8 steps (kQ8Block / 4) run with
+// int32 sums of row i start at −128 · Σ qx[i] (the zero point of the u8 weights, so the block's
+// exact dot product is complete after its steps), then the block's 8 steps (kQ8Block / 4) run with
 // a constant trip count, and one convert, one multiply by sx and one fma with sw per
 // accumulator add it to the f32 sums, which stay in registers (MR · NG ≤ 12).
 template <int MR, int NG, bool kPrefetch>
@@ -150,12 +163,14 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   const int64_t K = p.K, nb = p.nb, steps = p.steps;
   const int8_t* wg = p.wq + g0 * steps * 64;
   const int64_t wstride = steps * 64;  // bytes between groups
-  const uint8_t* xm = p.xq + m0 * K;
+  const int8_t* xm = p.xq + m0 * K;
   // Several groups prefetch the same column quad one tile (NG groups) ahead: the groups are
   // contiguous, so this streams the matrix one tile ahead of the loads. A single group
   // (decode) prefetches 32 quads (2 KiB) ahead in its own stream, running into the next group
   // near its end (ADR 0021: one near-prefetched stream per thread is faster on Zen 4).
   const int64_t ahead = NG == 1 ? 2048 : NG * wstride;
+  // The bytes of the last step's columns below K (little-endian: column 4 s + c is byte c).
+  const int32_t last_mask = K % 4 == 0 ? -1 : static_cast<int32_t>((1u << (8 * (K % 4))) - 1u);
   __m512 facc[MR][NG];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -165,25 +180,27 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
     __m512i acc[MR][NG];
-#pragma GCC unroll 4
-    for (int j = 0; j < NG; ++j) {
-      const __m512i zp = _mm512_sub_epi32(
-          _mm512_setzero_si512(),
-          _mm512_slli_epi32(_mm512_loadu_si512(p.wsum + ((g0 + j) * nb + b) * 16), 7));
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) acc[i][j] = zp;
+    for (int i = 0; i < MR; ++i) {
+      const __m512i zp = _mm512_set1_epi32(-128 * p.xsum[(m0 + i) * nb + b]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NG; ++j) acc[i][j] = zp;
     }
-    if (s1 - s0 == kBlockSteps) {
+    if (s1 - s0 == kBlockSteps && (b + 1 < nb || K % 4 == 0)) {
 #pragma GCC unroll 8
       for (int64_t t = 0; t < kBlockSteps; ++t) {
         Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s0 + t, acc);
       }
-    } else {
-      for (int64_t s = s0; s < s1; ++s) Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s, acc);
+    } else {  // the row's last block, short or ending inside a 4-column step
+      for (int64_t s = s0; s + 1 < s1; ++s) {
+        Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s, acc);
+      }
+      Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s1 - 1, acc, last_mask);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NG; ++j) {
-      const __m512 sw = _mm512_loadu_ps(p.ws + ((g0 + j) * nb + b) * 16);
+      const __m512 sw = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.ws + ((g0 + j) * nb + b) * 16)));
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m512 t =
@@ -238,13 +255,13 @@ struct Tiling {
 void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const Q8Problem p{x.q.data(),
                     x.scales.data(),
+                    x.sums.data(),
                     x.rows,
                     x.cols,
                     x.blocks,
                     Q8Steps(x.cols),
                     static_cast<const int8_t*>(w.data),
                     w.scales,
-                    w.sums,
                     w.rows,
                     y};
   // Decode: one tile row over 4 groups (4 weight streams, 4+ accumulators), or tiles of 6 rows

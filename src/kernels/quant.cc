@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tensor/dtype.h"
+
 namespace vls::kernels {
 
 namespace {
@@ -16,6 +18,10 @@ constexpr int64_t AlignUp64(int64_t n) { return (n + 63) / 64 * 64; }
 // becomes +0.0; the callers only convert the result to an integer.)
 float RoundToNearestEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
 
+// The largest finite F16: a block whose max|w| / 127 is beyond it (|w| above about 8.3e6) keeps
+// this scale and saturates its codes at ±127 rather than storing an infinite scale.
+constexpr float kF16Max = 65504.0f;
+
 }  // namespace
 
 Q8Layout Q8LayoutFor(int64_t rows, int64_t cols) {
@@ -27,9 +33,7 @@ Q8Layout Q8LayoutFor(int64_t rows, int64_t cols) {
   l.steps = Q8Steps(cols);
   l.q_offset = 0;
   l.scales_offset = AlignUp64(l.groups * l.steps * kQ8Group * 4);
-  const int64_t per_block = l.groups * l.blocks * kQ8Group * 4;  // f32 or i32
-  l.sums_offset = l.scales_offset + AlignUp64(per_block);
-  l.bytes = l.sums_offset + AlignUp64(per_block);
+  l.bytes = l.scales_offset + AlignUp64(l.groups * l.blocks * kQ8Group * 2);  // F16 scales
   return l;
 }
 
@@ -41,8 +45,7 @@ Matrix Q8MatrixAt(const void* base, int64_t rows, int64_t cols) {
   m.rows = rows;
   m.cols = cols;
   m.format = MatrixFormat::kQ8;
-  m.scales = reinterpret_cast<const float*>(b + l.scales_offset);
-  m.sums = reinterpret_cast<const int32_t*>(b + l.sums_offset);
+  m.scales = reinterpret_cast<const uint16_t*>(b + l.scales_offset);
   return m;
 }
 
@@ -55,8 +58,7 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
   const Q8Layout l = Q8LayoutFor(dst_rows, src.cols);
   auto* b = static_cast<uint8_t*>(dst);
   auto* q = reinterpret_cast<int8_t*>(b + l.q_offset);
-  auto* scales = reinterpret_cast<float*>(b + l.scales_offset);
-  auto* sums = reinterpret_cast<int32_t*>(b + l.sums_offset);
+  auto* scales = reinterpret_cast<uint16_t*>(b + l.scales_offset);
   const int64_t K = src.cols;
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t r = r0; r < r1; ++r) {
@@ -67,23 +69,30 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
       const float* x = row.data() + k0;
       float amax = 0.0f;
       for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
-      const float scale = amax / 127.0f;
+      // The scale as stored: F16, nearest, and one F16 step up where it rounded to 0 for a
+      // nonzero block or where rounding down would push the block's maximum past code 127.5
+      // (both only in F16's subnormal range, amax below about 7.8e-3, whose steps are coarse);
+      // the codes are rounded against that value, so every code is within half a step.
+      uint16_t scale_f16 = F32ToF16(std::min(amax / 127.0f, kF16Max));
+      if (amax > 0.0f && scale_f16 < 0x7bff &&
+          (scale_f16 == 0 || amax / F16ToF32(scale_f16) > 127.5f)) {
+        ++scale_f16;
+      }
+      const float scale = F16ToF32(scale_f16);
       // The block's codes first (a loop the compiler can keep in vector registers), then stored
       // 4 columns (one 4-byte run of the layout) at a time.
       int8_t codes[kQ8Block] = {};
-      int32_t sum = 0;
-      if (scale > 0.0f) {  // a scale that underflows to 0 (amax < 127 · FLT_TRUE_MIN): all 0
-        // |x / scale| stays below a few hundred (127 but for a subnormal scale's rounding).
+      if (scale > 0.0f) {  // an all-zero block: scale 0, codes 0
+        // |x / scale| <= 127.5 but at the 65504 cap, where the clamp saturates the codes (and
+        // keeps a tie at 127.5 from rounding to 128).
         auto code = [&](int64_t k) {
           codes[k] =
               static_cast<int8_t>(std::clamp(RoundToNearestEven(x[k] / scale), -127.0f, 127.0f));
         };
         if (n == kQ8Block) {  // a fixed trip count: the compiler vectorizes it
           for (int64_t k = 0; k < kQ8Block; ++k) code(k);
-          for (int64_t k = 0; k < kQ8Block; ++k) sum += codes[k];
         } else {
           for (int64_t k = 0; k < n; ++k) code(k);
-          for (int64_t k = 0; k < n; ++k) sum += codes[k];
         }
       }
       for (int64_t k = 0; k < n; k += 4) {
@@ -93,18 +102,14 @@ void QuantizeQ8(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
           for (int64_t t = k; t < n; ++t) q[Q8WeightIndex(K, d, k0 + t)] = codes[t];
         }
       }
-      scales[Q8BlockIndex(K, d, blk)] = scale;
-      sums[Q8BlockIndex(K, d, blk)] = sum;
+      scales[Q8BlockIndex(K, d, blk)] = scale_f16;
     }
     for (int64_t k = K; k < 4 * l.steps; ++k) q[Q8WeightIndex(K, d, k)] = 0;
     if (d == dst_rows - 1) {
       // The padding rows of the last group, written with the last row.
       for (int64_t p = d + 1; p < l.groups * kQ8Group; ++p) {
         for (int64_t k = 0; k < 4 * l.steps; ++k) q[Q8WeightIndex(K, p, k)] = 0;
-        for (int64_t blk = 0; blk < l.blocks; ++blk) {
-          scales[Q8BlockIndex(K, p, blk)] = 0.0f;
-          sums[Q8BlockIndex(K, p, blk)] = 0;
-        }
+        for (int64_t blk = 0; blk < l.blocks; ++blk) scales[Q8BlockIndex(K, p, blk)] = 0;
       }
     }
   }
@@ -116,6 +121,7 @@ void Q8Activations::Resize(int64_t r, int64_t c) {
   blocks = Q8Blocks(c);
   q.resize(static_cast<size_t>(r * c + kQ8ActivationSlack));
   scales.resize(static_cast<size_t>(r * blocks));
+  sums.resize(static_cast<size_t>(r * blocks));
 }
 
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
@@ -128,11 +134,15 @@ void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations
       for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(xr[k]));
       const bool nonzero = amax >= kQ8MinActivationAmax;
       const float inv = nonzero ? 127.0f / amax : 0.0f;
+      int32_t sum = 0;
       for (int64_t k = k0; k < k1; ++k) {
-        const float v = std::clamp(std::nearbyint(xr[k] * inv), -127.0f, 127.0f);
-        a->q[size_t(r * K + k)] = static_cast<uint8_t>(static_cast<int32_t>(v) + 128);
+        const auto v =
+            static_cast<int32_t>(std::clamp(std::nearbyint(xr[k] * inv), -127.0f, 127.0f));
+        a->q[size_t(r * K + k)] = static_cast<int8_t>(v);
+        sum += v;
       }
       a->scales[size_t(r * nb + blk)] = nonzero ? amax / 127.0f : 0.0f;
+      a->sums[size_t(r * nb + blk)] = sum;
     }
   }
 }

@@ -2,22 +2,27 @@
 //
 // Weights: int8 symmetric, [rows, cols] (PyTorch Linear layout). Each row is split into blocks
 // of kQ8Block = 32 columns (the last block of a row is shorter when cols % kQ8Block != 0); each
-// (row, block) has scale = max|w| / 127 and q = round_to_nearest_even(w / scale) in [-127, 127]
-// (an all-zero block has scale 0 and q 0), plus Σq of the block as int32. Stored interleaved for
-// AVX512-VNNI: rows in groups of 16, q as [groups, ceil(cols/4), 16, 4] (one 64-byte vector holds
-// 4 consecutive columns of 16 rows), scales and sums as [groups, blocks, 16]. Padding (rows past
-// `rows` in the last group, columns past `cols` in the last 4) holds 0.
+// (row, block) has an F16 scale d = f16(max|w| / 127) (nearest; one F16 step up where that is 0
+// for a nonzero block or leaves max|w| / d above 127.5, which happens only for F16-subnormal
+// scales; at most 65504) and q = round_to_nearest_even(w / d) in [-127, 127] against that F16
+// value (an all-zero block has d 0 and q 0). Stored interleaved for AVX512-VNNI: rows in groups
+// of 16, q as [groups, ceil(cols/4), 16, 4] (one 64-byte vector holds 4 consecutive columns of
+// 16 rows), scales as [groups, blocks, 16]. Padding (rows past `rows` in the last group, columns
+// past `cols` in the last 4) holds 0. A block is 34 bytes per 32 weights, as llama.cpp's Q8_0
+// (ADR 0032).
 //
 // Activations are quantized per call, per row and per the same column blocks, s8 symmetric with
-// their own scale, and stored offset by +128 as u8 (AVX512-VNNI multiplies u8 by s8). The matmul
-// computes, exactly in int32 per block and then in f32 in block order,
-//   y[m, n] = Σ_b sx[m, b] · sw[n, b] · (Σ_{k∈b} (qx + 128) · qw − 128 · Σ_{k∈b} qw).
+// their own f32 scale, and each block's Σ qx is kept (AVX512-VNNI multiplies u8 by s8: the
+// kernels flip the weights to u8 qw + 128 and take 128 · Σ qx back). The matmul computes,
+// exactly in int32 per block and then in f32 in block order,
+//   y[m, n] = Σ_b sx[m, b] · sw[n, b] · Σ_{k∈b} qx · qw.
 //
 // Why 32 columns (ADR 0007, addendum): like llama.cpp's Q8_0, which quantizes weights and
 // activations in blocks of 32. With 128-column blocks one outlier coarsened the step of 127
 // neighbours, and the output distribution moved 1.4x as far as Q8_0's on the same weights; the
 // format (block size 128) was changed, so prepared artifacts name their Q8 storage with the
-// block size ("Q8B32") and refuse the old "Q8" entries.
+// block size and the scale type ("Q8B32H") and refuse the older "Q8" (128 columns) and "Q8B32"
+// (f32 scales and i32 weight sums, 40 bytes per 32 weights) entries.
 #ifndef VLSTACK_KERNELS_QUANT_H_
 #define VLSTACK_KERNELS_QUANT_H_
 
@@ -34,7 +39,7 @@ constexpr int64_t Q8Blocks(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Blo
 constexpr int64_t Q8Groups(int64_t rows) { return (rows + kQ8Group - 1) / kQ8Group; }
 constexpr int64_t Q8Steps(int64_t cols) { return (cols + 3) / 4; }  // 4-column steps
 
-// Where weight (r, k) lies in q, and (r, block b) in scales / sums, for a matrix of `cols`.
+// Where weight (r, k) lies in q, and (r, block b) in scales, for a matrix of `cols`.
 constexpr int64_t Q8WeightIndex(int64_t cols, int64_t r, int64_t k) {
   return ((r / kQ8Group * Q8Steps(cols) + k / 4) * kQ8Group + r % kQ8Group) * 4 + k % 4;
 }
@@ -52,8 +57,7 @@ struct Q8Layout {
   int64_t groups = 0;         // Q8Groups(rows)
   int64_t steps = 0;          // Q8Steps(cols)
   int64_t q_offset = 0;       // int8 [groups, steps, 16, 4]
-  int64_t scales_offset = 0;  // f32 [groups, blocks, 16]
-  int64_t sums_offset = 0;    // i32 [groups, blocks, 16]
+  int64_t scales_offset = 0;  // F16 [groups, blocks, 16]
   int64_t bytes = 0;          // the whole buffer, a multiple of 64
 };
 Q8Layout Q8LayoutFor(int64_t rows, int64_t cols);
@@ -80,10 +84,11 @@ struct Q8Activations {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t blocks = 0;
-  // [rows, cols]: qx + 128, then kQ8ActivationSlack bytes, so a kernel may read the 4 bytes of a
+  // [rows, cols]: qx, then kQ8ActivationSlack bytes, so a kernel may read the 4 bytes of a
   // column step that ends past the last column (the weights there are 0).
-  std::vector<uint8_t> q;
+  std::vector<int8_t> q;
   std::vector<float> scales;  // [rows, blocks]
+  std::vector<int32_t> sums;  // [rows, blocks]: Σ qx of the block, exact
 
   // Sizes the buffers for [rows, cols].
   void Resize(int64_t rows, int64_t cols);
@@ -95,10 +100,10 @@ inline constexpr int64_t kQ8ActivationSlack = 64;
 // layer's output can resolve next to O(1) activations).
 inline constexpr float kQ8MinActivationAmax = 0x1p-120f;
 
-// The reference activation quantizer: rows [r0, r1) of x[a->rows, a->cols] into a->q and
-// a->scales. Per block: amax = max|x|; when amax >= kQ8MinActivationAmax, scale = amax / 127
-// and q = clamp(nearbyint(x · (127 / amax)), ±127), else scale = 0 and q = 0 (every variant
-// computes exactly these f32 operations). REQUIRES: x finite.
+// The reference activation quantizer: rows [r0, r1) of x[a->rows, a->cols] into a->q,
+// a->scales and a->sums. Per block: amax = max|x|; when amax >= kQ8MinActivationAmax, scale =
+// amax / 127 and q = clamp(nearbyint(x · (127 / amax)), ±127), else scale = 0 and q = 0; sums
+// = Σ q (every variant computes exactly these f32 operations). REQUIRES: x finite.
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
 
 }  // namespace vls::kernels

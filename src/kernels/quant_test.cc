@@ -3,12 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace vls::kernels {
@@ -37,17 +39,18 @@ TEST(QuantTest, LayoutOffsetsAre64ByteAlignedAndCoverEveryPart) {
     EXPECT_EQ(l.groups, (rows + 15) / 16);
     EXPECT_EQ(l.steps, (cols + 3) / 4);
     EXPECT_EQ(l.q_offset, 0);
-    for (int64_t off : {l.scales_offset, l.sums_offset, l.bytes}) EXPECT_EQ(off % 64, 0);
+    for (int64_t off : {l.scales_offset, l.bytes}) EXPECT_EQ(off % 64, 0);
     EXPECT_GE(l.scales_offset, l.groups * 16 * l.steps * 4);
-    EXPECT_GE(l.sums_offset - l.scales_offset, l.groups * 16 * l.blocks * 4);
-    EXPECT_GE(l.bytes - l.sums_offset, l.groups * 16 * l.blocks * 4);
+    EXPECT_GE(l.bytes - l.scales_offset, l.groups * 16 * l.blocks * 2);
+    // 34 bytes per 32 weights, as Q8_0, up to the padding to whole groups and 64 bytes.
+    EXPECT_EQ(l.bytes, (l.groups * 16 * l.steps * 4 + 63) / 64 * 64 +
+                           (l.groups * 16 * l.blocks * 2 + 63) / 64 * 64);
     // The last weight and block of the last row lie inside their parts.
     EXPECT_LT(Q8WeightIndex(cols, rows - 1, cols - 1), l.scales_offset);
-    EXPECT_LT(Q8BlockIndex(cols, rows - 1, l.blocks - 1) * 4, l.sums_offset - l.scales_offset);
+    EXPECT_LT(Q8BlockIndex(cols, rows - 1, l.blocks - 1) * 2, l.bytes - l.scales_offset);
     const Matrix m = Q8MatrixAt(reinterpret_cast<const void*>(uintptr_t{4096}), rows, cols);
     EXPECT_EQ(m.format, MatrixFormat::kQ8);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(m.scales), 4096 + uintptr_t(l.scales_offset));
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(m.sums), 4096 + uintptr_t(l.sums_offset));
   }
 }
 
@@ -73,8 +76,13 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
         LoadRow(q, n, d.data());
         const auto* qw = static_cast<const int8_t*>(q.data);
         for (int64_t b = 0; b < l.blocks; ++b) {
-          const float scale = q.scales[Q8BlockIndex(K, n, b)];
-          int32_t sum = 0, qmax = 0;
+          const float scale = F16ToF32(q.scales[Q8BlockIndex(K, n, b)]);
+          // The stored scale is max|w| / 127 rounded to F16.
+          float amax = 0.0f;
+          for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k)
+            amax = std::max(amax, std::fabs(w[size_t(k)]));
+          EXPECT_EQ(q.scales[Q8BlockIndex(K, n, b)], F32ToF16(amax / 127.0f));
+          int32_t qmax = 0;
           for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k) {
             const int32_t qk = qw[Q8WeightIndex(K, n, k)];
             ASSERT_LE(std::abs(qk), 127);
@@ -82,10 +90,8 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
             ASSERT_LE(std::fabs(d[size_t(k)] - w[size_t(k)]),
                       scale * 0.5000002f + 1.2e-7f * std::fabs(w[size_t(k)]))
                 << DTypeName(dt) << " K=" << K << " at " << n << "," << k;
-            sum += qk;
             qmax = std::max<int32_t>(qmax, std::abs(qk));
           }
-          EXPECT_EQ(sum, q.sums[Q8BlockIndex(K, n, b)]);
           if (n == 2 && b == 0) {
             EXPECT_EQ(scale, 0.0f);
             EXPECT_EQ(qmax, 0);
@@ -96,6 +102,36 @@ TEST(QuantTest, RoundTripWithinHalfAScaleForEveryDTypeAndTail) {
       }
     }
   }
+}
+
+// The F16 scale's range: a block whose scale is beyond the largest F16 keeps 65504 and
+// saturates its codes at ±127 (no infinite scale); a scale in F16's subnormal range goes one
+// step up where rounding down would clamp the maximum, and one that rounds to F16 zero becomes
+// the smallest subnormal, so every value stays within half a step.
+TEST(QuantTest, F16ScaleRangeEdges) {
+  const int64_t K = 96;
+  std::vector<float> v(size_t(K), 0.0f);
+  for (int64_t k = 0; k < 32; ++k) v[size_t(k)] = (k % 2 == 0 ? 1.0f : -1.0f) * 2e7f;
+  for (int64_t k = 32; k < 64; ++k) v[size_t(k)] = 1e-6f * float(k - 40);  // amax 2.3e-5
+  for (int64_t k = 64; k < 96; ++k) v[size_t(k)] = 3e-7f;                  // scale < F16 min
+  const Q8Layout l = Q8LayoutFor(1, K);
+  Aligned buf(l.bytes);
+  QuantizeQ8(Matrix{DType::kF32, v.data(), 1, K}, 0, 1, buf.p);
+  const Matrix q = Q8MatrixAt(buf.p, 1, K);
+  const auto* qw = static_cast<const int8_t*>(q.data);
+  EXPECT_EQ(F16ToF32(q.scales[Q8BlockIndex(K, 0, 0)]), 65504.0f);
+  for (int64_t k = 0; k < 32; ++k) EXPECT_EQ(qw[Q8WeightIndex(K, 0, k)], k % 2 == 0 ? 127 : -127);
+  // 2.3e-5 / 127 = 1.81e-7 rounds to 3 subnormal steps (1.79e-7), which would put the maximum
+  // at code 128.6: the scale is 4 steps.
+  EXPECT_EQ(q.scales[Q8BlockIndex(K, 0, 1)], 4);
+  EXPECT_EQ(q.scales[Q8BlockIndex(K, 0, 2)], 1);  // 3e-7 / 127 rounds to F16 zero
+  std::vector<float> d(static_cast<size_t>(K));
+  LoadRow(q, 0, d.data());
+  for (int64_t k = 32; k < 96; ++k) {
+    const float step = F16ToF32(q.scales[Q8BlockIndex(K, 0, k / 32)]);
+    EXPECT_LE(std::fabs(d[size_t(k)] - v[size_t(k)]), step * 0.5f * 1.0001f) << k;
+  }
+  EXPECT_EQ(qw[Q8WeightIndex(K, 0, 64)], 5);
 }
 
 // Blocks are kQ8Block = 32 columns (the Q8_0 granularity): an outlier coarsens only its own
@@ -118,18 +154,25 @@ TEST(QuantTest, BlocksAre32ColumnsAndAnOutlierStaysInItsBlock) {
   QuantizeQ8(Matrix{DType::kF32, v.data(), 1, K}, 0, 1, buf.p);
   const Matrix q = Q8MatrixAt(buf.p, 1, K);
   const float want[] = {100.0f, 0.5f, 8.0f, 2.0f};  // max|w| per block
-  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(q.scales[Q8BlockIndex(K, 0, b)], want[b] / 127.0f);
-  // Block 1 (columns 32..63) holds only 0.5s (q = 127): the outliers beside it leave its step.
+  for (int64_t b = 0; b < 4; ++b)
+    EXPECT_EQ(q.scales[Q8BlockIndex(K, 0, b)], F32ToF16(want[b] / 127.0f));
+  // Block 1 (columns 32..63) holds only 0.5s (q = 127): the outliers beside it leave its step,
+  // and its values come back as 127 times the F16 scale (within F16's relative 2⁻¹¹ of 0.5).
   std::vector<float> d(static_cast<size_t>(K));
   LoadRow(q, 0, d.data());
-  for (int64_t k = 32; k < 64; ++k) EXPECT_FLOAT_EQ(d[size_t(k)], 0.5f) << k;
+  for (int64_t k = 32; k < 64; ++k) {
+    EXPECT_EQ(d[size_t(k)], 127.0f * F16ToF32(F32ToF16(0.5f / 127.0f))) << k;
+    EXPECT_NEAR(d[size_t(k)], 0.5f, 0.5f / 2048) << k;
+  }
   // The same boundaries for activations.
   Q8Activations a;
   a.Resize(1, K);
   QuantizeActivationsQ8(v.data(), 0, 1, &a);
   ASSERT_EQ(a.blocks, 4);
   for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(a.scales[size_t(b)], want[b] / 127.0f);
-  for (int64_t k = 32; k < 64; ++k) EXPECT_EQ(a.q[size_t(k)], 128 + 127) << k;
+  for (int64_t k = 32; k < 64; ++k) EXPECT_EQ(a.q[size_t(k)], 127) << k;
+  EXPECT_EQ(a.sums[1], 127 * 32);
+  EXPECT_EQ(a.sums[3], 127 + 3 * int32_t(std::nearbyint(0.5f * 127.0f / 2.0f)));
 }
 
 // Parts that start and end inside 16-row groups, each quantized in two row ranges, into buffers
@@ -152,21 +195,16 @@ TEST(QuantTest, StackedPartsEqualTheStackedMatrix) {
     return std::memcmp(whole.p + off, parts.p + off, size_t(n)) == 0;
   };
   EXPECT_TRUE(same(l.q_offset, l.groups * l.steps * 64));
-  EXPECT_TRUE(same(l.scales_offset, l.groups * l.blocks * 64));
-  EXPECT_TRUE(same(l.sums_offset, l.groups * l.blocks * 64));
+  EXPECT_TRUE(same(l.scales_offset, l.groups * l.blocks * 32));
   // Padding rows (41..47) and columns (130, 131) are 0.
   const auto* q = reinterpret_cast<const int8_t*>(parts.p);
-  const auto* sums = reinterpret_cast<const int32_t*>(parts.p + l.sums_offset);
-  const auto* scales = reinterpret_cast<const float*>(parts.p + l.scales_offset);
+  const auto* scales = reinterpret_cast<const uint16_t*>(parts.p + l.scales_offset);
   for (int64_t r = 0; r < l.groups * 16; ++r) {
     for (int64_t k = r < N1 + N2 ? K : 0; k < l.steps * 4; ++k) {
       ASSERT_EQ(q[Q8WeightIndex(K, r, k)], 0) << r << "," << k;
     }
     if (r >= N1 + N2) {
-      for (int64_t b = 0; b < l.blocks; ++b) {
-        EXPECT_EQ(sums[Q8BlockIndex(K, r, b)], 0);
-        EXPECT_EQ(scales[Q8BlockIndex(K, r, b)], 0.0f);
-      }
+      for (int64_t b = 0; b < l.blocks; ++b) EXPECT_EQ(scales[Q8BlockIndex(K, r, b)], 0);
     }
   }
 }
@@ -182,14 +220,20 @@ TEST(QuantTest, ActivationsWithinHalfAScale) {
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t k = 0; k < K; ++k) {
       const float s = a.scales[size_t(m * nb + k / kQ8Block)];
-      const uint8_t u = a.q[size_t(m * K + k)];
-      ASSERT_GE(u, 1);  // q in [-127, 127]
-      ASSERT_LE(std::fabs((int(u) - 128) * s - x[size_t(m * K + k)]),
+      const int8_t q = a.q[size_t(m * K + k)];
+      ASSERT_GE(q, -127);
+      ASSERT_LE(std::fabs(q * s - x[size_t(m * K + k)]),
                 s / 2 + 1e-6 * std::fabs(x[size_t(m * K + k)]));
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k)
+        sum += a.q[size_t(m * K + k)];
+      ASSERT_EQ(a.sums[size_t(m * nb + b)], sum) << m << "," << b;
     }
   }
   EXPECT_EQ(a.scales[size_t(4 * nb)], 0.0f);
-  EXPECT_EQ(a.q[size_t(4 * K)], 128);
+  EXPECT_EQ(a.q[size_t(4 * K)], 0);
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ void* ScratchBuffer::Reserve(size_t bytes) {
 
 Q8Activations& ScratchArena::Q8(int64_t rows, int64_t cols) {
   q8_.Resize(rows, cols);
-  q8_bytes_.store(q8_.q.capacity() + q8_.scales.capacity() * sizeof(float),
+  q8_bytes_.store(q8_.q.capacity() + q8_.scales.capacity() * sizeof(float) +
+                      q8_.sums.capacity() * sizeof(int32_t),
                   std::memory_order_relaxed);
   return q8_;
 }
@@ -36,7 +37,8 @@ Q8Activations* ScratchArena::GroupedQ8(std::span<const int64_t> rows, int64_t co
   size_t held = 0;
   for (size_t i = 0; i < grouped_q8_.size(); ++i) {
     if (i < rows.size()) grouped_q8_[i].Resize(rows[i], cols);
-    held += grouped_q8_[i].q.capacity() + grouped_q8_[i].scales.capacity() * sizeof(float);
+    held += grouped_q8_[i].q.capacity() + grouped_q8_[i].scales.capacity() * sizeof(float) +
+            grouped_q8_[i].sums.capacity() * sizeof(int32_t);
   }
   grouped_q8_bytes_.store(held, std::memory_order_relaxed);
   return grouped_q8_.data();

@@ -106,10 +106,10 @@ Status ReadEntries(const HeaderReader& r, const nlohmann::json& list, const std:
     VLS_RETURN_IF_ERROR(r.Str(e, at, "name", &p.name));
     std::string dt;
     VLS_RETURN_IF_ERROR(r.Str(e, at, "dtype", &dt));
-    if (dt == kQ8OldStorageName) {
-      return r.Bad(item + "'" + p.name + "' is stored as '" + dt +
-                   "' (int8 in 128-column blocks, from an older vlstack); this build reads '" +
-                   kQ8StorageName + "' (32-column blocks) only: run vlstack compile again");
+    if (const char* old = PreparedQ8OldLayout(dt); old != nullptr) {
+      return r.Bad(item + "'" + p.name + "' is stored as '" + dt + "' (" + old +
+                   ", from an older vlstack); this build reads '" + kQ8StorageName +
+                   "' (32-column blocks with F16 scales) only: run vlstack compile again");
     }
     if (!ParsePreparedStorageName(dt, &p)) {
       return r.Bad(item + "'" + p.name + "' has unknown dtype '" + dt + "'");

@@ -254,7 +254,7 @@ TEST_F(PreparedArtifactTest, ArtifactOfAnotherShapeOrPrecisionIsRefused) {
       << f.ToString();
 }
 
-// Q8 entries read back as "Q8B32" whatever the checkpoint's dtype: an int8 artifact of a BF16
+// Q8 entries read back as "Q8B32H" whatever the checkpoint's dtype: an int8 artifact of a BF16
 // checkpoint maps back (it was refused as a layout mismatch before).
 TEST(PreparedArtifactInt8Test, Int8ArtifactOfABf16CheckpointMapsBack) {
   const std::string dir = (fs::temp_directory_path() / "vls_artifact_test_int8_bf16").string();
@@ -290,39 +290,48 @@ TEST(PreparedArtifactInt8Test, Int8ArtifactOfABf16CheckpointMapsBack) {
   fs::remove_all(dir);
 }
 
-// An int8 artifact written before the Q8 blocks became 32 columns (storage "Q8", 128-column
-// blocks) is refused by name, never mapped as if its bytes were the new layout; the layout text
-// (and so the identity) names the block size.
-TEST(PreparedArtifactInt8Test, Old128ColumnQ8ArtifactIsRefused) {
+// An int8 artifact of an older Q8 layout is refused by name, never mapped as if its bytes were
+// the new layout: "Q8" (128-column blocks) and "Q8B32" (f32 scales and i32 weight sums, 40 bytes
+// per 32 weights). The layout text (and so the identity) names the block size and scale type.
+TEST(PreparedArtifactInt8Test, OlderQ8LayoutArtifactsAreRefused) {
   const std::string dir = ModelDir("vls_artifact_test_int8_old", 48);
   ModelOptions o;
   o.threads = 2;
   o.precision = kernels::Precision::kInt8;
   auto fresh = Qwen3Model::Load(dir, o);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
-  EXPECT_NE((*fresh)->prepared().LayoutText().find("layers.0.qkv Q8B32 ["), std::string::npos)
+  EXPECT_NE((*fresh)->prepared().LayoutText().find("layers.0.qkv Q8B32H ["), std::string::npos)
       << (*fresh)->prepared().LayoutText();
   const std::string path = (fs::temp_directory_path() / "vls_artifact_test_int8_old.vlsp").string();
   ArtifactHeader h;
   h.identity = std::string(64, 'd');
   h.precision = "int8";
   ASSERT_TRUE(WritePreparedArtifact(path, h, (*fresh)->prepared(), nullptr).ok());
-  std::string bytes = Slurp(path);
-  // The same header length, as the old writer's "Q8" with the JSON padded by spaces.
-  const std::string from = "\"dtype\":\"Q8B32\"", to = "\"dtype\":\"Q8\"   ";
-  size_t edits = 0;
-  for (size_t at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at)) {
-    bytes.replace(at, from.size(), to);
-    ++edits;
-  }
-  ASSERT_GT(edits, 0u);
-  Spit(path, bytes);
-  o.artifact = path;
-  const Status s = Qwen3Model::Load(dir, o).status();
-  EXPECT_FALSE(s.ok());
-  for (const char* needle : {"is stored as 'Q8' (int8 in 128-column blocks", "'Q8B32'",
-                             "run vlstack compile again", path.c_str()}) {
-    EXPECT_NE(s.ToString().find(needle), std::string::npos) << needle << ": " << s.ToString();
+  const std::string written = Slurp(path);
+  struct Old {
+    const char* dtype;  // padded by spaces to the length of "Q8B32H": the same header length
+    const char* what;
+  };
+  for (const Old old :
+       {Old{"Q8\"    ", "is stored as 'Q8' (int8 in 128-column blocks"},
+        Old{"Q8B32\" ", "is stored as 'Q8B32' (int8 in 32-column blocks with f32"}}) {
+    std::string bytes = written;
+    const std::string from = "\"dtype\":\"Q8B32H\"", to = std::string("\"dtype\":\"") + old.dtype;
+    ASSERT_EQ(from.size(), to.size());
+    size_t edits = 0;
+    for (size_t at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at)) {
+      bytes.replace(at, from.size(), to);
+      ++edits;
+    }
+    ASSERT_GT(edits, 0u);
+    Spit(path, bytes);
+    o.artifact = path;
+    const Status s = Qwen3Model::Load(dir, o).status();
+    EXPECT_FALSE(s.ok());
+    for (const char* needle :
+         {old.what, "'Q8B32H'", "F16 scales", "run vlstack compile again", path.c_str()}) {
+      EXPECT_NE(s.ToString().find(needle), std::string::npos) << needle << ": " << s.ToString();
+    }
   }
   fs::remove(path);
   fs::remove_all(dir);

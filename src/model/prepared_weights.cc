@@ -45,8 +45,8 @@ DType DenseDType(const WeightMatrix& m) { return m.fp8.fp8() ? DType::kF32 : m.m
 
 DType StorageDType(kernels::Precision p, const std::vector<WeightMatrix>& sources) {
   if (p == kernels::Precision::kBF16) return DType::kBF16;
-  // Unused for Q8; F32 is what ParsePreparedStorageName reads "Q8B32" back as, so an artifact's
-  // entries compare equal to the plan whatever the checkpoint's dtype.
+  // Unused for Q8; F32 is what ParsePreparedStorageName reads kQ8StorageName back as, so an
+  // artifact's entries compare equal to the plan whatever the checkpoint's dtype.
   if (p == kernels::Precision::kInt8 || p == kernels::Precision::kInt4) return DType::kF32;
   for (const WeightMatrix& m : sources) {
     if (DenseDType(m) != DenseDType(sources.front())) return DType::kF32;
@@ -325,6 +325,12 @@ Status FillEntry(const Group& g, std::byte* dst, const kernels::Context& ctx,
 }  // namespace
 
 static_assert(kernels::kQ8Block == 32, "kQ8StorageName names the Q8 block size");
+
+const char* PreparedQ8OldLayout(const std::string& name) {
+  if (name == "Q8") return "int8 in 128-column blocks";
+  if (name == "Q8B32") return "int8 in 32-column blocks with f32 scales and weight sums";
+  return nullptr;
+}
 
 std::string PreparedStorageName(const PreparedEntry& e) {
   if (e.format == kernels::MatrixFormat::kQ8) return kQ8StorageName;

@@ -18,7 +18,7 @@
 //   kBF16: BF16 blocked (kernels/bf16_blocked.h: 64-row × 32-column tiles with column pairs
 //          interleaved, oneDNN's own layout), so the decode kernels and oneDNN's prefill GEMM
 //          read one copy; F32 and F16 sources are rounded to nearest even once, here.
-//   kInt8: Q8 blocked (kernels/quant.h: int8 per 128-column block with an f32 scale), about
+//   kInt8: Q8 blocked (kernels/quant.h: int8 per 32-column block with an F16 scale), about
 //          1.06 bytes per weight; activations are quantized per call.
 //   kInt4: Q4 blocked (kernels/q4.h: 4-bit codes with an F16 scale and min per 32 columns,
 //          0.625 bytes per weight) for the layers; the LM head (and a matrix whose columns are
@@ -59,11 +59,15 @@ struct PreparedEntry {
 // "F32"/"BF16"/"F16" for dense entries, kQ8StorageName and "BF16_BLOCKED" for the others; and
 // the inverse (false if unknown).
 //
-// The Q8 name carries the block size (kernels::kQ8Block), which the bytes depend on: "Q8" was
-// the 128-column layout, refused since the blocks became 32 columns (ADR 0007, addendum), and
-// it also enters the artifact identity through PreparedWeights::LayoutText.
-inline constexpr char kQ8StorageName[] = "Q8B32";
-inline constexpr char kQ8OldStorageName[] = "Q8";
+// The Q8 name carries the block size (kernels::kQ8Block) and the scale type, which the bytes
+// depend on, and it also enters the artifact identity through PreparedWeights::LayoutText.
+// Older Q8 layouts are refused by name (PreparedQ8OldLayout): "Q8" was the 128-column layout
+// (ADR 0007, addendum), "Q8B32" the 32-column one with f32 scales and i32 weight sums, 40 bytes
+// per 32 weights (ADR 0032).
+inline constexpr char kQ8StorageName[] = "Q8B32H";
+// What an older vlstack's Q8 storage name `name` was (for the error that asks for a new
+// compile), or null when it is not one.
+const char* PreparedQ8OldLayout(const std::string& name);
 std::string PreparedStorageName(const PreparedEntry& e);
 bool ParsePreparedStorageName(const std::string& name, PreparedEntry* e);
 // The bytes an entry of this storage and shape occupies.

@@ -222,9 +222,10 @@ TEST(ArtifactVisionIdentityTest, DamagedOrMismatchedVisionSectionsAreRefused) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.ToString().find("does not match this vision tower's layout"), std::string::npos)
       << s.ToString();
-  EXPECT_NE(s.ToString().find("'blocks.0.mlp.linear_fc1.weight' Q8B32 [64, 32]"), std::string::npos)
+  EXPECT_NE(s.ToString().find("'blocks.0.mlp.linear_fc1.weight' Q8B32H [64, 32]"),
+            std::string::npos)
       << s.ToString();
-  EXPECT_NE(s.ToString().find("expected 'blocks.0.mlp.linear_fc1.weight' Q8B32 [96, 32]"),
+  EXPECT_NE(s.ToString().find("expected 'blocks.0.mlp.linear_fc1.weight' Q8B32H [96, 32]"),
             std::string::npos)
       << s.ToString();
 
@@ -250,8 +251,9 @@ TEST(ArtifactVisionIdentityTest, DamagedOrMismatchedVisionSectionsAreRefused) {
 // (a text-only extraction): it has no vision tower either. The pins also change if
 // WriteTestCheckpoint's bytes or any other identity input changes; that must be deliberate.
 // (The int8 pins changed deliberately when Q8 blocks went from 128 to 32 columns, stored as
-// "Q8B32", in issue 18. All of them changed deliberately when the serving step's entry,
-// step.main, joined the manifests in issue 33.)
+// "Q8B32", in issue 18, and again when Q8 scales became F16 ("Q8B32H", ADR 0032). All of them
+// changed deliberately when the serving step's entry, step.main, joined the manifests in
+// issue 33.)
 TEST(ArtifactVisionIdentityTest, TextOnlyIdentitiesAreUnchanged) {
   TestModelSpec a;
   a.arch = "qwen3";
@@ -271,13 +273,13 @@ TEST(ArtifactVisionIdentityTest, TextOnlyIdentitiesAreUnchanged) {
       {&a, kernels::Precision::kBF16,
        "242288ba5325f05429234fbf113e1decc99b00680eeaa76bc362927eb98bc62d"},
       {&a, kernels::Precision::kInt8,
-       "3c4fbe5bda5c11dca6533b1c71569cc0ea4ac49fe94f8418912dce82d5503c7d"},
+       "acefea79c6209f45a7e42b47f7e79fe2162e57a7484b05f3026dc5735f803ac8"},
       {&b, kernels::Precision::kF32,
        "31dc70a05e9e6539a09b055a7759cc19df7d331eaeaa1e2be2cf39d8408fa66d"},
       {&b, kernels::Precision::kBF16,
        "6c85355a9275bd022ebbe12c3c1b69f57f3cbe7092f15f3eb98c7b3101a0adc0"},
       {&b, kernels::Precision::kInt8,
-       "2b6e73e283db2c91a2902b02103f3105301768e874335804d109cac143ccf13c"},
+       "89421d543a135d86dcef12a01dc5e53a733078b08d41f65c99da592c2e172936"},
   };
   const std::string dir_a = WriteModel("a", a);
   const std::string dir_b = WriteModel("b", b);

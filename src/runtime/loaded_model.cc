@@ -20,7 +20,7 @@ const char* ComputeText(kernels::Precision p) {
     case kernels::Precision::kBF16:
       return "compute=bf16-rounded activations against bf16 weights, f32 accumulation\n";
     case kernels::Precision::kInt8:
-      return "compute=q8 blocked weights (32-column blocks, f32 scales) against per-call "
+      return "compute=q8 blocked weights (32-column blocks, f16 scales) against per-call "
              "q8 activations, int32 block sums, f32 accumulation\n";
     case kernels::Precision::kInt4:
       return "compute=q4 blocked weights (32-column groups, f16 scale and min; lm head q6 blocked, "

@@ -197,7 +197,7 @@ PreparedEntry EntryFor(const std::string& name, const kernels::Matrix& src, bool
     e.dtype = DType::kBF16;
   } else if (!vector && (p == kernels::Precision::kInt8 || p == kernels::Precision::kInt4)) {
     e.format = kernels::MatrixFormat::kQ8;
-    e.dtype = DType::kF32;  // as ParsePreparedStorageName reads "Q8B32" back
+    e.dtype = DType::kF32;  // as ParsePreparedStorageName reads kQ8StorageName back
   }
   e.bytes = PreparedEntryBytes(e);
   return e;
