@@ -1,13 +1,13 @@
 // The Q8 kernels of the "avx512vnni" and "avx512bf16" variants: AVX512-VNNI vpdpbusd (u8 × s8,
 // int32 sums of 4 products per lane) of the weights flipped to u8 (qw + 128, one xor per loaded
-// vector) and the s8 activations. Compiled with -mavx512vnni; only
-// called after the CPU check in dispatch.cc. Every result equals the reference's bit for bit: block
-// dot products are exact integers, and per (m, n) the f32 combination is the reference's fma(dot_b
-// · sx, sw, acc) in block order.
+// vector) and the s8 activations (ADR 0032). Compiled with -mavx512vnni; only called after the
+// CPU check in dispatch.cc. Every result equals the reference's bit for bit: block dot products
+// are exact integers, and per (m, n) the f32 combination is the reference's fma(dot_b · sx, sw,
+// acc) in block order.
 //
 // One kernel for every M. The weights are interleaved (quant.h): one 64-byte vector holds 4
 // columns of 16 weight rows, so a vpdpbusd of it with 4 activation bytes of one row (broadcast)
-// adds to 16 outputs of that row: no horizontal sums, and block scales and sums load as vectors.
+// adds to 16 outputs of that row: no horizontal sums, and block scales load as vectors.
 // A register tile is MR activation rows × NG groups of 16 weight rows. A block is 32 columns
 // (8 steps): each block's int32 sums of a row start at −128 · Σ qx (the zero point of the u8
 // weights, from the activations' block sums), so the epilogue per block and vector is only
