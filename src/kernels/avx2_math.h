@@ -55,6 +55,14 @@ inline float ReduceAdd(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The sum of the 8 int32 lanes of v (wrapping).
+inline int32_t ReduceAdd(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
 // The largest of the 8 lanes of v.
 inline float ReduceMax(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -26,25 +26,12 @@
 #include <cstring>
 
 #include "kernels/avx2_internal.h"
+#include "kernels/avx2_math.h"
 #include "kernels/quant.h"
 
 namespace vls::kernels::avx2_internal {
 
 namespace {
-
-inline float ReduceMax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-inline int32_t ReduceAdd(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 // One whole block of kQ8Block values. Returns the block's scale; *sum is its Σ q.
 inline float QuantizeFullBlock(const float* x, int8_t* q, int32_t* sum) {
