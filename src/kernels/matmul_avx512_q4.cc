@@ -366,8 +366,9 @@ void Q6Rows(const Q6Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, 
   for (; k < nrg; ++k) Q6Tile<MR, 1, true>(p, m0, G + k, n0, n1);
 }
 
-// Decode (M <= 3): one tile of all M rows × 4 row groups (4 weight streams). Otherwise tiles of
-// 4 rows × 2 row groups over chunks of 8 row groups that stay in L2 while every row tile passes.
+// Decode (M <= 3): tiles of all M rows × 1 row group (one weight stream, as the Q4 kernel; ADR
+// 0021). Otherwise tiles of 4 rows × 2 row groups over chunks of 8 row groups that stay in L2 while
+// every row tile passes.
 void MatMulQ6Vnni(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const Q6Problem p{x.q,    x.scales, x.sums, x.rows,

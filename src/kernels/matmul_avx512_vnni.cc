@@ -264,8 +264,8 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
                     w.scales,
                     w.rows,
                     y};
-  // Decode: one tile row over 4 groups (4 weight streams, 4+ accumulators), or tiles of 6 rows
-  // × 2 groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
+  // Decode (M ≤ 3): tiles of all M rows × 1 group (one weight stream), or tiles of 6 rows × 2
+  // groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
   if (p.M <= 3) {
     switch (p.M) {
       case 1: return Tiling<1, 1, true>::Run(p, n0, n1);
