@@ -49,6 +49,14 @@ TEST(JinjaTest, PythonValueSemantics) {
             "answer");
 }
 
+TEST(JinjaTest, RepetitionAsPython) {
+  EXPECT_EQ(Render("[{{ 'ab' * 3 }}|{{ 'abc' * 5 }}|{{ 'x' * 1 }}|{{ 'x' * 0 }}|{{ 'x' * -2 }}]"),
+            "[ababab|abcabcabcabcabc|x||]");
+  EXPECT_EQ(Render("{{ '' * 7 }}|{{ ('ab' * 1000) | length }}|{{ ('xyz' * 333)[-4:] }}"),
+            "|2000|zxyz");
+  EXPECT_EQ(Render("{{ [1, 'a'] * 2 }}"), "[1, 'a', 1, 'a']");
+}
+
 // Hostile or unsupported templates fail with a message naming the problem; none crash.
 TEST(JinjaUntrustedTest, BadTemplatesFailCleanly) {
   auto fails = [](const std::string& src, const std::string& needle) {

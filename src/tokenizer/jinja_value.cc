@@ -530,8 +530,13 @@ StatusOr<bool> Less(const Value& a, const Value& b) {
 size_t FindBytes(std::string_view haystack, std::string_view needle, size_t pos) {
   if (pos > haystack.size()) return std::string::npos;
   if (needle.empty()) return pos;
+  // One byte: memchr. Besides being the fastest search, its sanitizer interceptor checks the
+  // bytes up to the match, where memmem's checks the whole rest of the haystack on every call
+  // (split('a') of 10 MB took two minutes under ASan).
   const void* at =
-      memmem(haystack.data() + pos, haystack.size() - pos, needle.data(), needle.size());
+      needle.size() == 1
+          ? memchr(haystack.data() + pos, needle[0], haystack.size() - pos)
+          : memmem(haystack.data() + pos, haystack.size() - pos, needle.data(), needle.size());
   return at == nullptr ? std::string::npos
                        : static_cast<size_t>(static_cast<const char*>(at) - haystack.data());
 }
