@@ -303,8 +303,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
 void HeadShapes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     for (int64_t k : {1024, 2048}) {
-      b->Args({1, k, 151936, threads});
-      b->Args({8, k, 151936, threads});
+      for (int64_t m : {1, 4, 8, 16}) b->Args({m, k, 151936, threads});
     }
   }
   b->ArgNames({"M", "K", "N", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);

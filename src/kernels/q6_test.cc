@@ -156,11 +156,13 @@ TEST(Q6Test, ReferenceMatMulEqualsTheCodesInDouble) {
 struct Case {
   int64_t M, K, N;
 };
-// M: the decode tiles (1, 2, 3), 4-row tiles with remainders; N: partial 16-row groups, tails
-// of fewer than 4 or 2 row groups, several chunks of 8; K: one group to many.
-constexpr Case kCases[] = {{1, 32, 1},   {1, 64, 17},   {2, 96, 33},    {3, 128, 70}, {4, 32, 16},
-                           {5, 64, 49},  {7, 160, 31},  {8, 256, 300},  {9, 32, 130}, {16, 64, 65},
-                           {17, 96, 19}, {33, 128, 41}, {1, 1024, 200}, {40, 64, 150}};
+// M: the decode tiles (1, 2, 3), the one tile of 5-8 rows, 4-row tiles with remainders; N:
+// partial 16-row groups, tails of fewer than 4 or 2 row groups, several chunks of 8; K: one
+// group to many.
+constexpr Case kCases[] = {{1, 32, 1},    {1, 64, 17},    {2, 96, 33},  {3, 128, 70},
+                           {4, 32, 16},   {5, 64, 49},    {6, 96, 45},  {7, 160, 31},
+                           {8, 256, 300}, {9, 32, 130},   {16, 64, 65}, {17, 96, 19},
+                           {33, 128, 41}, {1, 1024, 200}, {40, 64, 150}};
 
 void ExpectEqualToReference(const Q4Kernels& k) {
   ASSERT_NE(k.matmul_q6, nullptr) << k.name;
