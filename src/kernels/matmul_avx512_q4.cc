@@ -366,32 +366,25 @@ void Q6Rows(const Q6Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, 
   for (; k < nrg; ++k) Q6Tile<MR, 1, true>(p, m0, G + k, n0, n1);
 }
 
-// Decode (M <= 3): tiles of all M rows × 1 row group (one weight stream, as the Q4 kernel; ADR
-// 0021). 5-8 rows: one tile of all rows × 1 row group. Otherwise tiles of 4 rows × 2 row groups
-// over chunks of 8 row groups that stay in L2 while every row tile passes.
+// Up to 8 rows but 4: one tile of all rows × 1 row group (one weight stream, as the Q4 kernel;
+// ADR 0021). Otherwise tiles of 4 rows × 2 row groups over chunks of 8 row groups that stay in
+// L2 while every row tile passes.
 void MatMulQ6Vnni(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const Q6Problem p{x.q,    x.scales, x.sums, x.rows,
                     x.cols, x.groups, base,   base + Q6ScalesOffset(w.rows, w.cols),
                     w.rows, y};
   const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
-  if (p.M <= 3) {
-    switch (p.M) {
-      case 1: return Q6Rows<1, 1>(p, 0, G0, G1 - G0, n0, n1);
-      case 2: return Q6Rows<2, 1>(p, 0, G0, G1 - G0, n0, n1);
-      default: return Q6Rows<3, 1>(p, 0, G0, G1 - G0, n0, n1);
-    }
-  }
-  constexpr int64_t kChunk = 8;
-  if (p.M >= 5 && p.M <= 8) {
-    // Batched decode (8 slots: the LM head of every step): one tile of all M rows × 1 row group,
-    // so each vector's high bits are merged once for all rows, not once per 4-row tile. At 8
-    // rows of the Qwen3 head (151936 × 2048) 8.0 → 7.0 ms on 2 Zen 5 threads (ADR 0027); at 4
-    // and 16 rows it was no faster than the 4 × 2 tiles below.
+  if (p.M <= 8 && p.M != 4) {
+    // Decode and batched decode (8 slots: the LM head of every step): one tile of all M rows × 1
+    // row group, so each vector's high bits are merged once for all rows. At 8 rows of the Qwen3
+    // head (151936 × 2048) 8.0 → 7.0 ms on 2 Zen 5 threads against 4 × 2 tiles (ADR 0027); at 4
+    // and 16 rows one tile was no faster than the 4 × 2 tiles below.
     tiles::DispatchHeight<8>(
         p.M, [&](auto r) { Q6Rows<decltype(r)::value, 1>(p, 0, G0, G1 - G0, n0, n1); });
     return;
   }
+  constexpr int64_t kChunk = 8;
   for (int64_t gc = G0; gc < G1; gc += kChunk) {
     const int64_t nrg = std::min(G1, gc + kChunk) - gc;
     for (int64_t m0 = 0; m0 < p.M; m0 += 4) {
