@@ -157,6 +157,22 @@ namespace {
 
 double PeakRssMb() { return bench::PeakRssMb(); }
 
+// "one", "four" or "trying": the weight streams of the int8 expert products' decode tiles
+// (kernels/stream_tuner.h); null where no such choice is made (not a mixture of experts at
+// int8, or kernels without a four-stream tile).
+const char* Q8DecodeStreams(const kernels::Context& ctx, const Qwen3Config& mc) {
+  if (!mc.moe.has_value() || ctx.precision() != kernels::Precision::kInt8 ||
+      ctx.variant().matmul_q8_four_streams == nullptr) {
+    return nullptr;
+  }
+  switch (ctx.stream_tuner().mode()) {
+    case kernels::StreamTuner::Mode::kOne: return "one";
+    case kernels::StreamTuner::Mode::kFour: return "four";
+    case kernels::StreamTuner::Mode::kTrying: return "trying";
+  }
+  return nullptr;
+}
+
 struct RepResult {
   double prompt_tps = 0, gen_tps = 0, ttft_ms = 0;
   EngineCounters counters;  // the engine's (speculation figures)
@@ -526,6 +542,9 @@ Status Throughput(const Args& args, const bench::Loader& load) {
       extra += ",\"moe_experts_per_layer_step\":" + StatsJson(x) +
                ",\"moe_step_weights_mb\":" + std::to_string(moe_step_mb(x.median));
     }
+    if (const char* streams = Q8DecodeStreams(model.context(), mc); streams != nullptr) {
+      extra += ",\"q8_expert_decode_streams\":\"" + std::string(streams) + "\"";
+    }
     if (images.encoder != nullptr) {
       extra += ",\"images\":" + std::to_string(images.images.size()) +
                ",\"vision_encode_ms\":" + StatsJson(Summarise(images.encode_ms)) +
@@ -594,6 +613,9 @@ Status Throughput(const Args& args, const bench::Loader& load) {
           "weights read per step %.1f MB)\n",
           x.min, x.median, x.max, static_cast<long long>(mc.moe->experts), slots,
           moe_step_mb(x.median));
+    }
+    if (Q8DecodeStreams(model.context(), mc) != nullptr) {
+      std::printf("%s\n", model.context().stream_tuner().Report().c_str());
     }
     if (images.encoder != nullptr) {
       const Stats e = Summarise(images.encode_ms), f = Summarise(images.gflops),

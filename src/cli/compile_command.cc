@@ -51,7 +51,9 @@ Status Compile(const Args& args) {
   VLS_RETURN_IF_ERROR(args.Require("model").status());
   VLS_ASSIGN_OR_RETURN(std::string out, args.Require("out"));
   VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));
-  if (args.Has("artifact")) return InvalidArgument("--artifact is an input of other commands");
+  if (args.Has("artifact") || args.Has("artifact-memory")) {
+    return InvalidArgument("--artifact and --artifact-memory are inputs of other commands");
+  }
   LoadOptions o;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &o));
   VLS_ASSIGN_OR_RETURN(long long cap, args.Int("capacity", o.capacity, 1, kMaxCapacity));

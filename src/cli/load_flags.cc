@@ -12,8 +12,8 @@
 namespace vls::cli {
 
 const std::set<std::string>& LoadFlagNames() {
-  static const std::set<std::string> names = {"precision", "threads", "artifact", "kv-cache",
-                                              "kv-memory"};
+  static const std::set<std::string> names = {"precision",       "threads",  "artifact",
+                                              "artifact-memory", "kv-cache", "kv-memory"};
   return names;
 }
 
@@ -64,7 +64,10 @@ std::string LoadFlagsHelp(const std::string& default_precision, bool artifact) {
     help +=
         "  --artifact FILE      prepared weights written by `vlstack compile` with the same\n"
         "                       precision and bounds, mapped instead of preparing them (default:\n"
-        "                       prepare at load)\n";
+        "                       prepare at load)\n"
+        "  --artifact-memory M  copy: read the artifact into huge pages (default; decode reads\n"
+        "                       them fastest); map: serve it from the file mapping, whose pages\n"
+        "                       processes loading the same file share\n";
   }
   return help;
 }
@@ -126,6 +129,16 @@ Status ApplyLoadFlags(const Args& args, const std::string& default_precision, Lo
   VLS_ASSIGN_OR_RETURN(long long threads, args.Int("threads", 0, 0, kMaxThreads));
   o->threads = static_cast<int>(threads);
   o->artifact = args.Get("artifact").value_or("");
+  if (const auto m = args.Get("artifact-memory")) {
+    if (*m == "copy") {
+      o->artifact_memory = ArtifactMemory::kCopy;
+    } else if (*m == "map") {
+      o->artifact_memory = ArtifactMemory::kMap;
+    } else {
+      return InvalidArgument("--artifact-memory must be copy or map, not '" + *m + "'");
+    }
+    if (o->artifact.empty()) return InvalidArgument("--artifact-memory needs --artifact");
+  }
   if (const auto m = args.Get("kv-memory")) {
     VLS_RETURN_IF_ERROR(ParseKvMemory(*m, o));
   }

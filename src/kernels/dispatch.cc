@@ -338,6 +338,7 @@ Context::Context(int threads, Precision precision, const KernelVariant* variant)
       precision_(precision),
       variant_(variant != nullptr ? variant : &DefaultVariant()),
       use_onednn_(variant_ != &ReferenceVariant() && OneDnnEnabled()),
+      stream_tuner_(std::make_unique<StreamTuner>(StreamTuner::FromEnvironment())),
       arenas_(std::make_unique<ScratchArena[]>(static_cast<size_t>(pool_->threads()))) {}
 
 size_t Context::ScratchBytes() const {

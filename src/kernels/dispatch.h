@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 #include "kernels/scratch.h"
+#include "kernels/stream_tuner.h"
 
 namespace vls::kernels {
 
@@ -66,6 +67,11 @@ struct KernelVariant {
   void (*quantize_q8)(const float* x, int64_t r0, int64_t r1, Q8Activations* a) = nullptr;
   void (*matmul_q8)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
                     float* y) = nullptr;
+  // As matmul_q8, with the same results bit for bit, but its decode tiles (x.rows ≤ 3) read
+  // four groups of 16 weight rows at once: four weight streams per thread instead of one
+  // (ADR 0033; Context::MatMulGrouped chooses by measuring). Null when the variant has none.
+  void (*matmul_q8_four_streams)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                                 float* y) = nullptr;
   // Blocked online-softmax attention of one work item (kernels/attention.h), its state in
   // `scratch` (the calling participant's ScratchArena::attention). Null in the reference
   // variant, whose attention is the plain per-(row, head) scores/softmax/weighted_sum.
@@ -152,6 +158,9 @@ class Context {
   // one MatMul each would dispatch one after the other; here they share one pass over the pool,
   // items of (product, column block) spread by cost.
   void MatMulGrouped(std::span<const GroupedProduct> products, int64_t K) const;
+  // The choice of weight streams for the decode tiles of MatMulGrouped's Q8 products, measured
+  // on its own calls (kernels/stream_tuner.h, ADR 0033).
+  const StreamTuner& stream_tuner() const { return *stream_tuner_; }
   bool uses_onednn() const { return use_onednn_; }
   // Keeps every matmul on this context's own kernels (benchmarks, A/B comparisons).
   void DisableOneDnn() { use_onednn_ = false; }
@@ -192,6 +201,7 @@ class Context {
   Precision precision_;
   const KernelVariant* variant_;
   bool use_onednn_;
+  std::unique_ptr<StreamTuner> stream_tuner_;
   // [pool threads]: participant i's arena. Mutable state behind const methods: each arena is
   // used by its participant only (see scratch()).
   std::unique_ptr<ScratchArena[]> arenas_;

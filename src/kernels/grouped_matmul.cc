@@ -14,7 +14,12 @@
 //      of equal cost (weight bytes, plus a term for the rows each item multiplies).
 // Products that MatMul would hand to oneDNN (BF16 with at least kOneDnnMinRows rows: prefill,
 // one GEMM per expert) run as MatMul after the pass.
+//
+// The Q8 products of at most 3 rows (decode) take matmul_q8 or matmul_q8_four_streams, the
+// same results bit for bit, as the context's StreamTuner says (ADR 0033); a call whose
+// products are all such takes a ticket from it and reports its time.
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "kernels/bf16_blocked.h"
@@ -121,8 +126,8 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
   if (!plan.empty()) {
     // Step 1's buffers: BF16 rows and Q4 activations one product after another in matmul_x,
     // each at a 64-byte boundary; Q8 activations in the arena's per-product set.
-    int64_t bytes = 0, rows = 0, items = 0, cost = 0, macs = 0;
-    bool any_q8 = false, any_conversion = false;
+    int64_t bytes = 0, rows = 0, items = 0, cost = 0, macs = 0, q8_decode_bytes = 0;
+    bool any_q8 = false, any_conversion = false, all_q8_decode = true;
     for (Planned& e : plan) {
       const int64_t M = e.p->M;
       e.first_row = rows;
@@ -139,6 +144,11 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
       }
       any_q8 = any_q8 || e.path == Path::kQ8;
       any_conversion = any_conversion || e.path != Path::kF32;
+      if (e.path == Path::kQ8 && M <= 3) {
+        q8_decode_bytes += e.p->w->rows * Q8Blocks(K) * RowBytesPer32(*e.p->w);
+      } else {
+        all_q8_decode = false;
+      }
     }
     auto* buf = static_cast<uint8_t*>(own.matmul_x.Reserve(static_cast<size_t>(bytes)));
     Q8Activations* q8 = nullptr;
@@ -166,6 +176,16 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
 
     // The kernels, each as MatMul picks it.
     const KernelVariant& q8v = variant_->matmul_q8 != nullptr ? *variant_ : ReferenceVariant();
+    // Decode tiles with one or four weight streams (ADR 0033).
+    StreamTuner::Ticket ticket;
+    if (q8v.matmul_q8_four_streams != nullptr && q8_decode_bytes > 0) {
+      if (all_q8_decode) {
+        ticket = stream_tuner_->Next();
+      } else {
+        ticket.four = stream_tuner_->mode() == StreamTuner::Mode::kFour;
+      }
+    }
+    const auto matmul_q8 = ticket.four ? q8v.matmul_q8_four_streams : q8v.matmul_q8;
     const KernelVariant& blockedv =
         variant_->matmul_bf16_blocked != nullptr ? *variant_ : ReferenceVariant();
     const Q4Kernels& q4k = Q4KernelsFor(*variant_);
@@ -192,7 +212,7 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
         case Path::kBf16Blocked:
           blockedv.matmul_bf16_blocked(e.xb, p.M, K, *p.w, n0, n1, p.y);
           break;
-        case Path::kQ8: q8v.matmul_q8(*e.q8, *p.w, n0, n1, p.y); break;
+        case Path::kQ8: (p.M <= 3 ? matmul_q8 : q8v.matmul_q8)(*e.q8, *p.w, n0, n1, p.y); break;
         case Path::kQ4:
           (p.w->format == MatrixFormat::kQ6 ? q6_matmul : q4k.matmul)(e.q4, *p.w, n0, n1, p.y);
           break;
@@ -227,6 +247,7 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
     const int64_t slices = items;
     // About 64k multiply-adds at least per chunk, as MatMul: below that a wake-up costs more.
     const int64_t grain = std::max<int64_t>(1, 65536 * slices / std::max<int64_t>(1, macs));
+    const auto start = std::chrono::steady_clock::now();
     pool_->ParallelFor(slices, grain, [&](int64_t b, int64_t end) {
       prologue.Run([&](int64_t r0, int64_t r1) {
         for (auto it = product_of_row(r0); r0 < r1; ++it) {
@@ -246,6 +267,11 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
         i = stop;
       }
     });
+    if (ticket.timed) {
+      stream_tuner_->Record(
+          ticket, q8_decode_bytes,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   }
 
   for (const GroupedProduct* p : to_onednn) MatMul(p->x, p->M, K, *p->w, p->y);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -25,7 +26,8 @@ constexpr Case kCases[] = {
     {1, 1, 1},     {1, 77, 5},    {3, 130, 33}, {17, 77, 31},   {3, 512, 41}, {17, 1000, 7},
     {8, 2049, 65}, {1, 2049, 17}, {5, 131, 19}, {50, 258, 37},  {33, 128, 9}, {2, 384, 50},
     {8, 256, 300}, {7, 130, 47},  {16, 96, 33}, {13, 1024, 70}, {4, 33, 20},  {9, 100, 18},
-    {2, 31, 17},   {1, 32, 16},   {19, 64, 35}, {1, 100, 64},   {14, 33, 3}};
+    {2, 31, 17},   {1, 32, 16},   {19, 64, 35}, {1, 100, 64},   {14, 33, 3},  {1, 2049, 200},
+    {2, 130, 97},  {3, 64, 131}};
 
 std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -111,20 +113,36 @@ TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
   }
 }
 
+// The Q8 matmuls of a variant: matmul_q8 and, where it has one, matmul_q8_four_streams.
+std::vector<std::pair<const char*, decltype(KernelVariant::matmul_q8)>> Q8MatMuls(
+    const KernelVariant& v) {
+  std::vector<std::pair<const char*, decltype(KernelVariant::matmul_q8)>> out;
+  if (v.matmul_q8 != nullptr) out.emplace_back("matmul_q8", v.matmul_q8);
+  if (v.matmul_q8_four_streams != nullptr) {
+    out.emplace_back("matmul_q8_four_streams", v.matmul_q8_four_streams);
+  }
+  return out;
+}
+
 TEST(KernelsQ8Test, EveryVariantMatMulQ8EqualsTheReferenceExactly) {
   for (const KernelVariant* v : SupportedVariants()) {
-    if (v->matmul_q8 == nullptr) continue;
-    for (const Case& c : kCases) {
-      const Q8Weights w(c.N, c.K, 2);
-      const Q8Activations a = Quantized(ReferenceVariant(), Random(size_t(c.M * c.K), 3), c.M, c.K);
-      std::vector<float> ref(size_t(c.M * c.N), -1.0f), got(size_t(c.M * c.N), -2.0f);
-      ReferenceVariant().matmul_q8(a, w.m, 0, c.N, ref.data());
-      // Two calls over a split of N, as the thread pool does.
-      const int64_t mid = c.N / 2;
-      v->matmul_q8(a, w.m, 0, mid, got.data());
-      v->matmul_q8(a, w.m, mid, c.N, got.data());
-      // Integer block sums are exact and the f32 steps are the same operations in the same order.
-      ASSERT_EQ(got, ref) << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N;
+    for (const auto& [name, matmul] : Q8MatMuls(*v)) {
+      for (const Case& c : kCases) {
+        const Q8Weights w(c.N, c.K, 2);
+        const Q8Activations a =
+            Quantized(ReferenceVariant(), Random(size_t(c.M * c.K), 3), c.M, c.K);
+        std::vector<float> ref(size_t(c.M * c.N), -1.0f), got(size_t(c.M * c.N), -2.0f);
+        ReferenceVariant().matmul_q8(a, w.m, 0, c.N, ref.data());
+        // Two calls over a split of N, as the thread pool does (mid not always on a 64-column
+        // boundary: a four-stream tile then starts inside a group of 4).
+        const int64_t mid = c.N / 2;
+        matmul(a, w.m, 0, mid, got.data());
+        matmul(a, w.m, mid, c.N, got.data());
+        // Integer block sums are exact and the f32 steps are the same operations in the same
+        // order.
+        ASSERT_EQ(got, ref) << v->name << " " << name << " M=" << c.M << " K=" << c.K
+                            << " N=" << c.N;
+      }
     }
   }
 }
@@ -173,10 +191,12 @@ TEST(KernelsQ8Test, EveryVariantMatMulQ8IsExactAtExtremeCodes) {
       }
     }
     for (const KernelVariant* v : SupportedVariants()) {
-      if (v->matmul_q8 == nullptr) continue;
-      std::vector<float> got(size_t(c.M * c.N), -2.0f);
-      v->matmul_q8(a, w, 0, c.N, got.data());
-      ASSERT_EQ(got, ref) << v->name << " M=" << c.M << " K=" << c.K << " N=" << c.N;
+      for (const auto& [name, matmul] : Q8MatMuls(*v)) {
+        std::vector<float> got(size_t(c.M * c.N), -2.0f);
+        matmul(a, w, 0, c.N, got.data());
+        ASSERT_EQ(got, ref) << v->name << " " << name << " M=" << c.M << " K=" << c.K
+                            << " N=" << c.N;
+      }
     }
   }
 }

@@ -14,9 +14,10 @@
 // convert, multiply by sx and fma with sw (widened from F16) into f32
 // sums that stay in registers (MR · NG ≤ 12: 2 · 12 accumulators plus the operands fit the 32
 // vector registers). Decode (M ≤ 3) takes one group per tile, one weight stream per thread
-// prefetched 2 KiB ahead (ADR 0021); batched decode and prefill take up to 6 rows (balanced tile
-// heights) × 2 groups, prefill with the weights in chunks that stay in L2 while every row tile
-// passes over them.
+// prefetched 2 KiB ahead (ADR 0021), or, in matmul_q8_four_streams, four groups per tile, four
+// streams each prefetched one tile ahead (ADR 0033: the expert products on Zen 5); batched
+// decode and prefill take up to 6 rows (balanced tile heights) × 2 groups, prefill with the
+// weights in chunks that stay in L2 while every row tile passes over them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -252,7 +253,10 @@ struct Tiling {
   }
 };
 
-void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+// The product with DG groups per decode tile (DG weight streams per thread at M ≤ 3).
+template <int DG>
+void MatMulQ8VnniStreams(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                         float* y) {
   const Q8Problem p{x.q.data(),
                     x.scales.data(),
                     x.sums.data(),
@@ -264,17 +268,26 @@ void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n
                     w.scales,
                     w.rows,
                     y};
-  // Decode (M ≤ 3): tiles of all M rows × 1 group (one weight stream), or tiles of 6 rows × 2
+  // Decode (M ≤ 3): tiles of all M rows × DG groups (DG weight streams), or tiles of 6 rows × 2
   // groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
   if (p.M <= 3) {
     switch (p.M) {
-      case 1: return Tiling<1, 1, true>::Run(p, n0, n1);
-      case 2: return Tiling<2, 1, true>::Run(p, n0, n1);
-      default: return Tiling<3, 1, true>::Run(p, n0, n1);
+      case 1: return Tiling<1, DG, true>::Run(p, n0, n1);
+      case 2: return Tiling<2, DG, true>::Run(p, n0, n1);
+      default: return Tiling<3, DG, true>::Run(p, n0, n1);
     }
   }
   if (p.M <= 16) return Tiling<6, 2, true>::Run(p, n0, n1);
   Tiling<6, 2, false>::Run(p, n0, n1);
+}
+
+void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  MatMulQ8VnniStreams<1>(x, w, n0, n1, y);
+}
+
+void MatMulQ8VnniFourStreams(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                             float* y) {
+  MatMulQ8VnniStreams<4>(x, w, n0, n1, y);
 }
 
 }  // namespace
@@ -287,6 +300,7 @@ const KernelVariant* Avx512VnniVariant() {
     k.name = "avx512vnni";
     k.quantize_q8 = QuantizeQ8Vnni;
     k.matmul_q8 = MatMulQ8Vnni;
+    k.matmul_q8_four_streams = MatMulQ8VnniFourStreams;
     k.q4 = Avx512VnniQ4Kernels();
     return k;
   }();

@@ -331,7 +331,7 @@ Status VerifyArtifactData(const std::string& path, const ArtifactHeader& header,
 
 StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
     const std::string& path, const Qwen3Config& cfg, const Qwen3Weights& w,
-    kernels::Precision precision) {
+    kernels::Precision precision, ArtifactMemory memory) {
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   VLS_ASSIGN_OR_RETURN(ArtifactHeader h,
                        ParseArtifactHeader(path, file->data(), file->size(), file->size()));
@@ -359,19 +359,38 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
     }
   }
   std::unique_ptr<PreparedWeights> pw(new PreparedWeights());
-  pw->data_ = file->data() + h.data_offset;
   pw->size_ = h.vision ? h.vision->offset : h.data_bytes;
   pw->entries_ = std::move(h.entries);
   pw->artifact_identity_ = std::move(h.identity);
   pw->artifact_bounds_ = "capacity " + std::to_string(h.capacity) + ", slots " +
                          std::to_string(h.slots) + ", nmax " + std::to_string(h.nmax);
-  // Start reading the region in now rather than on the first token; the checksum reads it all.
-  AdviseWillNeed(pw->data_, h.data_bytes);
+  std::shared_ptr<const void> owner;
+  if (memory == ArtifactMemory::kCopy) {
+    // Read into huge pages with pread (the file's pages are never mapped here; ADR 0033), in
+    // chunks, then checksum the copy.
+    VLS_ASSIGN_OR_RETURN(std::unique_ptr<HugeRegion> region,
+                         HugeRegion::Allocate(static_cast<size_t>(h.data_bytes)));
+    constexpr uint64_t kChunk = uint64_t{64} << 20;
+    for (uint64_t off = 0; off < h.data_bytes; off += kChunk) {
+      const uint64_t n = std::min(kChunk, h.data_bytes - off);
+      VLS_RETURN_IF_ERROR(file->ReadAt(file->data() + h.data_offset + off, static_cast<size_t>(n),
+                                       region->data() + off));
+    }
+    pw->data_ = region->data();
+    std::shared_ptr<const HugeRegion> shared(std::move(region));
+    pw->artifact_copy_ = shared;
+    owner = std::move(shared);
+  } else {
+    pw->data_ = file->data() + h.data_offset;
+    // Start reading the region in now rather than on the first token; the checksum reads it.
+    AdviseWillNeed(pw->data_, h.data_bytes);
+    pw->file_ = std::move(file);
+    owner = pw->file_;
+  }
   VLS_RETURN_IF_ERROR(VerifyArtifactData(path, h, pw->data_, h.data_bytes));
-  pw->file_ = std::move(file);
   if (h.vision) {
     pw->artifact_vision_ = PreparedRegion{std::move(h.vision->entries),
-                                          pw->data_ + h.vision->offset, h.vision->bytes, pw->file_};
+                                          pw->data_ + h.vision->offset, h.vision->bytes, owner};
   }
   VLS_RETURN_IF_ERROR(pw->BindEntries(cfg).WithContext("artifact " + path));
   return pw;

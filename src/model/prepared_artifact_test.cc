@@ -70,12 +70,14 @@ class PreparedArtifactTest : public ::testing::Test {
     bytes_ = Slurp(path_);
   }
   // Loads the model from `bytes` written as an artifact; returns the status.
-  Status LoadWith(const std::string& bytes, kernels::Precision p = kernels::Precision::kBF16) {
+  Status LoadWith(const std::string& bytes, kernels::Precision p = kernels::Precision::kBF16,
+                  ArtifactMemory memory = ArtifactMemory::kCopy) {
     const std::string bad = path_ + ".bad";
     Spit(bad, bytes);
     ModelOptions o = Bf16();
     o.precision = p;
     o.artifact = bad;
+    o.artifact_memory = memory;
     return Qwen3Model::Load(dir_, o).status();
   }
   std::string dir_, path_, bytes_;
@@ -83,19 +85,26 @@ class PreparedArtifactTest : public ::testing::Test {
 };
 
 TEST_F(PreparedArtifactTest, RoundTripMapsTheSameBytes) {
-  ModelOptions o = Bf16();
-  o.artifact = path_;
-  auto m = Qwen3Model::Load(dir_, o);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  const PreparedWeights& a = model_->prepared();
-  const PreparedWeights& b = (*m)->prepared();
-  EXPECT_EQ(b.artifact_identity(), std::string(64, 'a'));
-  EXPECT_EQ(b.artifact_bounds(), "capacity 16, slots 1, nmax 0");
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
-  EXPECT_EQ(a.LayoutText(), b.LayoutText());
-  EXPECT_EQ(b.layer(1).gate_up.rows, 160);
-  EXPECT_EQ(b.layer(1).gate_up.dtype, DType::kBF16);
+  for (const ArtifactMemory memory : {ArtifactMemory::kCopy, ArtifactMemory::kMap}) {
+    ModelOptions o = Bf16();
+    o.artifact = path_;
+    o.artifact_memory = memory;
+    auto m = Qwen3Model::Load(dir_, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const PreparedWeights& a = model_->prepared();
+    const PreparedWeights& b = (*m)->prepared();
+    EXPECT_EQ(b.artifact_identity(), std::string(64, 'a'));
+    EXPECT_EQ(b.artifact_bounds(), "capacity 16, slots 1, nmax 0");
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
+    EXPECT_EQ(a.LayoutText(), b.LayoutText());
+    EXPECT_EQ(b.layer(1).gate_up.rows, 160);
+    EXPECT_EQ(b.layer(1).gate_up.dtype, DType::kBF16);
+    if (memory == ArtifactMemory::kCopy) {
+      // Copied into a HugeRegion, which starts its data on a 2 MiB boundary.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (uintptr_t{2} << 20), 0u);
+    }
+  }
 }
 
 TEST_F(PreparedArtifactTest, CorruptFilesAreRefusedByName) {
@@ -238,6 +247,10 @@ TEST_F(PreparedArtifactTest, DamagedWeightBytesAreRefusedByTheChecksum) {
   flipped[n - 100] = static_cast<char>(flipped[n - 100] ^ 1);
   expect_data_loss(flipped);
   EXPECT_TRUE(LoadWith(bytes_).ok());
+  // Served from the mapping, the same checks.
+  EXPECT_EQ(LoadWith(flipped, kernels::Precision::kBF16, ArtifactMemory::kMap).code(),
+            StatusCode::kDataLoss);
+  EXPECT_TRUE(LoadWith(bytes_, kernels::Precision::kBF16, ArtifactMemory::kMap).ok());
 }
 
 TEST_F(PreparedArtifactTest, ArtifactOfAnotherShapeOrPrecisionIsRefused) {

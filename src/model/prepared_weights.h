@@ -93,6 +93,18 @@ using PrepareProgress = std::function<void(int done, int total)>;
 
 inline constexpr uint64_t kPreparedAlign = 4096;
 
+// Where the prepared weights of an artifact live once loaded (ADR 0033).
+enum class ArtifactMemory : uint8_t {
+  // Read into anonymous memory on transparent huge pages, as weights prepared at load are. A
+  // mapped file has 4 KiB pages, and the 1-3 MB expert products of a mixture-of-experts decode
+  // read at half the bandwidth from them (a page walk and a restarted hardware prefetch every
+  // 4 KiB).
+  kCopy,
+  // Served from the file mapping: processes loading the same artifact share its pages in the
+  // page cache (replicas on one machine), at that cost in decode speed.
+  kMap,
+};
+
 // A prepared region beside the text decoder's (the vision tower's, vision/vision_weights.h) as
 // the artifact writes and maps it: its entries, its bytes and what keeps them alive.
 struct PreparedRegion {
@@ -130,14 +142,15 @@ class PreparedWeights {
                                                             const PrepareProgress& progress,
                                                             bool check_finite = false);
 
-  // Maps a prepared-weights artifact (model/prepared_artifact.h) written for this config,
-  // checkpoint and precision. Refused (naming the file and the first difference) when its
-  // layout is not exactly PlanPreparedEntries(cfg, w, precision). The caller checks the
-  // artifact identity against the checkpoint's (artifact_identity()).
-  static StatusOr<std::unique_ptr<PreparedWeights>> FromArtifact(const std::string& path,
-                                                                 const Qwen3Config& cfg,
-                                                                 const Qwen3Weights& w,
-                                                                 kernels::Precision precision);
+  // Loads a prepared-weights artifact (model/prepared_artifact.h) written for this config,
+  // checkpoint and precision: `memory` says whether its bytes are copied into huge pages or
+  // served from the file mapping. Refused (naming the file and the first difference) when its
+  // layout is not exactly PlanPreparedEntries(cfg, w, precision), or when its bytes do not
+  // match the checksum. The caller checks the artifact identity against the checkpoint's
+  // (artifact_identity()).
+  static StatusOr<std::unique_ptr<PreparedWeights>> FromArtifact(
+      const std::string& path, const Qwen3Config& cfg, const Qwen3Weights& w,
+      kernels::Precision precision, ArtifactMemory memory = ArtifactMemory::kCopy);
 
   // The identity recorded in the artifact this was mapped from; empty when prepared here.
   const std::string& artifact_identity() const { return artifact_identity_; }
@@ -160,8 +173,9 @@ class PreparedWeights {
   // Points the layer and head matrices at the entries in [data_, data_ + size_).
   Status BindEntries(const Qwen3Config& cfg);
 
-  std::unique_ptr<HugeRegion> region_;      // prepared in this process, or
-  std::shared_ptr<const MappedFile> file_;  // mapped from an artifact
+  std::unique_ptr<HugeRegion> region_;               // prepared in this process, or
+  std::shared_ptr<const MappedFile> file_;           // mapped from an artifact (kMap), or
+  std::shared_ptr<const HugeRegion> artifact_copy_;  // copied from one (kCopy)
   std::string artifact_identity_;
   std::string artifact_bounds_;
   std::optional<PreparedRegion> artifact_vision_;

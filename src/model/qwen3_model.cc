@@ -157,7 +157,8 @@ StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromWeights(
       std::unique_ptr<PreparedWeights> prepared,
       options.artifact.empty()
           ? PreparedWeights::Prepare(cfg, w, *ctx, options.progress, check)
-          : PreparedWeights::FromArtifact(options.artifact, cfg, w, options.precision));
+          : PreparedWeights::FromArtifact(options.artifact, cfg, w, options.precision,
+                                          options.artifact_memory));
   std::unique_ptr<Qwen3Model> model(
       new Qwen3Model(std::move(cfg), std::move(ckpt), std::move(w), std::move(ctx)));
   model->prepared_ = std::move(prepared);

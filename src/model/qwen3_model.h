@@ -62,6 +62,8 @@ struct ModelOptions {
   // A prepared-weights artifact to map instead of preparing (model/prepared_artifact.h);
   // empty: prepare from the checkpoint. Its identity is checked by runtime::LoadedModel.
   std::string artifact;
+  // Whether the artifact is copied into huge pages or served from its mapping (ADR 0033).
+  ArtifactMemory artifact_memory = ArtifactMemory::kCopy;
   // Element type of the KV caches this model makes. Unset: f32 at Precision::kF32 (the exact
   // path), else BF16 (half the bytes attention streams per decode step).
   std::optional<KvDType> kv_dtype;

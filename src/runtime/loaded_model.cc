@@ -183,6 +183,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   mo.precision = o.precision;
   mo.progress = o.progress;
   mo.artifact = o.artifact;
+  mo.artifact_memory = o.artifact_memory;
   mo.kv_dtype = o.kv_dtype;
   mo.check_weights = o.check_weights;
   VLS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model, Qwen3Model::Load(dir, mo));

@@ -41,6 +41,8 @@ struct LoadOptions {
   // bounds) and, for a model with a vision tower, it holds the tower's prepared weights in the
   // layout this load plans (the ImageEncoder then maps them instead of preparing them).
   std::string artifact;
+  // Whether the artifact is copied into huge pages or served from its mapping (ADR 0033).
+  ArtifactMemory artifact_memory = ArtifactMemory::kCopy;
   // KV cache element type; unset: f32 at kF32, BF16 otherwise (ModelOptions::kv_dtype).
   std::optional<KvDType> kv_dtype;
   // Bytes of the batch engine's KV pool (paged KV memory, model/kv_pool.h): blocks of
