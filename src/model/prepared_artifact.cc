@@ -370,7 +370,6 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
     // chunks, then checksum the copy.
     VLS_ASSIGN_OR_RETURN(std::unique_ptr<HugeRegion> region,
                          HugeRegion::Allocate(static_cast<size_t>(h.data_bytes)));
-    constexpr uint64_t kChunk = uint64_t{64} << 20;
     for (uint64_t off = 0; off < h.data_bytes; off += kChunk) {
       const uint64_t n = std::min(kChunk, h.data_bytes - off);
       VLS_RETURN_IF_ERROR(file->ReadAt(file->data() + h.data_offset + off, static_cast<size_t>(n),
