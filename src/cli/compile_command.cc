@@ -39,6 +39,7 @@ CommandSpec CompileSpec() {
       LoadFlagsHelp("bf16", /*artifact=*/false) + "  --help               this text\n";
   spec.value_flags = {"model", "out", "capacity", "slots", "nmax"};
   spec.value_flags.insert(LoadFlagNames().begin(), LoadFlagNames().end());
+  spec.value_flags.erase("artifact-memory");  // how a load reads an artifact: not an output's
   spec.example =
       "  vlstack compile --model ./model --precision bf16 --out model-bf16.vlsa\n"
       "  vlstack serve --model ./model --precision bf16 --artifact model-bf16.vlsa\n";
@@ -51,9 +52,7 @@ Status Compile(const Args& args) {
   VLS_RETURN_IF_ERROR(args.Require("model").status());
   VLS_ASSIGN_OR_RETURN(std::string out, args.Require("out"));
   VLS_ASSIGN_OR_RETURN(std::string dir, ModelDirFlag(args));
-  if (args.Has("artifact") || args.Has("artifact-memory")) {
-    return InvalidArgument("--artifact and --artifact-memory are inputs of other commands");
-  }
+  if (args.Has("artifact")) return InvalidArgument("--artifact is an input of other commands");
   LoadOptions o;
   VLS_RETURN_IF_ERROR(ApplyLoadFlags(args, "bf16", &o));
   VLS_ASSIGN_OR_RETURN(long long cap, args.Int("capacity", o.capacity, 1, kMaxCapacity));

@@ -81,6 +81,7 @@ constexpr const char* kHelpTail =
     "                       (default: the slots at full capacity, if that fits)\n"
     "  --threads T          kernel threads (default: all cores)\n"
     "  --artifact FILE      prepared weights from `vlstack compile`\n"
+    "  --artifact-memory M  copy (default: into huge pages) or map (the file's shared pages)\n"
     "  --help               this text\n"
     "\n"
     "The reply is written exactly as generated, special tokens left out; a newline follows it\n"
