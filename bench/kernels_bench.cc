@@ -21,10 +21,10 @@
 // crossover sweep M 8…128 sets kOneDnnMinRows).
 //
 // Prepare/<format> times weight preparation (ADR 0019) of a BF16 source at the 30B-A3B expert
-// shapes (down [2048, 768], gate_up [1536, 2048]): "q4/<quantizer>" for every Q4 quantizer
-// (reference = the scalar search), "q8", "bf16blocked". chunks=0 splits rows as PreparedWeights
-// does (~4 MiB of source per chunk, so one chunk for a 3 MiB expert), chunks=1 in 16-row chunks
-// over the pool. Counter weights/s.
+// shapes (down [2048, 768], gate_up [1536, 2048]): "q4/<quantizer>" and "q6/<quantizer>" for
+// every Q4 and Q6 quantizer (reference = the scalar search), "q8", "bf16blocked". chunks=0 splits
+// rows as PreparedWeights does (~4 MiB of source per chunk, so one chunk for a 3 MiB expert),
+// chunks=1 in 16-row chunks over the pool. Counter weights/s.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -321,14 +321,25 @@ using FillFn = void (*)(const Matrix& src, int64_t r0, int64_t r1, void* dst, in
                         int64_t dst_row);
 using BytesFn = int64_t (*)(int64_t rows, int64_t cols);
 
-const Q4Quantizer* bench_q4 = nullptr;  // the quantizer Prepare/q4 runs (one at a time)
+// The quantizer Prepare/q4 and Prepare/q6 run (one benchmark at a time).
+template <class Q>
+const Q*& BenchQuantizer() {
+  static const Q* q = nullptr;
+  return q;
+}
 void FillQ4(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
             int64_t dst_row) {
-  QuantizeQ4With(*bench_q4, src, r0, r1, dst, dst_rows, dst_row);
+  QuantizeQ4With(*BenchQuantizer<Q4Quantizer>(), src, r0, r1, dst, dst_rows, dst_row);
+}
+void FillQ6(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
+            int64_t dst_row) {
+  QuantizeQ6With(*BenchQuantizer<Q6Quantizer>(), src, r0, r1, dst, dst_rows, dst_row);
 }
 int64_t Q8PreparedBytes(int64_t rows, int64_t cols) { return Q8LayoutFor(rows, cols).bytes; }
 
-void BM_Prepare(benchmark::State& state, const Q4Quantizer* q4, FillFn fill, BytesFn bytes) {
+// `quantizer`: the Q4 or Q6 quantizer that `fill` runs (nullptr for the other formats).
+template <class Q>
+void BM_Prepare(benchmark::State& state, const Q* quantizer, FillFn fill, BytesFn bytes) {
   const int64_t N = state.range(0), K = state.range(1);
   const int threads = static_cast<int>(state.range(2));
   const bool small_chunks = state.range(3) != 0;
@@ -343,7 +354,7 @@ void BM_Prepare(benchmark::State& state, const Q4Quantizer* q4, FillFn fill, Byt
       small_chunks ? 16 : std::max<int64_t>(1, (int64_t{4} << 20) / (K * 2));
   const int64_t chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
   for (auto _ : state) {
-    bench_q4 = q4;
+    BenchQuantizer<Q>() = quantizer;
     pool.ParallelFor(chunks, 1, [&](int64_t c0, int64_t c1, int) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t r0 = c * rows_per_chunk, r1 = std::min(N, r0 + rows_per_chunk);
@@ -370,15 +381,21 @@ void PrepareShapes(benchmark::internal::Benchmark* b) {
 
 int Register() {
   for (const Q4Quantizer* q : SupportedQ4Quantizers()) {
-    benchmark::RegisterBenchmark((std::string("Prepare/q4/") + q->name).c_str(), BM_Prepare, q,
-                                 FillQ4, Q4Bytes)
+    benchmark::RegisterBenchmark((std::string("Prepare/q4/") + q->name).c_str(),
+                                 BM_Prepare<Q4Quantizer>, q, FillQ4, Q4Bytes)
         ->Apply(PrepareShapes);
   }
-  benchmark::RegisterBenchmark("Prepare/q8", BM_Prepare, nullptr, static_cast<FillFn>(QuantizeQ8),
-                               Q8PreparedBytes)
+  for (const Q6Quantizer* q : SupportedQ6Quantizers()) {
+    benchmark::RegisterBenchmark((std::string("Prepare/q6/") + q->name).c_str(),
+                                 BM_Prepare<Q6Quantizer>, q, FillQ6, Q6Bytes)
+        ->Apply(PrepareShapes);
+  }
+  const Q4Quantizer* none = nullptr;
+  benchmark::RegisterBenchmark("Prepare/q8", BM_Prepare<Q4Quantizer>, none,
+                               static_cast<FillFn>(QuantizeQ8), Q8PreparedBytes)
       ->Apply(PrepareShapes);
-  benchmark::RegisterBenchmark("Prepare/bf16blocked", BM_Prepare, nullptr, PackBf16Blocked,
-                               Bf16BlockedBytes)
+  benchmark::RegisterBenchmark("Prepare/bf16blocked", BM_Prepare<Q4Quantizer>, none,
+                               PackBf16Blocked, Bf16BlockedBytes)
       ->Apply(PrepareShapes);
   for (const KernelVariant* v : SupportedVariants()) {
     benchmark::RegisterBenchmark((std::string("MatMul/q4/") + v->name).c_str(), BM_MatMulPacked, v,

@@ -2,19 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/q6.h"
 #include "kernels/quant.h"
+#include "kernels/quantizer_choice.h"
 #include "tensor/dtype.h"
 
 namespace vls::kernels {
 
-// q4_quantize_avx512.cc, q4_quantize_avx2.cc (x86-64 builds; called only on CPUs with them).
+// quantize_avx512.cc, quantize_avx2.cc (x86-64 builds; called only on CPUs with them).
 void QuantizeQ4GroupsAvx512(const float* const* x, int64_t n, uint16_t* d, uint16_t* m, uint8_t* q);
 void QuantizeQ4GroupsAvx2(const float* const* x, int64_t n, uint16_t* d, uint16_t* m, uint8_t* q);
 
@@ -152,18 +151,7 @@ std::vector<const Q4Quantizer*> SupportedQ4Quantizers() {
 }
 
 const Q4Quantizer& DefaultQ4Quantizer() {
-  static const Q4Quantizer* const q = [] {
-    const std::vector<const Q4Quantizer*> all = SupportedQ4Quantizers();
-    // VLS_Q4_QUANTIZER=<name> picks another supported one (A/B timing of preparation).
-    if (const char* env = std::getenv("VLS_Q4_QUANTIZER"); env != nullptr && *env != '\0') {
-      for (const Q4Quantizer* c : all) {
-        if (std::strcmp(c->name, env) == 0) return c;
-      }
-      std::fprintf(stderr, "vlstack: VLS_Q4_QUANTIZER=%s is not a supported quantizer; using %s\n",
-                   env, all.back()->name);
-    }
-    return all.back();
-  }();
+  static const Q4Quantizer* const q = ChooseQuantizer(SupportedQ4Quantizers(), "VLS_Q4_QUANTIZER");
   return *q;
 }
 

@@ -1,6 +1,6 @@
 // The Q4 weight quantizer's search (QuantizeQ4Group, q4.cc) over kLanes groups at once, one group
-// per SIMD lane, written once with GCC vector extensions and included by q4_quantize_avx512.cc
-// (16 lanes) and q4_quantize_avx2.cc (8 lanes), each compiled with its -m flags and
+// per SIMD lane, written once with GCC vector extensions and included by quantize_avx512.cc
+// (16 lanes) and quantize_avx2.cc (8 lanes), each compiled with its -m flags and
 // -ffp-contract=off. Every lane runs the very f32 operations of the scalar code in its order
 // (no reassociation, no fused multiply-add, the same comparisons including their NaN outcomes),
 // so the results equal QuantizeQ4Group bit for bit; q4_test checks that on random and edge-case

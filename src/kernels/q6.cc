@@ -5,9 +5,14 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/quantizer_choice.h"
 #include "tensor/dtype.h"
 
 namespace vls::kernels {
+
+// quantize_avx512.cc, quantize_avx2.cc (x86-64 builds; called only on CPUs with them).
+void QuantizeQ6GroupsAvx512(const float* const* x, int64_t n, uint16_t* d, uint8_t* u);
+void QuantizeQ6GroupsAvx2(const float* const* x, int64_t n, uint16_t* d, uint8_t* u);
 
 namespace {
 
@@ -94,11 +99,37 @@ void QuantizeQ6Group(const float* x, uint16_t* dh, uint8_t* u) {
   }
 }
 
+void RefQuantizeQ6Groups(const float* const* x, int64_t n, uint16_t* d, uint8_t* u) {
+  for (int64_t j = 0; j < n; ++j) QuantizeQ6Group(x[j], d + j, u + j * kQ6Group);
+}
+
+std::vector<const Q6Quantizer*> SupportedQ6Quantizers() {
+  static const Q6Quantizer reference = {"reference", RefQuantizeQ6Groups};
+  std::vector<const Q6Quantizer*> all = {&reference};
+#if defined(__x86_64__)
+  static const Q6Quantizer avx2 = {"avx2", QuantizeQ6GroupsAvx2};
+  static const Q6Quantizer avx512 = {"avx512", QuantizeQ6GroupsAvx512};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) all.push_back(&avx2);
+  if (__builtin_cpu_supports("avx512f")) all.push_back(&avx512);
+#endif
+  return all;
+}
+
+const Q6Quantizer& DefaultQ6Quantizer() {
+  static const Q6Quantizer* const q = ChooseQuantizer(SupportedQ6Quantizers(), "VLS_Q6_QUANTIZER");
+  return *q;
+}
+
 void QuantizeQ6(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t dst_rows,
                 int64_t dst_row) {
+  QuantizeQ6With(DefaultQ6Quantizer(), src, r0, r1, dst, dst_rows, dst_row);
+}
+
+void QuantizeQ6With(const Q6Quantizer& quantizer, const Matrix& src, int64_t r0, int64_t r1,
+                    void* dst, int64_t dst_rows, int64_t dst_row) {
   const int64_t K = src.cols, groups = Q6Groups(K);
   auto* base = static_cast<uint8_t*>(dst);
-  std::vector<float> row(static_cast<size_t>(K));
   // Writes row d's group g. The rows of a block share bytes of the high-bit vectors only
   // through distinct bit pairs of distinct bytes (byte 4r + c belongs to row r), so rows are
   // independent.
@@ -120,23 +151,34 @@ void QuantizeQ6(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
     }
     std::memcpy(base + Q6ScaleOffset(dst_rows, K, d, g), &dh, 2);
   };
-  const uint8_t zeros[kQ6Group] = {};
-  for (int64_t r = r0; r < r1; ++r) {
-    LoadRow(src, r, row.data());
-    const int64_t d = dst_row + r;  // the row in dst
-    for (int64_t g = 0; g < groups; ++g) {
-      uint16_t dh = 0;
-      uint8_t u[kQ6Group];
-      QuantizeQ6Group(row.data() + g * kQ6Group, &dh, u);
-      put(d, g, dh, u);
-    }
-    if (d == dst_rows - 1) {  // the padding rows of the last group, written with the last row
-      for (int64_t p = d + 1; p < Q6RowGroups(dst_rows) * kQ6Rows; ++p) {
-        for (int64_t g = 0; g < groups; ++g) put(p, g, 0, zeros);
+  // Rows in chunks of kQ6Rows, their groups handed to the quantizer kBatch at a time (so a
+  // SIMD quantizer's lanes stay full whatever the row's group count), as QuantizeQ4With.
+  constexpr int64_t kBatch = 64;
+  std::vector<float> rows(static_cast<size_t>(kQ6Rows * K));  // [kQ6Rows, K]
+  const float* x[kBatch];
+  uint16_t dh[kBatch];
+  uint8_t u[kBatch * kQ6Group];
+  for (int64_t c0 = r0; c0 < r1; c0 += kQ6Rows) {
+    const int64_t c1 = std::min(r1, c0 + kQ6Rows), total = (c1 - c0) * groups;
+    for (int64_t r = c0; r < c1; ++r) LoadRow(src, r, rows.data() + (r - c0) * K);
+    for (int64_t f0 = 0; f0 < total; f0 += kBatch) {
+      const int64_t n = std::min(kBatch, total - f0);
+      for (int64_t j = 0; j < n; ++j) x[j] = rows.data() + (f0 + j) * kQ6Group;
+      quantizer.groups(x, n, dh, u);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t f = f0 + j;
+        put(dst_row + c0 + f / groups, f % groups, dh[j], u + j * kQ6Group);
       }
-      const int64_t used = Q6ScalesOffset(dst_rows, K) + Q6RowGroups(dst_rows) * groups * 32;
-      std::memset(base + used, 0, static_cast<size_t>(Q6Bytes(dst_rows, K) - used));
     }
+  }
+  // The padding rows of the last row group and the scales' tail, written with the last row.
+  if (r1 > r0 && dst_row + r1 == dst_rows) {
+    const uint8_t zeros[kQ6Group] = {};
+    for (int64_t p = dst_rows; p < Q6RowGroups(dst_rows) * kQ6Rows; ++p) {
+      for (int64_t g = 0; g < groups; ++g) put(p, g, 0, zeros);
+    }
+    const int64_t used = Q6ScalesOffset(dst_rows, K) + Q6RowGroups(dst_rows) * groups * 32;
+    std::memset(base + used, 0, static_cast<size_t>(Q6Bytes(dst_rows, K) - used));
   }
 }
 

@@ -28,6 +28,7 @@
 #define VLSTACK_KERNELS_Q6_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
@@ -88,6 +89,23 @@ void QuantizeQ6(const Matrix& src, int64_t r0, int64_t r1, void* dst, int64_t ds
                 int64_t dst_row);
 // d (F16) and the stored codes u of one group of kQ6Group values (the quantizer's core).
 void QuantizeQ6Group(const float* x, uint16_t* d, uint8_t* u);
+
+// The quantizer's core over n groups at once: group j's kQ6Group values at x[j] give d[j] and
+// the stored codes u[j·kQ6Group, (j+1)·kQ6Group), bit for bit as QuantizeQ6Group gives them.
+// The SIMD ones run one group per lane (q6_quantize_impl.h), the scalar operations in order.
+struct Q6Quantizer {
+  const char* name = nullptr;
+  void (*groups)(const float* const* x, int64_t n, uint16_t* d, uint8_t* u) = nullptr;
+};
+// "reference" (QuantizeQ6Group per group) first, then "avx2" and "avx512" where the build and
+// the CPU have them.
+std::vector<const Q6Quantizer*> SupportedQ6Quantizers();
+// The last of those, or the one named by the environment variable VLS_Q6_QUANTIZER (A/B timing;
+// every one gives the same bytes): the one QuantizeQ6 runs.
+const Q6Quantizer& DefaultQ6Quantizer();
+// QuantizeQ6 with the given quantizer (tests, benchmarks); the same bytes for every one.
+void QuantizeQ6With(const Q6Quantizer& quantizer, const Matrix& src, int64_t r0, int64_t r1,
+                    void* dst, int64_t dst_rows, int64_t dst_row);
 
 // The reference product y[m, n0:n1] (row stride w.rows) of quantized x (q4.h) and a kQ6
 // matrix: per group dot = Σ qx · u − 32 · Σqx in int32, then t = f32(dot) · d,

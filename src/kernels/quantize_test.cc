@@ -1,9 +1,9 @@
-// The Q4 weight quantizers (q4.h: SupportedQ4Quantizers) against the scalar QuantizeQ4Group bit
-// for bit: random groups over the whole f32 range (subnormals to near FLT_MAX, whose ranges
-// overflow), constant, zero, one-signed, single-outlier and F16-grid groups, batch sizes that
-// leave lanes empty, and whole matrices through QuantizeQ4With in row ranges. Also the Q8 weight
-// quantizer (quant.h) against its definition with std::nearbyint, ties and subnormal scales
-// included.
+// The Q4 and Q6 weight quantizers (q4.h: SupportedQ4Quantizers, q6.h: SupportedQ6Quantizers)
+// against the scalar QuantizeQ4Group and QuantizeQ6Group bit for bit: random groups over the
+// whole f32 range (subnormals to near FLT_MAX, whose ranges overflow), constant, zero,
+// one-signed, single-outlier and F16-grid groups, batch sizes that leave lanes empty, and whole
+// matrices through QuantizeQ4With / QuantizeQ6With in row ranges. Also the Q8 weight quantizer
+// (quant.h) against its definition with std::nearbyint, ties and subnormal scales included.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/q4.h"
+#include "kernels/q6.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
 
@@ -132,6 +133,60 @@ TEST(Q4QuantizeTest, EveryQuantizerGivesTheSameMatrixBytes) {
     EXPECT_EQ(out, ref) << quantizer->name;
   }
   EXPECT_EQ(DefaultQ4Quantizer().name, SupportedQ4Quantizers().back()->name);
+}
+
+static_assert(kQ6Group == kQ4Group, "EdgeGroups makes groups of both formats");
+
+TEST(Q6QuantizeTest, EveryQuantizerEqualsTheScalarGroupBitForBit) {
+  constexpr int64_t kCount = 20000;
+  const std::vector<float> v = EdgeGroups(kCount, 29);
+  std::vector<uint16_t> rd(kCount);
+  std::vector<uint8_t> ru(kCount * kQ6Group);
+  for (int64_t g = 0; g < kCount; ++g) {
+    QuantizeQ6Group(v.data() + g * kQ6Group, &rd[size_t(g)], ru.data() + g * kQ6Group);
+  }
+  for (const Q6Quantizer* quantizer : SupportedQ6Quantizers()) {
+    // Batches of 1 .. 40 groups (lanes left empty, several vectors per call), pointers out of
+    // order so that lanes do not read contiguous memory.
+    int64_t mismatches = 0;
+    for (int64_t g0 = 0, n = 1; g0 < kCount && mismatches < 5; g0 += n, n = n % 40 + 1) {
+      const int64_t cnt = std::min(n, kCount - g0);
+      std::vector<const float*> x(static_cast<size_t>(cnt));
+      for (int64_t j = 0; j < cnt; ++j) x[size_t(j)] = v.data() + (g0 + cnt - 1 - j) * kQ6Group;
+      std::vector<uint16_t> d(static_cast<size_t>(cnt));
+      std::vector<uint8_t> u(static_cast<size_t>(cnt * kQ6Group));
+      quantizer->groups(x.data(), cnt, d.data(), u.data());
+      for (int64_t j = 0; j < cnt && mismatches < 5; ++j) {
+        const int64_t g = g0 + cnt - 1 - j;
+        const bool same = d[size_t(j)] == rd[size_t(g)] &&
+                          std::equal(u.begin() + j * kQ6Group, u.begin() + (j + 1) * kQ6Group,
+                                     ru.begin() + g * kQ6Group);
+        if (!same) {
+          ++mismatches;
+          ADD_FAILURE() << quantizer->name << " group " << g << " first value "
+                        << v[size_t(g * kQ6Group)] << " (bits " << Bits(v[size_t(g * kQ6Group)])
+                        << "): d " << d[size_t(j)] << " vs " << rd[size_t(g)];
+        }
+      }
+    }
+  }
+}
+
+TEST(Q6QuantizeTest, EveryQuantizerGivesTheSameMatrixBytes) {
+  // 37 rows (a partial last row group), 3 groups a row (batches span rows), in three ranges.
+  constexpr int64_t N = 37, K = 96;
+  const std::vector<float> v = EdgeGroups(N * K / kQ6Group, 31);
+  const Matrix src{DType::kF32, v.data(), N, K};
+  std::vector<uint8_t> ref(size_t(Q6Bytes(N, K)), 0xAA);
+  QuantizeQ6With(*SupportedQ6Quantizers().front(), src, 0, N, ref.data(), N, 0);
+  for (const Q6Quantizer* quantizer : SupportedQ6Quantizers()) {
+    std::vector<uint8_t> out(ref.size(), 0x55);
+    QuantizeQ6With(*quantizer, src, 20, N, out.data(), N, 0);
+    QuantizeQ6With(*quantizer, src, 3, 20, out.data(), N, 0);
+    QuantizeQ6With(*quantizer, src, 0, 3, out.data(), N, 0);
+    EXPECT_EQ(out, ref) << quantizer->name;
+  }
+  EXPECT_EQ(DefaultQ6Quantizer().name, SupportedQ6Quantizers().back()->name);
 }
 
 void CheckQ8AgainstNearbyint(int64_t N, int64_t K) {
