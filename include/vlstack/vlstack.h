@@ -115,6 +115,11 @@ typedef struct vls_model_options {
   /* Since ABI 1.2 (struct_size >= 40); a smaller struct_size means the default. */
   int32_t kv_cache; /* VLS_KV_CACHE_DEFAULT (f32 at F32, BF16 otherwise), _F32 or _BF16; part of
                      * the identity, so an artifact serves only loads with its cache type */
+  /* Since ABI 1.3 (struct_size >= 48); a smaller struct_size means the default. 64 bits, so that
+   * it begins past the ABI 1.2 struct's tail padding, which an ABI 1.2 caller may leave unset. */
+  int64_t artifact_memory; /* how `artifact` is held: VLS_ARTIFACT_MEMORY_COPY (default: read
+                            * into huge pages, the faster decode) or _MAP (the file's mapping,
+                            * shared through the page cache by processes on one node) */
 } vls_model_options;
 
 #define VLS_PRECISION_F32 0
@@ -126,8 +131,11 @@ typedef struct vls_model_options {
 #define VLS_KV_CACHE_F32 1
 #define VLS_KV_CACHE_BF16 2 /* half the bytes attention streams per decode step */
 
+#define VLS_ARTIFACT_MEMORY_COPY 0
+#define VLS_ARTIFACT_MEMORY_MAP 1
+
 /* Defaults: struct_size set, capacity 4096, slots 1, nmax 0, threads 0, precision F32,
- * artifact NULL, kv_cache DEFAULT. */
+ * artifact NULL, kv_cache DEFAULT, artifact_memory COPY. */
 vls_model_options vls_model_default_options(void);
 
 /* Loads the Hugging Face checkpoint directory `dir` (config.json, safetensors).

@@ -21,7 +21,8 @@ from .chat import Chat
 from .errors import (CancelledError, ClosedError, DataLossError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, IoError, NotFoundError, OutOfRangeError,
                      ResourceExhaustedError, UnimplementedError, VlsError, status_name)
-from .model import KvCache, Model, ModelInfo, PositionMode, Precision, resolve_model
+from .model import (ArtifactMemory, KvCache, Model, ModelInfo, PositionMode, Precision,
+                    resolve_model)
 from .session import Session
 
 __version__ = "0.1.0"
@@ -33,8 +34,8 @@ def abi_version():
 
 
 __all__ = [
-    "ABI_VERSION", "Batch", "CancelledError", "Chat", "ClosedError", "DataLossError", "Event",
-    "FailedPreconditionError", "FinishReason", "InternalError", "InvalidArgumentError", "IoError",
+    "ABI_VERSION", "ArtifactMemory", "Batch", "CancelledError", "Chat", "ClosedError",
+    "DataLossError", "Event", "FailedPreconditionError", "FinishReason", "InternalError", "InvalidArgumentError", "IoError",
     "KvCache", "LibraryError", "Model", "ModelInfo", "NotFoundError", "OutOfRangeError",
     "PositionMode", "Precision", "ResourceExhaustedError", "Result", "Session",
     "UnimplementedError", "VlsError", "abi_version", "library_path", "load_library",

@@ -43,7 +43,8 @@ class ModelOptions(ctypes.Structure):
     """vls_model_options."""
     _fields_ = [("struct_size", c_uint32), ("capacity", c_int32), ("slots", c_int32),
                 ("nmax", c_int32), ("threads", c_int32), ("precision", c_int32),
-                ("artifact", c_char_p), ("kv_cache", c_int32)]
+                ("artifact", c_char_p), ("kv_cache", c_int32),
+                ("artifact_memory", ctypes.c_int64)]
 
 
 class ModelDesc(ctypes.Structure):

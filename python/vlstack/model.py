@@ -30,6 +30,14 @@ class KvCache(enum.IntEnum):
     BF16 = 2
 
 
+class ArtifactMemory(enum.IntEnum):
+    """VLS_ARTIFACT_MEMORY_*: how an artifact is held. COPY (the default) reads it into huge
+    pages, the faster decode; MAP serves it from the file's mapping, shared through the page
+    cache by processes on one node."""
+    COPY = 0
+    MAP = 1
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
     """vls_model_desc."""
@@ -92,8 +100,9 @@ class Model(Handle):
       capacity: per-session context C (default 4096); slots: batch slots B (default 1);
       nmax: DeepStack Nmax (0: the config's); threads (0: all cores);
       precision: "f32" (default), "bf16", "int8" or "int4" (or a Precision);
-      artifact: a prepared-weights artifact to map (`vlstack compile`);
-      kv_cache: "default", "f32" or "bf16" (or a KvCache).
+      artifact: a prepared-weights artifact to load instead of preparing (`vlstack compile`);
+      kv_cache: "default", "f32" or "bf16" (or a KvCache);
+      artifact_memory: "copy" (default) or "map" (or an ArtifactMemory): how `artifact` is held.
 
     A model is immutable once loaded and may be shared by any number of threads, sessions,
     batches and chats. close() (or leaving the `with` block) closes them all, then frees it.
@@ -101,7 +110,7 @@ class Model(Handle):
     _kind = "vlstack.Model"
 
     def __init__(self, path, *, capacity=None, slots=None, nmax=None, threads=None,
-                 precision=None, artifact=None, kv_cache=None):
+                 precision=None, artifact=None, kv_cache=None, artifact_memory=None):
         super().__init__()
         lib = _lib.lib()
         self.path = resolve_model(path)
@@ -118,6 +127,8 @@ class Model(Handle):
             opts.precision = _enum_option("precision", precision, Precision)
         if kv_cache is not None:
             opts.kv_cache = _enum_option("kv_cache", kv_cache, KvCache)
+        if artifact_memory is not None:
+            opts.artifact_memory = _enum_option("artifact_memory", artifact_memory, ArtifactMemory)
         self._artifact = os.fsencode(artifact) if artifact is not None else None
         opts.artifact = self._artifact
         opts.struct_size = ctypes.sizeof(opts)

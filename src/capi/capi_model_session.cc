@@ -134,6 +134,7 @@ vls_model_options vls_model_default_options(void) {
   o.precision = VLS_PRECISION_F32;
   o.artifact = nullptr;
   o.kv_cache = VLS_KV_CACHE_DEFAULT;
+  o.artifact_memory = VLS_ARTIFACT_MEMORY_COPY;
   return o;
 }
 
@@ -160,6 +161,9 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
       if (options->struct_size < offsetof(vls_model_options, kv_cache) + sizeof(int32_t)) {
         o.kv_cache = VLS_KV_CACHE_DEFAULT;
       }
+      if (options->struct_size < offsetof(vls_model_options, artifact_memory) + sizeof(int64_t)) {
+        o.artifact_memory = VLS_ARTIFACT_MEMORY_COPY;
+      }
     }
     vls::LoadOptions lo;
     lo.capacity = o.capacity;
@@ -185,6 +189,14 @@ vls_status vls_model_load(const char* dir, const vls_model_options* options, vls
     } else if (o.kv_cache != VLS_KV_CACHE_DEFAULT) {
       return InvalidArgument("options.kv_cache " + std::to_string(o.kv_cache) +
                              " is not VLS_KV_CACHE_DEFAULT (0), _F32 (1) or _BF16 (2)");
+    }
+    if (o.artifact_memory == VLS_ARTIFACT_MEMORY_COPY) {
+      lo.artifact_memory = vls::ArtifactMemory::kCopy;
+    } else if (o.artifact_memory == VLS_ARTIFACT_MEMORY_MAP) {
+      lo.artifact_memory = vls::ArtifactMemory::kMap;
+    } else {
+      return InvalidArgument("options.artifact_memory " + std::to_string(o.artifact_memory) +
+                             " is not VLS_ARTIFACT_MEMORY_COPY (0) or _MAP (1)");
     }
     if (o.artifact != nullptr) lo.artifact = o.artifact;
     VLS_ASSIGN_OR_RETURN(std::unique_ptr<vls::LoadedModel> lm, vls::LoadedModel::Load(dir, lo));

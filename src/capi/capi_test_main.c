@@ -33,6 +33,32 @@ static int RemoveEntry(const char* path, const struct stat* sb, int flag, struct
   return remove(path);
 }
 
+/* Whether models a and b (the same checkpoint and bounds) give bit-identical logits over a
+ * prefill of kS tokens and four greedy decode steps (1-D positions). */
+static int SameGreedyTokens(const vls_model* a, const vls_model* b) {
+  vls_session* sa = NULL;
+  vls_session* sb = NULL;
+  REQUIRE_OK(vls_session_create(a, &sa));
+  REQUIRE_OK(vls_session_create(b, &sb));
+  const vls_tensor tok = T1(g_tokens, VLS_DTYPE_I32, kS);
+  REQUIRE_OK(vls_session_prefill_tokens(sa, &tok, VLS_POSITIONS_1D, NULL, 0));
+  REQUIRE_OK(vls_session_prefill_tokens(sb, &tok, VLS_POSITIONS_1D, NULL, 0));
+  int same = 1;
+  for (int step = 0; step < 5 && same; ++step) {
+    static float la[kVocab], lb[kVocab];
+    same = CopyLogits(sa, la) && CopyLogits(sb, lb) && memcmp(la, lb, sizeof(la)) == 0;
+    int32_t next = 0;
+    for (int32_t v = 1; v < kVocab; ++v) next = la[v] > la[next] ? v : next;
+    if (same && step < 4) {
+      REQUIRE_OK(vls_session_decode(sa, next));
+      REQUIRE_OK(vls_session_decode(sb, next));
+    }
+  }
+  vls_session_free(sa);
+  vls_session_free(sb);
+  return same;
+}
+
 /* ---- the test ----------------------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
@@ -118,6 +144,10 @@ int main(int argc, char** argv) {
     bad.kv_cache = 9;
     RejectedPlain("kv_cache 9", vls_model_load(dir_plain, &bad, &none), VLS_ERR_INVALID_ARGUMENT,
                   "kv_cache");
+    bad = opts;
+    bad.artifact_memory = 2;
+    RejectedPlain("artifact_memory 2", vls_model_load(dir_plain, &bad, &none),
+                  VLS_ERR_INVALID_ARGUMENT, "artifact_memory");
     /* Sizes are checked against their maxima and against memory before anything is
        allocated: an error, never an abort. */
     bad = opts;
@@ -140,6 +170,14 @@ int main(int argc, char** argv) {
     bad = opts;
     bad.kv_cache = VLS_KV_CACHE_BF16; /* a BF16 cache at F32 precision is allowed */
     CHECK(vls_model_load(dir_plain, &bad, &m) == VLS_OK && m != NULL, "kv_cache BF16 at F32");
+    vls_model_free(m);
+    /* An ABI 1.2 caller (40 bytes: its struct's tail padding ends where artifact_memory
+       begins) gets the default artifact memory, whatever lies past its struct. */
+    CHECK(offsetof(vls_model_options, artifact_memory) == 40, "artifact_memory at byte 40");
+    bad = opts;
+    bad.struct_size = 40;
+    bad.artifact_memory = 9;
+    CHECK(vls_model_load(dir_plain, &bad, &m) == VLS_OK && m != NULL, "ABI 1.2 struct_size");
     vls_model_free(m);
     /* An ABI 1.1 caller (32 bytes) gets the default cache type. */
     bad = opts;
@@ -173,6 +211,15 @@ int main(int argc, char** argv) {
       REQUIRE_OK(vls_model_identity(mapped, id2, sizeof(id2)));
       CHECK(strcmp(id1, id2) == 0, "artifact load keeps the identity");
       vls_model_free(mapped);
+      /* Served from the file's mapping instead of a copy: the same identity and outputs. */
+      bf.artifact_memory = VLS_ARTIFACT_MEMORY_MAP;
+      mapped = NULL;
+      REQUIRE_OK(vls_model_load(dir_plain, &bf, &mapped));
+      REQUIRE_OK(vls_model_identity(mapped, id2, sizeof(id2)));
+      CHECK(strcmp(id1, id2) == 0, "mapped artifact keeps the identity");
+      CHECK(SameGreedyTokens(src, mapped), "mapped artifact decodes as the prepared model");
+      vls_model_free(mapped);
+      bf.artifact_memory = VLS_ARTIFACT_MEMORY_COPY;
       bf.capacity = kCapacity + 1;
       RejectedPlain("artifact with other bounds", vls_model_load(dir_plain, &bf, &none),
                     VLS_ERR_FAILED_PRECONDITION, "compile");

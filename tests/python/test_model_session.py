@@ -89,6 +89,26 @@ class ModelSessionTest(unittest.TestCase):
         e = assert_refused(self, lambda: vlstack.Model(self.dir, capacity=-1), "capacity")
         self.assertTrue(e.message.startswith("vls_model_load"), e.message)
 
+    def test_artifact_copied_or_mapped(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.vls")
+            with vlstack.Model(self.dir, capacity=32, precision="bf16",
+                               threads=util.THREADS) as src:
+                src.write_artifact(path)
+                want = src.identity
+                with src.session() as s:
+                    s.prefill_tokens(self.prompt())
+                    logits = s.logits.copy()
+            for memory in ("copy", "map", vlstack.ArtifactMemory.MAP):
+                with vlstack.Model(self.dir, capacity=32, precision="bf16", artifact=path,
+                                   artifact_memory=memory, threads=util.THREADS) as m:
+                    self.assertEqual(m.identity, want, memory)
+                    with m.session() as s:
+                        s.prefill_tokens(self.prompt())
+                        np.testing.assert_array_equal(s.logits, logits, err_msg=str(memory))
+            assert_refused(self, lambda: vlstack.Model(self.dir, artifact_memory="shared"),
+                           "artifact_memory")
+
     def test_greedy_session_equals_batch(self):
         ids = self.prompt()
         with self.model.session() as s:
