@@ -13,8 +13,8 @@
 // takes the next P of them, so every weight byte comes from DRAM as in a real model's layers.
 // Counters: wbytes/s (expert weight bytes read per second) and of_read_bw (that over the read
 // bandwidth the Memory/read benchmark measures on the same threads: 1.0 is the memory roof).
-// Memory/read sums a 1 GiB buffer over the pool; Memory/memcpy copies 512 MiB (bytes/s counts
-// the bytes read and written).
+// Memory/read sums a 1 GiB buffer over the pool (kernels/read_bandwidth.h); Memory/memcpy copies
+// 512 MiB (bytes/s counts the bytes read and written).
 //
 // Measured 2026-12-04, 2 threads, medians of 3 runs, on a quiet 16-core 2.1 GHz AVX-512 VM (read
 // roof 27.3 GB/s; memcpy 26.7 GB/s read+written): grouped vs loop within ±5% (run-to-run noise
@@ -25,7 +25,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -34,15 +33,12 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "base/thread_pool.h"
 #include "kernels/bf16_blocked.h"
 #include "kernels/dispatch.h"
 #include "kernels/q4.h"
 #include "kernels/quant.h"
+#include "kernels/read_bandwidth.h"
 
 namespace vls::kernels {
 namespace {
@@ -139,95 +135,16 @@ const ExpertPool& Pool(Format f, int64_t N, int64_t K) {
   return *current;
 }
 
-// Sums of 64-byte lines [b, e) of p: vector loads where the CPU has them (the bench itself is
-// built for baseline x86-64, whose 16-byte loads would measure the core, not the memory).
-uint64_t SumLinesScalar(const uint8_t* p, int64_t b, int64_t e) {
-  uint64_t acc[8] = {};
-  for (int64_t l = b; l < e; ++l) {
-    const auto* q = reinterpret_cast<const uint64_t*>(p + l * 64);
-    for (int j = 0; j < 8; ++j) acc[j] += q[j];
-  }
-  uint64_t total = 0;
-  for (uint64_t a : acc) total += a;
-  return total;
-}
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) uint64_t SumLinesAvx512(const uint8_t* p, int64_t b, int64_t e) {
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t l = b;
-  for (; l + 4 <= e; l += 4) {
-    a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + l * 64));
-    a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + l * 64 + 64));
-    a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + l * 64 + 128));
-    a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + l * 64 + 192));
-  }
-  for (; l < e; ++l) a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + l * 64));
-  // Stored and summed: _mm512_reduce_add_epi64 trips GCC 12's -Wuninitialized (bug 105593).
-  alignas(64) uint64_t out[8];
-  _mm512_store_si512(out, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-  uint64_t total = 0;
-  for (uint64_t v : out) total += v;
-  return total;
-}
-__attribute__((target("avx2"))) uint64_t SumLinesAvx2(const uint8_t* p, int64_t b, int64_t e) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t l = b;
-  for (; l + 2 <= e; l += 2) {
-    const auto* q = reinterpret_cast<const __m256i*>(p + l * 64);
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(q));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(q + 1));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(q + 2));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(q + 3));
-  }
-  for (; l < e; ++l) {
-    const auto* q = reinterpret_cast<const __m256i*>(p + l * 64);
-    a0 = _mm256_add_epi64(a0, _mm256_add_epi64(_mm256_load_si256(q), _mm256_load_si256(q + 1)));
-  }
-  alignas(32) uint64_t out[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
-                     _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-  return out[0] + out[1] + out[2] + out[3];
-}
-#endif
-
-using SumLinesFn = uint64_t (*)(const uint8_t*, int64_t, int64_t);
-SumLinesFn ChooseSumLines() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return SumLinesAvx512;
-  if (__builtin_cpu_supports("avx2")) return SumLinesAvx2;
-#endif
-  return SumLinesScalar;
-}
-
-// Sums `bytes` of `p` (64-byte aligned) over the pool.
-uint64_t ReadAll(ThreadPool& pool, const uint8_t* p, size_t bytes) {
-  static const SumLinesFn sum_lines = ChooseSumLines();
-  const int64_t lines = static_cast<int64_t>(bytes / 64);
-  std::vector<uint64_t> sums(static_cast<size_t>(pool.threads()), 0);
-  pool.ParallelFor(lines, 4096, [&](int64_t b, int64_t e, int thread) {
-    sums[static_cast<size_t>(thread)] += sum_lines(p, b, e);
-  });
-  uint64_t total = 0;
-  for (uint64_t s : sums) total += s;
-  return total;
-}
-
 constexpr size_t kReadBytes = size_t{1} << 30;
 
 // The read bandwidth of `threads` threads, bytes/s: the best of 5 passes over 1 GiB.
-double ReadBandwidth(int threads) {
+double MeasuredReadBandwidth(int threads) {
   static std::vector<double> measured(64, 0.0);
   double& bw = measured[static_cast<size_t>(threads)];
   if (bw > 0) return bw;
   ThreadPool pool(threads);
   Buffer buf = Allocate(kReadBytes);
-  for (int pass = 0; pass < 5; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(ReadAll(pool, buf.get(), kReadBytes));
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    bw = std::max(bw, static_cast<double>(kReadBytes) / s);
-  }
+  bw = ReadBandwidth(pool, buf.get(), kReadBytes, 5);
   return bw;
 }
 
@@ -235,7 +152,7 @@ void BM_Read(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   ThreadPool pool(threads);
   Buffer buf = Allocate(kReadBytes);
-  for (auto _ : state) benchmark::DoNotOptimize(ReadAll(pool, buf.get(), kReadBytes));
+  for (auto _ : state) benchmark::DoNotOptimize(SumLines(pool, buf.get(), kReadBytes / 64));
   state.counters["bytes/s"] =
       benchmark::Counter(static_cast<double>(kReadBytes) * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate);
@@ -262,7 +179,7 @@ void BM_Memcpy(benchmark::State& state) {
 void BM_Experts(benchmark::State& state, Format f, int64_t N, int64_t K, bool grouped) {
   const int64_t P = state.range(0), M = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  const double read_bw = ReadBandwidth(threads);
+  const double read_bw = MeasuredReadBandwidth(threads);
   const ExpertPool& pool = Pool(f, N, K);
   Context ctx(threads, PrecisionFor(f), nullptr);
   std::mt19937 rng(3);

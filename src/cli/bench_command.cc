@@ -27,7 +27,12 @@
 //
 // A mixture-of-experts model also reports the distinct experts a sparse layer read in the steps
 // of exactly `--slots` rows (model/moe_routing_stats.h) and the weight bytes such a step reads:
-// every non-expert matrix plus that share of each sparse layer's experts.
+// every non-expert matrix plus that share of each sparse layer's experts. After each timed
+// repetition it measures the read bandwidth over the prepared weights themselves
+// (kernels/read_bandwidth.h, the best of 2 passes on the model's threads) and reports the
+// decode step's time (slots / generation tokens/s) over the time those bytes take at that
+// bandwidth, per repetition (issue 32's 8-slot criterion: within 1.2x), so the host's drift
+// between runs does not enter the ratio.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -420,7 +425,7 @@ Status Throughput(const Args& args, const bench::Loader& load) {
   std::vector<double> ptps, gtps, ttft, base_gtps, ratio;
   // A mixture-of-experts model: the distinct experts a sparse layer read in the calls of
   // exactly `slots` rows (the steps where every slot decodes), per repetition.
-  std::vector<double> moe_experts;
+  std::vector<double> moe_experts, read_gbps, roof_ratio;
   const PreparedBytes moe_bytes = CountPreparedBytes(mc, model.prepared().entries());
   const auto moe_step_mb = [&](double experts_read) {
     return (static_cast<double>(moe_bytes.total - moe_bytes.experts) +
@@ -451,13 +456,23 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     const MoeRoutingStats::Count moe_before = model.moe_stats().At(slots);
     VLS_ASSIGN_OR_RETURN(RepResult res, rep(static_cast<int>(slots), r));
     const MoeRoutingStats::Count moe_after = model.moe_stats().At(slots);
-    if (moe_after.calls > moe_before.calls) {
-      moe_experts.push_back(static_cast<double>(moe_after.experts - moe_before.experts) /
-                            static_cast<double>(moe_after.calls - moe_before.calls));
-    }
     std::fprintf(stderr,
                  "[bench] rep %d/%lld: prompt %.2f tok/s, generation %.2f tok/s, ttft %.1f ms\n",
                  r + 1, reps, res.prompt_tps, res.gen_tps, res.ttft_ms);
+    if (moe_after.calls > moe_before.calls) {
+      moe_experts.push_back(static_cast<double>(moe_after.experts - moe_before.experts) /
+                            static_cast<double>(moe_after.calls - moe_before.calls));
+      const double bw = bench::PreparedReadBandwidth(model);
+      const double step_ms = 1e3 * static_cast<double>(slots) / res.gen_tps;
+      const double roof_ms = moe_step_mb(moe_experts.back()) * 1e6 / bw * 1e3;
+      read_gbps.push_back(bw / 1e9);
+      roof_ratio.push_back(step_ms / roof_ms);
+      std::fprintf(stderr,
+                   "[bench] rep %d/%lld: read bandwidth %.1f GB/s; decode step %.2f ms, its %.1f "
+                   "MB at that bandwidth %.2f ms (%.2fx)\n",
+                   r + 1, reps, bw / 1e9, step_ms, moe_step_mb(moe_experts.back()), roof_ms,
+                   roof_ratio.back());
+    }
     if (paired && r % 2 == 1) VLS_RETURN_IF_ERROR(run_baseline());
     if (speculate && r % 2 == 1) VLS_RETURN_IF_ERROR(run_plain(r));
     if (speculate) {
@@ -540,7 +555,9 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     if (!moe_experts.empty()) {
       const Stats x = Summarise(moe_experts);
       extra += ",\"moe_experts_per_layer_step\":" + StatsJson(x) +
-               ",\"moe_step_weights_mb\":" + std::to_string(moe_step_mb(x.median));
+               ",\"moe_step_weights_mb\":" + std::to_string(moe_step_mb(x.median)) +
+               ",\"read_bandwidth_gb_per_s\":" + StatsJson(Summarise(read_gbps)) +
+               ",\"step_over_roof_time\":" + StatsJson(Summarise(roof_ratio));
     }
     if (const char* streams = Q8DecodeStreams(model.context(), mc); streams != nullptr) {
       extra += ",\"q8_expert_decode_streams\":\"" + std::string(streams) + "\"";
@@ -613,6 +630,11 @@ Status Throughput(const Args& args, const bench::Loader& load) {
           "weights read per step %.1f MB)\n",
           x.min, x.median, x.max, static_cast<long long>(mc.moe->experts), slots,
           moe_step_mb(x.median));
+      const Stats bw = Summarise(read_gbps), q = Summarise(roof_ratio);
+      std::printf(
+          "step / roof time     min %.2f median %.2f max %.2f (per rep: the decode step over its "
+          "weights' time at the read bandwidth measured after it, median %.1f GB/s)\n",
+          q.min, q.median, q.max, bw.median);
     }
     if (Q8DecodeStreams(model.context(), mc) != nullptr) {
       std::printf("%s\n", model.context().stream_tuner().Report().c_str());

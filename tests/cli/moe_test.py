@@ -115,6 +115,17 @@ def main():
                 f"T={res['temperature']:g} mean {res['kl_mean']:.3e} top1 {res['top1_agreement']:.3f}"
                 for res in j["results"]))
         assert kl["int4"] > kl["int8"], kl
+
+        # bench: the experts a 2-row step reads, its bytes, and the step against the read roof
+        # measured over the prepared weights after each repetition.
+        b = json.loads(run([vls, "bench", "--model", text, "--precision", "int8", "--threads",
+                            "2", "--prompt-tokens", "4", "--gen-tokens", "8", "--reps", "2",
+                            "--slots", "2", "--json"]).stdout)
+        x = b["moe_experts_per_layer_step"]
+        assert 3 <= x["min"] <= x["max"] <= 6, x  # top 3 of 6 for each of 2 rows
+        assert b["moe_step_weights_mb"] > 0, b
+        for key in ("read_bandwidth_gb_per_s", "step_over_roof_time"):
+            assert 0 < b[key]["min"] <= b[key]["median"] <= b[key]["max"], (key, b[key])
     print("moe_test: PASS")
 
 
