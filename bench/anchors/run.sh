@@ -25,7 +25,10 @@
 # and quantized by its own llama-quantize. ik_llama.cpp runs with its best CPU options
 # (-rtr 1 -fa 1 -fmoe 1: weights repacked at load, flash attention, fused MoE).
 #
-# Output: one JSON line per measurement on stderr and in WORK/results.jsonl, a table on stdout.
+# Output: one JSON line per measurement on stderr and in WORK/results.jsonl, a table on stdout:
+# medians per engine and type, then the paired ratios (vlstack's repetition i over the
+# anchor's repetition i, which ran right after it; WORK/results.jsonl accumulates across
+# runs, so start from an empty one to pair only this run's repetitions).
 # Run on a quiet machine: nothing else may compete for the cores.
 set -euo pipefail
 # A failure inside $(...) (a GGUF that could not be written) stops the run, not only the subshell.
@@ -248,6 +251,24 @@ print("|---|---|---|---|---|")
 for (shape, test, engine, prec), v in sorted(speed.items()):
     print(f"| {shape} | {test} | {engine} | {prec} | {statistics.median(v):.1f} "
           f"({min(v):.1f}-{max(v):.1f}) |")
+# Paired ratios: repetition i of vlstack over repetition i of each anchor type it is compared
+# with, run one after the other, so a host whose speed drifts between repetitions moves both.
+types = {"bf16": ["bf16"], "int8": ["q8_0"], "int4": ["q4_0", "q4_k_m", "iq4_xs"], "f32": ["f32"]}
+pairs = []
+for (shape, test, engine, prec), v in sorted(speed.items()):
+    if engine != "vlstack":
+        continue
+    for (s2, t2, e2, p2), a in sorted(speed.items()):
+        if (s2, t2) == (shape, test) and e2 != "vlstack" and p2 in types.get(prec, []):
+            q = [x / y for x, y in zip(v, a) if y > 0]
+            if q:
+                pairs.append((shape, test, prec, e2, p2, q))
+if pairs:
+    print("\n| shape | test | vlstack / anchor | paired ratio median (min-max) | pairs |")
+    print("|---|---|---|---|---|")
+    for shape, test, prec, e2, p2, q in pairs:
+        print(f"| {shape} | {test} | {prec} / {e2} {p2} | {statistics.median(q):.2f}x "
+              f"({min(q):.2f}-{max(q):.2f}) | {len(q)} |")
 kl = [r for r in rows if r.get("test") == "kl"]
 if kl:
     print("\n| shape | engine | weights | mean KL (T=1) | p99 KL | top-1 |")
