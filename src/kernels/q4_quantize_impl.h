@@ -58,6 +58,18 @@ inline typename Vec<kLanes>::F GroupError(const typename Vec<kLanes>::F* x,
   return err;
 }
 
+// x[i] = value i of every group, lane j holding group j of xs[0..n) (lanes past n: group 0).
+// Shared with q6_quantize_impl.h (kQ6Group == kQ4Group).
+template <int kLanes>
+inline void LoadLanes(const float* const* xs, int64_t n, typename Vec<kLanes>::F (&x)[kQ4Group]) {
+  alignas(64) float t[kQ4Group][kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) {
+    const float* g = xs[j < n ? j : 0];
+    for (int64_t i = 0; i < kQ4Group; ++i) t[i][j] = g[i];
+  }
+  for (int64_t i = 0; i < kQ4Group; ++i) std::memcpy(&x[i], t[i], sizeof(x[i]));
+}
+
 // QuantizeQ4Group of groups x[0..n), n <= kLanes: group j's (d, m) to d[j], m[j], its codes to
 // q[j · kQ4Group ..].
 template <int kLanes>
@@ -65,13 +77,8 @@ void QuantizeGroups(const float* const* xs, int64_t n, uint16_t* dh, uint16_t* m
   using F = typename Vec<kLanes>::F;
   using I = typename Vec<kLanes>::I;
   constexpr int64_t N = kQ4Group;
-  alignas(64) float t[N][kLanes];  // t[i][j] = group j's value i (missing lanes: group 0)
-  for (int64_t j = 0; j < kLanes; ++j) {
-    const float* x = xs[j < n ? j : 0];
-    for (int64_t i = 0; i < N; ++i) t[i][j] = x[i];
-  }
   F x[N], w[N], l[N];
-  for (int64_t i = 0; i < N; ++i) std::memcpy(&x[i], t[i], sizeof(F));
+  LoadLanes<kLanes>(xs, n, x);
   F lo = x[0], hi = x[0], sum_x2 = {};
   for (int64_t i = 0; i < N; ++i) {
     lo = x[i] < lo ? x[i] : lo;  // std::min(lo, x[i])

@@ -53,13 +53,8 @@ void QuantizeGroups(const float* const* xs, int64_t n, uint16_t* dh, uint8_t* u)
   using FV = F<kLanes>;
   using IV = I<kLanes>;
   constexpr int64_t N = kQ6Group;
-  alignas(64) float t[N][kLanes];  // t[i][j] = group j's value i (missing lanes: group 0)
-  for (int64_t j = 0; j < kLanes; ++j) {
-    const float* x = xs[j < n ? j : 0];
-    for (int64_t i = 0; i < N; ++i) t[i][j] = x[i];
-  }
   FV x[N], w[N], l[N];
-  for (int64_t i = 0; i < N; ++i) std::memcpy(&x[i], t[i], sizeof(FV));
+  q4_quantize_impl::LoadLanes<kLanes>(xs, n, x);
   FV amax = FV{} + 0.0f, sum_x2 = {};
   for (int64_t i = 0; i < N; ++i) {
     const FV ax = Abs<kLanes>(x[i]);
