@@ -49,10 +49,6 @@ std::string DistributionJson(const Distribution& d);  // {"mean":…,"p50":…,"
 
 double PeakRssMb();
 
-// The read bandwidth (bytes/s) of the model's threads over its own prepared weights: the best of
-// 2 passes (kernels/read_bandwidth.h).
-double PreparedReadBandwidth(const Qwen3Model& model);
-
 // `n` pseudo-random ordinary token ids (never an EOS, BOS or vision special id), from `seed`.
 std::vector<int32_t> RandomTokens(const Qwen3Config& cfg, int64_t n, uint64_t seed);
 // A greedy token request over `tokens` at sequential positions that generates exactly

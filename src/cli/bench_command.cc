@@ -462,7 +462,7 @@ Status Throughput(const Args& args, const bench::Loader& load) {
     if (moe_after.calls > moe_before.calls) {
       moe_experts.push_back(static_cast<double>(moe_after.experts - moe_before.experts) /
                             static_cast<double>(moe_after.calls - moe_before.calls));
-      const double bw = bench::PreparedReadBandwidth(model);
+      const double bw = lm.PreparedReadBandwidth();
       const double step_ms = 1e3 * static_cast<double>(slots) / res.gen_tps;
       const double roof_ms = moe_step_mb(moe_experts.back()) * 1e6 / bw * 1e3;
       read_gbps.push_back(bw / 1e9);

@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "cli/bench.h"
-#include "kernels/read_bandwidth.h"
 
 namespace vls::cli::bench {
 
@@ -57,14 +56,6 @@ double PeakRssMb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) * 1024.0 / 1e6;  // Linux reports KiB; MB = 1e6 bytes
-}
-
-double PreparedReadBandwidth(const Qwen3Model& model) {
-  // From the first 64-byte boundary (an artifact's region follows its header).
-  const auto* data = model.prepared().data();
-  const auto skip = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(data) % 64) % 64);
-  return kernels::ReadBandwidth(model.context().pool(), data + skip,
-                                static_cast<int64_t>(model.prepared().size()) - skip, 2);
 }
 
 std::vector<int32_t> RandomTokens(const Qwen3Config& cfg, int64_t n, uint64_t seed) {

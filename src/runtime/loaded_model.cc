@@ -3,12 +3,14 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
 
 #include "base/checked_math.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
+#include "kernels/read_bandwidth.h"
 #include "model/kv_pool.h"
 #include "model/prepared_artifact.h"
 
@@ -254,6 +256,14 @@ std::string LoadedModel::IdentityText() const {
   o << "[entries]\n";
   for (const Entry& e : entries_.entries()) o << e.Manifest();
   return o.str();
+}
+
+double LoadedModel::PreparedReadBandwidth() const {
+  // From the first 64-byte boundary (an artifact's region follows its header).
+  const std::byte* data = model_->prepared().data();
+  const auto skip = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(data) % 64) % 64);
+  return kernels::ReadBandwidth(model_->context().pool(), data + skip,
+                                static_cast<int64_t>(model_->prepared().size()) - skip, 2);
 }
 
 const std::string& LoadedModel::Identity() const {

@@ -102,6 +102,11 @@ class LoadedModel {
   std::string IdentityText() const;
   const std::string& Identity() const;
 
+  // The read bandwidth (bytes/s) of the model's threads over its own prepared weights, the
+  // best of 2 passes (kernels/read_bandwidth.h): the memory roof a decode step is measured
+  // against (`vlstack bench`).
+  double PreparedReadBandwidth() const;
+
   // Writes the prepared weights as an artifact (model/prepared_artifact.h) that a load with
   // the same checkpoint, precision and bounds can map back via LoadOptions::artifact; with a
   // vision tower its prepared weights too (prepared here, over the model's context, unless
