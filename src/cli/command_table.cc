@@ -48,6 +48,8 @@ std::string VersionText() {
   text += "; VLS_KERNELS chooses another)\n";
   text += std::string("oneDNN BF16 prefill: ") +
           (info.onednn_bf16 ? "yes" : "no (not built in, or no AVX512_BF16)") + "\n";
+  text += std::string("AMX tiles for int8 prefill: ") +
+          (info.amx_tiles ? "yes" : "no (no AMX-INT8, not granted by the OS, or VLS_AMX=0)") + "\n";
   if (!info.gemm_probe.empty()) text += info.gemm_probe + "\n";
   text += "built with " +
 #if defined(__clang__)

@@ -4,6 +4,7 @@
 // with -mavx512bf16; only called after the CPU check.
 #include <immintrin.h>
 
+#include "kernels/amx.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul_tiles.h"
 
@@ -97,6 +98,7 @@ const KernelVariant* Avx512Bf16Variant() {
     k.matmul_bf16_blocked = avx512_internal::MatMulBf16Blocked;
     k.attention = avx512_internal::AttentionBf16;
     k.attention_bf16_products = true;
+    UseAmxTiles(&k);  // where the CPU and the OS give AMX tiles (ADR 0034)
     return k;
   }();
   return &v;

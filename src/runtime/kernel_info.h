@@ -15,6 +15,10 @@ struct KernelInfo {
   std::string chosen;  // the variant every operation runs (VLS_KERNELS may name another)
   std::vector<std::string> supported;  // every variant this CPU runs, the reference first
   bool onednn_bf16 = false;  // oneDNN's BF16 prefill GEMM is built in and a JIT kernel here
+  // The int8 products of 16 rows and more run on AMX tiles (kernels/amx.h: the CPU has
+  // AMX-INT8, the OS grants the tile state, VLS_AMX is not 0, and an AVX512-BF16 variant
+  // is the chosen one).
+  bool amx_tiles = false;
   // The measurement behind the choice between "avx512bf16" and "avx512bf16-fma" (ADR 0031);
   // empty when none was made.
   std::string gemm_probe;

@@ -1,0 +1,233 @@
+// The AMX tile kernel (kernels/amx.h, ADR 0034). Compiled with -mamx-tile -mamx-int8 and the
+// AVX-512 flags; only called where AmxAvailable().
+//
+// Tiles: 0 and 1 hold the int32 sums of two blocks (16 activation rows × 16 weight rows), 2 and
+// 3 their activations (16 rows × the block's 32 bytes), 4 and 5 their weights (8 rows of 4
+// columns × 16 weight rows: the VNNI layout the Q8 format stores). A block's sums are stored
+// (1 KiB, L1) and combined into 16 f32 accumulator vectors that stay in registers: per row,
+// convert, multiply by the activation scale, fma with the weight scales, as the reference.
+// Blocks go in pairs, two tiles of sums in flight.
+#include <asm/prctl.h>
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/amx.h"
+#include "kernels/dispatch.h"
+#include "kernels/matmul_tiles.h"
+
+namespace vls::kernels {
+
+namespace {
+
+// The bit of the tile data in XSAVE's feature numbering (Linux's XFEATURE_XTILEDATA).
+constexpr int kXFeatureTileData = 18;
+
+bool CpuReportsAmxInt8() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  constexpr unsigned kAmxTile = 1u << 24, kAmxInt8 = 1u << 25;  // CPUID.(7,0):EDX
+  return (d & kAmxTile) != 0 && (d & kAmxInt8) != 0;
+}
+
+bool DetectAmx() {
+  if (const char* env = std::getenv("VLS_AMX"); env != nullptr && std::strcmp(env, "0") == 0) {
+    return false;
+  }
+  if (!CpuReportsAmxInt8()) return false;
+  // Linux hands a process the 8 KiB tile state only when asked (a guest may still refuse).
+  return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, kXFeatureTileData) == 0;
+}
+
+// The LDTILECFG operand: palette 1, each tile's rows and bytes per row.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+constexpr int64_t kBlock = 32;        // columns per block (kQ8Block)
+constexpr int64_t kBlockBytes = 512;  // one block's weights in the VNNI layout: 8 × 64
+constexpr int64_t kTileRows = 16;     // activation rows per tile
+static_assert(kQ8Block == kBlock);
+
+// Tiles 0-5 for 16-row tiles; 6 and 7 for the sums and activations of the last `rest` rows of
+// a product (rest in [1, 16); the block's weights still load into tile 4).
+TileConfig MakeConfig(int rest) {
+  TileConfig c;
+  for (int t = 0; t < 2; ++t) {  // sums
+    c.rows[t] = kTileRows;
+    c.bytes_per_row[t] = 64;
+  }
+  for (int t = 2; t < 4; ++t) {  // activations
+    c.rows[t] = kTileRows;
+    c.bytes_per_row[t] = kBlock;
+  }
+  for (int t = 4; t < 6; ++t) {  // weights
+    c.rows[t] = kBlock / 4;
+    c.bytes_per_row[t] = 64;
+  }
+  if (rest > 0) {
+    c.rows[6] = static_cast<uint8_t>(rest);
+    c.bytes_per_row[6] = 64;
+    c.rows[7] = static_cast<uint8_t>(rest);
+    c.bytes_per_row[7] = kBlock;
+  }
+  return c;
+}
+
+// Configures the calling thread's tiles for its lifetime and releases them after (a thread
+// holding tile state makes every context switch save 8 KiB more).
+class TileScope {
+ public:
+  explicit TileScope(int rest) {
+    const TileConfig config = MakeConfig(rest);
+    _tile_loadconfig(&config);
+  }
+  ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// GCC's tile intrinsics are asm statements that name only addresses: this tells the compiler
+// that memory was written by a tile store (or must be written before a tile load).
+inline void MemoryBarrier() { asm volatile("" ::: "memory"); }
+
+inline __mmask16 ColumnMask(int64_t nbase, int64_t n0, int64_t n1) {
+  const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
+  const auto bits = [](int64_t n) {
+    return n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << static_cast<unsigned>(n)) - 1u;
+  };
+  return static_cast<__mmask16>(bits(hi) & ~bits(lo));
+}
+
+template <int R>
+inline void StoreRows(const __m512 (&acc)[R], float* y, int64_t N, int64_t m0, int64_t nbase,
+                      __mmask16 mask) {
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) _mm512_mask_storeu_ps(y + (m0 + i) * N + nbase, mask, acc[i]);
+}
+
+// ---- Q8 --------------------------------------------------------------------------------------
+
+// acc[i] = fma(f32(dots[i]) · xs[i · stride], sw, acc[i]) for the R rows of one block.
+template <int R>
+inline void AddQ8Block(const int32_t* dots, const float* xs, int64_t stride, const uint16_t* ws,
+                       __m512 (&acc)[R]) {
+  const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+    const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots + 16 * i)),
+                                   _mm512_set1_ps(xs[i * stride]));
+    acc[i] = _mm512_fmadd_ps(t, sw, acc[i]);
+  }
+}
+
+// y[m0 .. m0+R, 16 g .. 16 g + 16] ∩ columns [n0, n1). 16 rows take blocks in pairs (tiles 0-5);
+// fewer, the last rows of a product, one block at a time (tiles 6, 7 and 4).
+template <int R>
+void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int64_t n0, int64_t n1,
+            float* y) {
+  const int64_t K = x.cols, nb = x.blocks;
+  const int8_t* a = x.q.data() + m0 * K;                                    // [R, K]
+  const int8_t* b = static_cast<const int8_t*>(w.data) + g * (K / 4) * 64;  // [K / 4, 16, 4]
+  const uint16_t* ws = w.scales + g * nb * 16;                              // [nb, 16]
+  const float* xs = x.scales.data() + m0 * nb;                              // [R, nb]
+  alignas(64) int32_t dots[2][kTileRows * 16];
+  __m512 acc[R];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  int64_t blk = 0;
+  if constexpr (R == kTileRows) {
+    for (; blk + 2 <= nb; blk += 2) {
+      _tile_zero(0);
+      _tile_loadd(2, a + blk * kBlock, K);
+      _tile_loadd(4, b + blk * kBlockBytes, 64);
+      _tile_dpbssd(0, 2, 4);
+      _tile_zero(1);
+      _tile_loadd(3, a + (blk + 1) * kBlock, K);
+      _tile_loadd(5, b + (blk + 1) * kBlockBytes, 64);
+      _tile_dpbssd(1, 3, 5);
+      _tile_stored(0, dots[0], 64);
+      _tile_stored(1, dots[1], 64);
+      MemoryBarrier();
+      AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
+      AddQ8Block<R>(dots[1], xs + blk + 1, nb, ws + (blk + 1) * 16, acc);
+    }
+    if (blk < nb) {
+      _tile_zero(0);
+      _tile_loadd(2, a + blk * kBlock, K);
+      _tile_loadd(4, b + blk * kBlockBytes, 64);
+      _tile_dpbssd(0, 2, 4);
+      _tile_stored(0, dots[0], 64);
+      MemoryBarrier();
+      AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
+    }
+  } else {
+    for (; blk < nb; ++blk) {
+      _tile_zero(6);
+      _tile_loadd(7, a + blk * kBlock, K);
+      _tile_loadd(4, b + blk * kBlockBytes, 64);
+      _tile_dpbssd(6, 7, 4);
+      _tile_stored(6, dots[blk % 2], 64);
+      MemoryBarrier();
+      AddQ8Block<R>(dots[blk % 2], xs + blk, nb, ws + blk * 16, acc);
+    }
+  }
+  StoreRows<R>(acc, y, w.rows, m0, g * 16, ColumnMask(g * 16, n0, n1));
+}
+
+// ---- The entries of the AVX512-BF16 variants where the tiles run -----------------------------
+
+void MatMulQ8AmxOrVnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  if (AmxQ8Applies(x)) return MatMulQ8Amx(x, w, n0, n1, y);
+  Avx512VnniVariant()->matmul_q8(x, w, n0, n1, y);
+}
+
+void MatMulQ8AmxOrVnniFourStreams(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                                  float* y) {
+  if (AmxQ8Applies(x)) return MatMulQ8Amx(x, w, n0, n1, y);
+  Avx512VnniVariant()->matmul_q8_four_streams(x, w, n0, n1, y);
+}
+
+}  // namespace
+
+bool AmxAvailable() {
+  static const bool available = DetectAmx();
+  return available;
+}
+
+bool AmxQ8Applies(const Q8Activations& x) {
+  return x.rows >= kAmxMinRows && x.cols % kQ8Block == 0 && AmxAvailable();
+}
+
+void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  const int64_t full = x.rows / kTileRows * kTileRows;
+  const int rest = static_cast<int>(x.rows - full);
+  const TileScope tiles(rest);
+  // Per group of 16 weight rows, every row tile while its weights are in L1.
+  for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
+    for (int64_t m0 = 0; m0 < full; m0 += kTileRows) Q8Tile<kTileRows>(x, w, m0, g, n0, n1, y);
+    if (rest > 0) {
+      tiles::DispatchHeight<kTileRows - 1>(
+          rest, [&](auto r) { Q8Tile<decltype(r)::value>(x, w, full, g, n0, n1, y); });
+    }
+  }
+}
+
+bool UsesAmxTiles(const KernelVariant& v) { return v.matmul_q8 == MatMulQ8AmxOrVnni; }
+
+void UseAmxTiles(KernelVariant* v) {
+  if (!AmxAvailable()) return;
+  v->matmul_q8 = MatMulQ8AmxOrVnni;
+  v->matmul_q8_four_streams = MatMulQ8AmxOrVnniFourStreams;
+}
+
+}  // namespace vls::kernels
