@@ -1,9 +1,9 @@
 // The AMX tile kernel (kernels/amx.h, ADR 0034). Compiled with -mamx-tile -mamx-int8 and the
 // AVX-512 flags; only called where AmxAvailable().
 //
-// Tiles: 0 and 1 hold the int32 sums of two blocks (16 activation rows × 16 weight rows), 2 and
-// 3 their activations (16 rows × the block's 32 bytes), 4 and 5 their weights (8 rows of 4
-// columns × 16 weight rows: the VNNI layout the Q8 format stores). A block's sums are stored
+// Tiles: 0 and 1 hold the int32 sums of two blocks (up to 16 activation rows × 16 weight rows),
+// 2 and 3 their activations (those rows × the block's 32 bytes), 4 and 5 their weights (8 rows
+// of 4 columns × 16 weight rows: the VNNI layout the Q8 format stores). A block's sums are stored
 // (1 KiB, L1) and combined into 16 f32 accumulator vectors that stay in registers: per row,
 // convert, multiply by the activation scale, fma with the weight scales, as the reference.
 // Blocks go in pairs, two tiles of sums in flight.
@@ -59,42 +59,44 @@ constexpr int64_t kBlockBytes = 512;  // one block's weights in the VNNI layout:
 constexpr int64_t kTileRows = 16;     // activation rows per tile
 static_assert(kQ8Block == kBlock);
 
-// Tiles 0-5 for 16-row tiles; 6 and 7 for the sums and activations of the last `rest` rows of
-// a product (rest in [1, 16); the block's weights still load into tile 4).
-TileConfig MakeConfig(int rest) {
+// Tiles 0 and 1 hold the sums of `rows` activation rows, 2 and 3 those rows' activations, 4
+// and 5 the weights.
+TileConfig MakeConfig(int rows) {
   TileConfig c;
   for (int t = 0; t < 2; ++t) {  // sums
-    c.rows[t] = kTileRows;
+    c.rows[t] = static_cast<uint8_t>(rows);
     c.bytes_per_row[t] = 64;
   }
   for (int t = 2; t < 4; ++t) {  // activations
-    c.rows[t] = kTileRows;
+    c.rows[t] = static_cast<uint8_t>(rows);
     c.bytes_per_row[t] = kBlock;
   }
   for (int t = 4; t < 6; ++t) {  // weights
     c.rows[t] = kBlock / 4;
     c.bytes_per_row[t] = 64;
   }
-  if (rest > 0) {
-    c.rows[6] = static_cast<uint8_t>(rest);
-    c.bytes_per_row[6] = 64;
-    c.rows[7] = static_cast<uint8_t>(rest);
-    c.bytes_per_row[7] = kBlock;
-  }
   return c;
 }
 
-// Configures the calling thread's tiles for its lifetime and releases them after (a thread
-// holding tile state makes every context switch save 8 KiB more).
-class TileScope {
+// The calling thread's tiles, configured for a tile height on demand, released at the end (a
+// thread holding tile state makes every context switch save 8 KiB more).
+class Tiles {
  public:
-  explicit TileScope(int rest) {
-    const TileConfig config = MakeConfig(rest);
+  Tiles() = default;
+  ~Tiles() { _tile_release(); }
+  Tiles(const Tiles&) = delete;
+  Tiles& operator=(const Tiles&) = delete;
+
+  // Configures tiles 0-3 for `rows` activation rows (the configuration zeroes every tile).
+  void Configure(int rows) {
+    if (rows == rows_) return;
+    const TileConfig config = MakeConfig(rows);
     _tile_loadconfig(&config);
+    rows_ = rows;
   }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
+
+ private:
+  int rows_ = 0;
 };
 
 // GCC's tile intrinsics are asm statements that name only addresses: this tells the compiler
@@ -131,8 +133,8 @@ inline void AddQ8Block(const int32_t* dots, const float* xs, int64_t stride, con
   }
 }
 
-// y[m0 .. m0+R, 16 g .. 16 g + 16] ∩ columns [n0, n1). 16 rows take blocks in pairs (tiles 0-5);
-// fewer, the last rows of a product, one block at a time (tiles 6, 7 and 4).
+// y[m0 .. m0+R, 16 g .. 16 g + 16] ∩ columns [n0, n1), tiles 0-3 configured for R rows. Blocks
+// go in pairs, two tiles of sums in flight.
 template <int R>
 void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int64_t n0, int64_t n1,
             float* y) {
@@ -145,41 +147,29 @@ void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int6
   __m512 acc[R];
   for (auto& v : acc) v = _mm512_setzero_ps();
   int64_t blk = 0;
-  if constexpr (R == kTileRows) {
-    for (; blk + 2 <= nb; blk += 2) {
-      _tile_zero(0);
-      _tile_loadd(2, a + blk * kBlock, K);
-      _tile_loadd(4, b + blk * kBlockBytes, 64);
-      _tile_dpbssd(0, 2, 4);
-      _tile_zero(1);
-      _tile_loadd(3, a + (blk + 1) * kBlock, K);
-      _tile_loadd(5, b + (blk + 1) * kBlockBytes, 64);
-      _tile_dpbssd(1, 3, 5);
-      _tile_stored(0, dots[0], 64);
-      _tile_stored(1, dots[1], 64);
-      MemoryBarrier();
-      AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
-      AddQ8Block<R>(dots[1], xs + blk + 1, nb, ws + (blk + 1) * 16, acc);
-    }
-    if (blk < nb) {
-      _tile_zero(0);
-      _tile_loadd(2, a + blk * kBlock, K);
-      _tile_loadd(4, b + blk * kBlockBytes, 64);
-      _tile_dpbssd(0, 2, 4);
-      _tile_stored(0, dots[0], 64);
-      MemoryBarrier();
-      AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
-    }
-  } else {
-    for (; blk < nb; ++blk) {
-      _tile_zero(6);
-      _tile_loadd(7, a + blk * kBlock, K);
-      _tile_loadd(4, b + blk * kBlockBytes, 64);
-      _tile_dpbssd(6, 7, 4);
-      _tile_stored(6, dots[blk % 2], 64);
-      MemoryBarrier();
-      AddQ8Block<R>(dots[blk % 2], xs + blk, nb, ws + blk * 16, acc);
-    }
+  for (; blk + 2 <= nb; blk += 2) {
+    _tile_zero(0);
+    _tile_loadd(2, a + blk * kBlock, K);
+    _tile_loadd(4, b + blk * kBlockBytes, 64);
+    _tile_dpbssd(0, 2, 4);
+    _tile_zero(1);
+    _tile_loadd(3, a + (blk + 1) * kBlock, K);
+    _tile_loadd(5, b + (blk + 1) * kBlockBytes, 64);
+    _tile_dpbssd(1, 3, 5);
+    _tile_stored(0, dots[0], 64);
+    _tile_stored(1, dots[1], 64);
+    MemoryBarrier();
+    AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
+    AddQ8Block<R>(dots[1], xs + blk + 1, nb, ws + (blk + 1) * 16, acc);
+  }
+  if (blk < nb) {
+    _tile_zero(0);
+    _tile_loadd(2, a + blk * kBlock, K);
+    _tile_loadd(4, b + blk * kBlockBytes, 64);
+    _tile_dpbssd(0, 2, 4);
+    _tile_stored(0, dots[0], 64);
+    MemoryBarrier();
+    AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
   }
   StoreRows<R>(acc, y, w.rows, m0, g * 16, ColumnMask(g * 16, n0, n1));
 }
@@ -211,11 +201,16 @@ bool AmxQ8Applies(const Q8Activations& x) {
 void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const int64_t full = x.rows / kTileRows * kTileRows;
   const int rest = static_cast<int>(x.rows - full);
-  const TileScope tiles(rest);
-  // Per group of 16 weight rows, every row tile while its weights are in L1.
+  Tiles tiles;
+  // Per group of 16 weight rows, every row tile while its weights are in L1: the 16-row tiles,
+  // then one of the last `rest` rows (two configurations a group).
   for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
-    for (int64_t m0 = 0; m0 < full; m0 += kTileRows) Q8Tile<kTileRows>(x, w, m0, g, n0, n1, y);
+    if (full > 0) {
+      tiles.Configure(kTileRows);
+      for (int64_t m0 = 0; m0 < full; m0 += kTileRows) Q8Tile<kTileRows>(x, w, m0, g, n0, n1, y);
+    }
     if (rest > 0) {
+      tiles.Configure(rest);
       tiles::DispatchHeight<kTileRows - 1>(
           rest, [&](auto r) { Q8Tile<decltype(r)::value>(x, w, full, g, n0, n1, y); });
     }
