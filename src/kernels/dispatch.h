@@ -63,7 +63,9 @@ struct KernelVariant {
   // Q8 (quant.h). quantize_q8 fills x->q, x->scales and x->sums for rows [r0, r1) of x[x->rows,
   // x->cols], with the same results as QuantizeActivationsQ8. matmul_q8 computes y[m, n0:n1]
   // from x and a kQ8 matrix w, with the same results as the reference:
-  // block sums in int32, then f32 in block order. Null when the variant has no Q8 kernels.
+  // block sums in int32, then f32 in block order. Null when the variant has no Q8 kernels. The
+  // AVX512-BF16 variants take products of kAmxMinRows rows and more to AMX tiles where the CPU
+  // and the OS give them (kernels/amx.h, ADR 0034).
   void (*quantize_q8)(const float* x, int64_t r0, int64_t r1, Q8Activations* a) = nullptr;
   void (*matmul_q8)(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
                     float* y) = nullptr;
