@@ -49,9 +49,13 @@ TEST(GemmProbeTest, TimesBothPathsOnThisCpu) {
     for (double us : {p.dot_small_us, p.fma_small_us, p.dot_large_us, p.fma_large_us}) {
       EXPECT_TRUE(std::isfinite(us) && us > 0) << p.ToString();
     }
-    // 8x the rows is more work on either path.
+    // 8x the rows is more work for the own kernels. Not for oneDNN's larger product: on a CPU
+    // with AMX its BF16 tiles take 64 rows in about the time the own kernel takes 8 (160 and
+    // 160 µs on the 2026-12-06 host).
     EXPECT_GT(p.fma_large_us, p.fma_small_us) << p.ToString();
-    EXPECT_GT(p.dot_large_us, p.dot_small_us) << p.ToString();
+    if (!onednn) {
+      EXPECT_GT(p.dot_large_us, p.dot_small_us) << p.ToString();
+    }
   }
 }
 

@@ -201,20 +201,28 @@ bool AmxQ8Applies(const Q8Activations& x) {
 void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   const int64_t full = x.rows / kTileRows * kTileRows;
   const int rest = static_cast<int>(x.rows - full);
-  Tiles tiles;
-  // Per group of 16 weight rows, every row tile while its weights are in L1: the 16-row tiles,
-  // then one of the last `rest` rows (two configurations a group).
-  for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
-    if (full > 0) {
-      tiles.Configure(kTileRows);
-      for (int64_t m0 = 0; m0 < full; m0 += kTileRows) Q8Tile<kTileRows>(x, w, m0, g, n0, n1, y);
-    }
-    if (rest > 0) {
-      tiles.Configure(rest);
-      tiles::DispatchHeight<kTileRows - 1>(
-          rest, [&](auto r) { Q8Tile<decltype(r)::value>(x, w, full, g, n0, n1, y); });
+  // The last rows take a tile of their height from kAmxMinRows rows on, and the AVX512-VNNI
+  // kernel below that: a tile costs nearly the same at any height (ADR 0034), the VNNI
+  // kernel in proportion to its rows.
+  const bool rest_in_tiles = rest >= kAmxMinRows;
+  {
+    Tiles tiles;
+    // Per group of 16 weight rows, every row tile while its weights are in L1: the 16-row
+    // tiles, then one of the last rows (two configurations a group).
+    for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
+      if (full > 0) {
+        tiles.Configure(kTileRows);
+        for (int64_t m0 = 0; m0 < full; m0 += kTileRows) Q8Tile<kTileRows>(x, w, m0, g, n0, n1, y);
+      }
+      if (rest_in_tiles) {
+        tiles.Configure(rest);
+        tiles::DispatchHeight<kTileRows - 1>(
+            rest, [&](auto r) { Q8Tile<decltype(r)::value>(x, w, full, g, n0, n1, y); });
+      }
     }
   }
+  // The weights of [n0, n1) from L2 (a thread's share of an expert's product).
+  if (!rest_in_tiles) avx512_internal::MatMulQ8VnniRows(x, full, x.rows, w, n0, n1, y);
 }
 
 bool UsesAmxTiles(const KernelVariant& v) { return v.matmul_q8 == MatMulQ8AmxOrVnni; }
