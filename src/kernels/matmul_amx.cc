@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/amx.h"
 #include "kernels/dispatch.h"
@@ -174,6 +175,16 @@ void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int6
   StoreRows<R>(acc, y, w.rows, m0, g * 16, ColumnMask(g * 16, n0, n1));
 }
 
+// Calls f(std::integral_constant<int, R>{}) for the runtime height R = rows in
+// [kAmxMinRows, R].
+template <int R, typename F>
+inline void DispatchLastRows(int rows, const F& f) {
+  if constexpr (R > kAmxMinRows) {
+    if (rows < R) return DispatchLastRows<R - 1>(rows, f);
+  }
+  f(std::integral_constant<int, R>{});
+}
+
 // ---- The entries of the AVX512-BF16 variants where the tiles run -----------------------------
 
 void MatMulQ8AmxOrVnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
@@ -216,7 +227,7 @@ void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
       }
       if (rest_in_tiles) {
         tiles.Configure(rest);
-        tiles::DispatchHeight<kTileRows - 1>(
+        DispatchLastRows<kTileRows - 1>(
             rest, [&](auto r) { Q8Tile<decltype(r)::value>(x, w, full, g, n0, n1, y); });
       }
     }
