@@ -26,11 +26,12 @@ struct alignas(64) Line {
 struct Case {
   int64_t M, K, N;
 };
-// M: one tile (16), a tile and an overlapping one (17, 31, 33, 50), whole tiles (32, 64); K: one
-// block, an odd block count (the kernels take blocks in pairs), the 30B-A3B widths (768, 2048);
-// N: partial and several 16-row weight groups.
-constexpr Case kCases[] = {{16, 32, 16}, {17, 64, 33},  {31, 96, 20},   {32, 768, 48},
-                           {33, 160, 7}, {50, 256, 70}, {64, 2048, 40}, {16, 2048, 129}};
+// M: a short tile alone (8, 12), one tile (16), a tile and a short one of 1-15 rows (17, 21,
+// 31, 33, 50), whole tiles (32, 64); K: one block, an odd block count (the kernels take blocks
+// in pairs), the 30B-A3B widths (768, 2048); N: partial and several 16-row weight groups.
+constexpr Case kCases[] = {{8, 64, 16},   {12, 96, 33},   {16, 32, 16},   {17, 64, 33},
+                           {21, 64, 47},  {31, 96, 20},   {32, 768, 48},  {33, 160, 7},
+                           {50, 256, 70}, {64, 2048, 40}, {16, 2048, 129}};
 
 template <typename F>
 void ForEachSplit(int64_t N, const F& f) {

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/amx.h"
 #include "kernels/dispatch.h"
@@ -121,34 +122,50 @@ inline void StoreRows(const __m512 (&acc)[R], float* y, int64_t N, int64_t m0, i
 
 // ---- Q8 --------------------------------------------------------------------------------------
 
-// acc[i] = fma(f32(dots[i]) · xs[i · stride], sw, acc[i]) for the R rows of one block.
+// acc[i] = fma(f32(dots[i]) · xs[i], sw, acc[i]) for the R rows of one block; xs holds the
+// block's activation scales of the tile's rows, one after another.
 template <int R>
-inline void AddQ8Block(const int32_t* dots, const float* xs, int64_t stride, const uint16_t* ws,
-                       __m512 (&acc)[R]) {
+inline void AddQ8Block(const int32_t* dots, const float* xs, const uint16_t* ws, __m512 (&acc)[R]) {
   const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
-    const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots + 16 * i)),
-                                   _mm512_set1_ps(xs[i * stride]));
+    const __m512 t =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots + 16 * i)), _mm512_set1_ps(xs[i]));
     acc[i] = _mm512_fmadd_ps(t, sw, acc[i]);
   }
 }
 
+// Prefetch distance of the weights on a group's first pass, bytes: two block pairs ahead (1024
+// to 4096 measured alike, ADR 0034).
+constexpr int64_t kPrefetchBytes = 2048;
+
 // y[m0 .. m0+R, 16 g .. 16 g + 16] ∩ columns [n0, n1), tiles 0-3 configured for R rows. Blocks
-// go in pairs, two tiles of sums in flight.
+// go in pairs, two tiles of sums in flight. xs: the tile's activation scales, [nb, kTileRows].
+// `first`: the group's first pass, its weights coming from memory (prefetched ahead).
 template <int R>
-void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int64_t n0, int64_t n1,
-            float* y) {
+void Q8Tile(const Q8Activations& x, const float* xs, const Matrix& w, int64_t m0, int64_t g,
+            int64_t n0, int64_t n1, float* y, bool first) {
   const int64_t K = x.cols, nb = x.blocks;
   const int8_t* a = x.q.data() + m0 * K;                                    // [R, K]
   const int8_t* b = static_cast<const int8_t*>(w.data) + g * (K / 4) * 64;  // [K / 4, 16, 4]
   const uint16_t* ws = w.scales + g * nb * 16;                              // [nb, 16]
-  const float* xs = x.scales.data() + m0 * nb;                              // [R, nb]
   alignas(64) int32_t dots[2][kTileRows * 16];
+  // Unrolled (not a range-for) so that the accumulators stay in registers: an array GCC cannot
+  // split into registers lives on the stack, every block loading and storing it.
   __m512 acc[R];
-  for (auto& v : acc) v = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   int64_t blk = 0;
   for (; blk + 2 <= nb; blk += 2) {
+    if (first) {
+      // The hardware prefetchers leave the tile loads waiting on memory. Past the group's end
+      // this touches the next group's weights (a prefetch never faults).
+      const int8_t* ahead = b + blk * kBlockBytes + kPrefetchBytes;
+#pragma GCC unroll 16
+      for (int l = 0; l < 2 * kBlockBytes / 64; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+      }
+    }
     _tile_zero(0);
     _tile_loadd(2, a + blk * kBlock, K);
     _tile_loadd(4, b + blk * kBlockBytes, 64);
@@ -160,8 +177,8 @@ void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int6
     _tile_stored(0, dots[0], 64);
     _tile_stored(1, dots[1], 64);
     MemoryBarrier();
-    AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
-    AddQ8Block<R>(dots[1], xs + blk + 1, nb, ws + (blk + 1) * 16, acc);
+    AddQ8Block<R>(dots[0], xs + blk * kTileRows, ws + blk * 16, acc);
+    AddQ8Block<R>(dots[1], xs + (blk + 1) * kTileRows, ws + (blk + 1) * 16, acc);
   }
   if (blk < nb) {
     _tile_zero(0);
@@ -170,19 +187,9 @@ void Q8Tile(const Q8Activations& x, const Matrix& w, int64_t m0, int64_t g, int6
     _tile_dpbssd(0, 2, 4);
     _tile_stored(0, dots[0], 64);
     MemoryBarrier();
-    AddQ8Block<R>(dots[0], xs + blk, nb, ws + blk * 16, acc);
+    AddQ8Block<R>(dots[0], xs + blk * kTileRows, ws + blk * 16, acc);
   }
   StoreRows<R>(acc, y, w.rows, m0, g * 16, ColumnMask(g * 16, n0, n1));
-}
-
-// Calls f(std::integral_constant<int, R>{}) for the runtime height R = rows in
-// [kAmxMinRows, R].
-template <int R, typename F>
-inline void DispatchLastRows(int rows, const F& f) {
-  if constexpr (R > kAmxMinRows) {
-    if (rows < R) return DispatchLastRows<R - 1>(rows, f);
-  }
-  f(std::integral_constant<int, R>{});
 }
 
 // ---- The entries of the AVX512-BF16 variants where the tiles run -----------------------------
@@ -210,30 +217,34 @@ bool AmxQ8Applies(const Q8Activations& x) {
 }
 
 void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
+  const int64_t nb = x.blocks, tiles = (x.rows + kTileRows - 1) / kTileRows;
   const int64_t full = x.rows / kTileRows * kTileRows;
   const int rest = static_cast<int>(x.rows - full);
-  // The last rows take a tile of their height from kAmxMinRows rows on, and the AVX512-VNNI
-  // kernel below that: a tile costs nearly the same at any height (ADR 0034), the VNNI
-  // kernel in proportion to its rows.
-  const bool rest_in_tiles = rest >= kAmxMinRows;
-  {
-    Tiles tiles;
-    // Per group of 16 weight rows, every row tile while its weights are in L1: the 16-row
-    // tiles, then one of the last rows (two configurations a group).
-    for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
-      if (full > 0) {
-        tiles.Configure(kTileRows);
-        for (int64_t m0 = 0; m0 < full; m0 += kTileRows) Q8Tile<kTileRows>(x, w, m0, g, n0, n1, y);
-      }
-      if (rest_in_tiles) {
-        tiles.Configure(rest);
-        DispatchLastRows<kTileRows - 1>(
-            rest, [&](auto r) { Q8Tile<decltype(r)::value>(x, w, full, g, n0, n1, y); });
+  // The activation scales per row tile and block, the tile's rows one after another (each row's
+  // broadcast from one base address): [tiles, nb, kTileRows].
+  std::vector<float> xs(static_cast<size_t>(tiles * nb * kTileRows));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    float* t = xs.data() + r / kTileRows * nb * kTileRows + r % kTileRows;
+    const float* s = x.scales.data() + r * nb;
+    for (int64_t blk = 0; blk < nb; ++blk) t[blk * kTileRows] = s[blk];
+  }
+  Tiles tile_state;
+  // Per group of 16 weight rows, every row tile while its weights are in L1: the 16-row tiles,
+  // then one of the last rows, however few (two configurations a group).
+  for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
+    if (full > 0) {
+      tile_state.Configure(kTileRows);
+      for (int64_t m0 = 0; m0 < full; m0 += kTileRows) {
+        Q8Tile<kTileRows>(x, xs.data() + m0 * nb, w, m0, g, n0, n1, y, m0 == 0);
       }
     }
+    if (rest > 0) {
+      tile_state.Configure(rest);
+      tiles::DispatchHeight<kTileRows - 1>(rest, [&](auto r) {
+        Q8Tile<decltype(r)::value>(x, xs.data() + full * nb, w, full, g, n0, n1, y, full == 0);
+      });
+    }
   }
-  // The weights of [n0, n1) from L2 (a thread's share of an expert's product).
-  if (!rest_in_tiles) avx512_internal::MatMulQ8VnniRows(x, full, x.rows, w, n0, n1, y);
 }
 
 bool UsesAmxTiles(const KernelVariant& v) { return v.matmul_q8 == MatMulQ8AmxOrVnni; }

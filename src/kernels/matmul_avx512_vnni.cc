@@ -253,24 +253,21 @@ struct Tiling {
   }
 };
 
-// Rows [m0, m1) of x as a product of their own (the same values per row: rows are independent).
-Q8Problem ProblemOf(const Q8Activations& x, int64_t m0, int64_t m1, const Matrix& w, float* y) {
-  return Q8Problem{x.q.data() + m0 * x.cols,
-                   x.scales.data() + m0 * x.blocks,
-                   x.sums.data() + m0 * x.blocks,
-                   m1 - m0,
-                   x.cols,
-                   x.blocks,
-                   Q8Steps(x.cols),
-                   static_cast<const int8_t*>(w.data),
-                   w.scales,
-                   w.rows,
-                   y + m0 * w.rows};
-}
-
 // The product with DG groups per decode tile (DG weight streams per thread at M ≤ 3).
 template <int DG>
-void RunQ8(const Q8Problem& p, int64_t n0, int64_t n1) {
+void MatMulQ8VnniStreams(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
+                         float* y) {
+  const Q8Problem p{x.q.data(),
+                    x.scales.data(),
+                    x.sums.data(),
+                    x.rows,
+                    x.cols,
+                    x.blocks,
+                    Q8Steps(x.cols),
+                    static_cast<const int8_t*>(w.data),
+                    w.scales,
+                    w.rows,
+                    y};
   // Decode (M ≤ 3): tiles of all M rows × DG groups (DG weight streams), or tiles of 6 rows × 2
   // groups. Prefill: the same tiles, weights from L2 (chunks), no prefetch.
   if (p.M <= 3) {
@@ -284,12 +281,6 @@ void RunQ8(const Q8Problem& p, int64_t n0, int64_t n1) {
   Tiling<6, 2, false>::Run(p, n0, n1);
 }
 
-template <int DG>
-void MatMulQ8VnniStreams(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1,
-                         float* y) {
-  RunQ8<DG>(ProblemOf(x, 0, x.rows, w, y), n0, n1);
-}
-
 void MatMulQ8Vnni(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
   MatMulQ8VnniStreams<1>(x, w, n0, n1, y);
 }
@@ -300,11 +291,6 @@ void MatMulQ8VnniFourStreams(const Q8Activations& x, const Matrix& w, int64_t n0
 }
 
 }  // namespace
-
-void avx512_internal::MatMulQ8VnniRows(const Q8Activations& x, int64_t m0, int64_t m1,
-                                       const Matrix& w, int64_t n0, int64_t n1, float* y) {
-  if (m1 > m0) RunQ8<1>(ProblemOf(x, m0, m1, w, y), n0, n1);
-}
 
 // For AVX512-VNNI CPUs without AVX512_BF16 (Ice Lake, Cascade Lake): the "avx512" variant with
 // these Q8 kernels.

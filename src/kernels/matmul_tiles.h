@@ -30,10 +30,6 @@ void RmsNorm(const float* x, int64_t M, int64_t n, const float* weight, float ep
 void SiluMul(float* gate, const float* up, int64_t n);
 void ToBf16(const float* x, int64_t n, uint16_t* out);
 void ApplyRope(float* x, const float* cos, const float* sin, int64_t D);
-// Rows [m0, m1) of the AVX512-VNNI Q8 product (matmul_avx512_vnni.cc): y[m, n0:n1] for m in
-// [m0, m1), as its matmul_q8 computes them (the AMX kernel's last rows, matmul_amx.cc).
-void MatMulQ8VnniRows(const Q8Activations& x, int64_t m0, int64_t m1, const Matrix& w, int64_t n0,
-                      int64_t n1, float* y);
 }  // namespace avx512_internal
 }  // namespace vls::kernels
 
