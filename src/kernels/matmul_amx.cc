@@ -139,16 +139,19 @@ inline void AddQ8Block(const int32_t* dots, const float* xs, const uint16_t* ws,
 // to 4096 measured alike, ADR 0034).
 constexpr int64_t kPrefetchBytes = 2048;
 
-// y[m0 .. m0+R, 16 g .. 16 g + 16] ∩ columns [n0, n1), tiles 0-3 configured for R rows. Blocks
-// go in pairs, two tiles of sums in flight. xs: the tile's activation scales, [nb, kTileRows].
-// `first`: the group's first pass, its weights coming from memory (prefetched ahead).
+// y[m0 + skip .. m0 + skip + R, 16 g .. 16 g + 16] ∩ columns [n0, n1): tiles 0-3 configured
+// for the rows of a window from m0 (skip + R of them), of which the last R are combined (the
+// first `skip` are another tile's). Blocks go in pairs, two tiles of sums in flight. xs: the
+// window's activation scales, [nb, kTileRows]. `first`: the group's first pass, its weights
+// coming from memory (prefetched ahead).
 template <int R>
-void Q8Tile(const Q8Activations& x, const float* xs, const Matrix& w, int64_t m0, int64_t g,
-            int64_t n0, int64_t n1, float* y, bool first) {
+void Q8Tile(const Q8Activations& x, const float* xs, const Matrix& w, int64_t m0, int skip,
+            int64_t g, int64_t n0, int64_t n1, float* y, bool first) {
   const int64_t K = x.cols, nb = x.blocks;
-  const int8_t* a = x.q.data() + m0 * K;                                    // [R, K]
+  const int8_t* a = x.q.data() + m0 * K;                                    // [skip + R, K]
   const int8_t* b = static_cast<const int8_t*>(w.data) + g * (K / 4) * 64;  // [K / 4, 16, 4]
   const uint16_t* ws = w.scales + g * nb * 16;                              // [nb, 16]
+  xs += skip;
   alignas(64) int32_t dots[2][kTileRows * 16];
   // Unrolled (not a range-for) so that the accumulators stay in registers: an array GCC cannot
   // split into registers lives on the stack, every block loading and storing it.
@@ -177,8 +180,8 @@ void Q8Tile(const Q8Activations& x, const float* xs, const Matrix& w, int64_t m0
     _tile_stored(0, dots[0], 64);
     _tile_stored(1, dots[1], 64);
     MemoryBarrier();
-    AddQ8Block<R>(dots[0], xs + blk * kTileRows, ws + blk * 16, acc);
-    AddQ8Block<R>(dots[1], xs + (blk + 1) * kTileRows, ws + (blk + 1) * 16, acc);
+    AddQ8Block<R>(dots[0] + 16 * skip, xs + blk * kTileRows, ws + blk * 16, acc);
+    AddQ8Block<R>(dots[1] + 16 * skip, xs + (blk + 1) * kTileRows, ws + (blk + 1) * 16, acc);
   }
   if (blk < nb) {
     _tile_zero(0);
@@ -187,9 +190,9 @@ void Q8Tile(const Q8Activations& x, const float* xs, const Matrix& w, int64_t m0
     _tile_dpbssd(0, 2, 4);
     _tile_stored(0, dots[0], 64);
     MemoryBarrier();
-    AddQ8Block<R>(dots[0], xs + blk * kTileRows, ws + blk * 16, acc);
+    AddQ8Block<R>(dots[0] + 16 * skip, xs + blk * kTileRows, ws + blk * 16, acc);
   }
-  StoreRows<R>(acc, y, w.rows, m0, g * 16, ColumnMask(g * 16, n0, n1));
+  StoreRows<R>(acc, y, w.rows, m0 + skip, g * 16, ColumnMask(g * 16, n0, n1));
 }
 
 // ---- The entries of the AVX512-BF16 variants where the tiles run -----------------------------
@@ -217,31 +220,41 @@ bool AmxQ8Applies(const Q8Activations& x) {
 }
 
 void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1, float* y) {
-  const int64_t nb = x.blocks, tiles = (x.rows + kTileRows - 1) / kTileRows;
-  const int64_t full = x.rows / kTileRows * kTileRows;
+  const int64_t nb = x.blocks, full = x.rows / kTileRows * kTileRows;
   const int rest = static_cast<int>(x.rows - full);
-  // The activation scales per row tile and block, the tile's rows one after another (each row's
-  // broadcast from one base address): [tiles, nb, kTileRows].
-  std::vector<float> xs(static_cast<size_t>(tiles * nb * kTileRows));
-  for (int64_t r = 0; r < x.rows; ++r) {
-    float* t = xs.data() + r / kTileRows * nb * kTileRows + r % kTileRows;
-    const float* s = x.scales.data() + r * nb;
-    for (int64_t blk = 0; blk < nb; ++blk) t[blk * kTileRows] = s[blk];
+  // Row windows: the 16-row tiles, then one for the last rows. With a tile before them, that
+  // window is the product's last 16 rows, its first 16 - rest rows the tile's again (their sums
+  // not combined): one tile configuration for the whole call, where a configuration per
+  // height (two a group) cost more than the rows recomputed (ADR 0034). Alone, the last rows
+  // are a window of their own height.
+  const int64_t windows = full / kTileRows + (rest > 0 ? 1 : 0);
+  const int64_t last_start = full > 0 ? x.rows - kTileRows : 0;
+  const int last_skip = full > 0 ? kTileRows - rest : 0;
+  const auto start = [&](int64_t win) {
+    return win * kTileRows < full ? win * kTileRows : last_start;
+  };
+  // Each window's activation scales, its rows one after another per block (each row's
+  // broadcast from one base address): [windows, nb, kTileRows].
+  std::vector<float> xs(static_cast<size_t>(windows * nb * kTileRows));
+  for (int64_t win = 0; win < windows; ++win) {
+    const int64_t m0 = start(win), rows = std::min<int64_t>(kTileRows, x.rows - m0);
+    for (int64_t i = 0; i < rows; ++i) {
+      float* t = xs.data() + win * nb * kTileRows + i;
+      const float* s = x.scales.data() + (m0 + i) * nb;
+      for (int64_t blk = 0; blk < nb; ++blk) t[blk * kTileRows] = s[blk];
+    }
   }
   Tiles tile_state;
-  // Per group of 16 weight rows, every row tile while its weights are in L1: the 16-row tiles,
-  // then one of the last rows, however few (two configurations a group).
+  tile_state.Configure(full > 0 ? static_cast<int>(kTileRows) : rest);
+  // Per group of 16 weight rows, every window while its weights are in L1.
   for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
-    if (full > 0) {
-      tile_state.Configure(kTileRows);
-      for (int64_t m0 = 0; m0 < full; m0 += kTileRows) {
-        Q8Tile<kTileRows>(x, xs.data() + m0 * nb, w, m0, g, n0, n1, y, m0 == 0);
-      }
+    for (int64_t m0 = 0; m0 < full; m0 += kTileRows) {
+      Q8Tile<kTileRows>(x, xs.data() + m0 * nb, w, m0, 0, g, n0, n1, y, m0 == 0);
     }
     if (rest > 0) {
-      tile_state.Configure(rest);
       tiles::DispatchHeight<kTileRows - 1>(rest, [&](auto r) {
-        Q8Tile<decltype(r)::value>(x, xs.data() + full * nb, w, full, g, n0, n1, y, full == 0);
+        Q8Tile<decltype(r)::value>(x, xs.data() + (windows - 1) * nb * kTileRows, w, last_start,
+                                   last_skip, g, n0, n1, y, full == 0);
       });
     }
   }
