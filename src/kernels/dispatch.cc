@@ -108,6 +108,7 @@ const KernelVariant kReference = {
     .matmul_bf16_blocked = RefMatMulBf16,
     .rms_norm = RmsNorm,
     .silu_mul = SiluMul,
+    .weighted_rows = WeightedRows,
 };
 
 bool CpuHasAvx2() {

@@ -92,6 +92,9 @@ struct KernelVariant {
   void (*rms_norm)(const float* x, int64_t M, int64_t n, const float* weight, float eps,
                    float* out) = nullptr;
   void (*silu_mul)(float* gate, const float* up, int64_t n) = nullptr;
+  // As kernels::WeightedRows bit for bit. Null: that.
+  void (*weighted_rows)(const float* w, const float* const* rows, int64_t k, int64_t n,
+                        float* out) = nullptr;
   // out[n] = F32ToBf16(x[n]) bit for bit (tensor/dtype.h). Null: a scalar loop.
   void (*to_bf16)(const float* x, int64_t n, uint16_t* out) = nullptr;
   // As kernels::ApplyRope, within f32 rounding of it (fused multiply-adds). Null: that.
@@ -183,6 +186,11 @@ class Context {
   }
   void SiluMul(float* gate, const float* up, int64_t n) const {
     (variant_->silu_mul != nullptr ? variant_->silu_mul : kernels::SiluMul)(gate, up, n);
+  }
+  void WeightedRows(const float* w, const float* const* rows, int64_t k, int64_t n,
+                    float* out) const {
+    (variant_->weighted_rows != nullptr ? variant_->weighted_rows : kernels::WeightedRows)(
+        w, rows, k, n, out);
   }
   void ApplyRope(float* x, const float* cos, const float* sin, int64_t D) const {
     (variant_->apply_rope != nullptr ? variant_->apply_rope : kernels::ApplyRope)(x, cos, sin, D);

@@ -1,6 +1,6 @@
-// AVX2 RMSNorm, SiLU·up, BF16 rounding and RoPE (KernelVariant::rms_norm, silu_mul, to_bf16,
-// apply_rope), the AVX-512 ones (elementwise_avx512.cc) on 8 lanes. Compiled with the AVX2 flags;
-// only called after the CPU check in dispatch.cc.
+// AVX2 RMSNorm, SiLU·up, weighted rows, BF16 rounding and RoPE (KernelVariant::rms_norm,
+// silu_mul, weighted_rows, to_bf16, apply_rope), the AVX-512 ones (elementwise_avx512.cc) on 8
+// lanes. Compiled with the AVX2 flags; only called after the CPU check in dispatch.cc.
 #include <immintrin.h>
 
 #include <cmath>
@@ -113,11 +113,31 @@ void ApplyRope(float* x, const float* cos, const float* sin, int64_t D) {
   }
 }
 
+void WeightedRows(const float* w, const float* const* rows, int64_t k, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 o = _mm256_setzero_ps();
+    for (int64_t j = 0; j < k; ++j) {
+      o = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(rows[j] + i), o);
+    }
+    _mm256_storeu_ps(out + i, o);
+  }
+  if (i < n) {
+    const __m256i m = TailMask8(n - i);
+    __m256 o = _mm256_setzero_ps();
+    for (int64_t j = 0; j < k; ++j) {
+      o = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_maskload_ps(rows[j] + i, m), o);
+    }
+    _mm256_maskstore_ps(out + i, m, o);
+  }
+}
+
 }  // namespace
 
 void AddElementwiseKernels(KernelVariant* v) {
   v->rms_norm = RmsNorm;
   v->silu_mul = SiluMul;
+  v->weighted_rows = WeightedRows;
   v->to_bf16 = ToBf16;
   v->apply_rope = ApplyRope;
 }

@@ -1,6 +1,6 @@
-// AVX-512 RMSNorm, SiLU·up, BF16 rounding and RoPE (KernelVariant::rms_norm, silu_mul, to_bf16,
-// apply_rope), shared by every AVX-512 variant. Compiled with the AVX-512 flags; only called after
-// the CPU check in dispatch.cc.
+// AVX-512 RMSNorm, SiLU·up, weighted rows, BF16 rounding and RoPE (KernelVariant::rms_norm,
+// silu_mul, weighted_rows, to_bf16, apply_rope), shared by every AVX-512 variant. Compiled with
+// the AVX-512 flags; only called after the CPU check in dispatch.cc.
 #include <immintrin.h>
 
 #include <cmath>
@@ -56,6 +56,17 @@ void SiluMul(float* gate, const float* up, int64_t n) {
     const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
     const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(gate + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, up + i)));
+  }
+}
+
+void WeightedRows(const float* w, const float* const* rows, int64_t k, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 t = Tail(n - i);
+    __m512 o = _mm512_setzero_ps();
+    for (int64_t j = 0; j < k; ++j) {
+      o = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), _mm512_maskz_loadu_ps(t, rows[j] + i), o);
+    }
+    _mm512_mask_storeu_ps(out + i, t, o);
   }
 }
 

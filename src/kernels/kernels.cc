@@ -96,6 +96,14 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   }
 }
 
+void WeightedRows(const float* w, const float* const* rows, int64_t k, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < k; ++j) o = std::fma(w[j], rows[j][i], o);
+    out[i] = o;
+  }
+}
+
 void ApplyRope(float* x, const float* cos, const float* sin, int64_t D) {
   const int64_t half = D / 2;
   for (int64_t i = 0; i < half; ++i) {

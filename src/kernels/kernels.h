@@ -82,6 +82,11 @@ void RmsNorm(const float* x, int64_t M, int64_t n, const float* weight, float ep
 // gate[i] = SiLU(gate[i]) * up[i] for n values.
 void SiluMul(float* gate, const float* up, int64_t n);
 
+// out[i] = Σ_j w[j] · rows[j][i] for n values: from 0, one fused multiply-add per j in
+// ascending order (a mixture-of-experts row from its k expert outputs). Every variant's
+// weighted_rows gives these values bit for bit. `out` may not alias a row.
+void WeightedRows(const float* w, const float* const* rows, int64_t k, int64_t n, float* out);
+
 // Rotates one head vector x[D] in place (NeoX rotate_half convention): for i < D/2,
 // (x[i], x[i+D/2]) rotates by the angle whose cos/sin are given per slot i.
 void ApplyRope(float* x, const float* cos, const float* sin, int64_t D);

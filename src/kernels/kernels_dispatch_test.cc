@@ -234,6 +234,36 @@ TEST(KernelsDispatchTest, EveryVariantRmsNormAndSiluMulMatchReference) {
   }
 }
 
+TEST(KernelsDispatchTest, EveryVariantWeightedRowsIsTheReferenceBitForBit) {
+  // One fused multiply-add per row in order: every variant's lanes compute exactly that. Zeros
+  // of both signs (0 · -x from +0 stays +0), tails of every length, 1 to 9 rows.
+  for (const KernelVariant* v : SupportedVariants()) {
+    if (v->weighted_rows == nullptr) continue;
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 100, 2048}) {
+      for (int64_t k : {1, 2, 8, 9}) {
+        std::vector<std::vector<float>> rows;
+        std::vector<const float*> ptrs;
+        for (int64_t j = 0; j < k; ++j) {
+          rows.push_back(Random(size_t(n), uint32_t(31 + j)));
+          rows.back()[0] = j % 2 == 0 ? -0.0f : 0.0f;
+        }
+        for (const auto& r : rows) ptrs.push_back(r.data());
+        std::vector<float> w = Random(size_t(k), 41);
+        w[0] = 0.0f;
+        std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n) + 1, 99.0f);
+        WeightedRows(w.data(), ptrs.data(), k, n, want.data());
+        v->weighted_rows(w.data(), ptrs.data(), k, n, got.data());
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(i)]),
+                    std::bit_cast<uint32_t>(want[size_t(i)]))
+              << v->name << " n=" << n << " k=" << k << " i=" << i;
+        }
+        EXPECT_EQ(got[size_t(n)], 99.0f) << v->name << ": wrote past n=" << n;
+      }
+    }
+  }
+}
+
 TEST(KernelsDispatchTest, EveryVariantToBf16IsF32ToBf16BitForBit) {
   // Ties to even both ways, carries into the exponent, the largest finite values rounding to
   // infinity, infinities, quiet and signalling NaNs of both signs, denormals and zeros.

@@ -169,6 +169,7 @@ const KernelVariant kAvx512 = {
     .matmul_bf16_blocked = avx512_internal::MatMulBf16BlockedNoBf16,
     .rms_norm = avx512_internal::RmsNorm,
     .silu_mul = avx512_internal::SiluMul,
+    .weighted_rows = avx512_internal::WeightedRows,
     .to_bf16 = avx512_internal::ToBf16,
     .apply_rope = avx512_internal::ApplyRope,
 };

@@ -28,6 +28,7 @@ void MatMulBf16BlockedNoBf16(const uint16_t* xb, int64_t M, int64_t K, const Mat
 // Row-wise RMSNorm and SiLU·up (elementwise_avx512.cc), shared by every AVX-512 variant.
 void RmsNorm(const float* x, int64_t M, int64_t n, const float* weight, float eps, float* out);
 void SiluMul(float* gate, const float* up, int64_t n);
+void WeightedRows(const float* w, const float* const* rows, int64_t k, int64_t n, float* out);
 void ToBf16(const float* x, int64_t n, uint16_t* out);
 void ApplyRope(float* x, const float* cos, const float* sin, int64_t D);
 }  // namespace avx512_internal

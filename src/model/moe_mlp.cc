@@ -114,16 +114,15 @@ void MoeMlp(const kernels::Context& ctx, const MoeConfig& moe, const PreparedLay
     products[i] = {s.act + p0 * I, n, &P.expert_down[static_cast<size_t>(e)], s.gathered + p0 * H};
   }
   ctx.MatMulGrouped(products, I);
-  // out[r] = Σ_j w[r, j] · down[pos[r, j]], j ascending, one row per item.
+  // out[r] = Σ_j w[r, j] · down[pos[r, j]], j ascending (fused multiply-adds, the same bits in
+  // every kernel variant), one row per item.
   pool.ParallelFor(M, 4, [&](int64_t b, int64_t e) {
+    std::vector<const float*> rows(static_cast<size_t>(k));
     for (int64_t r = b; r < e; ++r) {
-      float* o = out + r * H;
-      std::fill_n(o, H, 0.0f);
       for (int64_t j = 0; j < k; ++j) {
-        const float w = s.weights[r * k + j];
-        const float* d = s.gathered + static_cast<int64_t>(s.pos[r * k + j]) * H;
-        for (int64_t h = 0; h < H; ++h) o[h] += w * d[h];
+        rows[static_cast<size_t>(j)] = s.gathered + static_cast<int64_t>(s.pos[r * k + j]) * H;
       }
+      ctx.WeightedRows(s.weights + r * k, rows.data(), k, H, out + r * H);
     }
   });
 }
