@@ -126,7 +126,18 @@ struct GroupedProduct {
   int64_t M = 0;
   const Matrix* w = nullptr;
   float* y = nullptr;
+  // Null: the product's rows are x's first M. Otherwise row r is x[rows[r]] (row stride K): the
+  // rows are gathered from x, shared by all the call's products (a sparse layer's experts each
+  // taking some rows of one input). Either every product of a call sets rows, or none does.
+  const int32_t* rows = nullptr;
 };
+
+// Whether MatMulGrouped converts each shared source row once for `products` when they gather
+// their rows (GroupedProduct::rows): every product's weights quantized (Q8, or Q4 and Q6, whose
+// activations are the same), so that the converted rows, not the f32 ones, are gathered.
+// Otherwise it gathers the f32 rows first, on the calling thread; a caller with many rows
+// gathers them itself, over the pool.
+bool GroupedConvertsSourceOnce(std::span<const GroupedProduct> products);
 
 // Thread safety: const methods may be called from any thread. Context::MatMul holds the pool
 // (a ThreadPool::Lease) while it runs, so concurrent products run one after the other, as
@@ -161,7 +172,8 @@ class Context {
   // Every product of `products` (each w->cols == K), with the results MatMul gives each of them
   // alone. Meant for the experts of a sparse layer (ADR 0027): many products of few rows, which
   // one MatMul each would dispatch one after the other; here they share one pass over the pool,
-  // items of (product, column block) spread by cost.
+  // items of (product, column block) spread by cost. Products that gather their rows
+  // (GroupedProduct::rows) give the results of products over the gathered rows.
   void MatMulGrouped(std::span<const GroupedProduct> products, int64_t K) const;
   // The choice of weight streams for the decode tiles of MatMulGrouped's Q8 products, measured
   // on its own calls (kernels/stream_tuner.h, ADR 0033).

@@ -76,10 +76,63 @@ void ScalarToBf16(const float* x, int64_t n, uint16_t* out) {
 
 int64_t AlignUp64(int64_t n) { return (n + 63) / 64 * 64; }
 
+// Rows rows[r0 .. r1) of a's source `src` into rows r0 .. r1 of a (quantization is per row: the
+// same values as quantizing the gathered f32 rows).
+void GatherRows(const Q8Activations& src, const int32_t* rows, int64_t r0, int64_t r1,
+                Q8Activations* a) {
+  const int64_t K = a->cols, nb = a->blocks;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t s = rows[r];
+    std::copy_n(src.q.data() + s * K, K, a->q.data() + r * K);
+    std::copy_n(src.scales.data() + s * nb, nb, a->scales.data() + r * nb);
+    std::copy_n(src.sums.data() + s * nb, nb, a->sums.data() + r * nb);
+  }
+}
+void GatherRows(const Q4Activations& src, const int32_t* rows, int64_t r0, int64_t r1,
+                const Q4Activations& a) {
+  const int64_t K = a.cols, ng = a.groups;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t s = rows[r];
+    std::copy_n(src.q + s * K, K, a.q + r * K);
+    std::copy_n(src.scales + s * ng, ng, a.scales + r * ng);
+    std::copy_n(src.sums + s * ng, ng, a.sums + r * ng);
+  }
+}
+
 }  // namespace
+
+bool GroupedConvertsSourceOnce(std::span<const GroupedProduct> products) {
+  bool q8 = false, q4 = false;
+  for (const GroupedProduct& p : products) {
+    if (p.M <= 0 || p.w->rows <= 0) continue;
+    switch (p.w->format) {
+      case MatrixFormat::kQ8: q8 = true; break;
+      case MatrixFormat::kQ4:
+      case MatrixFormat::kQ6: q4 = true; break;
+      default: return false;
+    }
+  }
+  return !(q8 && q4);
+}
 
 void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K) const {
   if (products.empty()) return;
+  const bool gathers = products.front().rows != nullptr;
+  if (gathers && !GroupedConvertsSourceOnce(products)) {
+    // The f32 rows gathered here, then products of them.
+    int64_t total = 0;
+    for (const GroupedProduct& p : products) total += std::max<int64_t>(p.M, 0);
+    std::vector<float> rows(static_cast<size_t>(total * K));
+    std::vector<GroupedProduct> own(products.begin(), products.end());
+    float* at = rows.data();
+    for (GroupedProduct& p : own) {
+      for (int64_t r = 0; r < p.M; ++r) std::copy_n(p.x + p.rows[r] * K, K, at + r * K);
+      p.x = at;
+      p.rows = nullptr;
+      at += std::max<int64_t>(p.M, 0) * K;
+    }
+    return MatMulGrouped(own, K);
+  }
   const ThreadPool::Lease lease(*pool_);
   ScratchArena& own = scratch(lease.thread());
 
@@ -128,6 +181,8 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
     // each at a 64-byte boundary; Q8 activations in the arena's per-product set.
     int64_t bytes = 0, rows = 0, items = 0, cost = 0, macs = 0, q8_decode_bytes = 0;
     bool any_q8 = false, any_conversion = false, all_q8_decode = true;
+    // Gathering products: the source rows they take (0 .. source_rows), converted once.
+    int64_t source_rows = 0;
     for (Planned& e : plan) {
       const int64_t M = e.p->M;
       e.first_row = rows;
@@ -135,6 +190,11 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
       e.cost_before = cost;
       rows += M;
       items += e.items;
+      if (gathers) {
+        for (int64_t r = 0; r < M; ++r) {
+          source_rows = std::max<int64_t>(source_rows, int64_t{e.p->rows[r]} + 1);
+        }
+      }
       cost += e.items * e.item_cost;
       macs += M * K * e.p->w->rows;
       if (e.path == Path::kBf16 || e.path == Path::kBf16Blocked) {
@@ -150,15 +210,25 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
         all_q8_decode = false;
       }
     }
+    // The converted source rows: Q4 ones at the end of matmul_x, Q8 ones an arena entry after
+    // the products'.
+    const bool q4_source = gathers && !any_q8;
+    const int64_t source_offset = bytes;
+    if (q4_source) bytes += AlignUp64(Q4ActivationBytes(source_rows, K));
     auto* buf = static_cast<uint8_t*>(own.matmul_x.Reserve(static_cast<size_t>(bytes)));
     Q8Activations* q8 = nullptr;
+    Q8Activations* q8_source = nullptr;
     if (any_q8) {
-      std::vector<int64_t> q8_rows(plan.size(), 0);
+      std::vector<int64_t> q8_rows(plan.size() + (gathers ? 1 : 0), 0);
       for (size_t i = 0; i < plan.size(); ++i) {
         if (plan[i].path == Path::kQ8) q8_rows[i] = plan[i].p->M;
       }
+      if (gathers) q8_rows.back() = source_rows;
       q8 = own.GroupedQ8(q8_rows, K);
+      if (gathers) q8_source = &q8[plan.size()];
     }
+    const Q4Activations q4_src =
+        q4_source ? Q4ActivationsAt(buf + source_offset, source_rows, K) : Q4Activations{};
     int64_t offset = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
       Planned& e = plan[i];
@@ -192,9 +262,26 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
     const auto to_bf16 = variant_->to_bf16 != nullptr ? variant_->to_bf16 : ScalarToBf16;
     const auto q6_matmul = q4k.matmul_q6 != nullptr ? q4k.matmul_q6 : RefMatMulQ6;
 
-    // Converts rows [r0, r1) of product e.
+    // Converts source rows [r0, r1) (products that gather).
+    const auto convert_source = [&](int64_t r0, int64_t r1) {
+      const float* x = products.front().x;
+      if (q8_source != nullptr) {
+        q8v.quantize_q8(x, r0, r1, q8_source);
+      } else {
+        q4k.quantize(x, r0, r1, q4_src);
+      }
+    };
+    // Converts rows [r0, r1) of product e (gathers them, converted, from the source).
     const auto convert = [&](const Planned& e, int64_t r0, int64_t r1) {
       const float* x = e.p->x;
+      if (gathers) {
+        if (e.path == Path::kQ8) {
+          GatherRows(*q8_source, e.p->rows, r0, r1, e.q8);
+        } else {
+          GatherRows(q4_src, e.p->rows, r0, r1, e.q4);
+        }
+        return;
+      }
       switch (e.path) {
         case Path::kF32: break;
         case Path::kBf16:
@@ -242,6 +329,7 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
              1;
     };
 
+    RowPrologue source_prologue(gathers ? source_rows : 0, pool_->threads());
     RowPrologue prologue(any_conversion ? rows : 0, pool_->threads());
     // Slice s owns the items whose cost prefix lies in [s · cost / items, (s+1) · cost / items).
     const int64_t slices = items;
@@ -249,6 +337,7 @@ void Context::MatMulGrouped(std::span<const GroupedProduct> products, int64_t K)
     const int64_t grain = std::max<int64_t>(1, 65536 * slices / std::max<int64_t>(1, macs));
     const auto start = std::chrono::steady_clock::now();
     pool_->ParallelFor(slices, grain, [&](int64_t b, int64_t end) {
+      source_prologue.Run(convert_source);
       prologue.Run([&](int64_t r0, int64_t r1) {
         for (auto it = product_of_row(r0); r0 < r1; ++it) {
           const int64_t stop = std::min(r1, it->first_row + it->p->M);

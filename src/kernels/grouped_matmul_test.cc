@@ -218,6 +218,64 @@ TEST(GroupedMatMulTest, MixedStoragesInOneCallEqualMatMul) {
   }
 }
 
+// Products that gather their rows from one source (GroupedProduct::rows) against the same
+// products over rows gathered beforehand: the same bits. Rows repeat within and across products
+// and some source rows go unused, as a sparse layer's routing gives them.
+void ExpectGatheringEqualsGathered(const Context& ctx, const std::vector<Spec>& specs, int64_t K,
+                                   const std::string& label) {
+  constexpr int64_t kSourceRows = 11;
+  const std::vector<float> source = Random(size_t(kSourceRows * K), 77);
+  std::vector<std::unique_ptr<Weights>> w;
+  std::vector<std::vector<int32_t>> rows;
+  std::vector<std::vector<float>> x, want, got;
+  std::vector<GroupedProduct> gathered, gathering;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& s = specs[i];
+    w.push_back(std::make_unique<Weights>(s.storage, s.N, K, uint32_t(100 + i)));
+    rows.emplace_back();
+    x.emplace_back();
+    for (int64_t r = 0; r < s.M; ++r) {
+      const auto src = static_cast<int32_t>((3 * i + 5 * size_t(r)) % (kSourceRows - 2));
+      rows.back().push_back(src);
+      x.back().insert(x.back().end(), source.begin() + src * K, source.begin() + (src + 1) * K);
+    }
+    want.emplace_back(size_t(std::max<int64_t>(s.M, 1) * s.N), -1.0f);
+    got.emplace_back(want.back());
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    gathered.push_back({x[i].data(), specs[i].M, &w[i]->m(), want[i].data()});
+    gathering.push_back({source.data(), specs[i].M, &w[i]->m(), got[i].data(), rows[i].data()});
+  }
+  ctx.MatMulGrouped(gathered, K);
+  ctx.MatMulGrouped(gathering, K);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+        << label << ": product " << i << " (" << StorageName(specs[i].storage)
+        << ", M=" << specs[i].M << ")";
+  }
+}
+
+TEST(GroupedMatMulTest, GatheringProductsEqualProductsOfGatheredRows) {
+  for (const KernelVariant* v : SupportedVariants()) {
+    for (Precision p : kPrecisions) {
+      const Context ctx(2, p, v);
+      for (Storage s : kStorages) {
+        const bool once = s == Storage::kQ8 || s == Storage::kQ4 || s == Storage::kQ6;
+        const Weights probe_w(s, 16, 64, 1);
+        const std::vector<GroupedProduct> probe = {{nullptr, 1, &probe_w.m(), nullptr}};
+        EXPECT_EQ(GroupedConvertsSourceOnce(probe), once) << StorageName(s);
+        ExpectGatheringEqualsGathered(ctx, DecodeSpecs(s), 64,
+                                      Label(*v, p, 2, StorageName(s)) + "/gathering decode");
+        ExpectGatheringEqualsGathered(ctx, {{40, 70, s}, {1, 33, s}, {20, 64, s}}, 64,
+                                      Label(*v, p, 2, StorageName(s)) + "/gathering prefill");
+      }
+      // Q4 and Q6 share their activations: one conversion of the source for both.
+      ExpectGatheringEqualsGathered(ctx, {{5, 40, Storage::kQ4}, {9, 48, Storage::kQ6}}, 64,
+                                    Label(*v, p, 2, "gathering q4+q6"));
+    }
+  }
+}
+
 TEST(GroupedMatMulTest, NoProductsAndProductsWithoutRowsWriteNothing) {
   const Context ctx(2, Precision::kInt4, nullptr);
   ctx.MatMulGrouped({}, 64);

@@ -81,11 +81,7 @@ void MoeMlp(const kernels::Context& ctx, const MoeConfig& moe, const PreparedLay
     s.pos[i] = p;
     s.source[p] = static_cast<int32_t>(i / k);
   }
-  // Gather: gathered[p] = m[source[p]].
-  pool.ParallelFor(R, 16, [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) std::copy_n(m + s.source[p] * H, H, s.gathered + p * H);
-  });
-  // gate_up[p] = gathered[p] · Gate_up_eᵀ for every used expert e, in one grouped product.
+  // gate_up[p] = m[source[p]] · Gate_up_eᵀ for every used expert e, in one grouped product.
   std::vector<int64_t> used;  // the experts with rows, ascending
   for (int64_t e = 0; e < E; ++e) {
     if (s.offsets[e + 1] > s.offsets[e]) used.push_back(e);
@@ -93,8 +89,19 @@ void MoeMlp(const kernels::Context& ctx, const MoeConfig& moe, const PreparedLay
   std::vector<kernels::GroupedProduct> products(used.size());
   for (size_t i = 0; i < used.size(); ++i) {
     const int64_t e = used[i], p0 = s.offsets[e], n = s.offsets[e + 1] - p0;
-    products[i] = {s.gathered + p0 * H, n, &P.expert_gate_up[static_cast<size_t>(e)],
-                   s.gate_up + p0 * 2 * I};
+    products[i] = {m, n, &P.expert_gate_up[static_cast<size_t>(e)], s.gate_up + p0 * 2 * I,
+                   s.source + p0};
+  }
+  // Quantized experts gather their rows from m in the product, each row of m quantized once
+  // (not once per expert it goes to); otherwise gathered[p] = m[source[p]] here.
+  if (!kernels::GroupedConvertsSourceOnce(products)) {
+    pool.ParallelFor(R, 16, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) std::copy_n(m + s.source[p] * H, H, s.gathered + p * H);
+    });
+    for (size_t i = 0; i < used.size(); ++i) {
+      products[i].x = s.gathered + s.offsets[used[i]] * H;
+      products[i].rows = nullptr;
+    }
   }
   ctx.MatMulGrouped(products, H);
   // act[p] = SiLU(gate) · up, in items of kSiluCols columns of one row (as the dense MLP).
@@ -111,7 +118,8 @@ void MoeMlp(const kernels::Context& ctx, const MoeConfig& moe, const PreparedLay
   // down[p] (into gathered, whose input rows are dead) = act[p] · Down_eᵀ.
   for (size_t i = 0; i < used.size(); ++i) {
     const int64_t e = used[i], p0 = s.offsets[e], n = s.offsets[e + 1] - p0;
-    products[i] = {s.act + p0 * I, n, &P.expert_down[static_cast<size_t>(e)], s.gathered + p0 * H};
+    products[i] = {s.act + p0 * I, n, &P.expert_down[static_cast<size_t>(e)], s.gathered + p0 * H,
+                   nullptr};
   }
   ctx.MatMulGrouped(products, I);
   // out[r] = Σ_j w[r, j] · down[pos[r, j]], j ascending (fused multiply-adds, the same bits in

@@ -5,8 +5,9 @@
 //   out[r] = Σ_j w[r, j] · Down_e(SiLU(Gate_e(m[r])) · Up_e(m[r])),  e = experts[r, j]
 //
 // Rows are grouped by expert (a counting sort, rows in ascending order within an expert), each
-// used expert's rows gathered into one contiguous block, and the experts' products run as one
-// Context::MatMulGrouped for gate_up and one for down. Each row's sum is taken over j in
+// used expert's rows gathered into one contiguous block (quantized experts: each row of m
+// quantized once, its quantized form gathered, GroupedProduct::rows), and the experts' products
+// run as one Context::MatMulGrouped for gate_up and one for down. Each row's sum is taken over j in
 // ascending order by one thread, so a row's result depends only on the row and on what each
 // matmul gives that row: not on the thread timing, nor on which other rows share the pass.
 #ifndef VLSTACK_MODEL_MOE_MLP_H_
