@@ -80,25 +80,18 @@ TileConfig MakeConfig(int rows) {
   return c;
 }
 
-// The calling thread's tiles, configured for a tile height on demand, released at the end (a
-// thread holding tile state makes every context switch save 8 KiB more).
+// The calling thread's tiles, configured for windows of `rows` activation rows (tiles 0-3; the
+// configuration zeroes every tile) for one call and released at its end (a thread holding tile
+// state makes every context switch save 8 KiB more).
 class Tiles {
  public:
-  Tiles() = default;
+  explicit Tiles(int rows) {
+    const TileConfig config = MakeConfig(rows);
+    _tile_loadconfig(&config);
+  }
   ~Tiles() { _tile_release(); }
   Tiles(const Tiles&) = delete;
   Tiles& operator=(const Tiles&) = delete;
-
-  // Configures tiles 0-3 for `rows` activation rows (the configuration zeroes every tile).
-  void Configure(int rows) {
-    if (rows == rows_) return;
-    const TileConfig config = MakeConfig(rows);
-    _tile_loadconfig(&config);
-    rows_ = rows;
-  }
-
- private:
-  int rows_ = 0;
 };
 
 // GCC's tile intrinsics are asm statements that name only addresses: this tells the compiler
@@ -244,8 +237,7 @@ void MatMulQ8Amx(const Q8Activations& x, const Matrix& w, int64_t n0, int64_t n1
       for (int64_t blk = 0; blk < nb; ++blk) t[blk * kTileRows] = s[blk];
     }
   }
-  Tiles tile_state;
-  tile_state.Configure(full > 0 ? static_cast<int>(kTileRows) : rest);
+  const Tiles tile_state(full > 0 ? static_cast<int>(kTileRows) : rest);
   // Per group of 16 weight rows, every window while its weights are in L1.
   for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
     for (int64_t m0 = 0; m0 < full; m0 += kTileRows) {
