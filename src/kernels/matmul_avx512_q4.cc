@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/matmul_tiles.h"
 #include "kernels/q4.h"
@@ -358,6 +359,65 @@ void Q6Tile(const Q6Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) 
   }
 }
 
+// One tile of 3 <= MR <= 8 rows × 1 row group (batched decode: 8 slots' LM head). Each row's
+// int32 sum starts at its group's zero-point term −kQ6Zero·Σqx (zp [M, ng], once per call) and
+// the f32 sums stay in registers, so a group's epilogue is a convert, a multiply and an fma per
+// row; Q6Tile converts the zero point from Σqx per row and group and moves it to a vector
+// register, which a profile of the 8-row head put among its hottest instructions (ADR 0027).
+// The rows are the independent chains, so the column halves share one accumulator. The same
+// integers and f32 operations in the same order as Q6Tile.
+template <int MR>
+void Q6RowTile(const Q6Problem& p, const int32_t* zp, int64_t G, int64_t n0, int64_t n1) {
+  constexpr int64_t kAhead = 8;
+  const int64_t K = p.K, ng = p.ng;
+  const uint8_t* wg = p.w + G * ng * kQ6CodeBytes;
+  const uint8_t* sg = p.scales + G * ng * 32;
+  const __m512i nibble = _mm512_set1_epi8(15), high = _mm512_set1_epi8(0x30);
+  __m512 facc[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) facc[i] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const uint8_t* bp = wg + g * kQ6CodeBytes;
+    // kAhead blocks further down the row group's stream, as Q6Tile.
+#pragma GCC unroll 6
+    for (int c = 0; c < 6; ++c) {
+      _mm_prefetch(reinterpret_cast<const char*>(bp + kAhead * kQ6CodeBytes + 64 * c), _MM_HINT_T0);
+    }
+    if (g % 2 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(sg + (g + kAhead) * 32), _MM_HINT_T0);
+    const __m512i h0 = _mm512_loadu_si512(bp + kQ6HighOffset);
+    const __m512i h1 = _mm512_loadu_si512(bp + kQ6HighOffset + 64);
+    __m512i acc[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) acc[i] = _mm512_set1_epi32(zp[i * ng + g]);
+    const int8_t* xg = p.xq + g * kQ6Group;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i packed = _mm512_loadu_si512(bp + 64 * v);
+      const __m512i lo = _mm512_or_si512(_mm512_and_si512(packed, nibble), HighBits(h0, v, high));
+      const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble),
+                                         HighBits(h1, v, high));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        acc[i] = Dpbusd(acc[i], lo, Broadcast4(xg + i * K + 4 * v));
+        acc[i] = Dpbusd(acc[i], hi, Broadcast4(xg + i * K + 16 + 4 * v));
+      }
+    }
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sg + g * 32)));
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), d);
+      facc[i] = _mm512_fmadd_ps(t, _mm512_set1_ps(p.xs[i * ng + g]), facc[i]);
+    }
+  }
+  const int64_t nbase = G * 16;
+  const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
+  const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(p.y + i * p.N + nbase, mask, facc[i]);
+}
+
 // MR-row tiles over row groups [G, G + nrg): NG at a time, then one by one.
 template <int MR, int NG>
 void Q6Rows(const Q6Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, int64_t n1) {
@@ -380,8 +440,16 @@ void MatMulQ6Vnni(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n
     // row group, so each vector's high bits are merged once for all rows. At 8 rows of the Qwen3
     // head (151936 × 2048) 8.0 → 7.0 ms on 2 Zen 5 threads against 4 × 2 tiles (ADR 0027); at 4
     // and 16 rows one tile was no faster than the 4 × 2 tiles below.
-    tiles::DispatchHeight<8>(
-        p.M, [&](auto r) { Q6Rows<decltype(r)::value, 1>(p, 0, G0, G1 - G0, n0, n1); });
+    if (p.M <= 2) {
+      tiles::DispatchHeight<2>(
+          p.M, [&](auto r) { Q6Rows<decltype(r)::value, 1>(p, 0, G0, G1 - G0, n0, n1); });
+      return;
+    }
+    std::vector<int32_t> zp(static_cast<size_t>(p.M * p.ng));
+    for (size_t i = 0; i < zp.size(); ++i) zp[i] = -kQ6Zero * static_cast<int32_t>(p.xsum[i]);
+    tiles::DispatchHeight<8>(p.M, [&](auto r) {
+      for (int64_t G = G0; G < G1; ++G) Q6RowTile<decltype(r)::value>(p, zp.data(), G, n0, n1);
+    });
     return;
   }
   constexpr int64_t kChunk = 8;
