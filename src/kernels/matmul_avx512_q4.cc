@@ -440,6 +440,8 @@ void MatMulQ6Vnni(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n
     // row group, so each vector's high bits are merged once for all rows. At 8 rows of the Qwen3
     // head (151936 × 2048) 8.0 → 7.0 ms on 2 Zen 5 threads against 4 × 2 tiles (ADR 0027); at 4
     // and 16 rows one tile was no faster than the 4 × 2 tiles below.
+    // One and two rows keep Q6Tile, whose column halves are two chains per row; from 3 rows the
+    // rows are enough chains for Q6RowTile.
     if (p.M <= 2) {
       tiles::DispatchHeight<2>(
           p.M, [&](auto r) { Q6Rows<decltype(r)::value, 1>(p, 0, G0, G1 - G0, n0, n1); });
