@@ -39,6 +39,13 @@ inline __mmask16 Mask16(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
 }
 
+// The lanes of row group G's 16 outputs that lie in columns [n0, n1).
+inline __mmask16 GroupMask(int64_t G, int64_t n0, int64_t n1) {
+  const int64_t nbase = G * 16;
+  const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
+  return static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
+}
+
 // One group of 32 values: the scale, Σq, and the s8 codes. No clamp: |x| <= amax, so
 // |x · fl(127 / amax)| <= 127 · (1 + 2⁻²⁴) rounds to at most 127 (as the Q8 kernel).
 void QuantizeQ4ActivationsVnni(const float* x, int64_t r0, int64_t r1, const Q4Activations& a) {
@@ -194,8 +201,7 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
 #pragma GCC unroll 4
   for (int j = 0; j < NG; ++j) {
     const int64_t nbase = (G0 + j) * 16;
-    const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
-    const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
+    const __mmask16 mask = GroupMask(G0 + j, n0, n1);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
       _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask,
@@ -272,6 +278,15 @@ inline __m512i HighBits(__m512i h, int v, __m512i mask) {
   }
 }
 
+// The u8 codes of vector v (0..3) of a block: low nibbles of `packed` with the high bits of h0
+// (columns 0-15 of the group), high nibbles with those of h1 (columns 16-31).
+inline void Q6Codes(__m512i packed, __m512i h0, __m512i h1, int v, __m512i nibble, __m512i high,
+                    __m512i& lo, __m512i& hi) {
+  lo = _mm512_or_si512(_mm512_and_si512(packed, nibble), HighBits(h0, v, high));
+  hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble),
+                       HighBits(h1, v, high));
+}
+
 // Outputs y[m0 .. m0+MR, 16 G0 .. 16 (G0+NG)] restricted to columns [n0, n1), as the Q4 Tile
 // (low and high column halves in separate accumulators); kPrefetch streams one tile ahead.
 template <int MR, int NG, bool kPrefetch>
@@ -318,9 +333,7 @@ void Q6Tile(const Q6Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) 
 #pragma GCC unroll 4
       for (int j = 0; j < NG; ++j) {
         const __m512i packed = _mm512_loadu_si512(wg + j * gstride + g * kQ6CodeBytes + 64 * v);
-        lo[j] = _mm512_or_si512(_mm512_and_si512(packed, nibble), HighBits(h[j][0], v, high));
-        hi[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble),
-                                HighBits(h[j][1], v, high));
+        Q6Codes(packed, h[j][0], h[j][1], v, nibble, high, lo[j], hi[j]);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
@@ -351,8 +364,7 @@ void Q6Tile(const Q6Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) 
 #pragma GCC unroll 4
   for (int j = 0; j < NG; ++j) {
     const int64_t nbase = (G0 + j) * 16;
-    const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
-    const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
+    const __mmask16 mask = GroupMask(G0 + j, n0, n1);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
       _mm512_mask_storeu_ps(p.y + (m0 + i) * p.N + nbase, mask, _mm512_load_ps(facc[i][j]));
@@ -394,9 +406,8 @@ void Q6RowTile(const Q6Problem& p, const int32_t* zp, int64_t G, int64_t n0, int
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       const __m512i packed = _mm512_loadu_si512(bp + 64 * v);
-      const __m512i lo = _mm512_or_si512(_mm512_and_si512(packed, nibble), HighBits(h0, v, high));
-      const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble),
-                                         HighBits(h1, v, high));
+      __m512i lo, hi;
+      Q6Codes(packed, h0, h1, v, nibble, high, lo, hi);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         acc[i] = Dpbusd(acc[i], lo, Broadcast4(xg + i * K + 4 * v));
@@ -412,8 +423,7 @@ void Q6RowTile(const Q6Problem& p, const int32_t* zp, int64_t G, int64_t n0, int
     }
   }
   const int64_t nbase = G * 16;
-  const int64_t lo = std::max(n0, nbase) - nbase, hi = std::min(n1, nbase + 16) - nbase;
-  const __mmask16 mask = static_cast<__mmask16>(Mask16(hi) & ~Mask16(lo));
+  const __mmask16 mask = GroupMask(G, n0, n1);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(p.y + i * p.N + nbase, mask, facc[i]);
 }
