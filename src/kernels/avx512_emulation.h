@@ -103,6 +103,11 @@ inline V512 _mm512_slli_epi16(V512 a, int n) {
     SetLane<uint16_t>(a, i, static_cast<uint16_t>(Lane<uint16_t>(a, i) << n));
   return a;
 }
+// Arithmetic shift right (division by 2ⁿ rounding toward −∞, as the instruction).
+inline V512 _mm512_srai_epi32(V512 a, int n) {
+  for (int i = 0; i < 16; ++i) SetLane<int32_t>(a, i, Lane<int32_t>(a, i) >> n);
+  return a;
+}
 inline V512 _mm512_or_si512(V512 a, V512 b) {
   for (int i = 0; i < 64; ++i) a.b[i] |= b.b[i];
   return a;

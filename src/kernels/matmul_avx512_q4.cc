@@ -8,8 +8,10 @@
 //
 // One kernel for every M, tiled as the Q8 kernel (matmul_avx512_vnni.cc): MR activation rows ×
 // NG groups of 16 weight rows. Decode (M <= 3) takes one row group per tile, one weight stream
-// per thread prefetched 8 blocks ahead (ADR 0021), with two accumulators per output vector at
-// M <= 2 (low and high nibbles) to hide the vpdpbusd latency; batched decode and prefill take up
+// per thread (ADR 0021) left to the hardware prefetcher (ADR 0027: a software prefetch, and a
+// second load of each line, cost the Zen 5 host's cores up to a fifth of their stream), with
+// two accumulators per output vector at M <= 2 (low and high nibbles, the high ones kept in
+// place as 16·h) to hide the vpdpbusd latency; batched decode and prefill take up
 // to 8 rows (balanced tile heights) × 2 row groups, prefill with the weights in chunks that stay
 // in L2 while every row tile passes over them.
 //
@@ -107,12 +109,12 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
   const uint8_t* wg = p.w + G0 * gstride;
   const int8_t* xm = p.xq + m0 * K;
   // Several row groups prefetch the same block of the next tile's row groups (contiguous, so
-  // the matrix streams one tile ahead of the loads). A single row group (decode) prefetches
-  // 8 blocks ahead in its own stream, running into the next row group near its end: on Zen 4
-  // one stream per thread prefetched near ran about 1.4x faster at M = 1 than four streams
-  // prefetched a tile ahead (ADR 0021).
+  // the matrix streams one tile ahead of the loads); a single row group (a prefill tile's
+  // remainder) prefetches 8 blocks ahead in its own stream, running into the next row group
+  // near its end.
   const int64_t ahead = NG == 1 ? 8 * kQ4BlockBytes : NG * gstride;
   const __m512i nibble = _mm512_set1_epi8(15);
+  const __m512i high_nibble = _mm512_set1_epi8(static_cast<char>(0xf0));
   // The f32 sums: in registers when they fit beside the int32 ones and the weights (MR·NG <= 12),
   // else in memory (they change once per group, the registers hold the int32 sums).
   constexpr bool kRegs = MR * NG <= 12;
@@ -151,9 +153,14 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
         const uint8_t* bp = wg + j * gstride + g * kQ4BlockBytes + 64 * v;
         if constexpr (kPrefetch)
           _mm_prefetch(reinterpret_cast<const char*>(bp + ahead), _MM_HINT_T0);
-        const __m512i packed = _mm512_loadu_si512(bp);
+        __m512i packed = _mm512_loadu_si512(bp);
+#ifndef VLS_AVX512_EMULATION
+        asm("" : "+v"(packed));  // one load (GCC would fold it into both uses below)
+#endif
         lo[j] = _mm512_and_si512(packed, nibble);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+        // Split: the high nibbles in place (16·h), their sum shifted back once per group.
+        hi[j] = kSplit ? _mm512_and_si512(packed, high_nibble)
+                       : _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
@@ -187,7 +194,8 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
 #pragma GCC unroll 4
       for (int j = 0; j < NG; ++j) {
         __m512i dot = acc[i][j];
-        if constexpr (kSplit) dot = _mm512_add_epi32(dot, acc_hi[i][j]);
+        // acc_hi = 16·Σ h·x exactly (|16·dot| < 2³¹), so the arithmetic shift is exact.
+        if constexpr (kSplit) dot = _mm512_add_epi32(dot, _mm512_srai_epi32(acc_hi[i][j], 4));
         __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), d[j]);
         t = _mm512_fmadd_ps(mn[j], xsum, t);
         if constexpr (kRegs) {
@@ -246,9 +254,9 @@ void MatMulQ4Vnni(const Q4Activations& x, const Matrix& w, int64_t n0, int64_t n
       w.rows, y};
   if (p.M <= 3) {
     switch (p.M) {
-      case 1: return Tiling<1, 1, true>::Run(p, n0, n1);
-      case 2: return Tiling<2, 1, true>::Run(p, n0, n1);
-      default: return Tiling<3, 1, true>::Run(p, n0, n1);
+      case 1: return Tiling<1, 1, false>::Run(p, n0, n1);
+      case 2: return Tiling<2, 1, false>::Run(p, n0, n1);
+      default: return Tiling<3, 1, false>::Run(p, n0, n1);
     }
   }
   if (p.M <= 16) return Tiling<8, 2, true>::Run(p, n0, n1);
