@@ -9,7 +9,7 @@
 // One kernel for every M, tiled as the Q8 kernel (matmul_avx512_vnni.cc): MR activation rows ×
 // NG groups of 16 weight rows. Decode (M <= 3) takes one row group per tile, one weight stream
 // per thread (ADR 0021) left to the hardware prefetcher (ADR 0027: a software prefetch, and a
-// second load of each line, cost the Zen 5 host's cores up to a fifth of their stream), with
+// second load of each line, cost the Zen 5 host's cores about a tenth of their stream), with
 // two accumulators per output vector at M <= 2 (low and high nibbles, the high ones kept in
 // place as 16·h) to hide the vpdpbusd latency; batched decode and prefill take up
 // to 8 rows (balanced tile heights) × 2 row groups, prefill with the weights in chunks that stay
