@@ -13,7 +13,8 @@
 // takes the next P of them, so every weight byte comes from DRAM as in a real model's layers.
 // Counters: wbytes/s (expert weight bytes read per second) and of_read_bw (that over the read
 // bandwidth the Memory/read benchmark measures on the same threads: 1.0 is the memory roof).
-// Memory/read sums a 1 GiB buffer over the pool (kernels/read_bandwidth.h); Memory/memcpy copies
+// Memory/read sums a 1 GiB buffer over the pool (kernels/read_bandwidth.h); Memory/read_jumps
+// sums it on one thread in shuffled chunks (the cost of starting a stream); Memory/memcpy copies
 // 512 MiB (bytes/s counts the bytes read and written).
 //
 // Measured 2026-12-04, 2 threads, medians of 3 runs, on a quiet 16-core 2.1 GHz AVX-512 VM (read
@@ -158,6 +159,30 @@ void BM_Read(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
 }
 
+// One thread summing the 1 GiB buffer in chunks of `KiB` visited in a shuffled order: every
+// chunk starts a new stream, so against whole-buffer reads (KiB:1048576) it shows what a jump
+// costs (ADR 0035: 0.6-1.1 µs on the Zen 5 host at 16-256 KiB).
+void BM_ReadJumps(benchmark::State& state) {
+  const auto chunk = static_cast<size_t>(state.range(0)) << 10;
+  ThreadPool pool(1);
+  Buffer buf = Allocate(kReadBytes);
+  std::vector<size_t> order(kReadBytes / chunk);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(1));
+  for (auto _ : state) {
+    uint64_t sum = 0;
+    for (size_t c : order)
+      sum += SumLines(pool, buf.get() + c * chunk, static_cast<int64_t>(chunk / 64));
+    benchmark::DoNotOptimize(sum);
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(kReadBytes) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+  state.counters["s_per_chunk"] = benchmark::Counter(
+      static_cast<double>(order.size()),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 void BM_Memcpy(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr size_t kBytes = size_t{512} << 20;
@@ -221,6 +246,15 @@ int Register() {
       ->Arg(1)
       ->Arg(2)
       ->ArgName("threads")
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Memory/read_jumps", BM_ReadJumps)
+      ->Arg(16)
+      ->Arg(64)
+      ->Arg(256)
+      ->Arg(2048)
+      ->Arg(1 << 20)
+      ->ArgName("KiB")
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("Memory/memcpy", BM_Memcpy)

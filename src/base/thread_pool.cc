@@ -50,6 +50,7 @@ ThreadPool::ThreadPool(int threads, const ThreadStarter& start)
     : threads_(threads > 0 ? threads : HardwareThreads()) {
   if (threads < 0 || threads_ > kMaxThreads)
     throw std::invalid_argument(ThreadsOutOfRange(threads));
+  shares_ = std::make_unique<Share[]>(static_cast<size_t>(threads_));
   workers_.reserve(static_cast<size_t>(threads_ - 1));
   for (int i = 1; i < threads_; ++i) {
     try {
@@ -134,28 +135,77 @@ ThreadPool::Lease::~Lease() {
 PoolGate* ThreadPool::SetThreadGate(PoolGate* gate) { return std::exchange(t_gate, gate); }
 
 void ThreadPool::Fail(std::exception_ptr e) {
+  // Chunks not yet claimed are skipped: RunChunks checks failed_ before every claim.
   if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::move(e);
-  // Chunks not yet claimed are skipped: every claim compares against next_ (RunChunks).
-  next_.store(n_, std::memory_order_relaxed);
+}
+
+namespace {
+constexpr uint64_t Pack(uint64_t front, uint64_t back) { return back << 32 | front; }
+constexpr int64_t Front(uint64_t range) { return static_cast<int64_t>(range & 0xffffffffu); }
+constexpr int64_t Back(uint64_t range) { return static_cast<int64_t>(range >> 32); }
+}  // namespace
+
+bool ThreadPool::ClaimFront(int t, int64_t* begin, int64_t* end) {
+  std::atomic<uint64_t>& share = shares_[static_cast<size_t>(t)].range;
+  uint64_t r = share.load(std::memory_order_relaxed);
+  for (;;) {
+    const int64_t f = Front(r), b = Back(r);
+    if (f >= b) return false;
+    // A quarter of what is left, at least piece_: long runs first, small ones at the end so
+    // that the participants finish together.
+    const int64_t size = std::min(b - f, std::max(piece_, (b - f) / 4));
+    if (share.compare_exchange_weak(r,
+                                    Pack(static_cast<uint64_t>(f + size), static_cast<uint64_t>(b)),
+                                    std::memory_order_relaxed)) {
+      *begin = f;
+      *end = f + size;
+      return true;
+    }
+  }
+}
+
+bool ThreadPool::StealBack(int t) {
+  for (;;) {
+    int victim = -1;
+    int64_t most = 0;
+    uint64_t seen = 0;
+    for (int v = 0; v < threads_; ++v) {
+      const uint64_t r = shares_[static_cast<size_t>(v)].range.load(std::memory_order_relaxed);
+      if (Back(r) - Front(r) > most) {
+        most = Back(r) - Front(r);
+        victim = v;
+        seen = r;
+      }
+    }
+    if (victim < 0) return false;
+    // The back half (all of a share shorter than two chunks), into our own empty share.
+    const int64_t f = Front(seen), b = Back(seen);
+    const int64_t mid = b - f < 2 * piece_ ? f : b - (b - f) / 2;
+    std::atomic<uint64_t>& share = shares_[static_cast<size_t>(victim)].range;
+    if (!share.compare_exchange_strong(seen,
+                                       Pack(static_cast<uint64_t>(f), static_cast<uint64_t>(mid)),
+                                       std::memory_order_relaxed)) {
+      continue;  // its owner or another thief moved it: look again
+    }
+    shares_[static_cast<size_t>(t)].range.store(
+        Pack(static_cast<uint64_t>(mid), static_cast<uint64_t>(b)), std::memory_order_relaxed);
+    return true;
+  }
 }
 
 void ThreadPool::RunChunks(int thread) {
   const InLoop in_loop(this, thread);
-  // Guided: a chunk is a share of what is left (at least chunk_), so chunks shrink towards the
-  // end and the threads finish close together instead of one waiting out another's last
-  // large chunk.
-  const int64_t share = 2 * static_cast<int64_t>(threads_);
-  int64_t b = next_.load(std::memory_order_relaxed);
-  for (;;) {
-    if (b >= n_) break;
-    const int64_t size = std::max(chunk_, (n_ - b) / share);
-    if (!next_.compare_exchange_weak(b, b + size, std::memory_order_relaxed)) continue;
+  int64_t b = 0, e = 0;
+  while (!failed_.load(std::memory_order_relaxed)) {
+    if (!ClaimFront(thread, &b, &e)) {
+      if (StealBack(thread)) continue;  // (a thief may take it before we do: claim again)
+      break;
+    }
     try {
-      (*fn_)(b, std::min(n_, b + size), thread);
+      (*fn_)(b * unit_, std::min(n_, e * unit_), thread);
     } catch (...) {
       Fail(std::current_exception());
     }
-    b = next_.load(std::memory_order_relaxed);
   }
 }
 
@@ -222,12 +272,19 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const Body& fn) {
     fn(0, n, 0);
     return;
   }
-  // Chunks shrink from a half share per thread down to this least size (RunChunks).
-  const int64_t chunk = std::max(grain, n / (8 * threads_));
+  // The shares (ThreadPool::ParallelFor's scheduling), in units that fit 32 bits.
+  constexpr int64_t kMaxUnits = int64_t{1} << 32;
+  const int64_t unit = n < kMaxUnits ? 1 : (n + kMaxUnits - 2) / (kMaxUnits - 1);
+  const int64_t units = (n + unit - 1) / unit;
   fn_ = &fn;
   n_ = n;
-  chunk_ = chunk;
-  next_.store(0, std::memory_order_relaxed);
+  unit_ = unit;
+  piece_ = std::max((grain + unit - 1) / unit, units / (32 * int64_t{threads_}));
+  for (int t = 0; t < threads_; ++t) {
+    const auto f = static_cast<uint64_t>(units * t / threads_);
+    const auto b = static_cast<uint64_t>(units * (t + 1) / threads_);
+    shares_[static_cast<size_t>(t)].range.store(Pack(f, b), std::memory_order_relaxed);
+  }
   const uint64_t g = ++generation_;
   state_.store(StateGeneration(g), std::memory_order_release);  // open, nobody inside
   {

@@ -79,11 +79,18 @@ class ThreadPool {
 
   int threads() const { return threads_; }
 
-  // Calls fn(begin, end, thread) over disjoint chunks covering [0, n), each at least `grain`
-  // long (except the last), on up to threads() participants; `thread` is the participant
-  // running the chunk. Returns when every chunk is done. Runs inline (as participant 0) when
-  // n <= grain or the pool has one thread, and inline as the body's participant when called
-  // from inside a loop body of this pool.
+  // Calls fn(begin, end, thread) over disjoint chunks covering [0, n) on up to threads()
+  // participants; `thread` is the participant running the chunk. Returns when every chunk is
+  // done. Runs inline (as participant 0) when n <= grain or the pool has one thread, and inline
+  // as the body's participant when called from inside a loop body of this pool.
+  //
+  // Scheduling: participant t owns the t-th of threads() equal shares of [0, n) and runs it
+  // front to back in chunks of at least `grain` (a quarter of what it has left, down to
+  // n / (32 · threads()); the last piece of a share may be shorter); a participant with nothing
+  // left takes the back half of the fullest share into its own and goes on there. Each
+  // participant thus walks few long contiguous runs (a weight stream restarts at every jump:
+  // about a microsecond of memory latency each), and the participants finish within one small
+  // chunk of each other whatever their speeds or start times (ADR 0035).
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
   // The same for a body that needs no participant index.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
@@ -129,6 +136,11 @@ class ThreadPool {
   // Tells the workers to exit and joins them.
   void StopWorkers();
   void RunChunks(int thread);
+  // The next chunk of participant t's share, from its front, in units: false when it is empty.
+  bool ClaimFront(int t, int64_t* begin, int64_t* end);
+  // Moves the back half of the fullest share into participant t's (empty) own: false when
+  // every share is empty.
+  bool StealBack(int t);
   // Records the first exception of the current loop and stops handing out chunks.
   void Fail(std::exception_ptr e);
 
@@ -151,11 +163,18 @@ class ThreadPool {
   std::condition_variable done_cv_;
   uint64_t generation_ = 0;  // bumped per loop; written by the caller holding run_mu_
 
-  // The current loop (written before state_ opens it).
+  // The current loop (written before state_ opens it): [0, n) in units of unit_ indices (1 unless
+  // n >= 2³², so that a share's bounds fit in 32 bits), chunks of at least piece_ units.
   const Body* fn_ = nullptr;
   int64_t n_ = 0;
-  int64_t chunk_ = 1;
-  std::atomic<int64_t> next_{0};
+  int64_t unit_ = 1;
+  int64_t piece_ = 1;
+  // Participant t's share: [front, back) packed as back << 32 | front, on its own cache line.
+  // Its owner takes chunks from the front, a participant with none left the back half.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range{0};
+  };
+  std::unique_ptr<Share[]> shares_;
   // Set by the first chunk of the current loop that throws, which stores its exception in
   // error_; the caller reads both after the joined workers have left.
   std::atomic<bool> failed_{false};

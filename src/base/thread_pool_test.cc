@@ -5,12 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace vls {
@@ -120,6 +123,85 @@ void ExpectNormalLoop(ThreadPool& pool, int64_t n) {
     for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
   });
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+}
+
+// Participant 1 stalls in its first chunk until every other index is done: the others must take
+// the rest of its share (a share is not left to its owner), and only then does it return.
+TEST(ThreadPoolTest, AStalledParticipantsShareIsTakenByTheOthers) {
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int r = 0; r < 20; ++r) {
+      constexpr int64_t kN = 4096;
+      std::vector<std::atomic<int>> hits(kN);
+      std::atomic<int64_t> done{0};
+      std::atomic<bool> stalled{false};
+      pool.ParallelFor(kN, 1, [&](int64_t b, int64_t e, int t) {
+        if (t == 1 && !stalled.exchange(true)) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (done.load() < kN - (e - b)) {
+            if (std::chrono::steady_clock::now() > deadline) {
+              ADD_FAILURE() << "the others left " << kN - (e - b) - done.load()
+                            << " indices of the stalled participant's share";
+              break;
+            }
+            std::this_thread::yield();
+          }
+        }
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        done.fetch_add(e - b);
+      });
+      for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// Each participant walks few contiguous runs (its share front to back, then the halves it
+// takes from others), not chunks scattered over the range: a weight stream restarts at each
+// jump. Two participants over 4096 indices, each index a little work.
+TEST(ThreadPoolTest, ParticipantsWalkFewContiguousRuns) {
+  ThreadPool pool(2);
+  for (int r = 0; r < 20; ++r) {
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> chunks(2);
+    std::atomic<int64_t> sink{0};
+    pool.ParallelFor(4096, 1, [&](int64_t b, int64_t e, int t) {
+      chunks[static_cast<size_t>(t)].emplace_back(b, e);
+      int64_t s = 0;
+      for (int64_t i = b * 64; i < e * 64; ++i) s += i * i;
+      sink.fetch_add(s);
+    });
+    int64_t covered = 0;
+    for (const auto& own : chunks) {
+      int runs = 0;
+      for (size_t i = 0; i < own.size(); ++i) {
+        if (i == 0 || own[i].first != own[i - 1].second) ++runs;
+        covered += own[i].second - own[i].first;
+      }
+      // 1 run of its own share, then at most about log2(4096 / 64) halves taken from the other.
+      EXPECT_LE(runs, 12) << "chunks: " << own.size();
+    }
+    EXPECT_EQ(covered, 4096);
+  }
+}
+
+// A count beyond 32 bits runs in units of several indices: the chunks still cover [0, n) exactly.
+TEST(ThreadPoolTest, CountsBeyond32BitsAreCoveredExactly) {
+  ThreadPool pool(3);
+  const int64_t n = (int64_t{1} << 33) + 5;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  pool.ParallelFor(n, int64_t{1} << 28, [&](int64_t b, int64_t e) {
+    const std::lock_guard<std::mutex> lock(mu);
+    chunks.emplace_back(b, e);
+  });
+  std::sort(chunks.begin(), chunks.end());
+  int64_t at = 0;
+  for (const auto& [b, e] : chunks) {
+    ASSERT_EQ(b, at);
+    ASSERT_GT(e, b);
+    at = e;
+  }
+  EXPECT_EQ(at, n);
 }
 
 TEST(ThreadPoolTest, ChunksAreToldTheirParticipantAndNoTwoRunAsOne) {
