@@ -161,7 +161,7 @@ void BM_Read(benchmark::State& state) {
 
 // One thread summing the 1 GiB buffer in chunks of `KiB` visited in a shuffled order: every
 // chunk starts a new stream, so against whole-buffer reads (KiB:1048576) it shows what a jump
-// costs (ADR 0035: 0.6-1.1 µs on the Zen 5 host at 16-256 KiB).
+// costs (ADR 0035: about 1 µs on the Zen 5 host at 16-256 KiB).
 void BM_ReadJumps(benchmark::State& state) {
   const auto chunk = static_cast<size_t>(state.range(0)) << 10;
   ThreadPool pool(1);
