@@ -47,6 +47,39 @@ StatusOr<std::unique_ptr<HugeRegion>> HugeRegion::Allocate(size_t size) {
 
 HugeRegion::~HugeRegion() { ::munmap(base_, mapped_); }
 
+bool HugeRegion::Collapse() {
+#ifdef MADV_COLLAPSE
+  constexpr int kCollapse = MADV_COLLAPSE;
+#else
+  constexpr int kCollapse = 25;  // <asm-generic/mman-common.h>; glibc 2.36's <sys/mman.h> lacks it
+#endif
+  const size_t rounded = (size_ + kHugePage - 1) / kHugePage * kHugePage;
+  return ::madvise(data_, rounded, kCollapse) == 0;
+}
+
+uint64_t HugeRegion::HugePageBytes() const {
+  std::FILE* f = std::fopen("/proc/self/smaps", "re");
+  if (f == nullptr) return 0;
+  const auto begin = reinterpret_cast<uintptr_t>(data_);
+  const uintptr_t end = begin + (size_ + kHugePage - 1) / kHugePage * kHugePage;
+  // The advised part [data_, end) is a mapping of its own (madvise split it from the unadvised
+  // slack around it), so whole mappings inside [begin, end) are exactly the region's.
+  bool inside = false;
+  uint64_t kib = 0, total = 0;
+  char line[512];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    uintptr_t lo = 0, hi = 0;
+    // A mapping's first line is "lo-hi perms ..."; its fields are "Name: value" lines.
+    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) == 2) {
+      inside = lo >= begin && hi <= end;
+    } else if (inside && std::sscanf(line, "AnonHugePages: %" SCNu64 " kB", &kib) == 1) {
+      total += kib << 10;
+    }
+  }
+  std::fclose(f);
+  return std::min<uint64_t>(total, size_);  // the last huge page may reach past size_
+}
+
 void ReleaseFilePages(const void* p, size_t n) {
   const size_t page = PageSize();
   const auto begin = reinterpret_cast<uintptr_t>(p);

@@ -1,14 +1,49 @@
 #include "base/memory.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <fstream>
 #include <string>
 
 namespace vls {
 namespace {
+
+// Whether transparent huge pages are enabled at all ("never" is the bracketed mode otherwise).
+bool TransparentHugePagesEnabled() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  return std::getline(f, modes) && modes.find("[never]") == std::string::npos;
+}
+
+TEST(MemoryTest, CollapseBacksFourKibPagesWithHugeOnesKeepingTheBytes) {
+  constexpr size_t kSize = size_t{8} << 20;
+  auto region = HugeRegion::Allocate(kSize);
+  ASSERT_TRUE(region.ok()) << region.status().message();
+  HugeRegion& r = **region;
+  // Fault the pages in as 4 KiB ones (as in a load whose memory is fragmented), then allow huge
+  // pages again.
+  ASSERT_EQ(::madvise(r.data(), kSize, MADV_NOHUGEPAGE), 0);
+  for (size_t i = 0; i < kSize; ++i) r.data()[i] = static_cast<std::byte>(i * 131 % 251);
+  EXPECT_EQ(r.HugePageBytes(), 0u);
+  ASSERT_EQ(::madvise(r.data(), kSize, MADV_HUGEPAGE), 0);
+  if (!TransparentHugePagesEnabled()) GTEST_SKIP() << "transparent huge pages are off";
+  if (!r.Collapse()) {
+    GTEST_SKIP() << "the kernel did not collapse the region (before Linux 6.1, or no free huge "
+                    "page): "
+                 << std::strerror(errno);
+  }
+  EXPECT_EQ(r.HugePageBytes(), kSize);
+  size_t differ = 0;
+  for (size_t i = 0; i < kSize; ++i) {
+    differ += r.data()[i] != static_cast<std::byte>(i * 131 % 251) ? 1 : 0;
+  }
+  EXPECT_EQ(differ, 0u);
+}
 
 TEST(MemoryTest, AvailableIsTheSmallerOfMemAvailableAndTheAddressSpaceLeft) {
   MemoryAvailability m;

@@ -375,6 +375,7 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::FromArtifact(
       VLS_RETURN_IF_ERROR(file->ReadAt(file->data() + h.data_offset + off, static_cast<size_t>(n),
                                        region->data() + off));
     }
+    (void)region->Collapse();  // pages faulted in while memory was fragmented
     pw->data_ = region->data();
     std::shared_ptr<const HugeRegion> shared(std::move(region));
     pw->artifact_copy_ = shared;

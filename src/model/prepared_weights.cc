@@ -429,8 +429,15 @@ StatusOr<std::unique_ptr<PreparedWeights>> PreparedWeights::Prepare(const Qwen3C
     pw->entries_.push_back(g.entry);
     if (progress) progress(i + 1, total);
   }
+  // Pages written while the checkpoint's page cache had fragmented memory may be 4 KiB ones.
+  (void)pw->region_->Collapse();
   VLS_RETURN_IF_ERROR(pw->BindEntries(cfg));
   return pw;
+}
+
+uint64_t PreparedWeights::HugePageBytes() const {
+  if (region_ != nullptr) return region_->HugePageBytes();
+  return artifact_copy_ != nullptr ? artifact_copy_->HugePageBytes() : 0;
 }
 
 Status PreparedWeights::BindEntries(const Qwen3Config& cfg) {

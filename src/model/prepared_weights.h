@@ -165,6 +165,9 @@ class PreparedWeights {
   // The region holding every entry: [0, size()) (an artifact's vision section not included).
   const std::byte* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // The bytes of the region that huge pages back now (HugeRegion::HugePageBytes); 0 when it is
+  // served from an artifact's file mapping.
+  uint64_t HugePageBytes() const;
   // One line per entry ("name dtype [rows, cols] @offset"), for the artifact identity.
   std::string LayoutText() const;
 

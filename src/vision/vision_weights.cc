@@ -406,6 +406,7 @@ StatusOr<std::unique_ptr<PreparedVisionWeights>> PreparedVisionWeights::Prepare(
                                      DTypeSize(src.dtype));
     }
   }
+  (void)pw->owned_->Collapse();  // pages faulted in while memory was fragmented
   pw->region_.entries = std::move(plan);
   pw->region_.data = base;
   pw->region_.size = size;

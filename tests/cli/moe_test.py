@@ -124,6 +124,8 @@ def main():
         x = b["moe_experts_per_layer_step"]
         assert 3 <= x["min"] <= x["max"] <= 6, x  # top 3 of 6 for each of 2 rows
         assert b["moe_step_weights_mb"] > 0, b
+        # The prepared weights' huge-page share (ADR 0036): a part of the region, never more.
+        assert 0 <= b["weights_huge_pages_mb"] <= b["weights_mb"], b
         for key in ("read_bandwidth_gb_per_s", "step_over_roof_time"):
             assert 0 < b[key]["min"] <= b[key]["median"] <= b[key]["max"], (key, b[key])
     print("moe_test: PASS")
