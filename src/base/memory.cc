@@ -16,6 +16,9 @@ namespace vls {
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 
+// n rounded up to whole huge pages (callers check the overflow where n is untrusted).
+size_t RoundToHugePages(size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
+
 size_t PageSize() {
   static const size_t page = [] {
     const long p = ::sysconf(_SC_PAGESIZE);
@@ -26,7 +29,7 @@ size_t PageSize() {
 }  // namespace
 
 StatusOr<std::unique_ptr<HugeRegion>> HugeRegion::Allocate(size_t size) {
-  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t rounded = RoundToHugePages(size);
   if (rounded < size || rounded > SIZE_MAX - kHugePage) {
     return ResourceExhausted("cannot allocate " + std::to_string(size) + " bytes");
   }
@@ -53,15 +56,14 @@ bool HugeRegion::Collapse() {
 #else
   constexpr int kCollapse = 25;  // <asm-generic/mman-common.h>; glibc 2.36's <sys/mman.h> lacks it
 #endif
-  const size_t rounded = (size_ + kHugePage - 1) / kHugePage * kHugePage;
-  return ::madvise(data_, rounded, kCollapse) == 0;
+  return ::madvise(data_, RoundToHugePages(size_), kCollapse) == 0;
 }
 
 uint64_t HugeRegion::HugePageBytes() const {
   std::FILE* f = std::fopen("/proc/self/smaps", "re");
   if (f == nullptr) return 0;
   const auto begin = reinterpret_cast<uintptr_t>(data_);
-  const uintptr_t end = begin + (size_ + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = begin + RoundToHugePages(size_);
   // The advised part [data_, end) is a mapping of its own (madvise split it from the unadvised
   // slack around it), so whole mappings inside [begin, end) are exactly the region's.
   bool inside = false;

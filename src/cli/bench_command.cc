@@ -397,7 +397,7 @@ Status Throughput(const Args& args, const bench::Loader& load) {
   // Memory the model needs: the prepared weights plus one KV cache per slot (K and V).
   const Qwen3Config& mc = model.config();
   const double weights_mb = static_cast<double>(model.prepared().size()) / 1e6;
-  // Decode reads 4 KiB pages at about 0.7 of the rate of huge ones (ADR 0036).
+  // A decode tile reads 4 KiB pages at about 0.7 of the rate of huge ones (ADR 0036).
   const double huge_mb = static_cast<double>(model.prepared().HugePageBytes()) / 1e6;
   const double kv_mb = 2.0 * static_cast<double>(KvCache::ElementBytes(model.kv_dtype())) *
                        mc.layers * mc.kv_heads * mc.head_dim * static_cast<double>(capacity) *
