@@ -13,6 +13,8 @@
 // takes the next P of them, so every weight byte comes from DRAM as in a real model's layers.
 // Counters: wbytes/s (expert weight bytes read per second) and of_read_bw (that over the read
 // bandwidth the Memory/read benchmark measures on the same threads: 1.0 is the memory roof).
+// ExpertsCached/<format>/<projection>/grouped: the same products over two experts taken in turn,
+// whose weights stay in the last-level cache (the kernels' own speed, ADR 0027).
 // Memory/read sums a 1 GiB buffer over the pool (kernels/read_bandwidth.h); Memory/read_jumps
 // sums it on one thread in shuffled chunks (the cost of starting a stream); Memory/memcpy copies
 // 512 MiB (bytes/s counts the bytes read and written).
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "base/memory.h"
 #include "base/thread_pool.h"
 #include "kernels/bf16_blocked.h"
 #include "kernels/dispatch.h"
@@ -73,18 +76,43 @@ int64_t BytesOf(Format f, int64_t N, int64_t K) {
   return 0;
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+// A buffer on huge pages, as the engine's prepared weights are (base/memory.h, ADR 0036), faulted
+// in before any timed loop. VLS_MOE_BENCH_4K=1 takes 4 KiB pages instead, for comparison: what
+// this benchmark measured until 2026-12-07 (aligned_alloc, which transparent huge pages in
+// "madvise" mode leave at 4 KiB). The Experts benchmarks report the share of their pool that
+// huge pages back (the `huge` counter).
+class Buffer {
+ public:
+  explicit Buffer(size_t bytes) {
+    bytes = (bytes + 4095) / 4096 * 4096;
+    if (const char* env = std::getenv("VLS_MOE_BENCH_4K"); env != nullptr && env[0] == '1') {
+      plain_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
+      if (plain_ == nullptr) std::abort();
+      data_ = plain_.get();
+    } else {
+      StatusOr<std::unique_ptr<HugeRegion>> r = HugeRegion::Allocate(bytes);
+      if (!r.ok()) std::abort();
+      region_ = std::move(*r);
+      data_ = reinterpret_cast<uint8_t*>(region_->data());
+    }
+    std::memset(data_, 0, bytes);  // faulted in now, not in the timed loop
+  }
+  uint8_t* get() const { return data_; }
+  // The fraction of the buffer on huge pages (0 for the 4 KiB one).
+  double HugeShare() const {
+    return region_ == nullptr ? 0.0
+                              : static_cast<double>(region_->HugePageBytes()) /
+                                    static_cast<double>(region_->size());
+  }
 
-Buffer Allocate(size_t bytes) {
-  bytes = (bytes + 4095) / 4096 * 4096;
-  Buffer b(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
-  if (b == nullptr) std::abort();
-  std::memset(b.get(), 0, bytes);  // faulted in now, not in the timed loop
-  return b;
-}
+ private:
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<HugeRegion> region_;
+  std::unique_ptr<uint8_t, FreeDeleter> plain_;
+  uint8_t* data_ = nullptr;
+};
 
 size_t PoolBytes() {
   const char* env = std::getenv("VLS_MOE_BENCH_POOL_MIB");
@@ -97,7 +125,7 @@ size_t PoolBytes() {
 struct ExpertPool {
   Format format;
   int64_t N, K, bytes;
-  Buffer data;
+  std::unique_ptr<Buffer> data;
   std::vector<Matrix> experts;
 
   ExpertPool(Format f, int64_t n, int64_t k) : format(f), N(n), K(k), bytes(BytesOf(f, n, k)) {
@@ -108,8 +136,8 @@ struct ExpertPool {
     const Matrix src{DType::kF32, w.data(), N, K};
     const size_t stride = static_cast<size_t>(bytes + 4095) / 4096 * 4096;
     const size_t count = std::max<size_t>(64, PoolBytes() / stride);
-    data = Allocate(stride * count);
-    uint8_t* first = data.get();
+    data = std::make_unique<Buffer>(stride * count);
+    uint8_t* first = data->get();
     switch (f) {
       case Format::kQ4: QuantizeQ4(src, 0, N, first, N, 0); break;
       case Format::kQ8: QuantizeQ8(src, 0, N, first); break;
@@ -144,7 +172,7 @@ double MeasuredReadBandwidth(int threads) {
   double& bw = measured[static_cast<size_t>(threads)];
   if (bw > 0) return bw;
   ThreadPool pool(threads);
-  Buffer buf = Allocate(kReadBytes);
+  const Buffer buf(kReadBytes);
   bw = ReadBandwidth(pool, buf.get(), kReadBytes, 5);
   return bw;
 }
@@ -152,7 +180,7 @@ double MeasuredReadBandwidth(int threads) {
 void BM_Read(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   ThreadPool pool(threads);
-  Buffer buf = Allocate(kReadBytes);
+  const Buffer buf(kReadBytes);
   for (auto _ : state) benchmark::DoNotOptimize(SumLines(pool, buf.get(), kReadBytes / 64));
   state.counters["bytes/s"] =
       benchmark::Counter(static_cast<double>(kReadBytes) * static_cast<double>(state.iterations()),
@@ -165,7 +193,7 @@ void BM_Read(benchmark::State& state) {
 void BM_ReadJumps(benchmark::State& state) {
   const auto chunk = static_cast<size_t>(state.range(0)) << 10;
   ThreadPool pool(1);
-  Buffer buf = Allocate(kReadBytes);
+  const Buffer buf(kReadBytes);
   std::vector<size_t> order(kReadBytes / chunk);
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), std::mt19937(1));
@@ -187,7 +215,7 @@ void BM_Memcpy(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   constexpr size_t kBytes = size_t{512} << 20;
   ThreadPool pool(threads);
-  Buffer src = Allocate(kBytes), dst = Allocate(kBytes);
+  const Buffer src(kBytes), dst(kBytes);
   constexpr int64_t kChunk = 1 << 20;
   for (auto _ : state) {
     pool.ParallelFor(kBytes / kChunk, 1, [&](int64_t b, int64_t e) {
@@ -200,8 +228,10 @@ void BM_Memcpy(benchmark::State& state) {
       2.0 * kBytes * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-// Args: P experts, M rows each, threads.
-void BM_Experts(benchmark::State& state, Format f, int64_t N, int64_t K, bool grouped) {
+// Args: P experts, M rows each, threads. `cycled`: the products take the first `cycled` experts
+// of the pool in turn (0: all of them, so the weights come from memory).
+void BM_Experts(benchmark::State& state, Format f, int64_t N, int64_t K, bool grouped,
+                size_t cycled) {
   const int64_t P = state.range(0), M = state.range(1);
   const int threads = static_cast<int>(state.range(2));
   const double read_bw = MeasuredReadBandwidth(threads);
@@ -216,7 +246,7 @@ void BM_Experts(benchmark::State& state, Format f, int64_t N, int64_t K, bool gr
     y[size_t(p)].resize(static_cast<size_t>(M * N));
   }
   std::vector<GroupedProduct> products(static_cast<size_t>(P));
-  const size_t E = pool.experts.size();
+  const size_t E = cycled > 0 ? std::min(cycled, pool.experts.size()) : pool.experts.size();
   size_t next = 0;
   for (auto _ : state) {
     for (int64_t p = 0; p < P; ++p) {
@@ -235,6 +265,7 @@ void BM_Experts(benchmark::State& state, Format f, int64_t N, int64_t K, bool gr
   state.counters["wbytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["of_read_bw"] = benchmark::Counter(bytes / read_bw, benchmark::Counter::kIsRate);
   state.counters["experts"] = static_cast<double>(E);
+  state.counters["huge"] = pool.data->HugeShare();
   // Multiply-adds per second: at prefill's ~32 rows per expert the products are bound by them.
   state.counters["macs/s"] = benchmark::Counter(
       static_cast<double>(P * M * N * K) * static_cast<double>(state.iterations()),
@@ -274,7 +305,7 @@ int Register() {
       for (bool grouped : {true, false}) {
         const std::string name = std::string("Experts/") + FormatName(f) + "/" + pr.name + "/" +
                                  (grouped ? "grouped" : "loop");
-        benchmark::RegisterBenchmark(name.c_str(), BM_Experts, f, pr.N, pr.K, grouped)
+        benchmark::RegisterBenchmark(name.c_str(), BM_Experts, f, pr.N, pr.K, grouped, 0)
             ->Args({8, 1, 2})     // one decode row: its top-8
             ->Args({32, 2, 2})    // a few slots or speculative rows sharing experts
             ->Args({64, 1, 2})    // 8 slots of top-8 over 128 experts (~52 distinct)
@@ -283,6 +314,17 @@ int Register() {
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
+      // The same grouped products over two experts taken in turn (a few MB, in the last-level
+      // cache): what the kernels do when memory is not in the way. Against the rows above in
+      // one process it shows what the memory costs a product.
+      const std::string cached =
+          std::string("ExpertsCached/") + FormatName(f) + "/" + pr.name + "/grouped";
+      benchmark::RegisterBenchmark(cached.c_str(), BM_Experts, f, pr.N, pr.K, true, 2)
+          ->Args({64, 1, 2})
+          ->Args({128, 32, 2})
+          ->ArgNames({"P", "M", "threads"})
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
     }
   }
   return 0;
