@@ -13,7 +13,8 @@
 // two accumulators per output vector at M <= 2 (low and high nibbles, the high ones kept in
 // place as 16·h) to hide the vpdpbusd latency; batched decode and prefill take up
 // to 8 rows (balanced tile heights) × 2 row groups, prefill with the weights in chunks that stay
-// in L2 while every row tile passes over them.
+// in L2 while every row tile passes over them, the later passes prefetching the next chunk
+// (ADR 0037).
 //
 // Built a second time with VLS_AVX512_EMULATION (kernels/avx512_emulation.h, scalar stand-ins
 // for the intrinsics used here) into q4_test, so the tiling and epilogue are also tested on CPUs
@@ -102,8 +103,10 @@ inline __m512i Dpbusd(__m512i acc, __m512i w, __m512i x) {
 
 // Outputs y[m0 .. m0+MR, 16 G0 .. 16 (G0+NG)] restricted to columns [n0, n1). kSplit keeps the
 // low- and high-nibble products in separate accumulators (more independent chains).
-template <int MR, int NG, bool kPrefetch, bool kSplit>
-void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
+template <int MR, int NG, tiles::Prefetch kPf, bool kSplit>
+void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1,
+          const tiles::ChunkPrefetch& pf = {}) {
+  constexpr bool kPrefetch = kPf == tiles::Prefetch::kTileAhead;
   const int64_t K = p.K, ng = p.ng;
   const int64_t gstride = ng * kQ4BlockBytes;  // bytes between row groups
   const uint8_t* wg = p.w + G0 * gstride;
@@ -113,6 +116,8 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
   // remainder) prefetches 8 blocks ahead in its own stream, running into the next row group
   // near its end.
   const int64_t ahead = NG == 1 ? 8 * kQ4BlockBytes : NG * gstride;
+  const int64_t next_ahead = pf.chunk * gstride;  // kNextChunk (tiles::ChunkPrefetch)
+  int64_t pf_count = 0;
   const __m512i nibble = _mm512_set1_epi8(15);
   const __m512i high_nibble = _mm512_set1_epi8(static_cast<char>(0xf0));
   // The f32 sums: in registers when they fit beside the int32 ones and the weights (MR·NG <= 12),
@@ -145,6 +150,19 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
       }
     }
     const int8_t* xg = xm + g * kQ4Group;
+    if constexpr (kPf == tiles::Prefetch::kNextChunk) {
+      // This block's five lines (codes, scales and mins) in the next chunk's row groups.
+      if (pf_count == pf.phase) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NG; ++j) {
+          const char* bp = reinterpret_cast<const char*>(wg + j * gstride + g * kQ4BlockBytes);
+#pragma GCC unroll 5
+          for (int l = 0; l < kQ4BlockBytes / 64; ++l)
+            _mm_prefetch(bp + next_ahead + 64 * l, _MM_HINT_T0);
+        }
+      }
+      if (++pf_count == pf.every) pf_count = 0;
+    }
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       __m512i lo[NG], hi[NG];
@@ -223,28 +241,39 @@ void Tile(const Q4Problem& p, int64_t m0, int64_t G0, int64_t n0, int64_t n1) {
 template <int MR, int NG, bool kPrefetch>
 struct Tiling {
   static constexpr int64_t kChunk = 8;
+  static constexpr tiles::Prefetch kAhead =
+      kPrefetch ? tiles::Prefetch::kTileAhead : tiles::Prefetch::kNone;
 
-  template <int R>
-  static void Rows(const Q4Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, int64_t n1) {
+  template <int R, tiles::Prefetch kPf>
+  static void Rows(const Q4Problem& p, int64_t m0, int64_t G, int64_t nrg, int64_t n0, int64_t n1,
+                   const tiles::ChunkPrefetch& pf) {
     if (nrg == NG) {
-      Tile<R, NG, kPrefetch, (R <= 2)>(p, m0, G, n0, n1);
+      Tile<R, NG, kPf, (R <= 2)>(p, m0, G, n0, n1, pf);
     } else {
-      for (int64_t k = 0; k < nrg; ++k) Tile<R, 1, kPrefetch, true>(p, m0, G + k, n0, n1);
+      for (int64_t k = 0; k < nrg; ++k) Tile<R, 1, kPf, true>(p, m0, G + k, n0, n1, pf);
     }
   }
 
   static void Run(const Q4Problem& p, int64_t n0, int64_t n1) {
     const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
-    for (int64_t gc = G0; gc < G1; gc += kChunk) {
-      const int64_t ge = std::min(G1, gc + kChunk);
-      tiles::ForEachBalancedRowTile<MR>(p.M, [&](int64_t m0, int64_t mr) {
-        for (int64_t G = gc; G < ge; G += NG) {
-          const int64_t nrg = std::min<int64_t>(NG, ge - G);
-          tiles::DispatchHeight<MR>(
-              mr, [&](auto r) { Rows<decltype(r)::value>(p, m0, G, nrg, n0, n1); });
-        }
-      });
-    }
+    const bool passes3 = p.M > 2 * MR;
+    tiles::ForEachChunkPass<MR>(
+        p.M, G0, G1, kChunk,
+        [&](int64_t m0, int64_t mr, int64_t gc, int64_t ge, const tiles::ChunkPrefetch& pf) {
+          for (int64_t G = gc; G < ge; G += NG) {
+            const int64_t nrg = std::min<int64_t>(NG, ge - G);
+            tiles::DispatchHeight<MR>(mr, [&](auto r) {
+              constexpr int R = decltype(r)::value;
+              if (pf.every > 0) {
+                Rows<R, tiles::Prefetch::kNextChunk>(p, m0, G, nrg, n0, n1, pf);
+              } else if (passes3) {
+                Rows<R, tiles::Prefetch::kNone>(p, m0, G, nrg, n0, n1, pf);
+              } else {
+                Rows<R, kAhead>(p, m0, G, nrg, n0, n1, pf);
+              }
+            });
+          }
+        });
   }
 };
 

@@ -17,7 +17,8 @@
 // prefetched 2 KiB ahead (ADR 0021), or, in matmul_q8_four_streams, four groups per tile, four
 // streams each prefetched one tile ahead (ADR 0033: the expert products on Zen 5); batched
 // decode and prefill take up to 6 rows (balanced tile heights) × 2 groups, prefill with the
-// weights in chunks that stay in L2 while every row tile passes over them.
+// weights in chunks that stay in L2 while every row tile passes over them, the later passes
+// prefetching the next chunk (ADR 0037).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -157,8 +158,10 @@ inline void Step(const int8_t* wg, int64_t wstride, int64_t ahead, const int8_t*
 // exact dot product is complete after its steps), then the block's 8 steps (kQ8Block / 4) run with
 // a constant trip count, and one convert, one multiply by sx and one fma with sw per
 // accumulator add it to the f32 sums, which stay in registers (MR · NG ≤ 12).
-template <int MR, int NG, bool kPrefetch>
-void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
+template <int MR, int NG, tiles::Prefetch kPf>
+void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1,
+          const tiles::ChunkPrefetch& pf = {}) {
+  constexpr bool kPrefetch = kPf == tiles::Prefetch::kTileAhead;
   static_assert(MR * NG <= 12, "int32 and f32 accumulators must fit in the 32 registers");
   constexpr int64_t kBlockSteps = kQ8Block / 4;
   const int64_t K = p.K, nb = p.nb, steps = p.steps;
@@ -170,6 +173,7 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
   // (decode) prefetches 32 quads (2 KiB) ahead in its own stream, running into the next group
   // near its end (ADR 0021: one near-prefetched stream per thread is faster on Zen 4).
   const int64_t ahead = NG == 1 ? 2048 : NG * wstride;
+  const int64_t next_ahead = pf.chunk * wstride;
   // The bytes of the last step's columns below K (little-endian: column 4 s + c is byte c).
   const int32_t last_mask = K % 4 == 0 ? -1 : static_cast<int32_t>((1u << (8 * (K % 4))) - 1u);
   __m512 facc[MR][NG];
@@ -178,8 +182,23 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
 #pragma GCC unroll 4
     for (int j = 0; j < NG; ++j) facc[i][j] = _mm512_setzero_ps();
   }
+  int64_t pf_count = 0;
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t s0 = b * kBlockSteps, s1 = std::min(steps, s0 + kBlockSteps);
+    // kNextChunk: this block's codes and scales in the next chunk's groups, the codes one line
+    // per step (tiles::ChunkPrefetch).
+    bool next_chunk = false;
+    if constexpr (kPf == tiles::Prefetch::kNextChunk) {
+      next_chunk = pf_count == pf.phase;
+      if (++pf_count == pf.every) pf_count = 0;
+      if (next_chunk) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NG; ++j) {
+          _mm_prefetch(reinterpret_cast<const char*>(p.ws + ((g0 + j + pf.chunk) * nb + b) * 16),
+                       _MM_HINT_T0);
+        }
+      }
+    }
     __m512i acc[MR][NG];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
@@ -188,9 +207,16 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
       for (int j = 0; j < NG; ++j) acc[i][j] = zp;
     }
     if (s1 - s0 == kBlockSteps && (b + 1 < nb || K % 4 == 0)) {
+      if (next_chunk) {
 #pragma GCC unroll 8
-      for (int64_t t = 0; t < kBlockSteps; ++t) {
-        Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s0 + t, acc);
+        for (int64_t t = 0; t < kBlockSteps; ++t) {
+          Step<MR, NG, true>(wg, wstride, next_ahead, xm, K, s0 + t, acc);
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int64_t t = 0; t < kBlockSteps; ++t) {
+          Step<MR, NG, kPrefetch>(wg, wstride, ahead, xm, K, s0 + t, acc);
+        }
       }
     } else {  // the row's last block, short or ending inside a 4-column step
       for (int64_t s = s0; s + 1 < s1; ++s) {
@@ -224,32 +250,44 @@ void Tile(const Q8Problem& p, int64_t m0, int64_t g0, int64_t n0, int64_t n1) {
 // Tiles of at most MR rows × NG groups (the last one smaller) over groups [g0, g1), walked in
 // chunks of kChunk groups that stay in L2 while every row tile passes; the row tiles have
 // balanced heights (tiles::ForEachBalancedRowTile: a prompt gives each expert about 32 rows,
-// ADR 0027).
+// ADR 0027). With three row tiles or more the later passes prefetch the next chunk
+// (tiles::ChunkPrefetch); with fewer, kPrefetch streams each tile one tile ahead.
 template <int MR, int NG, bool kPrefetch>
 struct Tiling {
   static constexpr int64_t kChunk = 8;
+  static constexpr tiles::Prefetch kAhead =
+      kPrefetch ? tiles::Prefetch::kTileAhead : tiles::Prefetch::kNone;
 
-  template <int R>
-  static void Rows(const Q8Problem& p, int64_t m0, int64_t g, int64_t ng, int64_t n0, int64_t n1) {
+  template <int R, tiles::Prefetch kPf>
+  static void Rows(const Q8Problem& p, int64_t m0, int64_t g, int64_t ng, int64_t n0, int64_t n1,
+                   const tiles::ChunkPrefetch& pf) {
     if (ng == NG) {
-      Tile<R, NG, kPrefetch>(p, m0, g, n0, n1);
+      Tile<R, NG, kPf>(p, m0, g, n0, n1, pf);
     } else {
-      for (int64_t k = 0; k < ng; ++k) Tile<R, 1, kPrefetch>(p, m0, g + k, n0, n1);
+      for (int64_t k = 0; k < ng; ++k) Tile<R, 1, kPf>(p, m0, g + k, n0, n1, pf);
     }
   }
 
   static void Run(const Q8Problem& p, int64_t n0, int64_t n1) {
     const int64_t g0 = n0 / 16, g1 = (n1 + 15) / 16;
-    for (int64_t gc = g0; gc < g1; gc += kChunk) {
-      const int64_t ge = std::min(g1, gc + kChunk);
-      tiles::ForEachBalancedRowTile<MR>(p.M, [&](int64_t m0, int64_t mr) {
-        for (int64_t g = gc; g < ge; g += NG) {
-          const int64_t ng = std::min<int64_t>(NG, ge - g);
-          tiles::DispatchHeight<MR>(
-              mr, [&](auto r) { Rows<decltype(r)::value>(p, m0, g, ng, n0, n1); });
-        }
-      });
-    }
+    const bool passes3 = p.M > 2 * MR;
+    tiles::ForEachChunkPass<MR>(
+        p.M, g0, g1, kChunk,
+        [&](int64_t m0, int64_t mr, int64_t gc, int64_t ge, const tiles::ChunkPrefetch& pf) {
+          for (int64_t g = gc; g < ge; g += NG) {
+            const int64_t ng = std::min<int64_t>(NG, ge - g);
+            tiles::DispatchHeight<MR>(mr, [&](auto r) {
+              constexpr int R = decltype(r)::value;
+              if (pf.every > 0) {
+                Rows<R, tiles::Prefetch::kNextChunk>(p, m0, g, ng, n0, n1, pf);
+              } else if (passes3) {
+                Rows<R, tiles::Prefetch::kNone>(p, m0, g, ng, n0, n1, pf);
+              } else {
+                Rows<R, kAhead>(p, m0, g, ng, n0, n1, pf);
+              }
+            });
+          }
+        });
   }
 };
 

@@ -85,6 +85,42 @@ inline void ForEachBalancedRowTile(int64_t M, const F& f) {
   }
 }
 
+// How a quantized tile (the Q4 and Q8 VNNI kernels) prefetches its weights: not at all (the
+// hardware prefetcher carries one stream), one tile ahead in its own stream (prefill tiles of
+// one or two passes), or the next chunk's blocks as a ChunkPrefetch says (ADR 0037).
+enum class Prefetch { kNone, kTileAhead, kNextChunk };
+
+// A pass of a prefill tiling over one chunk of row groups. With T >= 3 row tiles the chunk's
+// first pass reads its weights from memory and the others from L2; passes 2..T then prefetch
+// the next chunk, pass t the K blocks b with b ≡ t - 2 (mod T - 1) of each of its groups, so
+// the next chunk arrives at one prefetched line per T - 1 loaded ones while the core computes,
+// and its own first pass reads from L2 (ADR 0037). Before a short last chunk the prefetches
+// run past the range (at most a chunk; a prefetch never faults). `every` 0: this pass
+// prefetches nothing.
+struct ChunkPrefetch {
+  int64_t every = 0;
+  int64_t phase = 0;
+  int64_t chunk = 0;  // groups between a group and the one it prefetches
+};
+
+// Calls f(m0, mr, gc, ge, pf) for every chunk [gc, ge) of `chunk` groups of [g0, g1) and every
+// balanced row tile (m0, mr) of M rows in it, pf the pass's ChunkPrefetch (none in a chunk's
+// first pass, in the last chunk, or with fewer than 3 row tiles).
+template <int MR, typename F>
+inline void ForEachChunkPass(int64_t M, int64_t g0, int64_t g1, int64_t chunk, const F& f) {
+  const int64_t passes = (M + MR - 1) / MR;
+  for (int64_t gc = g0; gc < g1; gc += chunk) {
+    const int64_t ge = std::min(g1, gc + chunk);
+    int64_t t = 0;
+    ForEachBalancedRowTile<MR>(M, [&](int64_t m0, int64_t mr) {
+      ChunkPrefetch pf;
+      if (passes >= 3 && t > 0 && ge < g1) pf = {passes - 1, t - 1, chunk};
+      f(m0, mr, gc, ge, pf);
+      ++t;
+    });
+  }
+}
+
 // Calls f(std::integral_constant<int, R>{}) for the runtime height R = mr in [1, MR].
 template <int MR, typename F>
 inline void DispatchHeight(int64_t mr, const F& f) {

@@ -176,10 +176,12 @@ struct Case {
 };
 // M: every decode tile (1, 2, 3), batched decode and prefill tiles of 8 with remainders of 4, 2
 // and 1; N: partial 16-row groups, several chunks of 8 row groups, tails of fewer than NG row
-// groups; K: one group to many.
-constexpr Case kCases[] = {{1, 32, 1},   {1, 64, 17},   {2, 96, 33},    {3, 128, 70}, {4, 32, 16},
-                           {5, 64, 49},  {7, 160, 31},  {8, 256, 300},  {9, 32, 130}, {16, 64, 65},
-                           {17, 96, 19}, {33, 128, 41}, {1, 1024, 200}, {40, 64, 150}};
+// groups; K: one group to many. M 33 and 40 with N 150 and 300: three row tiles or more over
+// several chunks, whose later passes prefetch the next chunk.
+constexpr Case kCases[] = {{1, 32, 1},     {1, 64, 17},   {2, 96, 33},   {3, 128, 70},
+                           {4, 32, 16},    {5, 64, 49},   {7, 160, 31},  {8, 256, 300},
+                           {9, 32, 130},   {16, 64, 65},  {17, 96, 19},  {33, 128, 41},
+                           {1, 1024, 200}, {40, 64, 150}, {33, 160, 300}};
 
 void ExpectEqualToReference(const Q4Kernels& k) {
   for (const Case& c : kCases) {
