@@ -256,24 +256,17 @@ struct Tiling {
 
   static void Run(const Q4Problem& p, int64_t n0, int64_t n1) {
     const int64_t G0 = n0 / 16, G1 = (n1 + 15) / 16;
-    const bool passes3 = p.M > 2 * MR;
-    tiles::ForEachChunkPass<MR>(
-        p.M, G0, G1, kChunk,
-        [&](int64_t m0, int64_t mr, int64_t gc, int64_t ge, const tiles::ChunkPrefetch& pf) {
-          for (int64_t G = gc; G < ge; G += NG) {
-            const int64_t nrg = std::min<int64_t>(NG, ge - G);
-            tiles::DispatchHeight<MR>(mr, [&](auto r) {
-              constexpr int R = decltype(r)::value;
-              if (pf.every > 0) {
-                Rows<R, tiles::Prefetch::kNextChunk>(p, m0, G, nrg, n0, n1, pf);
-              } else if (passes3) {
-                Rows<R, tiles::Prefetch::kNone>(p, m0, G, nrg, n0, n1, pf);
-              } else {
-                Rows<R, kAhead>(p, m0, G, nrg, n0, n1, pf);
-              }
-            });
-          }
+    // One row tile's pass over a chunk, its tiles taking the pass's prefetch.
+    const auto pass = [&](int64_t m0, int64_t mr, int64_t gc, int64_t ge,
+                          const tiles::ChunkPrefetch& pf, auto kind) {
+      for (int64_t G = gc; G < ge; G += NG) {
+        const int64_t nrg = std::min<int64_t>(NG, ge - G);
+        tiles::DispatchHeight<MR>(mr, [&](auto r) {
+          Rows<decltype(r)::value, decltype(kind)::value>(p, m0, G, nrg, n0, n1, pf);
         });
+      }
+    };
+    tiles::ForEachChunkPass<MR, kAhead>(p.M, G0, G1, kChunk, pass);
   }
 };
 

@@ -103,19 +103,26 @@ struct ChunkPrefetch {
   int64_t chunk = 0;  // groups between a group and the one it prefetches
 };
 
-// Calls f(m0, mr, gc, ge, pf) for every chunk [gc, ge) of `chunk` groups of [g0, g1) and every
-// balanced row tile (m0, mr) of M rows in it, pf the pass's ChunkPrefetch (none in a chunk's
-// first pass, in the last chunk, or with fewer than 3 row tiles).
-template <int MR, typename F>
+// Calls f(m0, mr, gc, ge, pf, kind) for every chunk [gc, ge) of `chunk` groups of [g0, g1) and
+// every balanced row tile (m0, mr) of M rows in it: pf the pass's ChunkPrefetch, kind a
+// std::integral_constant of the Prefetch its tiles take. kNextChunk where pf prefetches; with
+// three row tiles or more kNone otherwise (a chunk's first pass, the last chunk); with fewer,
+// kFew (the tiling's prefetch for one or two passes).
+template <int MR, Prefetch kFew, typename F>
 inline void ForEachChunkPass(int64_t M, int64_t g0, int64_t g1, int64_t chunk, const F& f) {
   const int64_t passes = (M + MR - 1) / MR;
   for (int64_t gc = g0; gc < g1; gc += chunk) {
     const int64_t ge = std::min(g1, gc + chunk);
     int64_t t = 0;
     ForEachBalancedRowTile<MR>(M, [&](int64_t m0, int64_t mr) {
-      ChunkPrefetch pf;
-      if (passes >= 3 && t > 0 && ge < g1) pf = {passes - 1, t - 1, chunk};
-      f(m0, mr, gc, ge, pf);
+      if (passes < 3) {
+        f(m0, mr, gc, ge, ChunkPrefetch{}, std::integral_constant<Prefetch, kFew>{});
+      } else if (t > 0 && ge < g1) {
+        f(m0, mr, gc, ge, ChunkPrefetch{passes - 1, t - 1, chunk},
+          std::integral_constant<Prefetch, Prefetch::kNextChunk>{});
+      } else {
+        f(m0, mr, gc, ge, ChunkPrefetch{}, std::integral_constant<Prefetch, Prefetch::kNone>{});
+      }
       ++t;
     });
   }
