@@ -85,7 +85,7 @@ void GatherRows(const Q8Activations& src, const int32_t* rows, int64_t r0, int64
     const int64_t s = rows[r];
     std::copy_n(src.q.data() + s * K, K, a->q.data() + r * K);
     std::copy_n(src.scales.data() + s * nb, nb, a->scales.data() + r * nb);
-    std::copy_n(src.sums.data() + s * nb, nb, a->sums.data() + r * nb);
+    std::copy_n(src.zero_terms.data() + s * nb, nb, a->zero_terms.data() + r * nb);
   }
 }
 void GatherRows(const Q4Activations& src, const int32_t* rows, int64_t r0, int64_t r1,

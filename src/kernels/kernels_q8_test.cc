@@ -71,7 +71,7 @@ TEST(KernelsQ8Test, EveryVariantQuantizesActivationsLikeTheReference) {
       const Q8Activations got = Quantized(*v, x, c.M, c.K);
       EXPECT_EQ(got.q, ref.q) << v->name << " M=" << c.M << " K=" << c.K;
       EXPECT_EQ(got.scales, ref.scales) << v->name << " M=" << c.M << " K=" << c.K;
-      EXPECT_EQ(got.sums, ref.sums) << v->name << " M=" << c.M << " K=" << c.K;
+      EXPECT_EQ(got.zero_terms, ref.zero_terms) << v->name << " M=" << c.M << " K=" << c.K;
     }
   }
 }
@@ -102,7 +102,7 @@ TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
     if (std::abs(x[size_t(b * B)]) >= kQ8MinActivationAmax) continue;
     ++tiny;
     EXPECT_EQ(ref.scales[size_t(b)], 0.0f) << "block " << b;
-    EXPECT_EQ(ref.sums[size_t(b)], 0) << "block " << b;
+    EXPECT_EQ(ref.zero_terms[size_t(b)], 0) << "block " << b;
     for (int64_t i = 0; i < B; ++i) ASSERT_EQ(ref.q[size_t(b * B + i)], 0) << "block " << b;
   }
   EXPECT_GT(tiny, 0);
@@ -111,7 +111,7 @@ TEST(KernelsQ8Test, EveryVariantQuantizesEdgeBlocksLikeTheReference) {
     const Q8Activations got = Quantized(*v, x, M, K);
     EXPECT_EQ(got.q, ref.q) << v->name;
     EXPECT_EQ(got.scales, ref.scales) << v->name;
-    EXPECT_EQ(got.sums, ref.sums) << v->name;
+    EXPECT_EQ(got.zero_terms, ref.zero_terms) << v->name;
   }
 }
 

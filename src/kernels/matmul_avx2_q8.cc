@@ -8,7 +8,7 @@
 // |qw| · (qx · sgn qw) = qx · qw, with |qw| as the unsigned operand; a pair is at most
 // 127 · 127 · 2 = 32258, exact in int16. vpmaddwd by 1 widens the pairs to int32 sums of 4
 // products, as one vpdpbusd lane. The sum is the reference's Σ qx · qw directly (the
-// activations' block sums, which the AVX512-VNNI kernel needs for its zero point, are not read).
+// activations' zero terms, which the AVX512-VNNI kernel needs for its u8 weights, are not read).
 //
 // The weights are interleaved (quant.h): one 64-byte vector holds 4 columns of 16 weight rows,
 // so its 32-byte halves are 4 columns of 8 rows, and the 4 activation bytes of one row (a
@@ -33,8 +33,9 @@ namespace vls::kernels::avx2_internal {
 
 namespace {
 
-// One whole block of kQ8Block values. Returns the block's scale; *sum is its Σ q.
-inline float QuantizeFullBlock(const float* x, int8_t* q, int32_t* sum) {
+// One whole block of kQ8Block values. Returns the block's scale; *zero_term is −kQ8WeightFlip ·
+// Σ q.
+inline float QuantizeFullBlock(const float* x, int8_t* q, int32_t* zero_term) {
   static_assert(kQ8Block == 32, "one block is 4 vectors of 8");
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 v[4];
@@ -63,22 +64,23 @@ inline float QuantizeFullBlock(const float* x, int8_t* q, int32_t* sum) {
   // Σ q of the stored (clamped) bytes: vpsadbw of q + 128 against 0 sums 8 bytes per qword.
   const __m256i sad =
       _mm256_sad_epu8(_mm256_xor_si256(b, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
-  *sum = ReduceAdd(sad) - 128 * kQ8Block;
+  *zero_term = -kQ8WeightFlip * (ReduceAdd(sad) - 128 * kQ8Block);
   return nonzero ? amax / 127.0f : 0.0f;
 }
 
 // The short last block of a row (cols % kQ8Block != 0): the reference's operations.
-float QuantizeShortBlock(const float* x, int64_t n, int8_t* q, int32_t* sum) {
+float QuantizeShortBlock(const float* x, int64_t n, int8_t* q, int32_t* zero_term) {
   float amax = 0.0f;
   for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
   const bool nonzero = amax >= kQ8MinActivationAmax;
   const float inv = nonzero ? 127.0f / amax : 0.0f;
-  *sum = 0;
+  int32_t sum = 0;
   for (int64_t k = 0; k < n; ++k) {
     const auto v = static_cast<int32_t>(std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f));
     q[k] = static_cast<int8_t>(v);
-    *sum += v;
+    sum += v;
   }
+  *zero_term = -kQ8WeightFlip * sum;
   return nonzero ? amax / 127.0f : 0.0f;
 }
 
@@ -88,7 +90,7 @@ void QuantizeQ8Avx2(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
     const float* xr = x + r * K;
     int8_t* qr = a->q.data() + r * K;
     float* sr = a->scales.data() + r * nb;
-    int32_t* qs = a->sums.data() + r * nb;
+    int32_t* qs = a->zero_terms.data() + r * nb;
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t k0 = b * kQ8Block, n = std::min(K - k0, kQ8Block);
       sr[b] = n == kQ8Block ? QuantizeFullBlock(xr + k0, qr + k0, qs + b)

@@ -121,7 +121,7 @@ void Q8Activations::Resize(int64_t r, int64_t c) {
   blocks = Q8Blocks(c);
   q.resize(static_cast<size_t>(r * c + kQ8ActivationSlack));
   scales.resize(static_cast<size_t>(r * blocks));
-  sums.resize(static_cast<size_t>(r * blocks));
+  zero_terms.resize(static_cast<size_t>(r * blocks));
 }
 
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a) {
@@ -142,7 +142,7 @@ void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations
         sum += v;
       }
       a->scales[size_t(r * nb + blk)] = nonzero ? amax / 127.0f : 0.0f;
-      a->sums[size_t(r * nb + blk)] = sum;
+      a->zero_terms[size_t(r * nb + blk)] = -kQ8WeightFlip * sum;
     }
   }
 }

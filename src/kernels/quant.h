@@ -88,12 +88,16 @@ struct Q8Activations {
   // column step that ends past the last column (the weights there are 0).
   std::vector<int8_t> q;
   std::vector<float> scales;  // [rows, blocks]
-  std::vector<int32_t> sums;  // [rows, blocks]: Σ qx of the block, exact
+  // [rows, blocks]: −kQ8WeightFlip · Σ qx of the block, exact: where a kernel multiplies the
+  // weights flipped to u8 (qw + kQ8WeightFlip, for vpdpbusd), the int32 sums of a block start
+  // here, so the block's exact dot product is complete after its steps (ADR 0032).
+  std::vector<int32_t> zero_terms;
 
   // Sizes the buffers for [rows, cols].
   void Resize(int64_t rows, int64_t cols);
 };
 inline constexpr int64_t kQ8ActivationSlack = 64;
+inline constexpr int32_t kQ8WeightFlip = 128;
 
 // Activation blocks whose max|x| is below this quantize as zeros with scale 0, like an all-zero
 // block: below about 3.7e-37, 127 / amax overflows f32 (the values are far below anything a
@@ -101,9 +105,10 @@ inline constexpr int64_t kQ8ActivationSlack = 64;
 inline constexpr float kQ8MinActivationAmax = 0x1p-120f;
 
 // The reference activation quantizer: rows [r0, r1) of x[a->rows, a->cols] into a->q,
-// a->scales and a->sums. Per block: amax = max|x|; when amax >= kQ8MinActivationAmax, scale =
-// amax / 127 and q = clamp(nearbyint(x · (127 / amax)), ±127), else scale = 0 and q = 0; sums
-// = Σ q (every variant computes exactly these f32 operations). REQUIRES: x finite.
+// a->scales and a->zero_terms. Per block: amax = max|x|; when amax >= kQ8MinActivationAmax,
+// scale = amax / 127 and q = clamp(nearbyint(x · (127 / amax)), ±127), else scale = 0 and q =
+// 0; zero_terms = −kQ8WeightFlip · Σ q (every variant computes exactly these f32 operations).
+// REQUIRES: x finite.
 void QuantizeActivationsQ8(const float* x, int64_t r0, int64_t r1, Q8Activations* a);
 
 }  // namespace vls::kernels

@@ -171,8 +171,9 @@ TEST(QuantTest, BlocksAre32ColumnsAndAnOutlierStaysInItsBlock) {
   ASSERT_EQ(a.blocks, 4);
   for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(a.scales[size_t(b)], want[b] / 127.0f);
   for (int64_t k = 32; k < 64; ++k) EXPECT_EQ(a.q[size_t(k)], 127) << k;
-  EXPECT_EQ(a.sums[1], 127 * 32);
-  EXPECT_EQ(a.sums[3], 127 + 3 * int32_t(std::nearbyint(0.5f * 127.0f / 2.0f)));
+  EXPECT_EQ(a.zero_terms[1], -kQ8WeightFlip * 127 * 32);
+  EXPECT_EQ(a.zero_terms[3],
+            -kQ8WeightFlip * (127 + 3 * int32_t(std::nearbyint(0.5f * 127.0f / 2.0f))));
 }
 
 // Parts that start and end inside 16-row groups, each quantized in two row ranges, into buffers
@@ -229,7 +230,7 @@ TEST(QuantTest, ActivationsWithinHalfAScale) {
       int32_t sum = 0;
       for (int64_t k = b * kQ8Block; k < std::min(K, (b + 1) * kQ8Block); ++k)
         sum += a.q[size_t(m * K + k)];
-      ASSERT_EQ(a.sums[size_t(m * nb + b)], sum) << m << "," << b;
+      ASSERT_EQ(a.zero_terms[size_t(m * nb + b)], -kQ8WeightFlip * sum) << m << "," << b;
     }
   }
   EXPECT_EQ(a.scales[size_t(4 * nb)], 0.0f);

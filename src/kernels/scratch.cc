@@ -27,7 +27,7 @@ void* ScratchBuffer::Reserve(size_t bytes) {
 Q8Activations& ScratchArena::Q8(int64_t rows, int64_t cols) {
   q8_.Resize(rows, cols);
   q8_bytes_.store(q8_.q.capacity() + q8_.scales.capacity() * sizeof(float) +
-                      q8_.sums.capacity() * sizeof(int32_t),
+                      q8_.zero_terms.capacity() * sizeof(int32_t),
                   std::memory_order_relaxed);
   return q8_;
 }
@@ -38,7 +38,7 @@ Q8Activations* ScratchArena::GroupedQ8(std::span<const int64_t> rows, int64_t co
   for (size_t i = 0; i < grouped_q8_.size(); ++i) {
     if (i < rows.size()) grouped_q8_[i].Resize(rows[i], cols);
     held += grouped_q8_[i].q.capacity() + grouped_q8_[i].scales.capacity() * sizeof(float) +
-            grouped_q8_[i].sums.capacity() * sizeof(int32_t);
+            grouped_q8_[i].zero_terms.capacity() * sizeof(int32_t);
   }
   grouped_q8_bytes_.store(held, std::memory_order_relaxed);
   return grouped_q8_.data();
