@@ -309,6 +309,7 @@ int Register() {
             ->Args({8, 1, 2})     // one decode row: its top-8
             ->Args({32, 2, 2})    // a few slots or speculative rows sharing experts
             ->Args({64, 1, 2})    // 8 slots of top-8 over 128 experts (~52 distinct)
+            ->Args({128, 8, 2})   // a 128-token prompt: ~8 rows per expert
             ->Args({128, 16, 2})  // a prompt's less chosen experts: 3 row tiles of Q8
             ->Args({128, 32, 2})  // a 512-token prompt in one pass: ~32 rows per expert
             ->ArgNames({"P", "M", "threads"})
@@ -322,6 +323,7 @@ int Register() {
           std::string("ExpertsCached/") + FormatName(f) + "/" + pr.name + "/grouped";
       benchmark::RegisterBenchmark(cached.c_str(), BM_Experts, f, pr.N, pr.K, true, 2)
           ->Args({64, 1, 2})
+          ->Args({128, 8, 2})
           ->Args({128, 16, 2})
           ->Args({128, 32, 2})
           ->ArgNames({"P", "M", "threads"})

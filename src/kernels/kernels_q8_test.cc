@@ -20,16 +20,16 @@ struct Case {
 // K (kQ8Block = 32): one column, tails of 1-3 columns past a multiple of 4, one block less or
 // more than a column (31, 33), a short last block (33, 77, 100, 130, 1000, 2049), exact blocks
 // (32, 96, 128, 256, ...); N odd (partial 16-row weight groups), several chunks of groups; M:
-// every decode tile shape (1, 2, 3 rows) and prefill tiles of balanced heights 3-6 (M 7, 13, 17,
-// 19, 33, 50: 4+3, 5+4+4, 6+6+5, 5+5+5+4, 6+6+6+5+5+5, 5·6 + 4·5); three row tiles or more over
-// several chunks, the last one short, whose later passes prefetch the next chunk (M 16 and 40,
-// N 150 and 300).
+// every decode tile shape (1, 2, 3 rows), the one-group tiles of 7-10 rows (M 7, 8, 9, 10) and
+// prefill tiles of balanced heights 3-6 (M 13, 17, 19, 33, 50: 5+4+4, 6+6+5, 5+5+5+4,
+// 6+6+6+5+5+5, 5·6 + 4·5); three row tiles or more over several chunks, the last one short,
+// whose later passes prefetch the next chunk (M 16 and 40, N 150 and 300).
 constexpr Case kCases[] = {
-    {1, 1, 1},     {1, 77, 5},    {3, 130, 33},   {17, 77, 31},   {3, 512, 41}, {17, 1000, 7},
-    {8, 2049, 65}, {1, 2049, 17}, {5, 131, 19},   {50, 258, 37},  {33, 128, 9}, {2, 384, 50},
-    {8, 256, 300}, {7, 130, 47},  {16, 96, 33},   {13, 1024, 70}, {4, 33, 20},  {9, 100, 18},
-    {2, 31, 17},   {1, 32, 16},   {19, 64, 35},   {1, 100, 64},   {14, 33, 3},  {1, 2049, 200},
-    {2, 130, 97},  {3, 64, 131},  {16, 300, 150}, {40, 77, 300}};
+    {1, 1, 1},     {1, 77, 5},    {3, 130, 33},   {17, 77, 31},   {3, 512, 41},  {17, 1000, 7},
+    {8, 2049, 65}, {1, 2049, 17}, {5, 131, 19},   {50, 258, 37},  {33, 128, 9},  {2, 384, 50},
+    {8, 256, 300}, {7, 130, 47},  {16, 96, 33},   {13, 1024, 70}, {4, 33, 20},   {9, 100, 18},
+    {2, 31, 17},   {1, 32, 16},   {19, 64, 35},   {1, 100, 64},   {14, 33, 3},   {1, 2049, 200},
+    {2, 130, 97},  {3, 64, 131},  {16, 300, 150}, {40, 77, 300},  {10, 300, 40}, {11, 64, 20}};
 
 std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 rng(seed);
