@@ -306,8 +306,8 @@ void MatMulQ8VnniStreams(const Q8Activations& x, const Matrix& w, int64_t n0, in
                     y};
   // Decode (M ≤ 3): tiles of all M rows × DG groups (DG weight streams). 7-10 rows (8 slots'
   // projections; a prompt of about 128 tokens gives each expert about 8 rows): one tile of all
-  // rows × 1 group, one pass reading each weight line once (ADR 0038: 25% faster at 8 rows than
-  // two passes of 4 × 2 tiles; 6% at 10; at 12 slower). Else tiles of 6 rows × 2 groups, in
+  // rows × 1 group, one pass reading each weight line once (ADR 0038: 11-25% faster at 8 rows
+  // than two passes of 4 × 2 tiles; 6% at 10; at 12 slower). Else tiles of 6 rows × 2 groups, in
   // chunks that stay in L2 while every row tile passes.
   if (p.M <= 3) {
     switch (p.M) {
